@@ -1,0 +1,103 @@
+"""trainplan: how a PyTorch training run is laid out on hardware, explained, typed and carried out.
+
+    import trainplan as tp
+    plan = tp.resolve(tp.Request(accelerator="gpu", strategy="ddp", devices=2))
+
+`resolve(request, env=None)` probes this machine when no environment is given; the core function
+`trainplan.resolve.resolve(request, env)` always takes it explicitly. Importing trainplan never
+imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from trainplan.effects import probe
+from trainplan.resolve import check as _check
+from trainplan.resolve import place_metric
+from trainplan.resolve import resolve as _resolve
+from trainplan.spec import (
+    AcceleratorFlag,
+    AcceleratorName,
+    BackendName,
+    ClusterEnvironmentError,
+    ClusterFlag,
+    ClusterInfo,
+    ClusterName,
+    DDPOptions,
+    DeepSpeedOptions,
+    Environment,
+    FSDPOptions,
+    Incompatible,
+    InvalidRequest,
+    LauncherName,
+    MetricPlacement,
+    MetricSlot,
+    MetricsStore,
+    MissingRule,
+    Note,
+    Plan,
+    PlanFormatError,
+    PrecisionFlag,
+    PrecisionName,
+    Request,
+    StrategyChoice,
+    StrategyFamily,
+    StrategyFlag,
+    StrategyName,
+    StrategyOptions,
+    TrainplanError,
+    Unavailable,
+)
+
+__version__ = "0.1.0"
+
+
+def resolve(request: Request | None = None, env: Environment | None = None) -> Plan:
+    """The plan for `request` (default: everything "auto") on `env` (default: this machine, probed)."""
+    return _resolve(Request() if request is None else request, probe() if env is None else env)
+
+
+def check(request: Request | None = None, env: Environment | None = None) -> Iterator[TrainplanError]:
+    """Every problem with `request` on `env` (default: this machine); empty when it resolves."""
+    return _check(Request() if request is None else request, probe() if env is None else env)
+
+
+__all__ = [
+    "AcceleratorFlag",
+    "AcceleratorName",
+    "BackendName",
+    "ClusterEnvironmentError",
+    "ClusterFlag",
+    "ClusterInfo",
+    "ClusterName",
+    "DDPOptions",
+    "DeepSpeedOptions",
+    "Environment",
+    "FSDPOptions",
+    "Incompatible",
+    "InvalidRequest",
+    "LauncherName",
+    "MetricPlacement",
+    "MetricSlot",
+    "MetricsStore",
+    "MissingRule",
+    "Note",
+    "Plan",
+    "PlanFormatError",
+    "PrecisionFlag",
+    "PrecisionName",
+    "Request",
+    "StrategyChoice",
+    "StrategyFamily",
+    "StrategyFlag",
+    "StrategyName",
+    "StrategyOptions",
+    "TrainplanError",
+    "Unavailable",
+    "__version__",
+    "check",
+    "place_metric",
+    "probe",
+    "resolve",
+]

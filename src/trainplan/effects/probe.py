@@ -1,0 +1,153 @@
+"""`probe()`: gather the facts of this machine into an `Environment`, quickly and without touching CUDA.
+
+GPUs are counted through NVML (the driver's management library, loaded with ctypes), so neither
+torch nor a CUDA context is needed; CUDA_VISIBLE_DEVICES is applied with CUDA's own rules. On a
+machine without the NVIDIA driver the library is absent and the count is 0 at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import multiprocessing
+import os
+import platform
+import sys
+from collections.abc import Mapping
+from typing import Protocol
+
+from trainplan.resolve.visible import AmbiguousDevice, visible_device_order
+from trainplan.spec.environment import Environment
+from trainplan.spec.errors import TrainplanError
+from trainplan.spec.names import START_METHODS, StartMethod
+from trainplan.spec.tables import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
+
+OPTIONAL_PACKAGES = ("deepspeed", "torch_xla", "transformer_engine", "torchmetrics", "mpi4py", "pynvml")
+"""Packages whose presence changes what a plan may use; looked up without importing them."""
+
+
+class ProbeError(TrainplanError, RuntimeError):
+    """The machine's facts could not be read (for example an ambiguous CUDA_VISIBLE_DEVICES)."""
+
+
+class GpuInventory(Protocol):
+    """The seam to the GPU driver. Cost: one driver call per device; must never create a CUDA context."""
+
+    def device_uuids(self) -> list[str] | None:
+        """UUIDs of every physical GPU in driver order, or None when no driver is present."""
+
+
+class NvmlInventory:
+    """`GpuInventory` through NVML, loaded with ctypes (no Python package, no torch)."""
+
+    _LIBRARIES = ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll")
+
+    def device_uuids(self) -> list[str] | None:
+        library = self._load()
+        if library is None:
+            return None
+        if library.nvmlInit_v2() != 0:
+            return None
+        try:
+            count = ctypes.c_uint(0)
+            if library.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+                return None
+            uuids: list[str] = []
+            for index in range(count.value):
+                handle = ctypes.c_void_p()
+                if library.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
+                    return uuids
+                buffer = ctypes.create_string_buffer(96)
+                if library.nvmlDeviceGetUUID(handle, buffer, 96) != 0:
+                    uuids.append(f"GPU-unknown-{index}")
+                else:
+                    uuids.append(buffer.value.decode("ascii", "replace"))
+            return uuids
+        finally:
+            library.nvmlShutdown()
+
+    def _load(self) -> ctypes.CDLL | None:
+        for name in self._LIBRARIES:
+            try:
+                return ctypes.CDLL(name)
+            except OSError:
+                continue
+        return None
+
+
+def relevant_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment variables that matter to a plan (see `tables.RELEVANT_VARIABLES`)."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES)
+    }
+
+
+def cuda_initialized() -> bool:
+    """Whether torch has initialised CUDA in this process (False when torch was never imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    return bool(torch.cuda.is_initialized())
+
+
+def is_interactive() -> bool:
+    """A REPL or notebook (Lightning's test, plus a running IPython kernel)."""
+    return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "ipykernel" in sys.modules
+
+
+def probe(*, environ: Mapping[str, str] | None = None, gpus: GpuInventory | None = None) -> Environment:
+    """The facts of this machine and process. Never initialises CUDA and does not import torch.
+
+    `environ` defaults to `os.environ` and `gpus` to NVML; tests pass their own.
+    """
+    environ = os.environ if environ is None else environ
+    inventory = NvmlInventory() if gpus is None else gpus
+    uuids = inventory.device_uuids() or []
+    try:
+        visible = visible_device_order(environ.get("CUDA_VISIBLE_DEVICES"), uuids)
+    except AmbiguousDevice as error:
+        raise ProbeError(f"{error}. Write a longer UUID prefix, or device indices, in CUDA_VISIBLE_DEVICES.") from None
+    packages = frozenset(name for name in OPTIONAL_PACKAGES if importlib.util.find_spec(name) is not None)
+    methods: tuple[StartMethod, ...] = tuple(
+        method for method in START_METHODS if method in multiprocessing.get_all_start_methods()
+    )
+    return Environment(
+        cuda_device_count=len(visible),
+        cuda_initialized=cuda_initialized(),
+        mps_available=_mps_available(),
+        xla_device_count=_xla_device_count(environ, packages),
+        cpu_count=_cpu_count(),
+        interactive=is_interactive(),
+        start_methods=methods,
+        packages=packages,
+        variables=relevant_variables(environ),
+    )
+
+
+def _cpu_count() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def _mps_available() -> bool:
+    if sys.platform != "darwin" or platform.machine() != "arm64":
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return bool(torch.backends.mps.is_available())
+    return True  # every Apple-silicon Mac on a supported macOS has the MPS device
+
+
+def _xla_device_count(environ: Mapping[str, str], packages: frozenset[str]) -> int:
+    if "torch_xla" not in packages:
+        return 0
+    declared = environ.get("TPU_NUM_DEVICES", "").strip()
+    if declared.isdigit():
+        return int(declared)
+    try:
+        return sum(1 for name in os.listdir("/dev") if name.startswith("accel"))
+    except OSError:
+        return 0

@@ -1,0 +1,491 @@
+"""Reading the cluster environment from environment variables (pure: the variables are passed in).
+
+Detection order and required variables come from `tables.CLUSTERS`; this module parses each
+manager's variables, checks them (a rank that is not a number, a port out of range, a rank beyond
+the world size) and reports garbage as `ClusterEnvironmentError` naming the variable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import attrs
+
+from trainplan.spec.errors import ClusterEnvironmentError, Unavailable
+from trainplan.spec.names import ClusterFlag, ClusterName
+from trainplan.spec.notes import Note
+from trainplan.spec.tables import (
+    CLUSTERS,
+    DEFAULT_MAIN_PORT,
+    LSF_PORT_BASE,
+    SLURM_DEFAULT_PORT,
+    SLURM_INTERACTIVE_JOB_NAMES,
+    SLURM_PORT_BASE,
+    lookup,
+)
+
+
+@attrs.frozen(kw_only=True)
+class ClusterFacts:
+    """What the cluster environment says, before it is checked against the request."""
+
+    kind: ClusterName
+    creates_processes: bool
+    main_address: str | None
+    main_port: int | None
+    node_rank: int | None  # None: derive from the global rank and processes per node
+    global_rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    processes_per_node: int | None
+    num_nodes: int | None
+    detail: str  # the variables behind world_size, for messages
+    launch_hint: str  # how to start the job with another layout, for messages
+    reason: str
+    notes: tuple[Note, ...] = ()
+
+
+def detect(flag: ClusterFlag, variables: Mapping[str, str]) -> ClusterFacts:
+    """The cluster environment asked for (or detected, for `auto`) with its facts."""
+    if flag == "auto":
+        return _read(_detected(variables), variables, requested=False)
+    if flag != "local":
+        rule = lookup(CLUSTERS, flag, name="CLUSTERS")
+        if not _present(rule.detect_variables, variables):
+            needed = " and ".join(sorted(rule.detect_variables[0]))
+            raise Unavailable(
+                requested=f"cluster={flag!r}",
+                available=f"no {rule.description} variables ({needed} not set)",
+                fix=f"Run inside a {flag} job, set the variables by hand for a what-if, or use cluster='auto'",
+            )
+    return _read(flag, variables, requested=True)
+
+
+def _present(groups: tuple[frozenset[str], ...], variables: Mapping[str, str]) -> bool:
+    return any(group <= variables.keys() for group in groups)
+
+
+def _detected(variables: Mapping[str, str]) -> ClusterName:
+    candidates = sorted(
+        (rule for rule in CLUSTERS.values() if rule.detect_priority is not None),
+        key=lambda rule: -(rule.detect_priority or 0),
+    )
+    for rule in candidates:
+        if rule.name == "slurm" and variables.get("SLURM_JOB_NAME", "") in SLURM_INTERACTIVE_JOB_NAMES:
+            continue
+        if rule.name != "local" and _present(rule.detect_variables, variables):
+            return rule.name
+    return "local"
+
+
+def _read(kind: ClusterName, variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
+    how = "asked for" if requested else "detected"
+    if kind == "torchelastic":
+        return _torchelastic(variables, how)
+    if kind == "slurm":
+        return _slurm(variables, how)
+    if kind == "lsf":
+        return _lsf(variables, how)
+    if kind == "mpi":
+        return _mpi(variables, how)
+    if kind == "kubeflow":
+        return _kubeflow(variables, how)
+    return _local(variables, requested=requested)
+
+
+class _Variables:
+    """Typed reads of one cluster's variables; garbage raises `ClusterEnvironmentError` naming the variable."""
+
+    def __init__(self, cluster: str, variables: Mapping[str, str]) -> None:
+        self.cluster = cluster
+        self.variables = variables
+
+    def error(self, name: str, reason: str, fix: str) -> ClusterEnvironmentError:
+        return ClusterEnvironmentError(
+            cluster=self.cluster, variable=name, value=self.variables.get(name, ""), reason=reason, fix=fix
+        )
+
+    def integer(self, name: str, *, minimum: int, required: bool = True, default: int | None = None) -> int | None:
+        raw = self.variables.get(name)
+        if raw is None:
+            if required:
+                raise ClusterEnvironmentError(
+                    cluster=self.cluster,
+                    variable=name,
+                    value="",
+                    reason="it is not set, and the cluster environment needs it",
+                    fix=f"Start the processes with the {self.cluster} launcher, which sets it, or set it by hand",
+                )
+            return default
+        text = raw.strip()
+        if not (text.isascii() and (text.isdigit() or (text.startswith("-") and text[1:].isdigit()))):
+            raise self.error(name, "it is not a whole number", "Unset it, or set it to a whole number")
+        value = int(text)
+        if value < minimum:
+            raise self.error(name, f"it must be at least {minimum}", f"Set it to a number ≥ {minimum}")
+        return value
+
+    def port(self, name: str) -> int | None:
+        value = self.integer(name, minimum=0, required=False)
+        if value is not None and not 1 <= value <= 65535:
+            raise self.error(
+                name, "a TCP port is between 1 and 65535", "Set it to a free port such as 29500, or unset it"
+            )
+        return value
+
+    def address(self, name: str) -> str | None:
+        raw = self.variables.get(name)
+        if raw is None:
+            return None
+        text = raw.strip()
+        if not text or any(character.isspace() for character in text):
+            raise self.error(name, "it is not a host name or address", "Set it to the host of rank 0, e.g. node001")
+        return text
+
+    def below(self, name: str, value: int | None, limit: int | None, limit_name: str) -> None:
+        if value is not None and limit is not None and value >= limit:
+            raise self.error(
+                name,
+                f"it must be smaller than {limit_name}={limit}",
+                f"Check how the job was started: ranks run from 0 to {limit - 1}",
+            )
+
+
+def _local(variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
+    read = _Variables("local", variables)
+    node_rank_name = "NODE_RANK" if "NODE_RANK" in variables else "GROUP_RANK"
+    node_rank = read.integer(node_rank_name, minimum=0, required=False, default=0)
+    address = read.address("MASTER_ADDR")
+    port = read.port("MASTER_PORT")
+    reason = (
+        "cluster='local' was asked for"
+        if requested
+        else "no cluster manager's variables were found (torchelastic, SLURM, LSF, MPI)"
+    )
+    notes: tuple[Note, ...] = ()
+    if (
+        not requested
+        and variables.get("SLURM_JOB_NAME", "") in SLURM_INTERACTIVE_JOB_NAMES
+        and "SLURM_NTASKS" in variables
+    ):
+        notes = (
+            Note(
+                code="slurm-interactive",
+                level="info",
+                message=(
+                    f"SLURM_JOB_NAME={variables['SLURM_JOB_NAME']!r} is an interactive allocation, so SLURM does not "
+                    "manage the processes; trainplan starts them itself (cluster='slurm' overrides this)"
+                ),
+            ),
+        )
+    return ClusterFacts(
+        kind="local",
+        creates_processes=False,
+        main_address=address or "127.0.0.1",
+        main_port=port,
+        node_rank=node_rank,
+        global_rank=None,
+        local_rank=None,
+        world_size=None,
+        processes_per_node=None,
+        num_nodes=None,
+        detail="",
+        launch_hint="set NODE_RANK, MASTER_ADDR and MASTER_PORT on each node",
+        reason=reason,
+        notes=notes,
+    )
+
+
+def _torchelastic(variables: Mapping[str, str], how: str) -> ClusterFacts:
+    read = _Variables("torchelastic", variables)
+    world = read.integer("WORLD_SIZE", minimum=1)
+    local_world = read.integer("LOCAL_WORLD_SIZE", minimum=1)
+    rank = read.integer("RANK", minimum=0)
+    local_rank = read.integer("LOCAL_RANK", minimum=0)
+    group_rank = read.integer("GROUP_RANK", minimum=0)
+    read.below("RANK", rank, world, "WORLD_SIZE")
+    read.below("LOCAL_RANK", local_rank, local_world, "LOCAL_WORLD_SIZE")
+    address = read.address("MASTER_ADDR")
+    if address is None:
+        raise read.error("MASTER_ADDR", "torchrun always sets it, and it is missing", "Start the script with torchrun")
+    port = read.port("MASTER_PORT")
+    if port is None:
+        raise read.error("MASTER_PORT", "torchrun always sets it, and it is missing", "Start the script with torchrun")
+    nodes = None
+    if world is not None and local_world is not None and world % local_world == 0:
+        nodes = world // local_world
+    return ClusterFacts(
+        kind="torchelastic",
+        creates_processes=True,
+        main_address=address,
+        main_port=port,
+        node_rank=group_rank,
+        global_rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        processes_per_node=local_world,
+        num_nodes=nodes,
+        detail=f"WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local_world}",
+        launch_hint="torchrun --nnodes={num_nodes} --nproc-per-node={processes_per_node}",
+        reason=f"torchelastic was {how} (RANK, GROUP_RANK, LOCAL_RANK and LOCAL_WORLD_SIZE are set)",
+    )
+
+
+def _slurm(variables: Mapping[str, str], how: str) -> ClusterFacts:
+    read = _Variables("SLURM", variables)
+    world = read.integer("SLURM_NTASKS", minimum=1)
+    rank = read.integer("SLURM_PROCID", minimum=0)
+    local_rank = read.integer("SLURM_LOCALID", minimum=0)
+    node_rank = read.integer("SLURM_NODEID", minimum=0)
+    read.below("SLURM_PROCID", rank, world, "SLURM_NTASKS")
+    nodes_name = "SLURM_NNODES" if "SLURM_NNODES" in variables else "SLURM_JOB_NUM_NODES"
+    nodes = read.integer(nodes_name, minimum=1, required=False)
+    read.below("SLURM_NODEID", node_rank, nodes, nodes_name)
+    per_node = _slurm_tasks_per_node(read, variables)
+    read.below("SLURM_LOCALID", local_rank, per_node, "SLURM_NTASKS_PER_NODE")
+    address = read.address("MASTER_ADDR")
+    if address is None:
+        nodelist_name = "SLURM_NODELIST" if "SLURM_NODELIST" in variables else "SLURM_JOB_NODELIST"
+        nodelist = variables.get(nodelist_name)
+        if nodelist is None:
+            address = "127.0.0.1"
+        else:
+            try:
+                hosts = expand_hostlist(nodelist)
+            except ValueError as error:
+                raise read.error(
+                    nodelist_name, str(error), "Check the job's node list; set MASTER_ADDR to override it"
+                ) from None
+            address = hosts[0]
+    port = read.port("MASTER_PORT")
+    if port is None:
+        job_id = variables.get("SLURM_JOB_ID", "").strip()
+        if job_id:
+            if not (job_id.isascii() and job_id.isdigit()):
+                raise read.error(
+                    "SLURM_JOB_ID", "it is not a job number", "Set MASTER_PORT to choose the port yourself"
+                )
+            port = SLURM_PORT_BASE + int(job_id[-4:])
+        else:
+            port = SLURM_DEFAULT_PORT
+    return ClusterFacts(
+        kind="slurm",
+        creates_processes=True,
+        main_address=address,
+        main_port=port,
+        node_rank=node_rank,
+        global_rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        processes_per_node=per_node,
+        num_nodes=nodes,
+        detail=f"SLURM_NTASKS={world}" + ("" if per_node is None else f", SLURM_NTASKS_PER_NODE={per_node}"),
+        launch_hint="#SBATCH --nodes={num_nodes} --ntasks-per-node={processes_per_node}, and run the script with srun",
+        reason=f"SLURM was {how} (SLURM_NTASKS is set and SLURM_JOB_NAME is not an interactive allocation)",
+    )
+
+
+def _slurm_tasks_per_node(read: _Variables, variables: Mapping[str, str]) -> int | None:
+    raw = variables.get("SLURM_NTASKS_PER_NODE")
+    if raw is None:
+        return None
+    # "4" or "4(x2)" (four tasks on each of two nodes); uneven layouts ("4(x2),2") have no single value.
+    match = re.fullmatch(r"\s*(\d+)(?:\(x\d+\))?\s*", raw)
+    if match is None:
+        if re.fullmatch(r"[\d(x),]+", raw.strip()):
+            raise read.error(
+                "SLURM_NTASKS_PER_NODE",
+                "the job has a different number of tasks on different nodes",
+                "Ask SLURM for the same --ntasks-per-node on every node",
+            )
+        raise read.error("SLURM_NTASKS_PER_NODE", "it is not a number of tasks", "Unset it or fix the job script")
+    value = int(match.group(1))
+    if value < 1:
+        raise read.error("SLURM_NTASKS_PER_NODE", "it must be at least 1", "Fix the job's --ntasks-per-node")
+    return value
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Expand a SLURM host list: `node[001-004,7],gpu2` → node001 … node004, node7, gpu2.
+
+    Zero padding of ranges is kept, several bracket groups in one name multiply out, and a malformed
+    list raises `ValueError` saying where.
+    """
+    hosts: list[str] = []
+    for item in _split_top_level(text.strip()):
+        hosts.extend(_expand_one(item))
+    if not hosts:
+        raise ValueError("the host list is empty")
+    return hosts
+
+
+def _split_top_level(text: str) -> list[str]:
+    items: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for character in text:
+        if character == "[":
+            depth += 1
+            if depth > 1:
+                raise ValueError("brackets cannot nest")
+        elif character == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError("a ']' has no matching '['")
+        if character == "," and depth == 0:
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(character)
+    if depth != 0:
+        raise ValueError("a '[' is not closed")
+    items.append("".join(current))
+    return [item.strip() for item in items if item.strip()]
+
+
+def _expand_one(item: str) -> list[str]:
+    match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", item)
+    if match is None:
+        if any(character.isspace() for character in item):
+            raise ValueError(f"{item!r} is not a host name")
+        return [item]
+    prefix, ranges, rest = match.groups()
+    suffixes = _expand_one(rest) if rest else [""]
+    names: list[str] = []
+    for raw_part in ranges.split(","):
+        part = raw_part.strip()
+        if re.fullmatch(r"\d+", part):
+            numbers = [part]
+        else:
+            bounds = re.fullmatch(r"(\d+)-(\d+)", part)
+            if bounds is None:
+                raise ValueError(f"{part!r} in {item!r} is not a number or a range like 001-004")
+            low, high = bounds.groups()
+            if int(high) < int(low):
+                raise ValueError(f"the range {part!r} in {item!r} runs backwards")
+            if int(high) - int(low) > 100_000:
+                raise ValueError(f"the range {part!r} in {item!r} is implausibly large")
+            width = len(low) if low.startswith("0") else 0
+            numbers = [str(number).zfill(width) for number in range(int(low), int(high) + 1)]
+        names.extend(prefix + number + suffix for number in numbers for suffix in suffixes)
+    return names
+
+
+def _lsf(variables: Mapping[str, str], how: str) -> ClusterFacts:
+    read = _Variables("LSF", variables)
+    world = read.integer("JSM_NAMESPACE_SIZE", minimum=1)
+    rank = read.integer("JSM_NAMESPACE_RANK", minimum=0)
+    local_rank = read.integer("JSM_NAMESPACE_LOCAL_RANK", minimum=0)
+    read.below("JSM_NAMESPACE_RANK", rank, world, "JSM_NAMESPACE_SIZE")
+    job_id = read.integer("LSB_JOBID", minimum=0)
+    address = read.address("MASTER_ADDR")
+    hosts = _lsf_hosts(read, variables)
+    if address is None:
+        address = hosts[0] if hosts else "127.0.0.1"
+    port = read.port("MASTER_PORT")
+    if port is None and job_id is not None:
+        port = LSF_PORT_BASE + job_id % 1000
+    return ClusterFacts(
+        kind="lsf",
+        creates_processes=True,
+        main_address=address,
+        main_port=port,
+        node_rank=None,
+        global_rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        processes_per_node=None,
+        num_nodes=len(hosts) if hosts else None,
+        detail=f"JSM_NAMESPACE_SIZE={world}",
+        launch_hint="jsrun --nrs {num_nodes} --tasks_per_rs {processes_per_node}",
+        reason=f"LSF was {how} (LSB_JOBID and the JSM_NAMESPACE_* variables are set)",
+    )
+
+
+def _lsf_hosts(read: _Variables, variables: Mapping[str, str]) -> list[str]:
+    raw = variables.get("LSB_MCPU_HOSTS")
+    if raw is None:
+        return []
+    words = raw.split()
+    if len(words) % 2 != 0 or not all(count.isdigit() for count in words[1::2]):
+        raise read.error("LSB_MCPU_HOSTS", "it is not a list of 'host count' pairs", "Unset it, or set MASTER_ADDR")
+    hosts = words[0::2]
+    # The first entry is the launch (batch) node, which runs no rank under jsrun (Lightning skips it too).
+    return hosts[1:] if len(hosts) > 1 else hosts
+
+
+def _mpi(variables: Mapping[str, str], how: str) -> ClusterFacts:
+    read = _Variables("MPI", variables)
+    if "OMPI_COMM_WORLD_SIZE" in variables:
+        names = (
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+        )
+    else:
+        names = ("PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+    world = read.integer(names[0], minimum=1)
+    rank = read.integer(names[1], minimum=0)
+    read.below(names[1], rank, world, names[0])
+    local_rank = read.integer(names[2], minimum=0, required=False)
+    local_size = read.integer(names[3], minimum=1, required=False)
+    read.below(names[2], local_rank, local_size, names[3])
+    nodes = None
+    if world is not None and local_size is not None and world % local_size == 0:
+        nodes = world // local_size
+    address = read.address("MASTER_ADDR")
+    if address is None and nodes == 1:
+        address = "127.0.0.1"
+    port = read.port("MASTER_PORT")
+    notes: tuple[Note, ...] = ()
+    if port is None:
+        port = DEFAULT_MAIN_PORT
+        notes = (
+            Note(
+                code="mpi-default-port",
+                level="info",
+                message=f"MPI gives no port; using {DEFAULT_MAIN_PORT} (export MASTER_PORT to choose another)",
+            ),
+        )
+    return ClusterFacts(
+        kind="mpi",
+        creates_processes=True,
+        main_address=address,
+        main_port=port,
+        node_rank=None,
+        global_rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        processes_per_node=local_size,
+        num_nodes=nodes,
+        detail=f"{names[0]}={world}" + ("" if local_size is None else f", {names[3]}={local_size}"),
+        launch_hint="mpirun -np {world_size} --map-by ppr:{processes_per_node}:node",
+        reason=f"MPI was {how} ({names[0]} and {names[1]} are set)",
+        notes=notes,
+    )
+
+
+def _kubeflow(variables: Mapping[str, str], how: str) -> ClusterFacts:
+    read = _Variables("Kubeflow", variables)
+    world = read.integer("WORLD_SIZE", minimum=1)
+    rank = read.integer("RANK", minimum=0)
+    read.below("RANK", rank, world, "WORLD_SIZE")
+    address = read.address("MASTER_ADDR")
+    port = read.port("MASTER_PORT")
+    return ClusterFacts(
+        kind="kubeflow",
+        creates_processes=True,
+        main_address=address,
+        main_port=port,
+        node_rank=rank,
+        global_rank=rank,
+        local_rank=0,
+        world_size=world,
+        processes_per_node=1,
+        num_nodes=world,
+        detail=f"WORLD_SIZE={world} pods",
+        launch_hint="a PyTorchJob with {num_nodes} replicas",
+        reason=f"Kubeflow was {how}",
+    )

@@ -1,0 +1,943 @@
+"""The resolver: (Request, Environment) → Plan, or a typed error. Pure and deterministic.
+
+The steps run in a fixed order: normalise the request → read the cluster environment → choose the
+accelerator → check availability and select devices → choose and validate the strategy → launcher
+and world layout (checked against the cluster) → backend → precision → metric placement → notes.
+
+Every step reports problems to a sink instead of raising directly. `resolve` passes a sink that
+raises, so the first problem ends it; `check` passes one that collects, and steps continue with a
+neutral fallback where one exists, so a tool can show every problem with a request at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from trainplan.resolve.cluster import ClusterFacts, detect
+from trainplan.spec import normalise
+from trainplan.spec.environment import Environment
+from trainplan.spec.errors import Incompatible, InvalidRequest, TrainplanError, Unavailable
+from trainplan.spec.names import (
+    START_METHODS,
+    AcceleratorFlag,
+    AcceleratorName,
+    BackendName,
+    ClusterFlag,
+    LauncherName,
+    MetricKind,
+    MetricsStore,
+    PrecisionName,
+    StrategyFlag,
+    StrategyName,
+)
+from trainplan.spec.normalise import DevicesSpec
+from trainplan.spec.notes import Note
+from trainplan.spec.options import OPTION_TYPES, DeepSpeedOptions, StrategyOptions
+from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
+from trainplan.spec.request import Request
+from trainplan.spec.tables import (
+    ACCELERATORS,
+    BACKENDS,
+    EXTERNAL_STRATEGY_FOR,
+    FAMILIES,
+    FORK_STRATEGY_FOR,
+    GPU_ACCELERATORS,
+    LAUNCHERS,
+    PRECISIONS,
+    RULES,
+    SPAWN_STRATEGY_FOR,
+    STRATEGIES,
+    FamilyRule,
+    lookup,
+)
+
+T = TypeVar("T")
+Report = Callable[[TrainplanError], None]
+
+
+def resolve(request: Request, env: Environment) -> Plan:
+    """The plan for `request` on `env`, or the first problem as a `TrainplanError`.
+
+    Pure: the environment is always passed in (use `trainplan.resolve` to probe this machine).
+    """
+
+    def raise_it(error: TrainplanError) -> None:
+        raise error
+
+    plan = _run(request, env, raise_it)
+    if plan is None:  # pragma: no cover - the raising sink ends every failed run before this
+        raise TrainplanError("resolve reached no plan and no error; please report this")
+    return plan
+
+
+def check(request: Request, env: Environment) -> Iterator[TrainplanError]:
+    """Every problem with `request` on `env` (empty when it resolves). `resolve` raises the first of them."""
+    problems: list[TrainplanError] = []
+    _run(request, env, problems.append)
+    yield from problems
+
+
+def incompatible(rule_id: str, values: Mapping[str, object], **fields: object) -> Incompatible:
+    """An `Incompatible` error whose reason and fix come from the rule table."""
+    rule = lookup(RULES, rule_id, name="RULES")
+    return Incompatible(
+        values=values,
+        rule=rule.id,
+        reason=rule.reason.format(**values, **fields),
+        fix=rule.fix.format(**values, **fields),
+    )
+
+
+def _attempt(report: Report, step: Callable[[], T], fallback: T) -> T:
+    try:
+        return step()
+    except TrainplanError as error:
+        report(error)
+        return fallback
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class _Fields:
+    accelerator: AcceleratorFlag
+    strategy: StrategyFlag
+    devices: DevicesSpec
+    num_nodes: int
+    precision: PrecisionName
+    backend: BackendName | None
+    cluster: ClusterFlag
+    metrics_store: MetricsStore
+    sync_batchnorm: bool
+    options: StrategyOptions | None
+    notes: tuple[Note, ...]
+    ok: bool
+
+
+def _run(request: object, env: object, report: Report) -> Plan | None:
+    if not isinstance(request, Request):
+        report(
+            InvalidRequest(
+                field="request",
+                value=request,
+                reason=f"resolve takes a trainplan.Request, not {type(request).__name__}",
+                fix="Build one with Request(...) or Request.from_config({...})",
+            )
+        )
+        return None
+    if not isinstance(env, Environment):
+        report(
+            InvalidRequest(
+                field="env",
+                value=env,
+                reason=f"resolve takes a trainplan.Environment, not {type(env).__name__}",
+                fix="Use trainplan.probe() for this machine, or Environment(...) for a what-if",
+            )
+        )
+        return None
+    if not _check_environment(env, report):
+        return None
+    fields = _normalise(request, report)
+    notes: list[Note] = list(fields.notes)
+    reasons: dict[str, str] = {}
+
+    local = ClusterFacts(
+        kind="local",
+        creates_processes=False,
+        main_address="127.0.0.1",
+        main_port=None,
+        node_rank=0,
+        global_rank=None,
+        local_rank=None,
+        world_size=None,
+        processes_per_node=None,
+        num_nodes=None,
+        detail="",
+        launch_hint="",
+        reason="fallback",
+    )
+    facts = _attempt(report, lambda: detect(fields.cluster, env.variables), local)
+    notes.extend(facts.notes)
+
+    chosen = _attempt(report, lambda: _choose_accelerator(fields.accelerator, env), None)
+    if chosen is None:
+        return None
+    accelerator, reasons["accelerator"] = chosen
+    if fields.accelerator == "auto":
+        notes.append(Note(code="accelerator-auto", level="info", message=f"accelerator='auto' chose {accelerator!r}"))
+
+    selected = _attempt(report, lambda: _select_devices(accelerator, fields.devices, env), None)
+    if selected is None:
+        devices: tuple[int, ...] = (0,)
+        reasons["devices"] = "fallback after an error"
+    else:
+        devices, reasons["devices"], device_notes = selected
+        notes.extend(device_notes)
+
+    strategy_name, reasons["strategy"] = _choose_strategy(fields.strategy, accelerator, devices, fields.num_nodes, env)
+    if fields.strategy == "auto":
+        notes.append(Note(code="strategy-auto", level="info", message=f"strategy='auto' chose {strategy_name!r}"))
+    rule = lookup(STRATEGIES, strategy_name, name="STRATEGIES")
+    family = lookup(FAMILIES, rule.family, name="FAMILIES")
+
+    for problem in _strategy_problems(strategy_name, family, accelerator, devices, fields.num_nodes, env):
+        report(problem)
+    options = _attempt(report, lambda: _merge_options(strategy_name, family, fields.options), None)
+
+    processes_per_node = len(devices) if family.multi_process else 1
+    world_size = fields.num_nodes * processes_per_node
+    reasons["layout"] = (
+        f"{family.description}: "
+        + ("one process per device" if family.multi_process else "one process")
+        + f" on each of {fields.num_nodes} node(s)"
+    )
+
+    no_launcher: LauncherName = "none"
+    launcher = _attempt(report, lambda: _choose_launcher(strategy_name, family, facts, env, accelerator), no_launcher)
+    reasons["launcher"] = lookup(LAUNCHERS, launcher, name="LAUNCHERS").description
+
+    cluster = _attempt(
+        report,
+        lambda: _place_in_cluster(facts, fields.num_nodes, processes_per_node, world_size, launcher),
+        None,
+    )
+    if cluster is None:
+        cluster = ClusterInfo(
+            kind=facts.kind,
+            creates_processes=facts.creates_processes,
+            main_address=facts.main_address or "127.0.0.1",
+            main_port=facts.main_port,
+            node_rank=0,
+            global_rank=None,
+            local_rank=None,
+        )
+    reasons["cluster"] = facts.reason
+    if facts.kind == "local" and fields.num_nodes > 1 and "MASTER_ADDR" not in env.variables:
+        notes.append(
+            Note(
+                code="multi-node-local",
+                level="warning",
+                message=(
+                    f"num_nodes={fields.num_nodes} without a cluster manager: set MASTER_ADDR (the host of node 0), "
+                    "MASTER_PORT and NODE_RANK on every node, or the nodes meet on 127.0.0.1"
+                ),
+            )
+        )
+
+    backend = _attempt(report, lambda: _choose_backend(fields.backend, family, strategy_name, accelerator), None)
+    if family.has_process_group:
+        reasons["backend"] = (
+            f"asked for {backend!r}" if fields.backend is not None else f"the default for {accelerator!r}"
+        )
+    else:
+        reasons["backend"] = "a single process creates no process group"
+
+    precision = _attempt(
+        report, lambda: _choose_precision(fields.precision, accelerator, strategy_name, family, env, notes), None
+    )
+    if precision is None:
+        precision = fields.precision
+    reasons["precision"] = lookup(PRECISIONS, precision, name="PRECISIONS").description
+
+    metrics = _metric_placement(fields.metrics_store, accelerator, backend, world_size)
+    reasons["metrics"] = metrics.explanation
+    notes.extend(_advice(fields, accelerator, family, world_size))
+
+    if not fields.ok:
+        return None
+    normal_request = Request(
+        accelerator=fields.accelerator,
+        strategy=fields.strategy,
+        devices=fields.devices,
+        num_nodes=fields.num_nodes,
+        precision=fields.precision,
+        process_group_backend=fields.backend,
+        cluster=fields.cluster,
+        metrics_store=fields.metrics_store,
+        sync_batchnorm=fields.sync_batchnorm,
+        strategy_options=fields.options,
+        notes=fields.notes,
+    )
+    return Plan(
+        request=normal_request,
+        accelerator=accelerator,
+        strategy=StrategyChoice(name=strategy_name, family=rule.family, options=options),
+        devices=devices,
+        num_nodes=fields.num_nodes,
+        processes_per_node=processes_per_node,
+        world_size=world_size,
+        launcher=launcher,
+        cluster=cluster,
+        process_group_backend=backend,
+        precision=precision,
+        metrics=metrics,
+        notes=tuple(notes),
+        reasons=reasons,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Normalisation and the environment's own sanity
+
+
+def _check_environment(env: Environment, report: Report) -> bool:
+    ok = True
+
+    def bad(field: str, value: object, reason: str) -> None:
+        nonlocal ok
+        ok = False
+        report(
+            InvalidRequest(
+                field=f"Environment.{field}",
+                value=value,
+                reason=reason,
+                fix="Fix the environment facts (or let trainplan.probe() gather them)",
+            )
+        )
+
+    # The record's types say what each fact is; values written by hand at runtime may still be anything.
+    facts: dict[str, object] = {attribute.name: getattr(env, attribute.name) for attribute in attrs.fields(Environment)}
+    for field, minimum in (("cuda_device_count", 0), ("xla_device_count", 0), ("cpu_count", 1)):
+        value = facts[field]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            bad(field, value, f"it must be a whole number ≥ {minimum}")
+    for field in ("cuda_initialized", "mps_available", "interactive"):
+        if not isinstance(facts[field], bool):
+            bad(field, facts[field], "it must be True or False")
+    methods = facts["start_methods"]
+    if not isinstance(methods, tuple) or not all(method in START_METHODS for method in methods):
+        bad("start_methods", methods, f"start methods are among {START_METHODS}")
+    packages = facts["packages"]
+    if not isinstance(packages, frozenset) or not all(isinstance(name, str) for name in packages):
+        bad("packages", packages, "package names are strings")
+    variables = facts["variables"]
+    if not isinstance(variables, Mapping) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in variables.items()
+    ):
+        bad("variables", variables, "environment variables map strings to strings")
+    usable, count = facts["usable_cuda_devices"], facts["cuda_device_count"]
+    if (
+        usable is not None
+        and isinstance(count, int)
+        and (
+            not isinstance(usable, tuple)
+            or not all(
+                isinstance(index, int) and not isinstance(index, bool) and 0 <= index < count for index in usable
+            )
+            or len(set(usable)) != len(usable)
+        )
+    ):
+        bad("usable_cuda_devices", usable, "usable devices are distinct visible CUDA indices")
+    return ok
+
+
+def _normalise(request: Request, report: Report) -> _Fields:
+    ok = True
+
+    def field(step: Callable[[], T], fallback: T) -> T:
+        nonlocal ok
+        try:
+            return step()
+        except TrainplanError as error:
+            ok = False
+            report(error)
+            return fallback
+
+    given_notes: object = request.notes
+    notes: list[Note] = (
+        [note for note in given_notes if isinstance(note, Note)] if isinstance(given_notes, tuple) else []
+    )
+    default_precision: PrecisionName = "32-true"
+    auto_accelerator: AcceleratorFlag = "auto"
+    auto_strategy: StrategyFlag = "auto"
+    auto_cluster: ClusterFlag = "auto"
+    device_store: MetricsStore = "device"
+    auto_devices: DevicesSpec = "auto"
+    no_backend: BackendName | None = None
+    no_options: StrategyOptions | None = None
+    precision = field(lambda: normalise.precision(request.precision), default_precision)
+    if ok and normalise.is_precision_alias(request.precision):
+        notes.append(
+            Note(
+                code="precision-alias",
+                level="deprecation",
+                message=f"precision={request.precision!r} means {precision!r}; write precision={precision!r}",
+            )
+        )
+    accelerator = field(lambda: normalise.accelerator(request.accelerator), auto_accelerator)
+    raw_accelerator: object = request.accelerator
+    if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() == "tpu":
+        notes.append(
+            Note(code="accelerator-alias", level="deprecation", message="accelerator='tpu' means 'xla'; write 'xla'")
+        )
+    strategy = field(lambda: normalise.strategy(request.strategy), auto_strategy)
+    return _Fields(
+        accelerator=accelerator,
+        strategy=strategy,
+        devices=field(lambda: normalise.devices(request.devices), auto_devices),
+        num_nodes=field(lambda: normalise.num_nodes(request.num_nodes), 1),
+        precision=precision,
+        backend=field(lambda: normalise.backend(request.process_group_backend), no_backend),
+        cluster=field(lambda: normalise.cluster(request.cluster), auto_cluster),
+        metrics_store=field(lambda: normalise.metrics_store(request.metrics_store), device_store),
+        sync_batchnorm=field(lambda: normalise.sync_batchnorm(request.sync_batchnorm), False),
+        options=field(lambda: normalise.strategy_options(request.strategy_options), no_options),
+        notes=tuple(notes),
+        ok=ok,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Accelerator and devices
+
+
+def _available(env: Environment) -> dict[AcceleratorName, int]:
+    """Device count per available accelerator (CPU counts as one place to run)."""
+    found: dict[AcceleratorName, int] = {"cpu": 1}
+    if env.cuda_device_count > 0:
+        found["cuda"] = env.cuda_device_count
+    if env.mps_available:
+        found["mps"] = 1
+    if env.xla_device_count > 0:
+        found["xla"] = env.xla_device_count
+    return found
+
+
+def _describe(found: Mapping[AcceleratorName, int]) -> str:
+    parts = []
+    for name in sorted(found, key=lambda name: -ACCELERATORS[name].auto_priority):
+        if name == "cpu":
+            parts.append("cpu")
+        else:
+            count = found[name]
+            parts.append(f"{name} ({count} device{'s' if count != 1 else ''})")
+    return "only " + ", ".join(parts) if parts == ["cpu"] else ", ".join(parts)
+
+
+def _choose_accelerator(flag: AcceleratorFlag, env: Environment) -> tuple[AcceleratorName, str]:
+    found = _available(env)
+    if flag == "auto":
+        best = max(found, key=lambda name: ACCELERATORS[name].auto_priority)
+        return best, f"the best available of {_describe(found)} (order: xla > cuda > mps > cpu)"
+    if flag == "gpu":
+        for gpu in GPU_ACCELERATORS:
+            if gpu in found:
+                return gpu, f"accelerator='gpu' means {gpu!r} here"
+        raise Unavailable(
+            requested="accelerator='gpu'",
+            available=_describe(found),
+            fix="Use accelerator='cpu' (or 'auto'), or run where a CUDA or MPS GPU is visible",
+        )
+    name: AcceleratorName = "xla" if flag == "tpu" else flag
+    if name not in found:
+        hidden = name == "cuda" and env.variables.get("CUDA_VISIBLE_DEVICES", "").strip() in ("", "-1")
+        hidden = hidden and "CUDA_VISIBLE_DEVICES" in env.variables
+        raise Unavailable(
+            requested=f"accelerator={name!r}",
+            available=_describe(found) + (" (CUDA_VISIBLE_DEVICES hides every GPU)" if hidden else ""),
+            fix="Use accelerator='auto' to take the best available, or run where that hardware is visible",
+        )
+    return name, f"asked for {name!r}"
+
+
+def _select_devices(
+    accelerator: AcceleratorName, spec: DevicesSpec, env: Environment
+) -> tuple[tuple[int, ...], str, tuple[Note, ...]]:
+    found = _available(env)
+    if accelerator == "cpu":
+        return _cpu_devices(spec, env)
+    total = found[accelerator]
+    noun = f"{accelerator} device{'s' if total != 1 else ''}"
+    if spec == "auto":
+        if accelerator == "cuda" and env.interactive and total > 1:
+            note = Note(
+                code="devices-interactive",
+                level="info",
+                message=(
+                    f"devices='auto' uses 1 of {total} GPUs in an interactive session; ask for devices={total} "
+                    "(with strategy='ddp_notebook') to use them all"
+                ),
+            )
+            return (0,), "one GPU: 'auto' in an interactive session", (note,)
+        if accelerator in ("mps",):
+            return (0,), "the one MPS device", ()
+        return (
+            tuple(range(total)),
+            f"'auto': all {total} visible {noun}",
+            (Note(code="devices-auto", level="info", message=f"devices='auto' chose {total} {noun}"),),
+        )
+    if spec == -1:
+        return tuple(range(total)), f"-1: all {total} visible {noun}", ()
+    if isinstance(spec, int):
+        if accelerator == "mps" and spec != 1:
+            raise Unavailable(
+                requested=f"devices={spec} on accelerator='mps'",
+                available="one MPS device (a Mac has one GPU)",
+                fix="Use devices=1, or accelerator='cpu' with several processes",
+            )
+        if accelerator == "xla" and spec not in (1, total):
+            raise InvalidRequest(
+                field="devices",
+                value=spec,
+                reason=f"XLA runs on one device or on all {total} of them, not {spec}",
+                fix=f"Write devices=1, devices={total} (or -1), or a single index such as devices=[0]",
+            )
+        if spec > total:
+            raise Unavailable(
+                requested=f"devices={spec} on accelerator={accelerator!r}",
+                available=f"{total} visible {noun}",
+                fix=f"Ask for at most devices={total} (or devices=-1 for all)",
+            )
+        return tuple(range(spec)), f"the first {spec} of {total} visible {noun}", ()
+    missing = [index for index in spec if index >= total]
+    if missing:
+        raise Unavailable(
+            requested=f"device index {missing[0]} on accelerator={accelerator!r}",
+            available=f"{total} visible {noun} (indices 0 to {total - 1}; indices count after CUDA_VISIBLE_DEVICES)",
+            fix=f"Name indices below {total}, e.g. devices={list(range(min(len(spec), total)))}",
+        )
+    if accelerator == "xla" and len(spec) != 1:
+        raise InvalidRequest(
+            field="devices",
+            value=list(spec),
+            reason="XLA takes one device index, or a count (1 or all)",
+            fix=f"Write devices=[{spec[0]}] for one device, or devices={total} for all",
+        )
+    return spec, f"the visible indices asked for, {list(spec)}", ()
+
+
+def _cpu_devices(spec: DevicesSpec, env: Environment) -> tuple[tuple[int, ...], str, tuple[Note, ...]]:
+    if spec == "auto":
+        return (0,), "'auto' on CPU: one process", ()
+    if isinstance(spec, tuple):
+        raise InvalidRequest(
+            field="devices",
+            value=list(spec),
+            reason="CPU processes have no device indices",
+            fix=f"Write the number of processes instead, e.g. devices={len(spec)}",
+        )
+    if spec == -1:
+        raise InvalidRequest(
+            field="devices",
+            value=-1,
+            reason="on CPU, 'all devices' has no meaning: devices counts the processes to start",
+            fix=f"Write the number of processes, e.g. devices=2 (this machine has {env.cpu_count} CPUs)",
+        )
+    notes: tuple[Note, ...] = ()
+    if spec > env.cpu_count:
+        notes = (
+            Note(
+                code="cpu-oversubscribed",
+                level="warning",
+                message=f"{spec} CPU processes on {env.cpu_count} CPU(s): they will compete for cores",
+            ),
+        )
+    return tuple(range(spec)), f"{spec} CPU process(es)", notes
+
+
+# --------------------------------------------------------------------------------------------------
+# Strategy
+
+
+def _choose_strategy(
+    flag: StrategyFlag, accelerator: AcceleratorName, devices: tuple[int, ...], num_nodes: int, env: Environment
+) -> tuple[StrategyName, str]:
+    if flag != "auto":
+        return flag, f"asked for {flag!r}"
+    if accelerator == "xla":
+        if len(devices) > 1:
+            return "xla", "'auto' with several XLA devices"
+        return "single_xla", "'auto' with one XLA device"
+    if num_nodes > 1:
+        return "ddp", f"'auto' with num_nodes={num_nodes}"
+    if len(devices) <= 1:
+        return "single_device", "'auto' with one device"
+    if env.interactive:
+        # As Lightning: an interactive session cannot re-run a script, so fork.
+        return "ddp_fork", "'auto' with several devices in an interactive session (fork-based)"
+    return "ddp", "'auto' with several devices"
+
+
+def _strategy_problems(
+    name: StrategyName,
+    family: FamilyRule,
+    accelerator: AcceleratorName,
+    devices: tuple[int, ...],
+    num_nodes: int,
+    env: Environment,
+) -> Iterator[TrainplanError]:
+    if accelerator not in family.accelerators:
+        supported = " or ".join(repr(item) for item in sorted(family.accelerators))
+        if accelerator == "xla":
+            fix = "Use strategy='xla' (several devices), 'single_xla' or 'auto'"
+        elif family.family in ("xla", "single_xla"):
+            fix = "Use accelerator='xla' on an XLA machine, or strategy='auto'"
+        elif accelerator == "mps":
+            fix = "Use strategy='auto' (one MPS device), or accelerator='cpu' for several processes"
+        else:
+            fix = f"Use accelerator='cuda' on a machine with NVIDIA GPUs, or strategy='auto' for {accelerator!r}"
+        yield incompatible(
+            "strategy-accelerator",
+            {"strategy": name, "accelerator": accelerator},
+            supported=supported,
+            why=family.why_not.get(accelerator, "the strategy does not support it"),
+            fix=fix,
+        )
+    if family.requires_package is not None and family.requires_package not in env.packages:
+        yield incompatible("strategy-package", {"strategy": name}, package=family.requires_package)
+    if family.max_nodes is not None and num_nodes > family.max_nodes:
+        yield incompatible("strategy-nodes", {"strategy": name, "num_nodes": num_nodes})
+    if family.max_devices_per_node is not None and len(devices) > family.max_devices_per_node:
+        yield incompatible("strategy-device-count", {"strategy": name, "devices": list(devices)}, count=len(devices))
+
+
+def _merge_options(name: StrategyName, family: FamilyRule, given: StrategyOptions | None) -> StrategyOptions | None:
+    options_type = OPTION_TYPES.get(family.family)
+    if options_type is None:
+        if given is not None:
+            raise incompatible(
+                "strategy-options",
+                {"strategy": name, "strategy_options": given},
+                given=type(given).__name__,
+                expected="no options",
+                fix="Remove strategy_options",
+            )
+        return None
+    if given is not None and not isinstance(given, options_type):
+        raise incompatible(
+            "strategy-options",
+            {"strategy": name, "strategy_options": given},
+            given=type(given).__name__,
+            expected=options_type.__name__,
+            fix=f"Pass {options_type.__name__}(...)",
+        )
+    merged: StrategyOptions = given if given is not None else options_type()
+    defaults = options_type()
+    rule = lookup(STRATEGIES, name, name="STRATEGIES")
+    base = {"ddp": "ddp", "fsdp": "fsdp", "deepspeed": "deepspeed"}[family.family]
+    for option, preset in rule.preset.items():
+        current = getattr(merged, option)
+        if given is not None and current != preset and current != getattr(defaults, option):
+            raise incompatible(
+                "strategy-preset",
+                {"strategy": name, "strategy_options": given},
+                field=option,
+                preset=preset,
+                given=current,
+                base=base,
+            )
+        merged = _with_option(merged, option, preset)
+    if isinstance(merged, DeepSpeedOptions) and merged.offload_parameters and merged.stage != 3:
+        raise incompatible(
+            "deepspeed-offload-stage", {"strategy": name, "strategy_options": merged}, stage=merged.stage
+        )
+    return merged
+
+
+def _with_option(options: StrategyOptions, option: str, value: object) -> StrategyOptions:
+    changes: dict[str, Any] = {option: value}
+    return attrs.evolve(options, **changes)
+
+
+def _choose_launcher(
+    name: StrategyName, family: FamilyRule, facts: ClusterFacts, env: Environment, accelerator: AcceleratorName
+) -> LauncherName:
+    rule = lookup(STRATEGIES, name, name="STRATEGIES")
+    launcher = rule.launcher
+    launcher_rule = lookup(LAUNCHERS, launcher, name="LAUNCHERS")
+    if facts.creates_processes and launcher in ("spawn", "fork"):
+        raise incompatible(
+            "external-launcher",
+            {"strategy": name, "cluster": facts.kind},
+            launcher=launcher,
+            instead=lookup(EXTERNAL_STRATEGY_FOR, launcher, name="EXTERNAL_STRATEGY_FOR"),
+        )
+    if facts.creates_processes and family.has_process_group and launcher == "subprocess":
+        return "external"
+    if env.interactive and not launcher_rule.interactive_compatible:
+        instead = FORK_STRATEGY_FOR.get(name)
+        error = incompatible(
+            "interactive-launcher",
+            {"strategy": name},
+            launcher_description=launcher_rule.description,
+            instead=instead or "",
+        )
+        if instead is None:
+            error = Incompatible(
+                values=error.values,
+                rule=error.rule,
+                reason=error.reason,
+                fix=f"Run the code as a script: {name!r} has no notebook-compatible variant",
+            )
+        raise error
+    if launcher_rule.start_method == "fork" and launcher == "fork":
+        if "fork" not in env.start_methods:
+            raise incompatible(
+                "fork-unavailable",
+                {"strategy": name},
+                methods=", ".join(env.start_methods) or "no start method",
+                instead=SPAWN_STRATEGY_FOR.get(name, "ddp_spawn"),
+            )
+        if accelerator == "cuda" and env.cuda_initialized:
+            raise incompatible("fork-after-cuda", {"strategy": name}, instead=SPAWN_STRATEGY_FOR.get(name, "ddp_spawn"))
+    return launcher
+
+
+def _place_in_cluster(
+    facts: ClusterFacts, num_nodes: int, processes_per_node: int, world_size: int, launcher: LauncherName
+) -> ClusterInfo:
+    values = {"num_nodes": num_nodes, "devices_per_node": processes_per_node}
+    if facts.creates_processes:
+        layout = {"num_nodes": num_nodes, "processes_per_node": processes_per_node, "world_size": world_size}
+        stated = (
+            (facts.world_size is not None and facts.world_size != world_size)
+            or (facts.processes_per_node is not None and facts.processes_per_node != processes_per_node)
+            or (facts.num_nodes is not None and facts.num_nodes != num_nodes)
+        )
+        if stated:
+            suggestion = ""
+            if facts.processes_per_node is not None and facts.num_nodes is not None:
+                suggestion = (
+                    f", or ask for the layout it gave: devices={facts.processes_per_node}, num_nodes={facts.num_nodes}"
+                )
+            elif facts.world_size is not None and facts.world_size % num_nodes == 0:
+                suggestion = f", or ask for devices={facts.world_size // num_nodes} per node"
+            hint = facts.launch_hint.format(**layout)
+            raise incompatible(
+                "cluster-world-size",
+                values,
+                cluster=facts.kind,
+                cluster_world_size=facts.world_size if facts.world_size is not None else "?",
+                detail=facts.detail,
+                processes_per_node=processes_per_node,
+                world_size=world_size,
+                fix=f"Start the job with {hint}{suggestion}",
+            )
+    node_rank = facts.node_rank
+    if node_rank is None and facts.global_rank is not None:
+        node_rank = facts.global_rank // processes_per_node
+    node_rank = node_rank or 0
+    if node_rank >= num_nodes:
+        variable = {"local": "NODE_RANK", "torchelastic": "GROUP_RANK", "slurm": "SLURM_NODEID"}.get(
+            facts.kind, "node rank"
+        )
+        raise incompatible(
+            "cluster-rank-range",
+            values,
+            what=variable,
+            value=node_rank,
+            limit_name="num_nodes",
+            limit=num_nodes,
+            fix=f"Set num_nodes to the number of machines (more than {node_rank}), or fix {variable}",
+        )
+    if facts.local_rank is not None and facts.local_rank >= processes_per_node:
+        raise incompatible(
+            "cluster-rank-range",
+            values,
+            what="local rank",
+            value=facts.local_rank,
+            limit_name="processes per node",
+            limit=processes_per_node,
+            fix=f"Ask for devices={facts.local_rank + 1} or more per node, or start fewer processes per node",
+        )
+    if facts.kind == "kubeflow" and processes_per_node != 1:
+        raise incompatible(
+            "cluster-one-process-per-node", values, cluster=facts.kind, processes_per_node=processes_per_node
+        )
+    address = facts.main_address
+    if address is None:
+        if num_nodes > 1:
+            raise incompatible("cluster-main-address", values, cluster=facts.kind)
+        address = "127.0.0.1"
+    global_rank, local_rank = facts.global_rank, facts.local_rank
+    if launcher == "none" and world_size == 1 and global_rank is None:
+        global_rank, local_rank = 0, 0
+    return ClusterInfo(
+        kind=facts.kind,
+        creates_processes=facts.creates_processes,
+        main_address=address,
+        main_port=facts.main_port,
+        node_rank=node_rank,
+        global_rank=global_rank,
+        local_rank=local_rank,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Backend, precision, metrics
+
+
+def _choose_backend(
+    requested: BackendName | None, family: FamilyRule, strategy: StrategyName, accelerator: AcceleratorName
+) -> BackendName | None:
+    if not family.has_process_group:
+        if requested is not None:
+            raise incompatible("backend-without-group", {"strategy": strategy, "process_group_backend": requested})
+        return None
+    default = lookup(ACCELERATORS, accelerator, name="ACCELERATORS").default_backend
+    if requested is None:
+        return default
+    rule = lookup(BACKENDS, requested, name="BACKENDS")
+    if accelerator not in rule.accelerators:
+        raise incompatible(
+            "backend-accelerator",
+            {"process_group_backend": requested, "accelerator": accelerator},
+            backend=requested,
+            why=rule.why_not.get(accelerator, "it does not support this device"),
+            instead=default,
+        )
+    return requested
+
+
+def _choose_precision(
+    asked: PrecisionName,
+    accelerator: AcceleratorName,
+    strategy: StrategyName,
+    family: FamilyRule,
+    env: Environment,
+    notes: list[Note],
+) -> PrecisionName:
+    rule = lookup(PRECISIONS, asked, name="PRECISIONS")
+    precision = asked
+    if accelerator in rule.fallback:
+        precision = rule.fallback[accelerator]
+        notes.append(
+            Note(
+                code="precision-fallback",
+                level="warning",
+                message=(
+                    f"precision={asked!r} is not supported on {accelerator!r} (autocast there supports bfloat16 only); "
+                    f"using {precision!r} instead"
+                ),
+            )
+        )
+        rule = lookup(PRECISIONS, precision, name="PRECISIONS")
+    if accelerator not in rule.accelerators:
+        raise incompatible(
+            "precision-accelerator",
+            {"precision": asked, "accelerator": accelerator},
+            why=rule.why_not.get(accelerator, "it is not supported there"),
+            instead=rule.instead.get(accelerator, "32-true"),
+        )
+    if precision not in family.precisions:
+        supported = ", ".join(repr(item) for item in sorted(family.precisions))
+        raise incompatible("precision-strategy", {"precision": asked, "strategy": strategy}, supported=supported)
+    if rule.requires_package is not None and rule.requires_package not in env.packages:
+        raise incompatible("precision-package", {"precision": asked}, package=rule.requires_package)
+    return precision
+
+
+def _metric_placement(
+    store: MetricsStore, accelerator: AcceleratorName, backend: BackendName | None, world_size: int
+) -> MetricPlacement:
+    device_type = lookup(ACCELERATORS, accelerator, name="ACCELERATORS").device_type
+    where = "on the CPU" if store == "cpu" or device_type == "cpu" else f"on the {device_type} device"
+    if world_size == 1 or backend is None:
+        return MetricPlacement(
+            default_store=store,
+            device_type=device_type,
+            reduces_on="nowhere",
+            cpu_values_move_for_reduction=False,
+            explanation=f"logged tensors are kept {where}; one process, so nothing is reduced",
+        )
+    rule = lookup(BACKENDS, backend, name="BACKENDS")
+    if rule.needs_device_tensors:
+        moves = device_type != "cpu"
+        return MetricPlacement(
+            default_store=store,
+            device_type=device_type,
+            reduces_on="device",
+            cpu_values_move_for_reduction=moves,
+            explanation=(
+                f"logged tensors are kept {where}; {backend} reduces {device_type} tensors only, so CPU-stored "
+                f"values are moved to the {device_type} device for each reduction and back"
+            ),
+        )
+    return MetricPlacement(
+        default_store=store,
+        device_type=device_type,
+        reduces_on="where_stored",
+        cpu_values_move_for_reduction=False,
+        explanation=f"logged tensors are kept {where}; {backend} reduces them where they are stored",
+    )
+
+
+def place_metric(plan: Plan, kind: MetricKind = "tensor", store_on_cpu: bool | None = None) -> MetricSlot:
+    """Where one logged metric lives and is reduced under `plan`.
+
+    `store_on_cpu=None` takes the plan's default store. A stateful metric object (torchmetrics
+    `Metric`) kept on CPU cannot be reduced by a backend that takes device tensors only (NCCL):
+    that is refused with `Incompatible`, since the metric reduces its own states where they live.
+    """
+    if kind not in ("tensor", "stateful"):
+        raise InvalidRequest(
+            field="kind", value=kind, reason="it is not a kind of metric", allowed=("tensor", "stateful")
+        )
+    if store_on_cpu is not None and not isinstance(store_on_cpu, bool):
+        raise InvalidRequest(
+            field="store_on_cpu",
+            value=store_on_cpu,
+            reason="it must be True, False or None",
+            allowed=(True, False, None),
+        )
+    metrics = plan.metrics
+    on_cpu = (metrics.default_store == "cpu") if store_on_cpu is None else store_on_cpu
+    device = plan.device_for(0) if plan.processes_per_node > 0 else "cpu"
+    if plan.accelerator == "cpu":
+        on_cpu = True
+    store_device = "cpu" if on_cpu else device
+    if metrics.reduces_on == "nowhere":
+        return MetricSlot(
+            store_device=store_device, reduce_device=None, moves_for_reduction=False, explanation=metrics.explanation
+        )
+    if metrics.reduces_on == "device" and on_cpu and plan.accelerator != "cpu":
+        if kind == "stateful":
+            raise incompatible(
+                "metric-stateful-cpu",
+                {"kind": kind, "store_on_cpu": True, "process_group_backend": plan.process_group_backend},
+                backend=plan.process_group_backend,
+                device_type=metrics.device_type,
+            )
+        return MetricSlot(
+            store_device="cpu",
+            reduce_device=device,
+            moves_for_reduction=True,
+            explanation=f"kept on the CPU; moved to {device} for each reduction ({plan.process_group_backend} needs "
+            f"{metrics.device_type} tensors) and back",
+        )
+    return MetricSlot(
+        store_device=store_device,
+        reduce_device=store_device,
+        moves_for_reduction=False,
+        explanation=f"kept and reduced on {store_device}",
+    )
+
+
+def _advice(
+    fields: _Fields,
+    accelerator: AcceleratorName,
+    family: FamilyRule,
+    world_size: int,
+) -> list[Note]:
+    notes: list[Note] = []
+    if fields.sync_batchnorm and (world_size == 1 or not family.has_process_group):
+        notes.append(
+            Note(
+                code="sync-batchnorm-no-effect",
+                level="warning",
+                message="sync_batchnorm=True has no effect: batch statistics are synchronised across processes, "
+                "and this plan has one",
+            )
+        )
+    if fields.metrics_store == "cpu" and accelerator == "cpu":
+        notes.append(
+            Note(code="metrics-store-cpu", level="info", message="metrics_store='cpu' changes nothing on a CPU run")
+        )
+    return notes
+
+
+__all__ = ["check", "incompatible", "place_metric", "resolve"]

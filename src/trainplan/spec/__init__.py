@@ -1,0 +1,76 @@
+"""The typed spec: records (Request, Environment, Plan), the vocabulary, the rule tables and the errors.
+
+Imports nothing else of trainplan, and never torch.
+"""
+
+from trainplan.spec.environment import Environment
+from trainplan.spec.errors import (
+    ClusterEnvironmentError,
+    Incompatible,
+    InvalidRequest,
+    PlanFormatError,
+    TrainplanError,
+    Unavailable,
+)
+from trainplan.spec.frozen import FrozenMap
+from trainplan.spec.names import (
+    AcceleratorFlag,
+    AcceleratorName,
+    BackendName,
+    ClusterFlag,
+    ClusterName,
+    LauncherName,
+    MetricKind,
+    MetricsStore,
+    NoteLevel,
+    PrecisionFlag,
+    PrecisionName,
+    StartMethod,
+    StrategyFamily,
+    StrategyFlag,
+    StrategyName,
+)
+from trainplan.spec.notes import Note
+from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, StrategyOptions
+from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
+from trainplan.spec.request import Devices, Request
+from trainplan.spec.tables import MissingRule
+
+__all__ = [
+    "AcceleratorFlag",
+    "AcceleratorName",
+    "BackendName",
+    "ClusterEnvironmentError",
+    "ClusterFlag",
+    "ClusterInfo",
+    "ClusterName",
+    "DDPOptions",
+    "DeepSpeedOptions",
+    "Devices",
+    "Environment",
+    "FSDPOptions",
+    "FrozenMap",
+    "Incompatible",
+    "InvalidRequest",
+    "LauncherName",
+    "MetricKind",
+    "MetricPlacement",
+    "MetricSlot",
+    "MetricsStore",
+    "MissingRule",
+    "Note",
+    "NoteLevel",
+    "Plan",
+    "PlanFormatError",
+    "PrecisionFlag",
+    "PrecisionName",
+    "Request",
+    "StartMethod",
+    "StrategyChoice",
+    "StrategyFamily",
+    "StrategyFlag",
+    "StrategyName",
+    "StrategyOptions",
+    "TrainplanError",
+    "Unavailable",
+]

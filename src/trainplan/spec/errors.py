@@ -1,0 +1,124 @@
+"""The errors trainplan raises: one type per concept, each carrying its fields.
+
+Every message has three parts, in order: what was asked, why it cannot be, and what to write instead.
+`resolve` raises nothing but these (a property test holds it to that); the effects layer adds its own
+subclasses of `TrainplanError` for probing, launching and reducing.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+
+
+def did_you_mean(value: object, allowed: Iterable[object]) -> str | None:
+    """The closest allowed name to a misspelt one, or None when nothing is close."""
+    if not isinstance(value, str):
+        return None
+    names = {str(name).lower(): str(name) for name in allowed}
+    matches = difflib.get_close_matches(value.lower(), list(names), n=1, cutoff=0.6)
+    return names[matches[0]] if matches else None
+
+
+class TrainplanError(Exception):
+    """Base of every error trainplan raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Errors cross process boundaries (workers report them); keep them picklable with their fields.
+        return (_rebuild_error, (type(self), self.__dict__))
+
+
+def _rebuild_error(cls: type[TrainplanError], state: dict[str, object]) -> TrainplanError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, state.get("message", ""))
+    error.__dict__.update(state)
+    return error
+
+
+class InvalidRequest(TrainplanError, ValueError):
+    """A value (or its type) that trainplan does not accept for a field."""
+
+    def __init__(
+        self,
+        *,
+        field: str,
+        value: object,
+        reason: str,
+        allowed: Iterable[object] = (),
+        suggestion: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        self.allowed = tuple(allowed)
+        self.suggestion = suggestion if suggestion is not None else did_you_mean(value, self.allowed)
+        parts = [f"{field}={value!r} is not accepted: {reason}."]
+        if self.suggestion is not None:
+            parts.append(f"Did you mean {field}={self.suggestion!r}?")
+        if fix is not None:
+            parts.append(fix if fix.endswith(".") else fix + ".")
+        elif self.allowed:
+            shown = ", ".join(repr(name) for name in self.allowed)
+            parts.append(f"Write one of: {shown}.")
+        self.fix = fix
+        super().__init__(" ".join(parts))
+
+
+class Incompatible(TrainplanError, ValueError):
+    """A combination of values that cannot work together, with the rule that forbids it and the fix."""
+
+    def __init__(self, *, values: Mapping[str, object], rule: str, reason: str, fix: str) -> None:
+        self.values = dict(values)
+        self.rule = rule
+        self.reason = reason
+        self.fix = fix
+        asked = ", ".join(f"{key}={value!r}" for key, value in self.values.items())
+        super().__init__(f"{asked} cannot work together: {reason}. {_sentence(fix)}")
+
+
+class Unavailable(TrainplanError, RuntimeError):
+    """Hardware (or a package) was asked for that this environment does not have."""
+
+    def __init__(self, *, requested: str, available: str, fix: str) -> None:
+        self.requested = requested
+        self.available = available
+        self.fix = fix
+        super().__init__(f"Asked for {requested}, but this environment has {available}. {_sentence(fix)}")
+
+
+class ClusterEnvironmentError(TrainplanError, ValueError):
+    """An environment variable set by a cluster manager holds a value that cannot be right."""
+
+    def __init__(self, *, cluster: str, variable: str, value: str, reason: str, fix: str) -> None:
+        self.cluster = cluster
+        self.variable = variable
+        self.value = value
+        self.reason = reason
+        self.fix = fix
+        super().__init__(
+            f"The {cluster} environment variable {variable}={value!r} cannot be used: {reason}. {_sentence(fix)}"
+        )
+
+
+class PlanFormatError(TrainplanError, ValueError):
+    """A plan's JSON form that cannot be read back (a wrong key, type or value)."""
+
+    def __init__(self, *, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"The plan data at {path} cannot be read: {reason}. "
+            "Pass the unmodified output of Plan.to_dict() (or `trainplan plan --json`)."
+        )
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "?", "!")) else text + "."

@@ -1,0 +1,152 @@
+"""The vocabulary: every name a request, an environment or a plan may hold, as `Literal` types.
+
+Downstream code type-checks against these, so `Request(accelerator="gpux")` is a mypy error there;
+the runtime normaliser (`trainplan.spec.normalise`) accepts the same names plus aliases and case.
+The tuples beside each type are the runtime view of the same set; a test keeps them in step.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+AcceleratorFlag = Literal["auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu"]
+"""What a request may say for the accelerator: a device kind, `gpu` (CUDA or MPS), `tpu` (= xla) or `auto`."""
+
+AcceleratorName = Literal["cpu", "cuda", "mps", "xla"]
+"""A resolved accelerator: the device kind the run uses."""
+
+StrategyName = Literal[
+    "single_device",
+    "dp",
+    "ddp",
+    "ddp_find_unused_parameters_true",
+    "ddp_find_unused_parameters_false",
+    "ddp_spawn",
+    "ddp_spawn_find_unused_parameters_true",
+    "ddp_spawn_find_unused_parameters_false",
+    "ddp_fork",
+    "ddp_fork_find_unused_parameters_true",
+    "ddp_fork_find_unused_parameters_false",
+    "ddp_notebook",
+    "ddp_notebook_find_unused_parameters_true",
+    "ddp_notebook_find_unused_parameters_false",
+    "fsdp",
+    "fsdp_cpu_offload",
+    "deepspeed",
+    "deepspeed_stage_1",
+    "deepspeed_stage_1_offload",
+    "deepspeed_stage_2",
+    "deepspeed_stage_2_offload",
+    "deepspeed_stage_3",
+    "deepspeed_stage_3_offload",
+    "deepspeed_stage_3_offload_nvme",
+    "xla",
+    "single_xla",
+]
+"""A registered strategy name; each maps to a family and preset options in `tables.STRATEGIES`."""
+
+StrategyFlag = Literal[
+    "auto",
+    "single_device",
+    "dp",
+    "ddp",
+    "ddp_find_unused_parameters_true",
+    "ddp_find_unused_parameters_false",
+    "ddp_spawn",
+    "ddp_spawn_find_unused_parameters_true",
+    "ddp_spawn_find_unused_parameters_false",
+    "ddp_fork",
+    "ddp_fork_find_unused_parameters_true",
+    "ddp_fork_find_unused_parameters_false",
+    "ddp_notebook",
+    "ddp_notebook_find_unused_parameters_true",
+    "ddp_notebook_find_unused_parameters_false",
+    "fsdp",
+    "fsdp_cpu_offload",
+    "deepspeed",
+    "deepspeed_stage_1",
+    "deepspeed_stage_1_offload",
+    "deepspeed_stage_2",
+    "deepspeed_stage_2_offload",
+    "deepspeed_stage_3",
+    "deepspeed_stage_3_offload",
+    "deepspeed_stage_3_offload_nvme",
+    "xla",
+    "single_xla",
+]
+"""What a request may say for the strategy: a registered name or `auto`."""
+
+StrategyFamily = Literal["single_device", "dp", "ddp", "fsdp", "deepspeed", "xla", "single_xla"]
+"""How work is distributed, independent of how the processes are started."""
+
+LauncherName = Literal["none", "subprocess", "spawn", "fork", "xla", "external"]
+"""Who starts the worker processes: nobody (one process), trainplan (re-running the script, spawning or
+forking), torch_xla, or a cluster manager that has already started them (`external`)."""
+
+PrecisionFlag = Literal[
+    64,
+    32,
+    16,
+    "64",
+    "32",
+    "16",
+    "bf16",
+    "64-true",
+    "32-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+]
+"""What a request may say for precision, short aliases included."""
+
+PrecisionName = Literal[
+    "64-true",
+    "32-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+]
+"""A canonical precision."""
+
+BackendName = Literal["nccl", "gloo", "mpi", "xla"]
+"""A torch.distributed process-group backend."""
+
+ClusterFlag = Literal["auto", "local", "slurm", "torchelastic", "lsf", "mpi", "kubeflow"]
+"""What a request may say for the cluster environment; `auto` detects it from environment variables."""
+
+ClusterName = Literal["local", "slurm", "torchelastic", "lsf", "mpi", "kubeflow"]
+"""A resolved cluster environment."""
+
+MetricsStore = Literal["device", "cpu"]
+"""Where logged metric tensors are kept between reductions by default."""
+
+StartMethod = Literal["fork", "spawn", "forkserver"]
+"""A multiprocessing start method."""
+
+NoteLevel = Literal["info", "warning", "deprecation"]
+"""How loud a plan note is."""
+
+MetricKind = Literal["tensor", "stateful"]
+"""What is logged: a plain value/tensor, or a stateful metric object (torchmetrics `Metric`)."""
+
+ACCELERATOR_FLAGS: Final[tuple[AcceleratorFlag, ...]] = get_args(AcceleratorFlag)
+ACCELERATORS: Final[tuple[AcceleratorName, ...]] = get_args(AcceleratorName)
+STRATEGY_FLAGS: Final[tuple[StrategyFlag, ...]] = get_args(StrategyFlag)
+STRATEGY_NAMES: Final[tuple[StrategyName, ...]] = get_args(StrategyName)
+STRATEGY_FAMILIES: Final[tuple[StrategyFamily, ...]] = get_args(StrategyFamily)
+LAUNCHERS: Final[tuple[LauncherName, ...]] = get_args(LauncherName)
+PRECISION_FLAGS: Final[tuple[PrecisionFlag, ...]] = get_args(PrecisionFlag)
+PRECISIONS: Final[tuple[PrecisionName, ...]] = get_args(PrecisionName)
+BACKENDS: Final[tuple[BackendName, ...]] = get_args(BackendName)
+CLUSTER_FLAGS: Final[tuple[ClusterFlag, ...]] = get_args(ClusterFlag)
+CLUSTERS: Final[tuple[ClusterName, ...]] = get_args(ClusterName)
+METRICS_STORES: Final[tuple[MetricsStore, ...]] = get_args(MetricsStore)
+START_METHODS: Final[tuple[StartMethod, ...]] = get_args(StartMethod)
+NOTE_LEVELS: Final[tuple[NoteLevel, ...]] = get_args(NoteLevel)
+METRIC_KINDS: Final[tuple[MetricKind, ...]] = get_args(MetricKind)

@@ -1,0 +1,386 @@
+"""Validation of single request fields: loose input in, one canonical value out, or `InvalidRequest`.
+
+Each function takes `object` because values arrive from untyped places (config files, CLI flags,
+JSON, other frameworks); each names the field, the value, why it is refused and what to write.
+Nothing here looks at the machine: that is `resolve`'s job, with an `Environment`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, Literal, TypeAlias
+
+from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.names import (
+    ACCELERATOR_FLAGS,
+    BACKENDS,
+    CLUSTER_FLAGS,
+    METRICS_STORES,
+    PRECISIONS,
+    STRATEGY_FLAGS,
+    AcceleratorFlag,
+    BackendName,
+    ClusterFlag,
+    MetricsStore,
+    PrecisionName,
+    StrategyFlag,
+)
+from trainplan.spec.options import OPTION_TYPES, DDPOptions, DeepSpeedOptions, FSDPOptions, StrategyOptions
+from trainplan.spec.request import Request
+from trainplan.spec.tables import (
+    ACCELERATOR_ALIASES,
+    PRECISION_ALIASES,
+    PRECISION_FLAG_ALIASES,
+    STRATEGIES,
+    STRATEGY_ALIASES,
+)
+
+DevicesSpec: TypeAlias = Literal["auto"] | int | tuple[int, ...]
+"""Normalised `devices`: "auto", -1 (all), a positive count, or a tuple of distinct visible indices."""
+
+_ACCELERATORS: Final[Mapping[str, AcceleratorFlag]] = {
+    **{name: name for name in ACCELERATOR_FLAGS if name != "tpu"},
+    **ACCELERATOR_ALIASES,
+}
+_STRATEGIES: Final[Mapping[str, StrategyFlag]] = {**{name: name for name in STRATEGY_FLAGS}, **STRATEGY_ALIASES}
+_PRECISIONS: Final[Mapping[str, PrecisionName]] = {**{name: name for name in PRECISIONS}, **PRECISION_ALIASES}
+_BACKENDS: Final[Mapping[str, BackendName]] = {name: name for name in BACKENDS}
+_CLUSTERS: Final[Mapping[str, ClusterFlag]] = {
+    **{name: name for name in CLUSTER_FLAGS},
+    "torchrun": "torchelastic",
+    "lightning": "local",
+}
+_STORES: Final[Mapping[str, MetricsStore]] = {name: name for name in METRICS_STORES}
+
+
+def _name(field: str, value: object, table: Mapping[str, str], allowed: tuple[object, ...]) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest(
+            field=field,
+            value=value,
+            reason=f"it must be a name (a string), not {type(value).__name__}",
+            allowed=allowed,
+        )
+    key = value.strip().lower().replace(" ", "_")
+    if key in table:
+        return table[key]
+    key = key.replace("-", "_")
+    if key in table:
+        return table[key]
+    raise InvalidRequest(field=field, value=value, reason="it is not a known name", allowed=allowed)
+
+
+def accelerator(value: object) -> AcceleratorFlag:
+    """`cpu`, `cuda`, `gpu`, `mps`, `xla`, `auto`; `tpu` becomes `xla`."""
+    return _ACCELERATORS[_name("accelerator", value, _ACCELERATORS, ACCELERATOR_FLAGS)]
+
+
+def strategy(value: object) -> StrategyFlag:
+    """A registered strategy name or `auto`."""
+    return _STRATEGIES[_name("strategy", value, _STRATEGIES, STRATEGY_FLAGS)]
+
+
+def backend(value: object) -> BackendName | None:
+    """`nccl`, `gloo`, `mpi`, `xla`, or None for the accelerator's default."""
+    if value is None:
+        return None
+    return _BACKENDS[_name("process_group_backend", value, _BACKENDS, BACKENDS)]
+
+
+def cluster(value: object) -> ClusterFlag:
+    """`auto` (detect), `local`, `slurm`, `torchelastic`, `lsf`, `mpi`, `kubeflow`."""
+    return _CLUSTERS[_name("cluster", value, _CLUSTERS, CLUSTER_FLAGS)]
+
+
+def metrics_store(value: object) -> MetricsStore:
+    """`device` (keep logged tensors where they were computed) or `cpu`."""
+    return _STORES[_name("metrics_store", value, _STORES, METRICS_STORES)]
+
+
+def precision(value: object) -> PrecisionName:
+    """A canonical precision for any accepted spelling (`16` → `16-mixed`, `"bf16"` → `bf16-mixed`)."""
+    if isinstance(value, bool):
+        raise InvalidRequest(
+            field="precision", value=value, reason="it must be a precision, not a bool", allowed=PRECISIONS
+        )
+    if isinstance(value, int):
+        if value in PRECISION_FLAG_ALIASES:
+            return PRECISION_FLAG_ALIASES[value]  # type: ignore[index]  # narrowed by the membership test
+        raise InvalidRequest(
+            field="precision", value=value, reason="only 64, 32 and 16 are integer precisions", allowed=PRECISIONS
+        )
+    if isinstance(value, str) and value.strip().lower() in _PRECISIONS:
+        return _PRECISIONS[value.strip().lower()]
+    if isinstance(value, str):
+        raise InvalidRequest(field="precision", value=value, reason="it is not a known precision", allowed=PRECISIONS)
+    raise InvalidRequest(
+        field="precision",
+        value=value,
+        reason=f"it must be a precision name or 64/32/16, not {type(value).__name__}",
+        allowed=PRECISIONS,
+    )
+
+
+def is_precision_alias(value: object) -> bool:
+    """Whether a precision was given in a short or legacy spelling (the plan notes the canonical one)."""
+    return not (isinstance(value, str) and value in PRECISIONS)
+
+
+def num_nodes(value: object) -> int:
+    """A positive number of machines."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(
+            field="num_nodes",
+            value=value,
+            reason=f"it must be a positive integer, not {type(value).__name__}",
+            fix="Write num_nodes=1 for this machine alone, or the number of machines, e.g. num_nodes=2",
+        )
+    if value < 1:
+        raise InvalidRequest(
+            field="num_nodes",
+            value=value,
+            reason="it must be at least 1",
+            fix="Write num_nodes=1 for this machine alone, or the number of machines, e.g. num_nodes=2",
+        )
+    return value
+
+
+def sync_batchnorm(value: object) -> bool:
+    """A plain bool."""
+    if not isinstance(value, bool):
+        raise InvalidRequest(
+            field="sync_batchnorm",
+            value=value,
+            reason=f"it must be True or False, not {type(value).__name__}",
+            allowed=(True, False),
+        )
+    return value
+
+
+_DEVICES_FIX: Final = (
+    "Write a positive count (devices=2), -1 for all, 'auto', a comma-separated list of indices ('0,2') "
+    "or a list of indices ([0, 2])"
+)
+
+
+def devices(value: object) -> DevicesSpec:
+    """`devices` in one of its canonical forms; the count and indices are checked against the machine later.
+
+    Refused here: 0, "0", [], booleans, floats, negatives other than -1, duplicate or negative
+    indices, and strings that are neither a number nor a comma-separated list of indices.
+    """
+    if isinstance(value, (bool, float)):
+        raise InvalidRequest(
+            field="devices", value=value, reason=f"a {type(value).__name__} is not a device selection", fix=_DEVICES_FIX
+        )
+    if isinstance(value, int):
+        return _device_count(value, value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return "auto"
+        if "," in text:
+            parts = [part.strip() for part in text.split(",")]
+            if parts and parts[-1] == "":
+                parts = parts[:-1]  # "1," names index 1, as in Lightning
+            if not parts or not all(_is_decimal(part) for part in parts):
+                raise InvalidRequest(
+                    field="devices", value=value, reason="it is not a comma-separated list of indices", fix=_DEVICES_FIX
+                )
+            return _device_indices(value, [int(part) for part in parts])
+        if _is_decimal(text) or (text.startswith("-") and _is_decimal(text[1:])):
+            return _device_count(value, int(text))
+        raise InvalidRequest(
+            field="devices", value=value, reason="it is neither a number nor a list of indices", fix=_DEVICES_FIX
+        )
+    if isinstance(value, (tuple, list)):
+        items: list[int] = []
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int):
+                raise InvalidRequest(
+                    field="devices",
+                    value=value,
+                    reason=f"device indices must be integers, and {item!r} is a {type(item).__name__}",
+                    fix=_DEVICES_FIX,
+                )
+            items.append(item)
+        return _device_indices(value, items)
+    raise InvalidRequest(
+        field="devices", value=value, reason=f"a {type(value).__name__} is not a device selection", fix=_DEVICES_FIX
+    )
+
+
+def _is_decimal(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def _device_count(original: object, count: int) -> int:
+    if count == -1 or count > 0:
+        return count
+    if count == 0:
+        reason = "zero devices cannot run anything"
+    else:
+        reason = "a negative count other than -1 (all devices) has no meaning"
+    raise InvalidRequest(field="devices", value=original, reason=reason, fix=_DEVICES_FIX)
+
+
+def _device_indices(original: object, indices: list[int]) -> tuple[int, ...]:
+    if not indices:
+        raise InvalidRequest(
+            field="devices", value=original, reason="an empty list selects no device", fix=_DEVICES_FIX
+        )
+    negative = [index for index in indices if index < 0]
+    if negative:
+        raise InvalidRequest(
+            field="devices",
+            value=original,
+            reason=f"device indices cannot be negative ({negative[0]})",
+            fix=_DEVICES_FIX,
+        )
+    duplicates = sorted({index for index in indices if indices.count(index) > 1})
+    if duplicates:
+        raise InvalidRequest(
+            field="devices",
+            value=original,
+            reason=f"index {duplicates[0]} is listed more than once",
+            fix=f"List each device once, e.g. devices={sorted(set(indices))!r}",
+        )
+    return tuple(indices)
+
+
+def strategy_options(value: object) -> StrategyOptions | None:
+    """None or one of the options records, with each option's value checked."""
+    if value is None:
+        return None
+    if isinstance(value, DDPOptions):
+        _positive("strategy_options.timeout_seconds", value.timeout_seconds)
+        for name in ("find_unused_parameters", "static_graph", "gradient_as_bucket_view"):
+            _bool(f"strategy_options.{name}", getattr(value, name))
+        return value
+    if isinstance(value, FSDPOptions):
+        _bool("strategy_options.cpu_offload", value.cpu_offload)
+        allowed = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+        if value.sharding_strategy not in allowed:
+            raise InvalidRequest(
+                field="strategy_options.sharding_strategy",
+                value=value.sharding_strategy,
+                reason="it is not an FSDP sharding strategy",
+                allowed=allowed,
+            )
+        return value
+    if isinstance(value, DeepSpeedOptions):
+        if isinstance(value.stage, bool) or value.stage not in (0, 1, 2, 3):
+            raise InvalidRequest(
+                field="strategy_options.stage", value=value.stage, reason="ZeRO has stages 0 to 3", allowed=(0, 1, 2, 3)
+            )
+        _bool("strategy_options.offload_optimizer", value.offload_optimizer)
+        _bool("strategy_options.offload_parameters", value.offload_parameters)
+        if value.offload_device not in ("cpu", "nvme"):
+            raise InvalidRequest(
+                field="strategy_options.offload_device",
+                value=value.offload_device,
+                reason="DeepSpeed offloads to 'cpu' or 'nvme'",
+                allowed=("cpu", "nvme"),
+            )
+        return value
+    raise InvalidRequest(
+        field="strategy_options",
+        value=value,
+        reason=f"a {type(value).__name__} is not a strategy options record",
+        fix="Pass DDPOptions(...), FSDPOptions(...) or DeepSpeedOptions(...), or None",
+    )
+
+
+def _bool(field: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidRequest(field=field, value=value, reason="it must be True or False", allowed=(True, False))
+
+
+def _positive(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequest(
+            field=field,
+            value=value,
+            reason="it must be a positive integer",
+            fix=f"Write e.g. {field.rsplit('.', maxsplit=1)[-1]}=1800",
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+
+_REQUEST_FIELDS: Final[tuple[str, ...]] = (
+    "accelerator",
+    "strategy",
+    "devices",
+    "num_nodes",
+    "precision",
+    "process_group_backend",
+    "cluster",
+    "metrics_store",
+    "sync_batchnorm",
+    "strategy_options",
+)
+
+
+def request_from_config(config: Mapping[str, object]) -> Request:
+    """See `Request.from_config`."""
+    unknown = [key for key in config if key not in _REQUEST_FIELDS]
+    if unknown:
+        raise InvalidRequest(
+            field=str(unknown[0]),
+            value=config[unknown[0]],
+            reason="it is not a field of Request",
+            allowed=_REQUEST_FIELDS,
+            suggestion=None,
+        )
+    strategy_name = strategy(config.get("strategy", "auto"))
+    nodes = config.get("num_nodes", 1)
+    if isinstance(nodes, str) and _is_decimal(nodes.strip()):
+        nodes = int(nodes.strip())
+    batchnorm = config.get("sync_batchnorm", False)
+    if isinstance(batchnorm, str) and batchnorm.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+        batchnorm = batchnorm.strip().lower() in ("true", "1", "yes")
+    normal_devices = devices(config.get("devices", "auto"))
+    return Request(
+        accelerator=accelerator(config.get("accelerator", "auto")),
+        strategy=strategy_name,
+        devices=normal_devices,
+        num_nodes=num_nodes(nodes),
+        precision=precision(config.get("precision", "32-true")),
+        process_group_backend=backend(config.get("process_group_backend")),
+        cluster=cluster(config.get("cluster", "auto")),
+        metrics_store=metrics_store(config.get("metrics_store", "device")),
+        sync_batchnorm=sync_batchnorm(batchnorm),
+        strategy_options=_options_from_config(strategy_name, config.get("strategy_options")),
+    )
+
+
+def _options_from_config(strategy_name: StrategyFlag, value: object) -> StrategyOptions | None:
+    if value is None or not isinstance(value, Mapping):
+        return strategy_options(value)
+    if strategy_name == "auto":
+        raise InvalidRequest(
+            field="strategy_options",
+            value=dict(value),
+            reason="options given as a mapping need a strategy to say which options record they fill",
+            fix="Name the strategy too, e.g. strategy='ddp', or pass DDPOptions(...) itself",
+        )
+    family = STRATEGIES[strategy_name].family
+    options_type = OPTION_TYPES.get(family)
+    if options_type is None:
+        raise InvalidRequest(
+            field="strategy_options",
+            value=dict(value),
+            reason=f"strategy {strategy_name!r} takes no options",
+            fix="Remove strategy_options",
+        )
+    try:
+        built = options_type(**{str(key): item for key, item in value.items()})
+    except TypeError as error:
+        raise InvalidRequest(
+            field="strategy_options",
+            value=dict(value),
+            reason=f"{options_type.__name__} does not take these options ({error})",
+            allowed=tuple(attribute.name for attribute in options_type.__attrs_attrs__),
+        ) from None
+    return strategy_options(built)

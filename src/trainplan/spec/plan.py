@@ -1,0 +1,422 @@
+"""The plan: the resolved answer, with the reason for every choice and a plain-JSON form."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Literal, TypeAlias, TypeVar
+
+import attrs
+
+from trainplan.spec.errors import PlanFormatError
+from trainplan.spec.frozen import FrozenMap, freeze_map
+from trainplan.spec.names import (
+    ACCELERATOR_FLAGS,
+    ACCELERATORS,
+    BACKENDS,
+    CLUSTER_FLAGS,
+    CLUSTERS,
+    LAUNCHERS,
+    METRICS_STORES,
+    NOTE_LEVELS,
+    PRECISION_FLAGS,
+    PRECISIONS,
+    STRATEGY_FAMILIES,
+    STRATEGY_FLAGS,
+    STRATEGY_NAMES,
+    AcceleratorName,
+    BackendName,
+    ClusterName,
+    LauncherName,
+    MetricsStore,
+    PrecisionName,
+    StrategyFamily,
+    StrategyName,
+)
+from trainplan.spec.notes import Note, freeze_notes
+from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, StrategyOptions
+from trainplan.spec.request import Request
+
+ReducesOn: TypeAlias = Literal["device", "where_stored", "nowhere"]
+
+
+@attrs.frozen(kw_only=True)
+class StrategyChoice:
+    """The strategy: its registered name, its family and the options in force."""
+
+    name: StrategyName
+    family: StrategyFamily
+    options: StrategyOptions | None
+
+
+@attrs.frozen(kw_only=True)
+class ClusterInfo:
+    """Where this process sits in the world: who started it, where the ranks meet, which rank it is."""
+
+    kind: ClusterName
+    creates_processes: bool
+    """True when a cluster manager (srun, torchrun, jsrun, mpirun) started every process itself."""
+    main_address: str
+    main_port: int | None
+    """None: the launcher picks a free port at launch."""
+    node_rank: int
+    global_rank: int | None
+    """This process's rank, when the cluster already says it; None before trainplan launches the workers."""
+    local_rank: int | None
+
+
+@attrs.frozen(kw_only=True)
+class MetricPlacement:
+    """Where logged metric tensors live and where they are reduced."""
+
+    default_store: MetricsStore
+    device_type: str
+    """The accelerator's torch device type ("cuda", "cpu", ...)."""
+    reduces_on: ReducesOn
+    """`device`: the backend needs accelerator tensors; `where_stored`: reduced in place; `nowhere`: one process."""
+    cpu_values_move_for_reduction: bool
+    """CPU-stored values are copied to the device for each reduction and back (NCCL needs CUDA tensors)."""
+    explanation: str
+
+
+@attrs.frozen(kw_only=True)
+class MetricSlot:
+    """Where one logged metric lives and is reduced (from `place_metric`)."""
+
+    store_device: str
+    reduce_device: str | None
+    """None when nothing is reduced (one process)."""
+    moves_for_reduction: bool
+    explanation: str
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """The resolved layout of a training run. Build one with `trainplan.resolve`; read it anywhere."""
+
+    request: Request
+    """The request, normalised (resolving it again gives an equal plan)."""
+    accelerator: AcceleratorName
+    strategy: StrategyChoice
+    devices: tuple[int, ...]
+    """Local device indices, one per process on this node (visible CUDA indices; 0..n-1 for CPU processes)."""
+    num_nodes: int
+    processes_per_node: int
+    world_size: int
+    launcher: LauncherName
+    cluster: ClusterInfo
+    process_group_backend: BackendName | None
+    """None when the strategy runs a single process and creates no process group."""
+    precision: PrecisionName
+    metrics: MetricPlacement
+    notes: tuple[Note, ...] = attrs.field(converter=freeze_notes)
+    reasons: FrozenMap = attrs.field(converter=freeze_map)
+    """Why each choice was made, by decision: accelerator, devices, strategy, launcher, cluster, ..."""
+
+    @property
+    def is_distributed(self) -> bool:
+        """Whether the run has more than one process."""
+        return self.world_size > 1
+
+    @property
+    def global_rank(self) -> int | None:
+        """This process's global rank when known (inside a launched or cluster-started worker)."""
+        return self.cluster.global_rank
+
+    @property
+    def device_strings(self) -> tuple[str, ...]:
+        """The torch device string of each local rank, in local-rank order."""
+        return tuple(self.device_for(local_rank) for local_rank in range(self.processes_per_node))
+
+    def device_for(self, local_rank: int) -> str:
+        """The torch device string for a local rank: "cuda:3", "mps:0", "xla:1", "cpu".
+
+        With one process driving several devices (`dp`), this is the first of them.
+        """
+        rank: object = local_rank
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.processes_per_node:
+            raise IndexError(
+                f"local_rank={local_rank!r} is outside this plan's {self.processes_per_node} local process(es); "
+                f"use 0 to {self.processes_per_node - 1}"
+            )
+        if self.accelerator == "cpu":
+            return "cpu"
+        return f"{self.metrics.device_type}:{self.devices[local_rank]}"
+
+    def explain(self) -> str:
+        """A human-readable account of the plan: each choice with its reason, then the notes."""
+        options = "" if self.strategy.options is None else f" {self.strategy.options!r}"
+        cluster = self.cluster
+        port = "chosen at launch" if cluster.main_port is None else str(cluster.main_port)
+        rank = (
+            ""
+            if cluster.global_rank is None
+            else f", global rank {cluster.global_rank}, local rank {cluster.local_rank}"
+        )
+        rows: list[tuple[str, str, str]] = [
+            ("accelerator", self.accelerator, "accelerator"),
+            ("devices", ", ".join(self.device_strings), "devices"),
+            ("strategy", f"{self.strategy.name} (family {self.strategy.family}){options}", "strategy"),
+            (
+                "layout",
+                f"{self.num_nodes} node(s) × {self.processes_per_node} process(es) = world size {self.world_size}",
+                "layout",
+            ),
+            ("launcher", self.launcher, "launcher"),
+            (
+                "cluster",
+                f"{cluster.kind}, main {cluster.main_address}:{port}, node rank {cluster.node_rank}{rank}",
+                "cluster",
+            ),
+            ("backend", self.process_group_backend or "none (single process)", "backend"),
+            ("precision", self.precision, "precision"),
+            (
+                "metrics",
+                f"stored on {self.metrics.default_store}, reduced {self.metrics.reduces_on.replace('_', ' ')}",
+                "metrics",
+            ),
+        ]
+        width = max(len(label) for label, _, _ in rows)
+        lines = ["trainplan: the plan"]
+        for label, value, key in rows:
+            lines.append(f"  {label.ljust(width)}  {value}")
+            reason = self.reasons.get(key)
+            if reason:
+                lines.append(f"  {' ' * width}    why: {reason}")
+        if self.notes:
+            lines.append("notes:")
+            lines.extend(f"  - {note}" for note in self.notes)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain JSON-compatible data; `Plan.from_dict` reads it back to an equal plan."""
+        return {
+            "version": 1,
+            "request": _request_to_dict(self.request),
+            "accelerator": self.accelerator,
+            "strategy": {
+                "name": self.strategy.name,
+                "family": self.strategy.family,
+                "options": _options_to_dict(self.strategy.options),
+            },
+            "devices": list(self.devices),
+            "num_nodes": self.num_nodes,
+            "processes_per_node": self.processes_per_node,
+            "world_size": self.world_size,
+            "launcher": self.launcher,
+            "cluster": attrs.asdict(self.cluster),
+            "process_group_backend": self.process_group_backend,
+            "precision": self.precision,
+            "metrics": attrs.asdict(self.metrics),
+            "notes": [attrs.asdict(note) for note in self.notes],
+            "reasons": dict(self.reasons),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Plan:
+        """Read `to_dict`'s output back; anything else raises `PlanFormatError` naming the bad path."""
+        read = _Reader(data, "plan")
+        version = read.field("version", int)
+        if version != 1:
+            raise PlanFormatError(path="plan.version", reason=f"version {version} is not 1")
+        strategy = read.child("strategy")
+        cluster = read.child("cluster")
+        metrics = read.child("metrics")
+        return cls(
+            request=_request_from_dict(read.child("request")),
+            accelerator=read.choice("accelerator", ACCELERATORS),
+            strategy=StrategyChoice(
+                name=strategy.choice("name", STRATEGY_NAMES),
+                family=strategy.choice("family", STRATEGY_FAMILIES),
+                options=_options_from_dict(strategy, "options"),
+            ),
+            devices=tuple(read.int_list("devices")),
+            num_nodes=read.field("num_nodes", int),
+            processes_per_node=read.field("processes_per_node", int),
+            world_size=read.field("world_size", int),
+            launcher=read.choice("launcher", LAUNCHERS),
+            cluster=ClusterInfo(
+                kind=cluster.choice("kind", CLUSTERS),
+                creates_processes=cluster.field("creates_processes", bool),
+                main_address=cluster.field("main_address", str),
+                main_port=cluster.optional("main_port", int),
+                node_rank=cluster.field("node_rank", int),
+                global_rank=cluster.optional("global_rank", int),
+                local_rank=cluster.optional("local_rank", int),
+            ),
+            process_group_backend=read.optional_choice("process_group_backend", BACKENDS),
+            precision=read.choice("precision", PRECISIONS),
+            metrics=MetricPlacement(
+                default_store=metrics.choice("default_store", METRICS_STORES),
+                device_type=metrics.field("device_type", str),
+                reduces_on=metrics.choice("reduces_on", ("device", "where_stored", "nowhere")),
+                cpu_values_move_for_reduction=metrics.field("cpu_values_move_for_reduction", bool),
+                explanation=metrics.field("explanation", str),
+            ),
+            notes=tuple(_note_from(item) for item in read.children("notes")),
+            reasons=read.string_map("reasons"),
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON helpers (private): explicit, so a changed record cannot silently change the wire format.
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+
+class _Reader:
+    def __init__(self, data: object, path: str) -> None:
+        if not isinstance(data, Mapping):
+            raise PlanFormatError(path=path, reason=f"expected an object, found {type(data).__name__}")
+        self.data = data
+        self.path = path
+
+    def _get(self, key: str) -> object:
+        if key not in self.data:
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="the key is missing")
+        return self.data[key]
+
+    def field(self, key: str, kind: type[T]) -> T:
+        value = self._get(key)
+        if kind is int and isinstance(value, bool):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected an integer, found a bool")
+        if not isinstance(value, kind):
+            raise PlanFormatError(
+                path=f"{self.path}.{key}", reason=f"expected {kind.__name__}, found {type(value).__name__}"
+            )
+        return value
+
+    def optional(self, key: str, kind: type[T]) -> T | None:
+        if self._get(key) is None:
+            return None
+        return self.field(key, kind)
+
+    def choice(self, key: str, allowed: tuple[C, ...]) -> C:
+        value = self._get(key)
+        for option in allowed:
+            if value == option and type(value) is type(option):
+                return option
+        raise PlanFormatError(path=f"{self.path}.{key}", reason=f"{value!r} is not one of {list(allowed)}")
+
+    def optional_choice(self, key: str, allowed: tuple[C, ...]) -> C | None:
+        if self._get(key) is None:
+            return None
+        return self.choice(key, allowed)
+
+    def child(self, key: str) -> _Reader:
+        return _Reader(self._get(key), f"{self.path}.{key}")
+
+    def children(self, key: str) -> list[_Reader]:
+        value = self._get(key)
+        if not isinstance(value, list):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list")
+        return [_Reader(item, f"{self.path}.{key}[{index}]") for index, item in enumerate(value)]
+
+    def int_list(self, key: str) -> list[int]:
+        value = self._get(key)
+        if not isinstance(value, list) or not all(
+            isinstance(item, int) and not isinstance(item, bool) for item in value
+        ):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list of integers")
+        return list(value)
+
+    def string_map(self, key: str) -> dict[str, str]:
+        value = self._get(key)
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected an object of strings")
+        return dict(value)
+
+
+def _note_from(read: _Reader) -> Note:
+    return Note(
+        code=read.field("code", str), level=read.choice("level", NOTE_LEVELS), message=read.field("message", str)
+    )
+
+
+_OPTION_KINDS: dict[str, Callable[..., StrategyOptions]] = {
+    "ddp": DDPOptions,
+    "fsdp": FSDPOptions,
+    "deepspeed": DeepSpeedOptions,
+}
+
+
+def _options_to_dict(options: StrategyOptions | None) -> dict[str, object] | None:
+    if options is None:
+        return None
+    kind = {DDPOptions: "ddp", FSDPOptions: "fsdp", DeepSpeedOptions: "deepspeed"}[type(options)]
+    return {"kind": kind, **attrs.asdict(options)}
+
+
+def _options_from_dict(read: _Reader, key: str) -> StrategyOptions | None:
+    if read._get(key) is None:
+        return None
+    options = read.child(key)
+    kind = options.choice("kind", tuple(_OPTION_KINDS))
+    values = {name: value for name, value in options.data.items() if name != "kind"}
+    try:
+        return _OPTION_KINDS[kind](**values)
+    except TypeError as error:
+        raise PlanFormatError(path=options.path, reason=str(error)) from None
+
+
+def _request_to_dict(request: Request) -> dict[str, object]:
+    devices = request.devices
+    return {
+        "accelerator": request.accelerator,
+        "strategy": request.strategy,
+        "devices": list(devices) if isinstance(devices, tuple) else devices,
+        "num_nodes": request.num_nodes,
+        "precision": request.precision,
+        "process_group_backend": request.process_group_backend,
+        "cluster": request.cluster,
+        "metrics_store": request.metrics_store,
+        "sync_batchnorm": request.sync_batchnorm,
+        "strategy_options": _options_to_dict(request.strategy_options),
+        "notes": [attrs.asdict(note) for note in request.notes],
+    }
+
+
+def _request_from_dict(read: _Reader) -> Request:
+    raw_devices = read._get("devices")
+    if isinstance(raw_devices, list):
+        devices: int | str | tuple[int, ...] = tuple(read.int_list("devices"))
+    elif isinstance(raw_devices, (int, str)) and not isinstance(raw_devices, bool):
+        devices = raw_devices
+    else:
+        raise PlanFormatError(path=f"{read.path}.devices", reason="expected an integer, a string or a list")
+    return Request(
+        accelerator=read.choice("accelerator", ACCELERATOR_FLAGS),
+        strategy=read.choice("strategy", STRATEGY_FLAGS),
+        devices=devices,
+        num_nodes=read.field("num_nodes", int),
+        precision=read.choice("precision", PRECISION_FLAGS),
+        process_group_backend=read.optional_choice("process_group_backend", BACKENDS),
+        cluster=read.choice("cluster", CLUSTER_FLAGS),
+        metrics_store=read.choice("metrics_store", METRICS_STORES),
+        sync_batchnorm=read.field("sync_batchnorm", bool),
+        strategy_options=_options_from_dict(read, "strategy_options"),
+        notes=tuple(_note_from(item) for item in read.children("notes")),
+    )
+
+
+def plan_from_json_text(text: str) -> Plan:
+    """A plan from its JSON text (as `json.dumps(plan.to_dict())` wrote it)."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise PlanFormatError(path="plan", reason=f"not JSON ({error})") from None
+    return Plan.from_dict(data)
+
+
+__all__ = [
+    "ClusterInfo",
+    "MetricPlacement",
+    "MetricSlot",
+    "Plan",
+    "StrategyChoice",
+    "plan_from_json_text",
+]

@@ -1,0 +1,66 @@
+"""The request: what the user asked for, before any fact about the machine is known."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
+
+import attrs
+
+from trainplan.spec.names import (
+    AcceleratorFlag,
+    BackendName,
+    ClusterFlag,
+    MetricsStore,
+    PrecisionFlag,
+    StrategyFlag,
+)
+from trainplan.spec.notes import Note, freeze_notes
+from trainplan.spec.options import StrategyOptions
+
+Devices: TypeAlias = int | str | tuple[int, ...]
+"""`devices` as stored: a count (`2`), all (`-1`, `"-1"`), `"auto"`, a string (`"3"`, `"0,2"`) or indices."""
+
+
+def freeze_devices(value: int | str | Sequence[int]) -> Devices:
+    """Converter: lists of indices become tuples so the request stays a hashable value.
+
+    Anything else is kept as given; `resolve` validates it and names what is wrong.
+    """
+    if isinstance(value, list):
+        return tuple(value)
+    return value  # type: ignore[return-value]  # a wrong type is kept for resolve to reject by name
+
+
+@attrs.frozen(kw_only=True)
+class Request:
+    """What to run on, how to distribute it and at which precision. Every field defaults to "decide for me".
+
+    Names are `Literal` types, so a type checker rejects a misspelt one. Strings from config files or
+    flags go through `Request.from_config`, which folds case, accepts aliases and names unknown values.
+    """
+
+    accelerator: AcceleratorFlag = "auto"
+    strategy: StrategyFlag = "auto"
+    devices: Devices = attrs.field(default="auto", converter=freeze_devices)
+    num_nodes: int = 1
+    precision: PrecisionFlag = "32-true"
+    process_group_backend: BackendName | None = None
+    cluster: ClusterFlag = "auto"
+    metrics_store: MetricsStore = "device"
+    sync_batchnorm: bool = False
+    strategy_options: StrategyOptions | None = None
+    notes: tuple[Note, ...] = attrs.field(default=(), converter=freeze_notes, eq=False)
+    """Deprecation notes carried from `Request.from_legacy`; they flow into the plan's notes.
+    They are not part of the request's identity (two requests that ask for the same are equal)."""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, object]) -> Request:
+        """A normalised request from loosely typed values (a config file, CLI flags, JSON).
+
+        Case is folded, aliases are accepted (`gpu`, `tpu`, `16`, `bf16`, `"0,1"`), digit strings are
+        read as numbers, and an unknown key or value raises `InvalidRequest` naming it.
+        """
+        from trainplan.spec.normalise import request_from_config
+
+        return request_from_config(config)

@@ -1,0 +1,906 @@
+"""The rules, as data. Everything that decides what may be combined with what lives in this module.
+
+The resolver reads these tables through one lookup site (`lookup`), so a missing key becomes a
+domain error naming it rather than a bare `KeyError`. `trainplan matrix` and the README's
+compatibility table are generated from the same data; nothing here is repeated by hand elsewhere.
+
+Each row carries a provenance comment where the reason is not obvious. Reference behaviour is
+PyTorch Lightning 2.x's accelerator connector; deliberate differences are listed in `DIFFERENCES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, TypeVar
+
+import attrs
+
+from trainplan.spec.errors import TrainplanError
+from trainplan.spec.names import (
+    AcceleratorFlag,
+    AcceleratorName,
+    BackendName,
+    ClusterName,
+    LauncherName,
+    PrecisionFlag,
+    PrecisionName,
+    StartMethod,
+    StrategyFamily,
+    StrategyName,
+)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class MissingRule(TrainplanError, LookupError):
+    """A table has no row for a key: a gap in the rules, reported with the table and the key."""
+
+    def __init__(self, *, table: str, key: object) -> None:
+        self.table = table
+        self.key = key
+        super().__init__(
+            f"The rule table {table} has no row for {key!r}: this combination is not covered by trainplan's "
+            "rules. Report it as a bug, and pick explicit values meanwhile."
+        )
+
+
+def lookup(table: Mapping[K, V], key: K, *, name: str) -> V:
+    """The one place tables are read: a row, or `MissingRule` naming the table and the key."""
+    try:
+        return table[key]
+    except (KeyError, TypeError):
+        raise MissingRule(table=name, key=key) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Accelerators
+
+
+@attrs.frozen(kw_only=True)
+class AcceleratorRule:
+    name: AcceleratorName
+    description: str
+    auto_priority: int  # higher wins when accelerator="auto"
+    default_backend: BackendName
+    device_type: str  # the torch device type string
+    takes_indices: bool  # whether `devices` may name device indices
+    multi_process: bool  # whether several processes may share this kind of device on one node
+
+
+ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
+    rule.name: rule
+    for rule in (
+        AcceleratorRule(
+            name="xla",
+            description="TPU or other XLA device through torch_xla",
+            auto_priority=4,  # RFC: TPU/XLA > CUDA > MPS > CPU
+            default_backend="xla",
+            device_type="xla",
+            takes_indices=True,
+            multi_process=True,
+        ),
+        AcceleratorRule(
+            name="cuda",
+            description="NVIDIA GPU through CUDA",
+            auto_priority=3,
+            default_backend="nccl",
+            device_type="cuda",
+            takes_indices=True,
+            multi_process=True,
+        ),
+        AcceleratorRule(
+            name="mps",
+            description="Apple-silicon GPU through Metal Performance Shaders",
+            auto_priority=2,
+            default_backend="gloo",
+            device_type="mps",
+            takes_indices=True,
+            # No collective backend reduces MPS tensors, and a Mac has one MPS device.
+            multi_process=False,
+        ),
+        AcceleratorRule(
+            name="cpu",
+            description="CPU processes",
+            auto_priority=1,
+            default_backend="gloo",
+            device_type="cpu",
+            # CPU processes have no device index; `devices` counts processes.
+            takes_indices=False,
+            multi_process=True,
+        ),
+    )
+}
+
+ACCELERATOR_ALIASES: Final[Mapping[str, AcceleratorFlag]] = {
+    "tpu": "xla",  # Lightning's older name for the XLA accelerator
+    "gpus": "gpu",
+    "nvidia": "cuda",
+}
+"""Spellings normalised to a flag before validation (case is folded first)."""
+
+GPU_ACCELERATORS: Final[tuple[AcceleratorName, ...]] = ("cuda", "mps")
+"""What `accelerator="gpu"` may become, in order of preference (the first available wins)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Launchers
+
+
+@attrs.frozen(kw_only=True)
+class LauncherRule:
+    name: LauncherName
+    description: str
+    starts_processes: bool
+    interactive_compatible: bool
+    start_method: StartMethod | None
+
+
+LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
+    rule.name: rule
+    for rule in (
+        LauncherRule(
+            name="none",
+            description="run in this process",
+            starts_processes=False,
+            interactive_compatible=True,
+            start_method=None,
+        ),
+        LauncherRule(
+            name="subprocess",
+            description="re-run the script in fresh interpreters, one per local rank",
+            starts_processes=True,
+            # A notebook has no script to re-run.
+            interactive_compatible=False,
+            start_method=None,
+        ),
+        LauncherRule(
+            name="spawn",
+            description="start fresh interpreters with multiprocessing's spawn method",
+            starts_processes=True,
+            # spawn pickles the function; functions defined in a notebook's __main__ cannot be imported back.
+            interactive_compatible=False,
+            start_method="spawn",
+        ),
+        LauncherRule(
+            name="fork",
+            description="fork this process, one child per local rank",
+            starts_processes=True,
+            interactive_compatible=True,
+            start_method="fork",
+        ),
+        LauncherRule(
+            name="xla",
+            description="torch_xla's multiprocessing launcher",
+            starts_processes=True,
+            interactive_compatible=True,  # torch_xla forks its workers
+            start_method="fork",
+        ),
+        LauncherRule(
+            name="external",
+            description="the cluster manager already started every process; join its world",
+            starts_processes=False,
+            interactive_compatible=True,
+            start_method=None,
+        ),
+    )
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Strategies
+
+
+@attrs.frozen(kw_only=True)
+class FamilyRule:
+    family: StrategyFamily
+    description: str
+    accelerators: frozenset[AcceleratorName]
+    multi_process: bool  # one process per device (True) or one process for all devices (False)
+    max_devices_per_node: int | None  # None: no limit beyond the hardware
+    max_nodes: int | None
+    has_process_group: bool
+    requires_package: str | None
+    precisions: frozenset[PrecisionName]
+    why_not: Mapping[AcceleratorName, str]  # the reason per accelerator the family refuses
+
+
+_ALL_PRECISIONS: Final[frozenset[PrecisionName]] = frozenset(
+    {
+        "64-true",
+        "32-true",
+        "16-mixed",
+        "bf16-mixed",
+        "16-true",
+        "bf16-true",
+        "transformer-engine",
+        "transformer-engine-float16",
+    }
+)
+
+FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
+    rule.family: rule
+    for rule in (
+        FamilyRule(
+            family="single_device",
+            description="one process on one device",
+            accelerators=frozenset({"cpu", "cuda", "mps"}),
+            multi_process=False,
+            max_devices_per_node=1,
+            max_nodes=1,
+            has_process_group=False,
+            requires_package=None,
+            precisions=_ALL_PRECISIONS,
+            why_not={"xla": "XLA devices run through the XLA strategies"},
+        ),
+        FamilyRule(
+            family="dp",
+            description="torch.nn.DataParallel: one process driving several GPUs",
+            # DataParallel scatters over CUDA devices only.
+            accelerators=frozenset({"cuda"}),
+            multi_process=False,
+            max_devices_per_node=None,
+            # DataParallel lives in one process, so it cannot span machines.
+            max_nodes=1,
+            has_process_group=False,
+            requires_package=None,
+            precisions=_ALL_PRECISIONS - {"transformer-engine", "transformer-engine-float16"},
+            why_not={
+                "cpu": "DataParallel scatters over CUDA devices only",
+                "mps": "DataParallel scatters over CUDA devices only",
+                "xla": "XLA devices run through the XLA strategies",
+            },
+        ),
+        FamilyRule(
+            family="ddp",
+            description="DistributedDataParallel: one process per device",
+            accelerators=frozenset({"cpu", "cuda"}),
+            multi_process=True,
+            max_devices_per_node=None,
+            max_nodes=None,
+            has_process_group=True,
+            requires_package=None,
+            precisions=_ALL_PRECISIONS,
+            why_not={
+                "mps": "no process-group backend reduces MPS tensors, and a Mac has a single MPS device",
+                "xla": "XLA devices run through the XLA strategies",
+            },
+        ),
+        FamilyRule(
+            family="fsdp",
+            description="Fully Sharded Data Parallel",
+            # torch FSDP shards over CUDA devices; Lightning refuses it on other accelerators too.
+            accelerators=frozenset({"cuda"}),
+            multi_process=True,
+            max_devices_per_node=None,
+            max_nodes=None,
+            has_process_group=True,
+            requires_package=None,
+            # FSDP's mixed-precision policy has no float64 mode (Lightning's FSDPPrecision).
+            precisions=_ALL_PRECISIONS - {"64-true"},
+            why_not={
+                "cpu": "FSDP shards parameters across CUDA devices",
+                "mps": "FSDP shards parameters across CUDA devices",
+                "xla": "XLA devices run through the XLA strategies",
+            },
+        ),
+        FamilyRule(
+            family="deepspeed",
+            description="DeepSpeed ZeRO",
+            accelerators=frozenset({"cuda"}),
+            multi_process=True,
+            max_devices_per_node=None,
+            max_nodes=None,
+            has_process_group=True,
+            requires_package="deepspeed",
+            # DeepSpeed owns precision through its config: no float64, no Transformer Engine.
+            precisions=frozenset({"32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"}),
+            why_not={
+                "cpu": "DeepSpeed's ZeRO engine in trainplan targets CUDA devices",
+                "mps": "DeepSpeed's ZeRO engine in trainplan targets CUDA devices",
+                "xla": "XLA devices run through the XLA strategies",
+            },
+        ),
+        FamilyRule(
+            family="xla",
+            description="torch_xla's multi-device data parallel",
+            accelerators=frozenset({"xla"}),
+            multi_process=True,
+            max_devices_per_node=None,
+            max_nodes=None,
+            has_process_group=True,
+            requires_package=None,
+            # Lightning's XLAPrecision accepts 32-true, 16-true and bf16-true only.
+            precisions=frozenset({"32-true", "16-true", "bf16-true"}),
+            why_not={
+                "cpu": "the XLA strategies need XLA devices",
+                "cuda": "the XLA strategies need XLA devices",
+                "mps": "the XLA strategies need XLA devices",
+            },
+        ),
+        FamilyRule(
+            family="single_xla",
+            description="one process on one XLA device",
+            accelerators=frozenset({"xla"}),
+            multi_process=False,
+            max_devices_per_node=1,
+            max_nodes=1,
+            has_process_group=False,
+            requires_package=None,
+            precisions=frozenset({"32-true", "16-true", "bf16-true"}),
+            why_not={
+                "cpu": "the XLA strategies need XLA devices",
+                "cuda": "the XLA strategies need XLA devices",
+                "mps": "the XLA strategies need XLA devices",
+            },
+        ),
+    )
+}
+
+
+@attrs.frozen(kw_only=True)
+class StrategyRule:
+    name: StrategyName
+    family: StrategyFamily
+    launcher: LauncherName
+    preset: Mapping[str, object] = attrs.field(factory=dict)
+    """Options the name fixes (field → value); `strategy_options` may repeat them but not contradict them."""
+
+
+def _ddp(name: StrategyName, launcher: LauncherName, unused: bool | None) -> StrategyRule:
+    preset: dict[str, object] = {} if unused is None else {"find_unused_parameters": unused}
+    return StrategyRule(name=name, family="ddp", launcher=launcher, preset=preset)
+
+
+def _deepspeed(name: StrategyName, **preset: object) -> StrategyRule:
+    return StrategyRule(name=name, family="deepspeed", launcher="subprocess", preset=preset)
+
+
+STRATEGIES: Final[Mapping[StrategyName, StrategyRule]] = {
+    rule.name: rule
+    for rule in (
+        StrategyRule(name="single_device", family="single_device", launcher="none"),
+        StrategyRule(name="dp", family="dp", launcher="none"),
+        # `ddp` re-runs the script per local rank, as Lightning's _SubprocessScriptLauncher does.
+        _ddp("ddp", "subprocess", None),
+        _ddp("ddp_find_unused_parameters_true", "subprocess", True),
+        _ddp("ddp_find_unused_parameters_false", "subprocess", False),
+        _ddp("ddp_spawn", "spawn", None),
+        _ddp("ddp_spawn_find_unused_parameters_true", "spawn", True),
+        _ddp("ddp_spawn_find_unused_parameters_false", "spawn", False),
+        _ddp("ddp_fork", "fork", None),
+        _ddp("ddp_fork_find_unused_parameters_true", "fork", True),
+        _ddp("ddp_fork_find_unused_parameters_false", "fork", False),
+        # ddp_notebook is ddp_fork under the name notebook users look for.
+        _ddp("ddp_notebook", "fork", None),
+        _ddp("ddp_notebook_find_unused_parameters_true", "fork", True),
+        _ddp("ddp_notebook_find_unused_parameters_false", "fork", False),
+        StrategyRule(name="fsdp", family="fsdp", launcher="subprocess"),
+        StrategyRule(name="fsdp_cpu_offload", family="fsdp", launcher="subprocess", preset={"cpu_offload": True}),
+        # Lightning's `deepspeed` default is ZeRO stage 2 (DeepSpeedOptions' default).
+        _deepspeed("deepspeed"),
+        _deepspeed("deepspeed_stage_1", stage=1),
+        _deepspeed("deepspeed_stage_1_offload", stage=1, offload_optimizer=True),
+        _deepspeed("deepspeed_stage_2", stage=2),
+        _deepspeed("deepspeed_stage_2_offload", stage=2, offload_optimizer=True),
+        _deepspeed("deepspeed_stage_3", stage=3),
+        _deepspeed("deepspeed_stage_3_offload", stage=3, offload_optimizer=True, offload_parameters=True),
+        _deepspeed(
+            "deepspeed_stage_3_offload_nvme",
+            stage=3,
+            offload_optimizer=True,
+            offload_parameters=True,
+            offload_device="nvme",
+        ),
+        StrategyRule(name="xla", family="xla", launcher="xla"),
+        StrategyRule(name="single_xla", family="single_xla", launcher="none"),
+    )
+}
+
+STRATEGY_ALIASES: Final[Mapping[str, StrategyName]] = {
+    "single": "single_device",
+    "ddp_find_unused_parameters": "ddp_find_unused_parameters_true",
+    "xla_single": "single_xla",
+    "tpu": "xla",
+}
+"""Spellings normalised to a strategy name before validation (case is folded first)."""
+
+FORK_STRATEGY_FOR: Final[Mapping[StrategyName, StrategyName]] = {
+    "ddp": "ddp_notebook",
+    "ddp_find_unused_parameters_true": "ddp_notebook_find_unused_parameters_true",
+    "ddp_find_unused_parameters_false": "ddp_notebook_find_unused_parameters_false",
+    "ddp_spawn": "ddp_notebook",
+    "ddp_spawn_find_unused_parameters_true": "ddp_notebook_find_unused_parameters_true",
+    "ddp_spawn_find_unused_parameters_false": "ddp_notebook_find_unused_parameters_false",
+}
+"""The notebook-compatible counterpart suggested when an interactive session rejects a launcher."""
+
+SPAWN_STRATEGY_FOR: Final[Mapping[StrategyName, StrategyName]] = {
+    "ddp_fork": "ddp_spawn",
+    "ddp_fork_find_unused_parameters_true": "ddp_spawn_find_unused_parameters_true",
+    "ddp_fork_find_unused_parameters_false": "ddp_spawn_find_unused_parameters_false",
+    "ddp_notebook": "ddp_spawn",
+    "ddp_notebook_find_unused_parameters_true": "ddp_spawn_find_unused_parameters_true",
+    "ddp_notebook_find_unused_parameters_false": "ddp_spawn_find_unused_parameters_false",
+}
+"""The spawn counterpart suggested when forking is impossible."""
+
+EXTERNAL_STRATEGY_FOR: Final[Mapping[LauncherName, StrategyName]] = {
+    "spawn": "ddp",
+    "fork": "ddp",
+}
+"""What to use instead of a process-starting strategy when a cluster manager already started the processes."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Precision
+
+
+@attrs.frozen(kw_only=True)
+class PrecisionRule:
+    name: PrecisionName
+    description: str
+    accelerators: frozenset[AcceleratorName]
+    fallback: Mapping[AcceleratorName, PrecisionName]  # accelerators where another precision is used instead
+    requires_package: str | None
+    why_not: Mapping[AcceleratorName, str]
+    instead: Mapping[AcceleratorName, PrecisionName]  # what to suggest where refused
+
+
+PRECISIONS: Final[Mapping[PrecisionName, PrecisionRule]] = {
+    rule.name: rule
+    for rule in (
+        PrecisionRule(
+            name="64-true",
+            description="float64 weights and compute",
+            accelerators=frozenset({"cpu", "cuda"}),
+            fallback={},
+            requires_package=None,
+            why_not={
+                "mps": "the MPS backend has no float64 support",
+                # Lightning's XLAPrecision accepts 32-true, 16-true and bf16-true only.
+                "xla": "trainplan's XLA precisions are 32-true, 16-true and bf16-true",
+            },
+            instead={"mps": "32-true", "xla": "32-true"},
+        ),
+        PrecisionRule(
+            name="32-true",
+            description="float32 weights and compute",
+            accelerators=frozenset({"cpu", "cuda", "mps", "xla"}),
+            fallback={},
+            requires_package=None,
+            why_not={},
+            instead={},
+        ),
+        PrecisionRule(
+            name="16-mixed",
+            description="float16 automatic mixed precision",
+            accelerators=frozenset({"cpu", "cuda", "mps"}),
+            # torch.autocast on CPU supports bfloat16 only; Lightning falls back the same way.
+            fallback={"cpu": "bf16-mixed"},
+            requires_package=None,
+            why_not={"xla": "XLA has no automatic mixed precision in trainplan; XLA casts the whole model"},
+            instead={"xla": "16-true"},
+        ),
+        PrecisionRule(
+            name="bf16-mixed",
+            description="bfloat16 automatic mixed precision",
+            accelerators=frozenset({"cpu", "cuda", "mps"}),
+            fallback={},
+            requires_package=None,
+            why_not={"xla": "XLA has no automatic mixed precision in trainplan; XLA casts the whole model"},
+            instead={"xla": "bf16-true"},
+        ),
+        PrecisionRule(
+            name="16-true",
+            description="float16 weights and compute",
+            accelerators=frozenset({"cpu", "cuda", "mps", "xla"}),
+            fallback={},
+            requires_package=None,
+            why_not={},
+            instead={},
+        ),
+        PrecisionRule(
+            name="bf16-true",
+            description="bfloat16 weights and compute",
+            accelerators=frozenset({"cpu", "cuda", "mps", "xla"}),
+            fallback={},
+            requires_package=None,
+            why_not={},
+            instead={},
+        ),
+        PrecisionRule(
+            name="transformer-engine",
+            description="NVIDIA Transformer Engine FP8 with bfloat16 weights",
+            accelerators=frozenset({"cuda"}),
+            fallback={},
+            requires_package="transformer_engine",
+            why_not={
+                "cpu": "Transformer Engine's FP8 kernels run on NVIDIA GPUs only",
+                "mps": "Transformer Engine's FP8 kernels run on NVIDIA GPUs only",
+                "xla": "Transformer Engine's FP8 kernels run on NVIDIA GPUs only",
+            },
+            instead={"cpu": "bf16-mixed", "mps": "bf16-mixed", "xla": "bf16-true"},
+        ),
+        PrecisionRule(
+            name="transformer-engine-float16",
+            description="NVIDIA Transformer Engine FP8 with float16 weights",
+            accelerators=frozenset({"cuda"}),
+            fallback={},
+            requires_package="transformer_engine",
+            why_not={
+                "cpu": "Transformer Engine's FP8 kernels run on NVIDIA GPUs only",
+                "mps": "Transformer Engine's FP8 kernels run on NVIDIA GPUs only",
+                "xla": "Transformer Engine's FP8 kernels run on NVIDIA GPUs only",
+            },
+            instead={"cpu": "bf16-mixed", "mps": "16-mixed", "xla": "16-true"},
+        ),
+    )
+}
+
+PRECISION_ALIASES: Final[Mapping[str, PrecisionName]] = {
+    # Short spellings from Lightning 1.x; they keep working and the plan notes the canonical name.
+    "64": "64-true",
+    "32": "32-true",
+    "16": "16-mixed",
+    "bf16": "bf16-mixed",
+    "double": "64-true",
+    "float64": "64-true",
+    "float": "32-true",
+    "float32": "32-true",
+    "half": "16-true",
+    "fp16": "16-mixed",
+    "transformer_engine": "transformer-engine",
+    "te": "transformer-engine",
+}
+
+PRECISION_FLAG_ALIASES: Final[Mapping[PrecisionFlag, PrecisionName]] = {64: "64-true", 32: "32-true", 16: "16-mixed"}
+"""Integer precision flags (as in `Trainer(precision=16)`)."""
+
+DEFAULT_PRECISION: Final[PrecisionName] = "32-true"
+
+
+# --------------------------------------------------------------------------------------------------
+# Process-group backends
+
+
+@attrs.frozen(kw_only=True)
+class BackendRule:
+    name: BackendName
+    description: str
+    accelerators: frozenset[AcceleratorName]
+    needs_device_tensors: bool  # collectives take tensors on the accelerator only (metric placement reads this)
+    why_not: Mapping[AcceleratorName, str]
+
+
+BACKENDS: Final[Mapping[BackendName, BackendRule]] = {
+    rule.name: rule
+    for rule in (
+        BackendRule(
+            name="nccl",
+            description="NVIDIA's collective library",
+            accelerators=frozenset({"cuda"}),
+            # NCCL reduces CUDA tensors only ("Tensors must be CUDA and dense").
+            needs_device_tensors=True,
+            why_not={
+                "cpu": "NCCL reduces CUDA tensors only",
+                "mps": "NCCL reduces CUDA tensors only",
+                "xla": "XLA devices communicate through the xla backend",
+            },
+        ),
+        BackendRule(
+            name="gloo",
+            description="Meta's CPU collective library (also reduces CUDA tensors, through host copies)",
+            accelerators=frozenset({"cpu", "cuda"}),
+            needs_device_tensors=False,
+            why_not={
+                "mps": "gloo cannot reduce MPS tensors",
+                "xla": "XLA devices communicate through the xla backend",
+            },
+        ),
+        BackendRule(
+            name="mpi",
+            description="an MPI implementation torch was built against (CUDA tensors need a CUDA-aware MPI)",
+            accelerators=frozenset({"cpu", "cuda"}),
+            needs_device_tensors=False,
+            why_not={
+                "mps": "MPI cannot reduce MPS tensors",
+                "xla": "XLA devices communicate through the xla backend",
+            },
+        ),
+        BackendRule(
+            name="xla",
+            description="torch_xla's collective backend",
+            accelerators=frozenset({"xla"}),
+            needs_device_tensors=True,
+            why_not={
+                "cpu": "the xla backend serves XLA devices only",
+                "cuda": "the xla backend serves XLA devices only",
+                "mps": "the xla backend serves XLA devices only",
+            },
+        ),
+    )
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Cluster environments
+
+
+@attrs.frozen(kw_only=True)
+class ClusterRule:
+    name: ClusterName
+    description: str
+    detect_variables: tuple[frozenset[str], ...]  # detected when every variable of any one set is present
+    detect_priority: int | None  # higher is tried first; None: only on request
+    creates_processes: bool  # the cluster manager starts every process itself
+
+
+CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
+    rule.name: rule
+    for rule in (
+        ClusterRule(
+            name="torchelastic",
+            description="torchrun / torch.distributed.elastic",
+            detect_variables=(frozenset({"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}),),
+            # torchrun can run inside a SLURM allocation, so it is checked first (as Lightning does).
+            detect_priority=5,
+            creates_processes=True,
+        ),
+        ClusterRule(
+            name="slurm",
+            description="SLURM, processes started by srun",
+            # Interactive allocations (SLURM_JOB_NAME bash/interactive) are excluded: see SLURM_INTERACTIVE_JOB_NAMES.
+            detect_variables=(frozenset({"SLURM_NTASKS"}),),
+            detect_priority=4,
+            creates_processes=True,
+        ),
+        ClusterRule(
+            name="lsf",
+            description="IBM Spectrum LSF with jsrun",
+            detect_variables=(
+                frozenset({"LSB_JOBID", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK"}),
+            ),
+            detect_priority=3,
+            creates_processes=True,
+        ),
+        ClusterRule(
+            name="mpi",
+            description="mpirun / mpiexec (Open MPI, MPICH, Intel MPI)",
+            # Open MPI, then the PMI variables of MPICH, Intel MPI and other Hydra-based launchers.
+            detect_variables=(
+                frozenset({"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}),
+                frozenset({"PMI_SIZE", "PMI_RANK"}),
+            ),
+            detect_priority=2,
+            creates_processes=True,
+        ),
+        ClusterRule(
+            name="kubeflow",
+            description="Kubeflow PyTorchJob: one process per pod",
+            detect_variables=(frozenset({"KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}),),
+            # Too generic to detect safely (every pod has KUBERNETES_PORT); Lightning does not detect it either.
+            detect_priority=None,
+            creates_processes=True,
+        ),
+        ClusterRule(
+            name="local",
+            description="this machine (or machines you start yourself with NODE_RANK and MASTER_ADDR)",
+            detect_variables=(frozenset(),),
+            detect_priority=0,
+            creates_processes=False,
+        ),
+    )
+}
+
+SLURM_INTERACTIVE_JOB_NAMES: Final[frozenset[str]] = frozenset({"bash", "interactive"})
+"""`salloc`/`srun --pty bash` sessions: SLURM does not manage the processes there (Lightning's rule)."""
+
+SLURM_DEFAULT_PORT: Final[int] = 12910
+"""Lightning's SLURM main port when there is no job id."""
+
+SLURM_PORT_BASE: Final[int] = 15000
+"""SLURM main port with a job id: 15000 + the job id's last four digits (Lightning's rule, so every task agrees)."""
+
+LSF_PORT_BASE: Final[int] = 10000
+"""LSF main port: 10000 + job id modulo 1000 (Lightning's rule)."""
+
+DEFAULT_MAIN_PORT: Final[int] = 29500
+"""torch.distributed's customary port, used where a cluster gives neither MASTER_PORT nor a job id (MPI)."""
+
+RELEVANT_VARIABLE_PREFIXES: Final[tuple[str, ...]] = (
+    "SLURM_",
+    "LSB_",
+    "JSM_",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+    "TORCHELASTIC_",
+    "TRAINPLAN_",
+)
+RELEVANT_VARIABLES: Final[frozenset[str]] = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "NODE_RANK",
+        "KUBERNETES_PORT",
+        "MPI_LOCALRANKID",
+        "MPI_LOCALNRANKS",
+        "PJRT_DEVICE",
+        "TPU_NUM_DEVICES",
+    }
+)
+"""The environment variables the probe copies into `Environment.variables` (everything else is ignored)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Incompatibility rules: the reason and fix of every rejection, as data.
+
+
+@attrs.frozen(kw_only=True)
+class Rule:
+    """A named rejection. `reason` and `fix` are templates filled with the values involved."""
+
+    id: str
+    reason: str
+    fix: str
+
+
+RULES: Final[Mapping[str, Rule]] = {
+    rule.id: rule
+    for rule in (
+        Rule(
+            id="strategy-accelerator",
+            reason="strategy {strategy!r} runs on {supported}, not {accelerator!r}: {why}",
+            fix="{fix}",
+        ),
+        Rule(
+            id="strategy-package",
+            reason="strategy {strategy!r} needs the {package!r} package, which is not installed",
+            fix="Install it (`pip install {package}`) or choose another strategy, e.g. strategy='ddp'",
+        ),
+        Rule(
+            id="strategy-nodes",
+            reason="strategy {strategy!r} runs in a single process, which cannot span {num_nodes} nodes",
+            fix="Use strategy='ddp' for several nodes, or num_nodes=1",
+        ),
+        Rule(
+            id="strategy-device-count",
+            reason="strategy {strategy!r} drives exactly one device, but {count} devices were selected",
+            fix="Use strategy='ddp' (or 'auto') for several devices, or select one device, e.g. devices=1",
+        ),
+        Rule(
+            id="strategy-options",
+            reason="strategy_options of type {given} do not fit strategy {strategy!r}, which takes {expected}",
+            fix="{fix}",
+        ),
+        Rule(
+            id="strategy-preset",
+            reason="strategy {strategy!r} already sets {field}={preset!r}, but strategy_options say {field}={given!r}",
+            fix="Use the base strategy {base!r} with strategy_options, or drop the conflicting option",
+        ),
+        Rule(
+            id="deepspeed-offload-stage",
+            reason="DeepSpeed offloads parameters only at ZeRO stage 3, but stage {stage} was asked for",
+            fix="Use DeepSpeedOptions(stage=3, offload_parameters=True), or offload_parameters=False",
+        ),
+        Rule(
+            id="fork-unavailable",
+            reason="strategy {strategy!r} forks this process, and this platform offers only {methods}",
+            fix="Use strategy={instead!r}",
+        ),
+        Rule(
+            id="fork-after-cuda",
+            reason=(
+                "strategy {strategy!r} forks this process, and CUDA is already initialised here; "
+                "a forked child cannot use CUDA after that"
+            ),
+            fix=(
+                "Use strategy={instead!r}, or make sure nothing touches CUDA before the fork "
+                "(find_usable_cuda_devices() is safe: it never initialises CUDA)"
+            ),
+        ),
+        Rule(
+            id="interactive-launcher",
+            reason=(
+                "strategy {strategy!r} starts workers by {launcher_description}, which an interactive session "
+                "(notebook, REPL) cannot do"
+            ),
+            fix="Use strategy={instead!r}, or run the code as a script",
+        ),
+        Rule(
+            id="external-launcher",
+            reason=(
+                "strategy {strategy!r} starts its own processes ({launcher}), but {cluster} already started "
+                "every process of this run"
+            ),
+            fix="Use strategy={instead!r}: each process started by {cluster} then joins the same world",
+        ),
+        Rule(
+            id="backend-accelerator",
+            reason="process_group_backend={backend!r} cannot serve accelerator {accelerator!r}: {why}",
+            fix="Use process_group_backend={instead!r} (the default for {accelerator!r}), or leave it unset",
+        ),
+        Rule(
+            id="backend-without-group",
+            reason="strategy {strategy!r} runs one process and creates no process group, so a backend has no effect",
+            fix="Remove process_group_backend, or use a multi-process strategy such as 'ddp'",
+        ),
+        Rule(
+            id="precision-accelerator",
+            reason="precision={precision!r} is not available on accelerator {accelerator!r}: {why}",
+            fix="Use precision={instead!r}",
+        ),
+        Rule(
+            id="precision-strategy",
+            reason="precision={precision!r} is not supported by strategy {strategy!r}, which accepts {supported}",
+            fix="Use one of {supported}",
+        ),
+        Rule(
+            id="precision-package",
+            reason="precision={precision!r} needs the {package!r} package, which is not installed",
+            fix="Install it (`pip install {package}`), or use precision='bf16-mixed'",
+        ),
+        Rule(
+            id="cluster-world-size",
+            reason=(
+                "{cluster} started {cluster_world_size} processes ({detail}), but num_nodes={num_nodes} × "
+                "{processes_per_node} processes per node = {world_size}"
+            ),
+            fix="{fix}",
+        ),
+        Rule(
+            id="cluster-rank-range",
+            reason="{what} {value} is outside the plan's {limit_name} of {limit}",
+            fix="{fix}",
+        ),
+        Rule(
+            id="cluster-main-address",
+            reason="{cluster} spans {num_nodes} nodes but gives no main address for them to meet at",
+            fix="Export MASTER_ADDR=<host of rank 0> to every process (for mpirun: -x MASTER_ADDR)",
+        ),
+        Rule(
+            id="cluster-one-process-per-node",
+            reason="{cluster} runs one process per pod, but {processes_per_node} processes per node were asked for",
+            fix="Use devices=1 (one device per pod), and raise the number of pods (num_nodes) instead",
+        ),
+        Rule(
+            id="metric-stateful-cpu",
+            reason=(
+                "a stateful metric object kept on CPU cannot be reduced with backend {backend!r}: its states are "
+                "reduced by the metric itself, on the device its tensors live on, and {backend!r} only takes "
+                "{device_type} tensors; moving them to the device and back would mean patching the metric"
+            ),
+            fix="Keep stateful metrics on the device (store_on_cpu=False), or log the plain value instead",
+        ),
+    )
+}
+
+# --------------------------------------------------------------------------------------------------
+# Deliberate differences from PyTorch Lightning's connector (each also stated in the README).
+
+DIFFERENCES: Final[Mapping[str, str]] = {
+    "ddp-under-cluster-with-spawn": (
+        "Lightning spawns or forks extra processes inside each SLURM/torchelastic task when asked for "
+        "ddp_spawn/ddp_fork there; trainplan rejects it and points to strategy='ddp', because the cluster "
+        "already started every process."
+    ),
+    "backend-on-single-process": (
+        "Lightning ignores process_group_backend for single-process strategies; trainplan rejects it, since "
+        "it can have no effect."
+    ),
+    "mps-ddp": (
+        "Lightning rejects DDP-family strategies only when MPS is available; trainplan rejects ddp with "
+        "accelerator='mps' on any machine, and lets accelerator='cpu' use DDP on a Mac."
+    ),
+    "fork-after-cuda": (
+        "Lightning finds out at launch that CUDA was initialised before a fork; trainplan rejects the plan "
+        "when the environment says CUDA is initialised already."
+    ),
+}
