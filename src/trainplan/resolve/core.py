@@ -118,7 +118,16 @@ class _Fields:
     ok: bool
 
 
-def _run(request: object, env: object, report: Report) -> Plan | None:
+_CONCRETE_ACCELERATORS: Mapping[AcceleratorFlag, AcceleratorName] = {
+    "cpu": "cpu",
+    "cuda": "cuda",
+    "mps": "mps",
+    "xla": "xla",
+    "tpu": "xla",
+}
+
+
+def _run(request: object, given_env: object, report: Report) -> Plan | None:
     if not isinstance(request, Request):
         report(
             InvalidRequest(
@@ -129,16 +138,17 @@ def _run(request: object, env: object, report: Report) -> Plan | None:
             )
         )
         return None
-    if not isinstance(env, Environment):
+    if not isinstance(given_env, Environment):
         report(
             InvalidRequest(
                 field="env",
-                value=env,
-                reason=f"resolve takes a trainplan.Environment, not {type(env).__name__}",
+                value=given_env,
+                reason=f"resolve takes a trainplan.Environment, not {type(given_env).__name__}",
                 fix="Use trainplan.probe() for this machine, or Environment(...) for a what-if",
             )
         )
         return None
+    env: Environment = given_env
     if not _check_environment(env, report):
         return None
     fields = _normalise(request, report)
@@ -165,7 +175,15 @@ def _run(request: object, env: object, report: Report) -> Plan | None:
 
     chosen = _attempt(report, lambda: _choose_accelerator(fields.accelerator, env), None)
     if chosen is None:
-        return None
+        assumed = _CONCRETE_ACCELERATORS.get(fields.accelerator)
+        if assumed is None:
+            return None
+        # Only `check` gets here: go on as if the hardware were present, to find the request's other problems.
+        chosen = assumed, "assumed present (check only)"
+        plenty = 1 << 12  # enough devices that no selection fails for want of them
+        env = attrs.evolve(
+            env, cuda_device_count=plenty, usable_cuda_devices=None, mps_available=True, xla_device_count=plenty
+        )
     accelerator, reasons["accelerator"] = chosen
     if fields.accelerator == "auto":
         notes.append(Note(code="accelerator-auto", level="info", message=f"accelerator='auto' chose {accelerator!r}"))
@@ -190,11 +208,7 @@ def _run(request: object, env: object, report: Report) -> Plan | None:
 
     processes_per_node = len(devices) if family.multi_process else 1
     world_size = fields.num_nodes * processes_per_node
-    reasons["layout"] = (
-        f"{family.description}: "
-        + ("one process per device" if family.multi_process else "one process")
-        + f" on each of {fields.num_nodes} node(s)"
-    )
+    reasons["layout"] = f"{family.description}, on {fields.num_nodes} node(s)"
 
     no_launcher: LauncherName = "none"
     launcher = _attempt(report, lambda: _choose_launcher(strategy_name, family, facts, env, accelerator), no_launcher)
@@ -360,14 +374,8 @@ def _normalise(request: Request, report: Report) -> _Fields:
     no_backend: BackendName | None = None
     no_options: StrategyOptions | None = None
     precision = field(lambda: normalise.precision(request.precision), default_precision)
-    if ok and normalise.is_precision_alias(request.precision):
-        notes.append(
-            Note(
-                code="precision-alias",
-                level="deprecation",
-                message=f"precision={request.precision!r} means {precision!r}; write precision={precision!r}",
-            )
-        )
+    if ok:
+        notes.extend(normalise.precision_alias_notes(request.precision, precision))
     accelerator = field(lambda: normalise.accelerator(request.accelerator), auto_accelerator)
     raw_accelerator: object = request.accelerator
     if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() == "tpu":

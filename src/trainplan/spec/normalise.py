@@ -25,6 +25,7 @@ from trainplan.spec.names import (
     PrecisionName,
     StrategyFlag,
 )
+from trainplan.spec.notes import Note
 from trainplan.spec.options import OPTION_TYPES, DDPOptions, DeepSpeedOptions, FSDPOptions, StrategyOptions
 from trainplan.spec.request import Request
 from trainplan.spec.tables import (
@@ -121,9 +122,17 @@ def precision(value: object) -> PrecisionName:
     )
 
 
-def is_precision_alias(value: object) -> bool:
-    """Whether a precision was given in a short or legacy spelling (the plan notes the canonical one)."""
-    return not (isinstance(value, str) and value in PRECISIONS)
+def precision_alias_notes(value: object, canonical: PrecisionName) -> tuple[Note, ...]:
+    """A deprecation note when a precision was given in a short or legacy spelling (`16`, `"bf16"`)."""
+    if isinstance(value, str) and value in PRECISIONS:
+        return ()
+    return (
+        Note(
+            code="precision-alias",
+            level="deprecation",
+            message=f"precision={value!r} means {canonical!r}; write precision={canonical!r}",
+        ),
+    )
 
 
 def num_nodes(value: object) -> int:
@@ -341,12 +350,15 @@ def request_from_config(config: Mapping[str, object]) -> Request:
     if isinstance(batchnorm, str) and batchnorm.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
         batchnorm = batchnorm.strip().lower() in ("true", "1", "yes")
     normal_devices = devices(config.get("devices", "auto"))
+    raw_precision = config.get("precision", "32-true")
+    canonical_precision = precision(raw_precision)
     return Request(
         accelerator=accelerator(config.get("accelerator", "auto")),
         strategy=strategy_name,
         devices=normal_devices,
         num_nodes=num_nodes(nodes),
-        precision=precision(config.get("precision", "32-true")),
+        precision=canonical_precision,
+        notes=precision_alias_notes(raw_precision, canonical_precision),
         process_group_backend=backend(config.get("process_group_backend")),
         cluster=cluster(config.get("cluster", "auto")),
         metrics_store=metrics_store(config.get("metrics_store", "device")),

@@ -37,6 +37,11 @@ from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, St
 from trainplan.spec.request import Request
 
 ReducesOn: TypeAlias = Literal["device", "where_stored", "nowhere"]
+_REDUCES_ON: dict[ReducesOn, str] = {
+    "device": "reduced on the device",
+    "where_stored": "reduced where stored",
+    "nowhere": "never reduced (one process)",
+}
 
 
 @attrs.frozen(kw_only=True)
@@ -171,7 +176,7 @@ class Plan:
             ("precision", self.precision, "precision"),
             (
                 "metrics",
-                f"stored on {self.metrics.default_store}, reduced {self.metrics.reduces_on.replace('_', ' ')}",
+                f"stored on {self.metrics.default_store}, {_REDUCES_ON[self.metrics.reduces_on]}",
                 "metrics",
             ),
         ]

@@ -1,0 +1,275 @@
+"""The `trainplan` command: plan, probe, matrix.
+
+`trainplan` with no subcommand is `trainplan plan`: it probes this machine and prints the plan for
+an all-"auto" request with its explanation. Bad input prints the error's message (no traceback)
+and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+import attrs
+
+from trainplan.effects.probe import probe
+from trainplan.resolve import check, resolve
+from trainplan.resolve.matrix import render_matrix
+from trainplan.spec.environment import Environment
+from trainplan.spec.errors import InvalidRequest, TrainplanError, did_you_mean
+from trainplan.spec.names import (
+    ACCELERATOR_FLAGS,
+    BACKENDS,
+    CLUSTER_FLAGS,
+    METRICS_STORES,
+    START_METHODS,
+    STRATEGY_FLAGS,
+    StartMethod,
+)
+from trainplan.spec.request import Request
+
+EXIT_USAGE = 2
+
+SUBCOMMANDS = ("plan", "probe", "matrix")
+
+
+class CliError(TrainplanError):
+    """A command-line input that cannot be used (an unknown --assume fact, an unreadable file)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainplan",
+        description="Decide how a PyTorch training run is laid out on this machine (or a what-if one).",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    plan = commands.add_parser("plan", help="resolve a request and print the plan (the default command)")
+    _add_request_flags(plan)
+    _add_environment_flags(plan)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON (Plan.to_dict)")
+    plan.add_argument("--check", action="store_true", help="list every problem with the request, not just the first")
+    probe_command = commands.add_parser("probe", help="print the facts trainplan reads from this machine")
+    _add_environment_flags(probe_command)
+    probe_command.add_argument("--json", action="store_true", help="print the facts as JSON")
+    commands.add_parser("matrix", help="print the compatibility tables, generated from the rules")
+    return parser
+
+
+def _add_request_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("request (mirrors trainplan.Request)")
+    group.add_argument("--accelerator", default="auto", help=f"one of {', '.join(ACCELERATOR_FLAGS)}")
+    group.add_argument("--strategy", default="auto", help=f"e.g. {', '.join(STRATEGY_FLAGS[:6])}, ...")
+    group.add_argument("--devices", default="auto", help="a count, -1 (all), auto, or indices like 0,2")
+    group.add_argument("--num-nodes", default="1", help="number of machines")
+    group.add_argument("--precision", default="32-true", help="e.g. 32-true, 16-mixed, bf16-mixed, 64-true")
+    group.add_argument("--process-group-backend", default=None, help=f"one of {', '.join(BACKENDS)}")
+    group.add_argument("--cluster", default="auto", help=f"one of {', '.join(CLUSTER_FLAGS)}")
+    group.add_argument("--metrics-store", default="device", help=f"one of {', '.join(METRICS_STORES)}")
+    group.add_argument("--sync-batchnorm", action="store_true", help="synchronise batch-norm statistics")
+
+
+def _add_environment_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("what-if facts (start from this machine unless --no-probe)")
+    group.add_argument("--no-probe", action="store_true", help="start from a bare one-CPU machine, not this one")
+    group.add_argument(
+        "--assume",
+        action="append",
+        default=[],
+        metavar="FACT",
+        help=(
+            "cuda=N, usable=0,2, mps[=yes|no], xla=N, cpu=N, interactive[=yes|no], cuda-initialized[=yes|no], "
+            "start-methods=spawn,forkserver, package=NAME"
+        ),
+    )
+    group.add_argument("--env-file", type=Path, help="environment variables, one KEY=VALUE per line")
+    group.add_argument("--set-env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable")
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"trainplan: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
+
+
+def _yes(fact: str, value: str | None) -> bool:
+    if value is None or value.lower() in ("yes", "true", "1", "on"):
+        return True
+    if value.lower() in ("no", "false", "0", "off"):
+        return False
+    raise CliError(f"--assume {fact}={value}: write yes or no, e.g. --assume {fact}=no")
+
+
+def _count(fact: str, value: str | None) -> int:
+    if value is None or not value.strip().isdigit():
+        raise CliError(f"--assume {fact}={value}: write a whole number, e.g. --assume {fact}=8")
+    return int(value)
+
+
+def _assume(env: Environment, assumption: str) -> Environment:
+    fact, _, rest = assumption.partition("=")
+    value = rest if "=" in assumption else None
+    fact = fact.strip().lower().replace("_", "-")
+    appliers: dict[str, Callable[[], Environment]] = {
+        "cuda": lambda: attrs.evolve(env, cuda_device_count=_count(fact, value), usable_cuda_devices=None),
+        "usable": lambda: attrs.evolve(env, usable_cuda_devices=_indices(fact, value)),
+        "mps": lambda: attrs.evolve(env, mps_available=_yes(fact, value)),
+        "xla": lambda: attrs.evolve(env, xla_device_count=_count(fact, value), packages={*env.packages, "torch_xla"}),
+        "cpu": lambda: attrs.evolve(env, cpu_count=max(1, _count(fact, value))),
+        "interactive": lambda: attrs.evolve(env, interactive=_yes(fact, value)),
+        "cuda-initialized": lambda: attrs.evolve(env, cuda_initialized=_yes(fact, value)),
+        "start-methods": lambda: attrs.evolve(env, start_methods=_methods(value)),
+        "no-fork": lambda: attrs.evolve(env, start_methods=tuple(m for m in env.start_methods if m != "fork")),
+        "package": lambda: attrs.evolve(env, packages={*env.packages, _package(value)}),
+    }
+    if fact not in appliers:
+        raise InvalidRequest(
+            field="--assume", value=assumption, reason="it is not a known fact", allowed=tuple(appliers)
+        )
+    return appliers[fact]()
+
+
+def _indices(fact: str, value: str | None) -> tuple[int, ...]:
+    parts = [part.strip() for part in (value or "").split(",") if part.strip()]
+    if not all(part.isdigit() for part in parts):
+        raise CliError(f"--assume {fact}={value}: write device indices, e.g. --assume {fact}=0,2")
+    return tuple(int(part) for part in parts)
+
+
+def _methods(value: str | None) -> tuple[StartMethod, ...]:
+    chosen: list[StartMethod] = []
+    for part in (value or "").split(","):
+        name = part.strip()
+        match = [method for method in START_METHODS if method == name]
+        if not match:
+            raise CliError(f"--assume start-methods={value}: start methods are {', '.join(START_METHODS)}")
+        chosen.append(match[0])
+    return tuple(chosen)
+
+
+def _package(value: str | None) -> str:
+    if not value or not value.strip():
+        raise CliError("--assume package=NAME: name the package, e.g. --assume package=deepspeed")
+    return value.strip()
+
+
+def _read_env_file(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise CliError(f"--env-file {path}: cannot read it ({error.strerror})") from None
+    variables: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        line = line.removeprefix("export ").strip()
+        key, separator, value = line.partition("=")
+        if not separator or not key.strip():
+            raise CliError(f"--env-file {path}, line {number}: expected KEY=VALUE, found {raw!r}")
+        variables[key.strip()] = value.strip().strip("'\"")
+    return variables
+
+
+def _environment(arguments: argparse.Namespace) -> Environment:
+    env = Environment() if arguments.no_probe else probe()
+    variables: dict[str, str] = {}
+    if arguments.env_file is not None:
+        variables.update(_read_env_file(arguments.env_file))
+    for item in arguments.set_env:
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip():
+            raise CliError(f"--set-env {item!r}: write KEY=VALUE, e.g. --set-env SLURM_NTASKS=8")
+        variables[key.strip()] = value
+    if variables:
+        env = env.with_variables(variables)
+    for assumption in arguments.assume:
+        env = _assume(env, assumption)
+    return env
+
+
+def _request(arguments: argparse.Namespace) -> Request:
+    return Request.from_config(
+        {
+            "accelerator": arguments.accelerator,
+            "strategy": arguments.strategy,
+            "devices": arguments.devices,
+            "num_nodes": arguments.num_nodes,
+            "precision": arguments.precision,
+            "process_group_backend": arguments.process_group_backend,
+            "cluster": arguments.cluster,
+            "metrics_store": arguments.metrics_store,
+            "sync_batchnorm": arguments.sync_batchnorm,
+        }
+    )
+
+
+def _run_plan(arguments: argparse.Namespace) -> int:
+    env = _environment(arguments)
+    if arguments.check:
+        try:
+            request = _request(arguments)
+        except TrainplanError as error:
+            print(f"- {error}")
+            return EXIT_USAGE
+        problems = list(check(request, env))
+        for problem in problems:
+            print(f"- {problem}")
+        if not problems:
+            print("no problems: the request resolves on this environment")
+        return EXIT_USAGE if problems else 0
+    plan = resolve(_request(arguments), env)
+    if arguments.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+    else:
+        print(plan.explain())
+    return 0
+
+
+def _run_probe(arguments: argparse.Namespace) -> int:
+    env = _environment(arguments)
+    facts = {attribute.name: _jsonable(getattr(env, attribute.name)) for attribute in attrs.fields(Environment)}
+    if arguments.json:
+        print(json.dumps(facts, indent=2))
+    else:
+        width = max(len(name) for name in facts)
+        for name, value in facts.items():
+            print(f"{name.ljust(width)}  {value}")
+    return 0
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, frozenset):
+        return sorted(value)
+    if isinstance(value, tuple):
+        return list(value)
+    if hasattr(value, "items"):
+        return dict(value.items())
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `trainplan` console script."""
+    arguments_list = list(sys.argv[1:] if argv is None else argv)
+    if arguments_list and not arguments_list[0].startswith("-") and arguments_list[0] not in SUBCOMMANDS:
+        guess = did_you_mean(arguments_list[0], SUBCOMMANDS)
+        hint = f"did you mean `trainplan {guess}`? " if guess else ""
+        _fail(f"unknown command {arguments_list[0]!r}; {hint}commands: {', '.join(SUBCOMMANDS)}")
+    if not arguments_list or (arguments_list[0] not in SUBCOMMANDS and arguments_list[0] not in ("-h", "--help")):
+        arguments_list.insert(0, "plan")
+    arguments = _parser().parse_args(arguments_list)
+    try:
+        if arguments.command == "probe":
+            return _run_probe(arguments)
+        if arguments.command == "matrix":
+            print(render_matrix())
+            return 0
+        return _run_plan(arguments)
+    except TrainplanError as error:
+        _fail(str(error))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
