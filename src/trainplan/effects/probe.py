@@ -8,13 +8,13 @@ machine without the NVIDIA driver the library is absent and the count is 0 at on
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
-import multiprocessing
 import os
 import platform
 import sys
 from collections.abc import Mapping
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from trainplan.resolve.visible import AmbiguousDevice, visible_device_order
 from trainplan.spec.environment import Environment
@@ -77,10 +77,9 @@ class NvmlInventory:
 
 def relevant_variables(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment variables that matter to a plan (see `tables.RELEVANT_VARIABLES`)."""
+    # Keys first, values only for the few that matter: os.environ decodes every value it yields.
     return {
-        key: value
-        for key, value in environ.items()
-        if key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES)
+        key: environ[key] for key in environ if key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES)
     }
 
 
@@ -100,29 +99,45 @@ def is_interactive() -> bool:
 def probe(*, environ: Mapping[str, str] | None = None, gpus: GpuInventory | None = None) -> Environment:
     """The facts of this machine and process. Never initialises CUDA and does not import torch.
 
-    `environ` defaults to `os.environ` and `gpus` to NVML; tests pass their own.
+    `environ` defaults to `os.environ` and `gpus` to NVML; tests pass their own. Facts that cannot
+    change while a process runs (the GPUs the driver lists, installed packages, start methods) are read
+    once per process; environment variables, CUDA's state and the session are read on every call.
     """
     environ = os.environ if environ is None else environ
-    inventory = NvmlInventory() if gpus is None else gpus
-    uuids = inventory.device_uuids() or []
+    static = _static_facts()
+    uuids = static.uuids if gpus is None else (gpus.device_uuids() or [])
     try:
         visible = visible_device_order(environ.get("CUDA_VISIBLE_DEVICES"), uuids)
     except AmbiguousDevice as error:
         raise ProbeError(f"{error}. Write a longer UUID prefix, or device indices, in CUDA_VISIBLE_DEVICES.") from None
-    packages = frozenset(name for name in OPTIONAL_PACKAGES if importlib.util.find_spec(name) is not None)
-    methods: tuple[StartMethod, ...] = tuple(
-        method for method in START_METHODS if method in multiprocessing.get_all_start_methods()
-    )
     return Environment(
         cuda_device_count=len(visible),
         cuda_initialized=cuda_initialized(),
         mps_available=_mps_available(),
-        xla_device_count=_xla_device_count(environ, packages),
+        xla_device_count=_xla_device_count(environ, static.packages),
         cpu_count=_cpu_count(),
         interactive=is_interactive(),
-        start_methods=methods,
-        packages=packages,
+        start_methods=static.start_methods,
+        packages=static.packages,
         variables=relevant_variables(environ),
+    )
+
+
+class _StaticFacts(NamedTuple):
+    uuids: list[str]
+    packages: frozenset[str]
+    start_methods: tuple[StartMethod, ...]
+
+
+@functools.cache
+def _static_facts() -> _StaticFacts:
+    import multiprocessing
+
+    available = multiprocessing.get_all_start_methods()
+    return _StaticFacts(
+        uuids=NvmlInventory().device_uuids() or [],
+        packages=frozenset(name for name in OPTIONAL_PACKAGES if importlib.util.find_spec(name) is not None),
+        start_methods=tuple(method for method in START_METHODS if method in available),
     )
 
 

@@ -4,6 +4,6 @@ Imports `trainplan.spec` only; never torch, the effects layer, the process envir
 """
 
 from trainplan.resolve.cluster import expand_hostlist
-from trainplan.resolve.core import check, place_metric, resolve
+from trainplan.resolve.core import check, place_metric, resolve, resolve_uncached
 
-__all__ = ["check", "expand_hostlist", "place_metric", "resolve"]
+__all__ = ["check", "expand_hostlist", "place_metric", "resolve", "resolve_uncached"]

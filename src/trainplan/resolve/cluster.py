@@ -63,18 +63,24 @@ def detect(flag: ClusterFlag, variables: Mapping[str, str]) -> ClusterFacts:
 
 
 def _present(groups: tuple[frozenset[str], ...], variables: Mapping[str, str]) -> bool:
-    return any(group <= variables.keys() for group in groups)
+    return any(all(name in variables for name in group) for group in groups)
+
+
+_DETECTION_ORDER = tuple(
+    sorted(
+        (rule for rule in CLUSTERS.values() if rule.detect_priority is not None and rule.name != "local"),
+        key=lambda rule: -(rule.detect_priority or 0),
+    )
+)
 
 
 def _detected(variables: Mapping[str, str]) -> ClusterName:
-    candidates = sorted(
-        (rule for rule in CLUSTERS.values() if rule.detect_priority is not None),
-        key=lambda rule: -(rule.detect_priority or 0),
-    )
-    for rule in candidates:
+    if not variables:
+        return "local"
+    for rule in _DETECTION_ORDER:
         if rule.name == "slurm" and variables.get("SLURM_JOB_NAME", "") in SLURM_INTERACTIVE_JOB_NAMES:
             continue
-        if rule.name != "local" and _present(rule.detect_variables, variables):
+        if _present(rule.detect_variables, variables):
             return rule.name
     return "local"
 

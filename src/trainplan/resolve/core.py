@@ -11,6 +11,7 @@ neutral fallback where one exists, so a tool can show every problem with a reque
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -62,7 +63,20 @@ def resolve(request: Request, env: Environment) -> Plan:
     """The plan for `request` on `env`, or the first problem as a `TrainplanError`.
 
     Pure: the environment is always passed in (use `trainplan.resolve` to probe this machine).
+    Being pure, it is memoised: resolving an equal request on an equal environment again returns
+    the same plan from a bounded cache (`resolve_uncached` skips it). Errors are never cached.
     """
+    try:
+        key = (request, request.notes, env, _type_signature(request, env))
+        return _resolve_cached(*key)
+    except TypeError:
+        # Unhashable garbage in a field (a dict for `devices`, say): resolve it without the cache,
+        # which reports it as an InvalidRequest.
+        return resolve_uncached(request, env)
+
+
+def resolve_uncached(request: Request, env: Environment) -> Plan:
+    """`resolve` without the memo: every call runs every step (for benchmarks of the cold path)."""
 
     def raise_it(error: TrainplanError) -> None:
         raise error
@@ -71,6 +85,42 @@ def resolve(request: Request, env: Environment) -> Plan:
     if plan is None:  # pragma: no cover - the raising sink ends every failed run before this
         raise TrainplanError("resolve reached no plan and no error; please report this")
     return plan
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolve_cached(request: Request, notes: object, env: Environment, signature: object) -> Plan:
+    return resolve_uncached(request, env)
+
+
+def _type_signature(request: Request, env: Environment) -> tuple[object, ...]:
+    """The types of the values in a request and an environment.
+
+    Part of the memo's key because equal values of different types resolve differently: `devices=True`
+    is refused while `devices=1` is not, yet `True == 1` and both hash alike.
+    """
+    raw: object = request.devices
+    options: object = request.strategy_options
+    usable: object = env.usable_cuda_devices
+    return (
+        type(request.accelerator),
+        type(request.strategy),
+        type(raw),
+        tuple(map(type, raw)) if isinstance(raw, tuple) else None,
+        type(request.num_nodes),
+        type(request.precision),
+        type(request.process_group_backend),
+        type(request.cluster),
+        type(request.metrics_store),
+        type(request.sync_batchnorm),
+        None if options is None else repr(options),
+        type(env.cuda_device_count),
+        type(env.cuda_initialized),
+        type(env.mps_available),
+        type(env.xla_device_count),
+        type(env.cpu_count),
+        type(env.interactive),
+        tuple(map(type, usable)) if isinstance(usable, tuple) else None,
+    )
 
 
 def check(request: Request, env: Environment) -> Iterator[TrainplanError]:
@@ -298,6 +348,9 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
 # Normalisation and the environment's own sanity
 
 
+_ENVIRONMENT_FACTS = tuple(attribute.name for attribute in attrs.fields(Environment))
+
+
 def _check_environment(env: Environment, report: Report) -> bool:
     ok = True
 
@@ -314,13 +367,13 @@ def _check_environment(env: Environment, report: Report) -> bool:
         )
 
     # The record's types say what each fact is; values written by hand at runtime may still be anything.
-    facts: dict[str, object] = {attribute.name: getattr(env, attribute.name) for attribute in attrs.fields(Environment)}
+    facts: dict[str, object] = {name: getattr(env, name) for name in _ENVIRONMENT_FACTS}
     for field, minimum in (("cuda_device_count", 0), ("xla_device_count", 0), ("cpu_count", 1)):
         value = facts[field]
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if type(value) is not int or value < minimum:
             bad(field, value, f"it must be a whole number ≥ {minimum}")
     for field in ("cuda_initialized", "mps_available", "interactive"):
-        if not isinstance(facts[field], bool):
+        if type(facts[field]) is not bool:
             bad(field, facts[field], "it must be True or False")
     methods = facts["start_methods"]
     if not isinstance(methods, tuple) or not all(method in START_METHODS for method in methods):
@@ -699,6 +752,10 @@ def _place_in_cluster(
     facts: ClusterFacts, num_nodes: int, processes_per_node: int, world_size: int, launcher: LauncherName
 ) -> ClusterInfo:
     values = {"num_nodes": num_nodes, "devices_per_node": processes_per_node}
+    if facts.kind == "kubeflow" and processes_per_node != 1:
+        raise incompatible(
+            "cluster-one-process-per-node", values, cluster=facts.kind, processes_per_node=processes_per_node
+        )
     if facts.creates_processes:
         layout = {"num_nodes": num_nodes, "processes_per_node": processes_per_node, "world_size": world_size}
         stated = (
@@ -751,10 +808,6 @@ def _place_in_cluster(
             limit_name="processes per node",
             limit=processes_per_node,
             fix=f"Ask for devices={facts.local_rank + 1} or more per node, or start fewer processes per node",
-        )
-    if facts.kind == "kubeflow" and processes_per_node != 1:
-        raise incompatible(
-            "cluster-one-process-per-node", values, cluster=facts.kind, processes_per_node=processes_per_node
         )
     address = facts.main_address
     if address is None:
@@ -948,4 +1001,4 @@ def _advice(
     return notes
 
 
-__all__ = ["check", "incompatible", "place_metric", "resolve"]
+__all__ = ["check", "incompatible", "place_metric", "resolve", "resolve_uncached"]

@@ -1,0 +1,46 @@
+# trainplan: `make demo` and `make test` work on a fresh machine (they create .venv first).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck layers unit bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, pinned: this machine holds the 2.13.0 CPU build locally; a bare `torch` would pull a CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/trainplan
+	@echo
+	$(BIN)/trainplan plan --assume cuda=8 --strategy ddp --devices 0,2,5 --precision bf16-mixed
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks typings
+	$(BIN)/ruff format --check src tests benchmarks typings
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict src tests typings benchmarks
+	$(BIN)/mypy --strict tests/typing/check_public_types.py
+
+layers: $(STAMP)
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+test: lint typecheck layers unit
+
+$(VENV)/.bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	touch $(VENV)/.bench
+
+bench: $(VENV)/.bench
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

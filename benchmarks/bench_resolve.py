@@ -1,0 +1,74 @@
+"""resolve's cost per call next to Lightning's `_AcceleratorConnector` and Fabric's `_Connector`."""
+
+from __future__ import annotations
+
+import subprocess
+import warnings
+from collections.abc import Callable
+
+from benchmarks.common import Row, human, import_seconds, per_call_seconds
+from trainplan import Environment, Request, probe
+from trainplan import resolve as resolve_probing
+from trainplan.resolve import resolve, resolve_uncached
+
+REQUESTS: dict[str, dict[str, object]] = {
+    "auto": {},
+    "cpu ddp ×2, bf16-mixed": {"accelerator": "cpu", "strategy": "ddp", "devices": 2, "precision": "bf16-mixed"},
+}
+
+
+def _lightning_trainer_connector() -> Callable[[dict[str, object]], object] | None:
+    try:
+        from pytorch_lightning.trainer.connectors.accelerator_connector import _AcceleratorConnector
+    except ImportError:
+        return None
+    return lambda flags: _AcceleratorConnector(**flags)
+
+
+def _lightning_fabric_connector() -> Callable[[dict[str, object]], object] | None:
+    try:
+        from lightning_fabric.connector import _Connector
+    except ImportError:
+        return None
+    return lambda flags: _Connector(**flags)
+
+
+def run() -> list[Row]:
+    rows: list[Row] = []
+    env: Environment = probe()
+    anchors = {
+        "Lightning `_AcceleratorConnector`": _lightning_trainer_connector(),
+        "Fabric `_Connector`": _lightning_fabric_connector(),
+    }
+    warnings.simplefilter("ignore")
+    for label, flags in REQUESTS.items():
+        request = Request(**flags)  # type: ignore[arg-type]
+        ours = {
+            "resolve(request, env), repeated (memoised)": per_call_seconds(
+                lambda request=request: resolve(request, env)
+            ),
+            "resolve_uncached(request, env) (cold path)": per_call_seconds(
+                lambda request=request: resolve_uncached(request, env)
+            ),
+            "trainplan.resolve(request) (probes each call)": per_call_seconds(
+                lambda request=request: resolve_probing(request)
+            ),
+        }
+        for anchor, build in anchors.items():
+            if build is None:
+                rows.append(Row(f"{label}", "—", "not installed", anchor, None, "≥ 10×"))
+                continue
+            theirs = per_call_seconds(lambda flags=flags, build=build: build(flags), budget=1.0)
+            for what, seconds in ours.items():
+                rows.append(Row(f"{what}; {label}", human(seconds), human(theirs), anchor, theirs / seconds, "≥ 10×"))
+    ours = import_seconds("trainplan")
+    for module in ("pytorch_lightning", "lightning_fabric", "accelerate"):
+        try:
+            theirs = import_seconds(module)
+        except subprocess.CalledProcessError:  # the anchor is optional; report it as missing
+            rows.append(Row("import", human(ours), "not installed", f"`import {module}`", None, "≥ 20×"))
+            continue
+        rows.append(Row("import", human(ours), human(theirs), f"`import {module}`", theirs / ours, "≥ 20×"))
+    probe_time = per_call_seconds(probe)
+    rows.append(Row("probe()", human(probe_time), "—", "—", None, "fast, no CUDA init"))
+    return rows

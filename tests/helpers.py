@@ -1,0 +1,51 @@
+"""Shared test helpers: environments written by hand, and one-line resolution."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from trainplan import Environment, Plan, Request
+from trainplan.resolve import resolve
+
+
+def cuda(count: int, **facts: object) -> Environment:
+    """A machine with `count` visible CUDA devices and a few CPUs."""
+    return Environment(cuda_device_count=count, cpu_count=8, **facts)  # type: ignore[arg-type]
+
+
+def cpu(**facts: object) -> Environment:
+    """A CPU-only machine."""
+    return Environment(cpu_count=8, **facts)  # type: ignore[arg-type]
+
+
+def with_variables(env: Environment, variables: Mapping[str, str]) -> Environment:
+    return env.with_variables(variables)
+
+
+def plan_for(env: Environment, **request: object) -> Plan:
+    """Resolve a request given as keyword arguments."""
+    return resolve(Request(**request), env)  # type: ignore[arg-type]
+
+
+SLURM_2x4 = {
+    "SLURM_NTASKS": "8",
+    "SLURM_NTASKS_PER_NODE": "4",
+    "SLURM_NNODES": "2",
+    "SLURM_PROCID": "5",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_JOB_NAME": "train",
+    "SLURM_JOB_ID": "1234567",
+    "SLURM_NODELIST": "node[001-002]",
+}
+
+TORCHRUN_2x2 = {
+    "RANK": "3",
+    "LOCAL_RANK": "1",
+    "GROUP_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "WORLD_SIZE": "4",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29500",
+    "TORCHELASTIC_RUN_ID": "abc",
+}

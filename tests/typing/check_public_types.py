@@ -1,0 +1,78 @@
+# mypy: disallow-any-expr
+"""What a downstream type checker sees. Checked by mypy (`make typecheck`), never executed.
+
+- `resolve(...)` is a `Plan`, and its parts have precise types;
+- a misspelt literal is rejected (each `type: ignore[...]` below must be needed: `warn_unused_ignores`
+  turns an accepted wrong value into an error);
+- no public name is `Any` (this file is checked with `disallow_any_expr`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import assert_type
+
+import trainplan
+from trainplan import (
+    AcceleratorName,
+    BackendName,
+    DDPOptions,
+    Environment,
+    LauncherName,
+    Plan,
+    PrecisionName,
+    Request,
+    StrategyName,
+    TrainplanError,
+)
+
+plan = trainplan.resolve(Request(accelerator="gpu", strategy="ddp", devices=2))
+assert_type(plan, Plan)
+assert_type(trainplan.resolve(Request(), Environment(cuda_device_count=2)), Plan)
+assert_type(plan.accelerator, AcceleratorName)
+assert_type(plan.strategy.name, StrategyName)
+assert_type(plan.devices, tuple[int, ...])
+assert_type(plan.world_size, int)
+assert_type(plan.launcher, LauncherName)
+assert_type(plan.process_group_backend, BackendName | None)
+assert_type(plan.precision, PrecisionName)
+assert_type(plan.device_for(0), str)
+assert_type(plan.to_dict(), dict[str, object])
+assert_type(Plan.from_dict({}), Plan)
+assert_type(trainplan.check(Request()), Iterator[TrainplanError])
+assert_type(trainplan.probe(), Environment)
+
+Request(accelerator="gpux")  # type: ignore[arg-type]
+Request(strategy="ddp_spwn")  # type: ignore[arg-type]
+Request(precision="bf17")  # type: ignore[arg-type]
+Request(process_group_backend="ncl")  # type: ignore[arg-type]
+Request(cluster="sge")  # type: ignore[arg-type]
+Request(metrics_store="gpu")  # type: ignore[arg-type]
+Request(devices=1.5)  # type: ignore[arg-type]
+Request(strategy_options=DDPOptions(find_unused_parameters="yes"))  # type: ignore[arg-type]
+Request("cpu")  # type: ignore[call-arg]
+
+public_names = (
+    trainplan.Request,
+    trainplan.Environment,
+    trainplan.Plan,
+    trainplan.ClusterInfo,
+    trainplan.StrategyChoice,
+    trainplan.MetricPlacement,
+    trainplan.MetricSlot,
+    trainplan.Note,
+    trainplan.DDPOptions,
+    trainplan.FSDPOptions,
+    trainplan.DeepSpeedOptions,
+    trainplan.TrainplanError,
+    trainplan.InvalidRequest,
+    trainplan.Incompatible,
+    trainplan.Unavailable,
+    trainplan.ClusterEnvironmentError,
+    trainplan.PlanFormatError,
+    trainplan.MissingRule,
+    trainplan.resolve,
+    trainplan.check,
+    trainplan.probe,
+    trainplan.place_metric,
+)

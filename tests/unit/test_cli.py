@@ -1,0 +1,108 @@
+"""The `trainplan` command: plan (the default), probe, matrix; errors exit 2 without a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainplan.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(arguments))
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_no_arguments_prints_an_explained_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--no-probe")
+    assert code == 0 and "trainplan: the plan" in out and "why:" in out
+
+
+def test_what_if_eight_gpus_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", "--no-probe", "--assume", "cuda=8", "--devices", "0,2", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["devices"] == [0, 2] and data["strategy"]["name"] == "ddp"
+
+
+def test_environment_from_file_and_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    env_file = tmp_path / "slurm.env"
+    env_file.write_text(
+        "# a SLURM task\nexport SLURM_NTASKS=4\nSLURM_PROCID=1\nSLURM_LOCALID=1\nSLURM_NODEID=0\n"
+        "SLURM_JOB_NAME='train'\n"
+    )
+    code, out, _ = run(
+        capsys,
+        "--no-probe",
+        "--assume",
+        "cuda=4",
+        "--env-file",
+        str(env_file),
+        "--set-env",
+        "SLURM_NODELIST=gpu[7-8]",
+        "--json",
+    )
+    data = json.loads(out)
+    assert code == 0
+    assert data["cluster"]["kind"] == "slurm" and data["cluster"]["main_address"] == "gpu7"
+    assert data["launcher"] == "external" and data["cluster"]["global_rank"] == 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        (("--accelerator", "gpux"), "Did you mean accelerator='gpu'"),
+        (("--assume", "cuda=eight"), "whole number"),
+        (("--assume", "gpus=8"), "not a known fact"),
+        (("--set-env", "NOVALUE"), "KEY=VALUE"),
+        (("--env-file", "/nonexistent/file"), "cannot read"),
+        (("--accelerator", "cuda"), "only cpu"),
+    ],
+)
+def test_bad_input_exits_2_with_the_message(
+    capsys: pytest.CaptureFixture[str], arguments: tuple[str, ...], words: str
+) -> None:
+    code, _, err = run(capsys, "--no-probe", *arguments)
+    assert code == 2
+    assert words in err and "Traceback" not in err
+
+
+def test_unknown_command_suggests_one(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "matrx")
+    assert code == 2 and "trainplan matrix" in err
+
+
+def test_check_lists_every_problem(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "plan", "--no-probe", "--check", "--accelerator", "cuda", "--strategy", "fsdp", "--precision", "64"
+    )
+    assert code == 2 and out.count("\n- ") + out.startswith("- ") == 2
+
+
+def test_probe_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "probe", "--json", "--assume", "interactive")
+    facts = json.loads(out)
+    assert code == 0 and facts["interactive"] is True and "start_methods" in facts
+
+
+def test_matrix_comes_from_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "matrix")
+    assert code == 0 and "| `deepspeed` | deepspeed | subprocess | ✗ | ✓ | ✗ | ✗ |" in out
+
+
+def test_console_script_runs_as_a_module() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trainplan.cli", "--no-probe", "--devices", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "devices='0'" in result.stderr and "Traceback" not in result.stderr

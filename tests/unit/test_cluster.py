@@ -1,0 +1,142 @@
+"""Cluster environments read from environment variables: detection order, ranks, addresses, ports."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import SLURM_2x4, TORCHRUN_2x2, cpu, cuda, plan_for
+from trainplan import ClusterEnvironmentError
+from trainplan.resolve import expand_hostlist
+from trainplan.resolve.cluster import detect
+
+
+class TestHostlist:
+    @pytest.mark.parametrize(
+        ("text", "hosts"),
+        [
+            ("node1", ["node1"]),
+            ("node[001-004,7],gpu2", ["node001", "node002", "node003", "node004", "node7", "gpu2"]),
+            ("a[1-2]b[3-4]", ["a1b3", "a1b4", "a2b3", "a2b4"]),
+            ("n[09-11]", ["n09", "n10", "n11"]),
+            ("x,y", ["x", "y"]),
+        ],
+    )
+    def test_expansion(self, text: str, hosts: list[str]) -> None:
+        assert expand_hostlist(text) == hosts
+
+    @pytest.mark.parametrize("text", ["node[1-", "node]1[", "n[4-2]", "n[a-b]", "", "n[[1]]"])
+    def test_malformed_lists_say_where(self, text: str) -> None:
+        with pytest.raises(ValueError):
+            expand_hostlist(text)
+
+
+class TestDetection:
+    """Order: torchelastic > SLURM > LSF > MPI > local; Kubeflow only on request."""
+
+    def test_torchelastic_wins_inside_slurm(self) -> None:
+        assert detect("auto", {**SLURM_2x4, **TORCHRUN_2x2}).kind == "torchelastic"
+
+    def test_slurm_interactive_job_is_not_managed(self) -> None:
+        facts = detect("auto", {**SLURM_2x4, "SLURM_JOB_NAME": "bash"})
+        assert facts.kind == "local"
+        assert [note.code for note in facts.notes] == ["slurm-interactive"]
+
+    def test_explicit_slurm_is_honoured_in_an_interactive_job(self) -> None:
+        assert detect("slurm", {**SLURM_2x4, "SLURM_JOB_NAME": "interactive"}).kind == "slurm"
+
+    def test_local_ignores_cluster_variables(self) -> None:
+        assert detect("local", SLURM_2x4).kind == "local"
+
+    def test_kubeflow_is_not_detected_automatically(self) -> None:
+        variables = {"KUBERNETES_PORT": "x", "MASTER_ADDR": "m", "MASTER_PORT": "1234", "WORLD_SIZE": "2", "RANK": "0"}
+        assert detect("auto", variables).kind == "local"
+        assert detect("kubeflow", variables).kind == "kubeflow"
+
+    def test_mpi_by_pmi_variables(self) -> None:
+        facts = detect("auto", {"PMI_SIZE": "2", "PMI_RANK": "1", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"})
+        assert (facts.kind, facts.global_rank, facts.main_address) == ("mpi", 1, "127.0.0.1")
+
+
+class TestSlurm:
+    def test_plan_inside_a_two_node_job(self) -> None:
+        plan = plan_for(cuda(4, variables=SLURM_2x4), devices=4, num_nodes=2)
+        cluster = plan.cluster
+        assert (plan.launcher, plan.world_size, cluster.kind) == ("external", 8, "slurm")
+        assert (cluster.global_rank, cluster.local_rank, cluster.node_rank) == (5, 1, 1)
+        assert cluster.main_address == "node001"
+        assert cluster.main_port == 15000 + 4567
+
+    def test_port_without_job_id_and_with_master_port(self) -> None:
+        without = {key: value for key, value in SLURM_2x4.items() if key != "SLURM_JOB_ID"}
+        assert detect("slurm", without).main_port == 12910
+        assert detect("slurm", {**SLURM_2x4, "MASTER_PORT": "4000"}).main_port == 4000
+
+    def test_tasks_per_node_with_repeat_count(self) -> None:
+        assert detect("slurm", {**SLURM_2x4, "SLURM_NTASKS_PER_NODE": "4(x2)"}).processes_per_node == 4
+
+    def test_uneven_tasks_per_node_is_named(self) -> None:
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("slurm", {**SLURM_2x4, "SLURM_NTASKS_PER_NODE": "4(x1),2"})
+        assert caught.value.variable == "SLURM_NTASKS_PER_NODE"
+
+    def test_missing_rank_is_named(self) -> None:
+        variables = {key: value for key, value in SLURM_2x4.items() if key != "SLURM_LOCALID"}
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("slurm", variables)
+        assert caught.value.variable == "SLURM_LOCALID"
+        assert "not set" in str(caught.value)
+
+    def test_bad_nodelist_is_named(self) -> None:
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("slurm", {**SLURM_2x4, "SLURM_NODELIST": "node[1-"})
+        assert caught.value.variable == "SLURM_NODELIST"
+
+
+class TestTorchelastic:
+    def test_plan_inside_torchrun(self) -> None:
+        plan = plan_for(cuda(2, variables=TORCHRUN_2x2), devices=2, num_nodes=2)
+        assert plan.launcher == "external"
+        assert (plan.cluster.global_rank, plan.cluster.local_rank, plan.cluster.node_rank) == (3, 1, 1)
+        assert (plan.cluster.main_address, plan.cluster.main_port) == ("10.0.0.1", 29500)
+        assert plan.device_for(1) == "cuda:1"
+
+    @pytest.mark.parametrize(
+        ("variable", "value", "words"),
+        [
+            ("RANK", "x", "whole number"),
+            ("RANK", "4", "WORLD_SIZE=4"),
+            ("LOCAL_RANK", "2", "LOCAL_WORLD_SIZE=2"),
+            ("MASTER_PORT", "0", "65535"),
+            ("WORLD_SIZE", "0", "at least 1"),
+            ("MASTER_ADDR", " ", "host name"),
+        ],
+    )
+    def test_garbage_names_the_variable(self, variable: str, value: str, words: str) -> None:
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("auto", {**TORCHRUN_2x2, variable: value})
+        assert caught.value.variable == variable and words in str(caught.value)
+
+
+class TestOthers:
+    def test_lsf_hosts_skip_the_launch_node(self) -> None:
+        variables = {
+            "LSB_JOBID": "4321",
+            "JSM_NAMESPACE_SIZE": "4",
+            "JSM_NAMESPACE_RANK": "3",
+            "JSM_NAMESPACE_LOCAL_RANK": "1",
+            "LSB_MCPU_HOSTS": "batch1 1 c1 42 c2 42",
+        }
+        plan = plan_for(cuda(2, variables=variables), devices=2, num_nodes=2)
+        assert (plan.cluster.kind, plan.cluster.main_address, plan.cluster.main_port) == ("lsf", "c1", 10321)
+        assert (plan.cluster.node_rank, plan.cluster.global_rank) == (1, 3)
+
+    def test_local_multi_node_reads_node_rank_and_warns_without_address(self) -> None:
+        plan = plan_for(cpu(variables={"NODE_RANK": "1"}), accelerator="cpu", devices=2, num_nodes=2)
+        assert (plan.cluster.node_rank, plan.launcher, plan.world_size) == (1, "subprocess", 4)
+        assert "multi-node-local" in {note.code for note in plan.notes}
+
+    def test_mpi_default_port_is_noted(self) -> None:
+        variables = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+        plan = plan_for(cpu(variables=variables), accelerator="cpu", devices=2)
+        assert plan.cluster.main_port == 29500
+        assert "mpi-default-port" in {note.code for note in plan.notes}

@@ -1,0 +1,59 @@
+"""The layering contract: the core (spec, resolve) is pure and torch-free; `import trainplan` skips torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import trainplan
+
+PACKAGE = Path(trainplan.__file__).parent
+FORBIDDEN_IN_CORE = {
+    "torch",
+    "trainplan.effects",
+    "trainplan.cli",
+    "os",
+    "sys",
+    "time",
+    "datetime",
+    "random",
+    "subprocess",
+    "multiprocessing",
+    "socket",
+    "platform",
+    "threading",
+    "signal",
+    "ctypes",
+    "importlib",
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_core_modules_import_nothing_impure() -> None:
+    offenders = []
+    for layer in ("spec", "resolve"):
+        for path in sorted((PACKAGE / layer).glob("*.py")):
+            for name in imported_modules(path):
+                if any(name == banned or name.startswith(banned + ".") for banned in FORBIDDEN_IN_CORE):
+                    offenders.append(f"{path.relative_to(PACKAGE)} imports {name}")
+                if layer == "spec" and name.startswith("trainplan.") and not name.startswith("trainplan.spec"):
+                    offenders.append(f"{path.relative_to(PACKAGE)} imports {name}")
+    assert offenders == []
+
+
+def test_import_trainplan_does_not_import_torch() -> None:
+    code = "import sys, trainplan, trainplan.cli\nassert 'torch' not in sys.modules, sorted(sys.modules)\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr

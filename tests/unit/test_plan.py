@@ -1,0 +1,81 @@
+"""The plan as a value: JSON round-trip, explanation, device strings, the normalised request."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import SLURM_2x4, cpu, cuda, plan_for
+from trainplan import DeepSpeedOptions, Plan, PlanFormatError, Request
+from trainplan.spec.plan import plan_from_json_text
+
+
+def test_json_round_trip_gives_an_equal_plan() -> None:
+    plan = plan_for(
+        cuda(4, packages={"deepspeed"}, variables=SLURM_2x4),
+        strategy="deepspeed_stage_3",
+        devices=4,
+        num_nodes=2,
+        precision=16,
+        strategy_options=DeepSpeedOptions(offload_optimizer=True),
+    )
+    text = json.dumps(plan.to_dict())
+    assert plan_from_json_text(text) == plan
+    assert Plan.from_dict(json.loads(text)).notes == plan.notes
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path"),
+    [
+        (lambda data: data.pop("accelerator"), "plan.accelerator"),
+        (lambda data: data.update(accelerator="gpux"), "plan.accelerator"),
+        (lambda data: data.update(devices=[0, "1"]), "plan.devices"),
+        (lambda data: data["cluster"].update(node_rank=True), "plan.cluster.node_rank"),
+        (lambda data: data.update(version=2), "plan.version"),
+        (lambda data: data["strategy"].update(options={"kind": "ddp", "bogus": 1}), "plan.strategy.options"),
+    ],
+)
+def test_bad_plan_data_names_the_path(mutate: object, path: str) -> None:
+    data = json.loads(json.dumps(plan_for(cuda(2)).to_dict()))
+    mutate(data)  # type: ignore[operator]
+    with pytest.raises(PlanFormatError) as caught:
+        Plan.from_dict(data)
+    assert caught.value.path == path
+
+
+def test_non_json_text_is_a_plan_format_error() -> None:
+    with pytest.raises(PlanFormatError):
+        plan_from_json_text("{not json")
+
+
+def test_explain_gives_every_choice_and_its_reason() -> None:
+    text = plan_for(cuda(2), precision="16-mixed").explain()
+    for word in ("accelerator", "cuda:0, cuda:1", "ddp", "subprocess", "nccl", "16-mixed", "why:", "notes:"):
+        assert word in text
+
+
+def test_device_strings_per_local_rank() -> None:
+    plan = plan_for(cuda(8), devices=[3, 5])
+    assert plan.device_strings == ("cuda:3", "cuda:5")
+    assert plan.device_for(1) == "cuda:5"
+    with pytest.raises(IndexError, match="local_rank=2"):
+        plan.device_for(2)
+
+
+def test_dp_drives_several_devices_from_one_process() -> None:
+    plan = plan_for(cuda(4), strategy="dp")
+    assert (plan.devices, plan.processes_per_node, plan.world_size) == ((0, 1, 2, 3), 1, 1)
+    assert plan.device_strings == ("cuda:0",)
+
+
+def test_plan_request_is_normalised_and_typed() -> None:
+    plan = plan_for(cpu(), accelerator="CPU", devices="2", precision="BF16", strategy="DDP")
+    assert plan.request == Request(accelerator="cpu", strategy="ddp", devices=2, precision="bf16-mixed")
+
+
+def test_records_are_immutable_values() -> None:
+    plan = plan_for(cpu())
+    with pytest.raises(AttributeError):
+        plan.world_size = 3  # type: ignore[misc]
+    assert hash(plan) == hash(plan_for(cpu()))

@@ -1,0 +1,401 @@
+"""One table-driven test per rule: the exact error type, the rule id, and key words of the message.
+
+Each case is (request, environment, error type, rule id or None, words the message must contain).
+A meta-test checks that every rule in `tables.RULES` is exercised here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.helpers import SLURM_2x4, TORCHRUN_2x2, cpu, cuda
+from trainplan import (
+    DDPOptions,
+    DeepSpeedOptions,
+    Environment,
+    FSDPOptions,
+    Incompatible,
+    InvalidRequest,
+    Request,
+    TrainplanError,
+    Unavailable,
+)
+from trainplan.resolve import check, place_metric, resolve
+from trainplan.spec import ClusterEnvironmentError
+from trainplan.spec.tables import RULES
+
+Case = tuple[dict[str, Any], Environment, type[TrainplanError], str | None, tuple[str, ...]]
+
+CASES: dict[str, Case] = {
+    # accelerator availability
+    "cuda absent": ({"accelerator": "cuda"}, cpu(), Unavailable, None, ("accelerator='cuda'", "only cpu", "auto")),
+    "gpu absent": ({"accelerator": "gpu"}, cpu(), Unavailable, None, ("accelerator='gpu'", "only cpu")),
+    "mps absent": ({"accelerator": "mps"}, cuda(2), Unavailable, None, ("accelerator='mps'", "cuda (2 devices)")),
+    "tpu absent": ({"accelerator": "tpu"}, cuda(1), Unavailable, None, ("accelerator='xla'",)),
+    "cuda hidden": (
+        {"accelerator": "cuda"},
+        cpu(variables={"CUDA_VISIBLE_DEVICES": ""}),
+        Unavailable,
+        None,
+        ("CUDA_VISIBLE_DEVICES hides",),
+    ),
+    # devices
+    "too many gpus": ({"devices": 4}, cuda(2), Unavailable, None, ("devices=4", "2 visible", "at most devices=2")),
+    "index beyond": ({"devices": [0, 3]}, cuda(2), Unavailable, None, ("device index 3", "indices 0 to 1")),
+    "mps two": ({"accelerator": "mps", "devices": 2}, Environment(mps_available=True), Unavailable, None, ("one MPS",)),
+    "xla three of eight": (
+        {"accelerator": "xla", "devices": 3},
+        Environment(xla_device_count=8),
+        InvalidRequest,
+        None,
+        ("one device or on all 8",),
+    ),
+    "xla two indices": (
+        {"accelerator": "xla", "devices": [0, 1]},
+        Environment(xla_device_count=8),
+        InvalidRequest,
+        None,
+        ("one device index",),
+    ),
+    "cpu indices": ({"accelerator": "cpu", "devices": [0, 1]}, cpu(), InvalidRequest, None, ("no device indices",)),
+    "cpu all": ({"accelerator": "cpu", "devices": -1}, cpu(), InvalidRequest, None, ("counts the processes",)),
+    # strategy × accelerator
+    "fsdp on cpu": (
+        {"accelerator": "cpu", "strategy": "fsdp", "devices": 2},
+        cpu(),
+        Incompatible,
+        "strategy-accelerator",
+        ("fsdp", "'cuda'", "accelerator='cuda'"),
+    ),
+    "ddp on mps": (
+        {"accelerator": "mps", "strategy": "ddp"},
+        Environment(mps_available=True),
+        Incompatible,
+        "strategy-accelerator",
+        ("MPS", "accelerator='cpu'"),
+    ),
+    "dp on cpu": (
+        {"accelerator": "cpu", "strategy": "dp"},
+        cpu(),
+        Incompatible,
+        "strategy-accelerator",
+        ("DataParallel",),
+    ),
+    "xla strategy on cuda": (
+        {"accelerator": "cuda", "strategy": "xla"},
+        cuda(2),
+        Incompatible,
+        "strategy-accelerator",
+        ("XLA devices",),
+    ),
+    "ddp on xla": (
+        {"accelerator": "xla", "strategy": "ddp"},
+        Environment(xla_device_count=8),
+        Incompatible,
+        "strategy-accelerator",
+        ("strategy='xla'",),
+    ),
+    "deepspeed missing": (
+        {"strategy": "deepspeed", "devices": 2},
+        cuda(2),
+        Incompatible,
+        "strategy-package",
+        ("deepspeed", "pip install deepspeed"),
+    ),
+    "dp two nodes": ({"strategy": "dp", "num_nodes": 2}, cuda(2), Incompatible, "strategy-nodes", ("2 nodes",)),
+    "single device with two": (
+        {"strategy": "single_device", "devices": 2},
+        cuda(2),
+        Incompatible,
+        "strategy-device-count",
+        ("exactly one device", "2 devices"),
+    ),
+    "options of another family": (
+        {"strategy": "ddp", "devices": 2, "strategy_options": FSDPOptions()},
+        cuda(2),
+        Incompatible,
+        "strategy-options",
+        ("FSDPOptions", "DDPOptions"),
+    ),
+    "options for single device": (
+        {"strategy": "single_device", "strategy_options": DDPOptions()},
+        cuda(1),
+        Incompatible,
+        "strategy-options",
+        ("no options",),
+    ),
+    "preset contradicted": (
+        {
+            "strategy": "ddp_find_unused_parameters_false",
+            "devices": 2,
+            "strategy_options": DDPOptions(find_unused_parameters=True),
+        },
+        cuda(2),
+        Incompatible,
+        "strategy-preset",
+        ("find_unused_parameters=False", "'ddp'"),
+    ),
+    "parameter offload below stage 3": (
+        {"strategy": "deepspeed", "strategy_options": DeepSpeedOptions(stage=2, offload_parameters=True)},
+        cuda(2, packages={"deepspeed"}),
+        Incompatible,
+        "deepspeed-offload-stage",
+        ("stage 3", "stage 2"),
+    ),
+    # launchers
+    "fork without fork": (
+        {"strategy": "ddp_fork", "devices": 2},
+        cuda(2, start_methods=("spawn",)),
+        Incompatible,
+        "fork-unavailable",
+        ("ddp_spawn",),
+    ),
+    "fork after cuda": (
+        {"strategy": "ddp_notebook", "devices": 2},
+        cuda(2, cuda_initialized=True),
+        Incompatible,
+        "fork-after-cuda",
+        ("already initialised", "ddp_spawn", "find_usable_cuda_devices"),
+    ),
+    "ddp in notebook": (
+        {"strategy": "ddp", "devices": 2},
+        cuda(2, interactive=True),
+        Incompatible,
+        "interactive-launcher",
+        ("interactive", "ddp_notebook"),
+    ),
+    "spawn in notebook": (
+        {"strategy": "ddp_spawn", "devices": 2},
+        cuda(2, interactive=True),
+        Incompatible,
+        "interactive-launcher",
+        ("ddp_notebook",),
+    ),
+    "fsdp in notebook": (
+        {"strategy": "fsdp", "devices": 2},
+        cuda(2, interactive=True),
+        Incompatible,
+        "interactive-launcher",
+        ("as a script",),
+    ),
+    "spawn under slurm": (
+        {"strategy": "ddp_spawn", "devices": 4, "num_nodes": 2},
+        cuda(4, variables=SLURM_2x4),
+        Incompatible,
+        "external-launcher",
+        ("slurm", "strategy='ddp'"),
+    ),
+    # backends
+    "nccl on cpu": (
+        {"accelerator": "cpu", "strategy": "ddp", "devices": 2, "process_group_backend": "nccl"},
+        cpu(),
+        Incompatible,
+        "backend-accelerator",
+        ("NCCL", "'gloo'"),
+    ),
+    "xla backend on cuda": (
+        {"strategy": "ddp", "devices": 2, "process_group_backend": "xla"},
+        cuda(2),
+        Incompatible,
+        "backend-accelerator",
+        ("'nccl'",),
+    ),
+    "backend without group": (
+        {"strategy": "single_device", "process_group_backend": "gloo"},
+        cpu(),
+        Incompatible,
+        "backend-without-group",
+        ("no process group",),
+    ),
+    # precision
+    "double on mps": (
+        {"accelerator": "mps", "precision": "64-true"},
+        Environment(mps_available=True),
+        Incompatible,
+        "precision-accelerator",
+        ("float64", "'32-true'"),
+    ),
+    "mixed on xla": (
+        {"accelerator": "xla", "precision": "16-mixed"},
+        Environment(xla_device_count=8),
+        Incompatible,
+        "precision-accelerator",
+        ("'16-true'",),
+    ),
+    "transformer engine on cpu": (
+        {"accelerator": "cpu", "precision": "transformer-engine"},
+        cpu(),
+        Incompatible,
+        "precision-accelerator",
+        ("NVIDIA GPUs",),
+    ),
+    "double with fsdp": (
+        {"strategy": "fsdp", "devices": 2, "precision": 64},
+        cuda(2),
+        Incompatible,
+        "precision-strategy",
+        ("'fsdp'", "'32-true'"),
+    ),
+    "transformer engine missing": (
+        {"precision": "transformer-engine"},
+        cuda(1),
+        Incompatible,
+        "precision-package",
+        ("transformer_engine",),
+    ),
+    # clusters
+    "slurm tasks per node": (
+        {"devices": 2, "num_nodes": 2},
+        cuda(4, variables=SLURM_2x4),
+        Incompatible,
+        "cluster-world-size",
+        ("SLURM_NTASKS=8", "--ntasks-per-node=2", "devices=4, num_nodes=2"),
+    ),
+    "torchrun world": (
+        {"devices": 4},
+        cuda(4, variables=TORCHRUN_2x2),
+        Incompatible,
+        "cluster-world-size",
+        ("WORLD_SIZE=4", "--nproc-per-node=4"),
+    ),
+    "node rank beyond": (
+        {"accelerator": "cpu", "strategy": "ddp", "devices": 2, "num_nodes": 2},
+        cpu(variables={"NODE_RANK": "2", "MASTER_ADDR": "h0"}),
+        Incompatible,
+        "cluster-rank-range",
+        ("NODE_RANK", "num_nodes"),
+    ),
+    "mpi nodes without address": (
+        {"accelerator": "cpu", "strategy": "ddp", "devices": 2, "num_nodes": 2},
+        cpu(
+            variables={
+                "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_RANK": "2",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            }
+        ),
+        Incompatible,
+        "cluster-main-address",
+        ("MASTER_ADDR",),
+    ),
+    "kubeflow two per pod": (
+        {"accelerator": "cpu", "strategy": "ddp", "devices": 2, "num_nodes": 2, "cluster": "kubeflow"},
+        cpu(
+            variables={
+                "KUBERNETES_PORT": "tcp://10.0.0.1:443",
+                "MASTER_ADDR": "master",
+                "MASTER_PORT": "23456",
+                "WORLD_SIZE": "4",
+                "RANK": "1",
+            }
+        ),
+        Incompatible,
+        "cluster-one-process-per-node",
+        ("one process per pod", "devices=1"),
+    ),
+    "kubeflow asked for, absent": ({"cluster": "kubeflow"}, cpu(), Unavailable, None, ("cluster='kubeflow'",)),
+    "slurm garbage rank": (
+        {"devices": 4, "num_nodes": 2},
+        cuda(4, variables={**SLURM_2x4, "SLURM_PROCID": "five"}),
+        ClusterEnvironmentError,
+        None,
+        ("SLURM_PROCID", "whole number"),
+    ),
+    "slurm rank beyond world": (
+        {"devices": 4, "num_nodes": 2},
+        cuda(4, variables={**SLURM_2x4, "SLURM_PROCID": "8"}),
+        ClusterEnvironmentError,
+        None,
+        ("SLURM_PROCID", "SLURM_NTASKS=8"),
+    ),
+    "port out of range": (
+        {"devices": 4, "num_nodes": 2},
+        cuda(4, variables={**SLURM_2x4, "MASTER_PORT": "99999"}),
+        ClusterEnvironmentError,
+        None,
+        ("MASTER_PORT", "65535"),
+    ),
+    "torchrun missing address": (
+        {"devices": 2, "num_nodes": 2},
+        cuda(2, variables={key: value for key, value in TORCHRUN_2x2.items() if key != "MASTER_ADDR"}),
+        ClusterEnvironmentError,
+        None,
+        ("MASTER_ADDR", "torchrun"),
+    ),
+    # bad values
+    "misspelt accelerator": ({"accelerator": "gpux"}, cpu(), InvalidRequest, None, ("Did you mean", "'gpu'")),
+    "misspelt strategy": ({"strategy": "ddp_spwn"}, cpu(), InvalidRequest, None, ("'ddp_spawn'",)),
+    "zero devices": ({"devices": 0}, cpu(), InvalidRequest, None, ("zero devices",)),
+    "zero string": ({"devices": "0"}, cpu(), InvalidRequest, None, ("zero devices",)),
+    "empty list": ({"devices": []}, cuda(2), InvalidRequest, None, ("empty list",)),
+    "bool devices": ({"devices": True}, cuda(2), InvalidRequest, None, ("bool",)),
+    "float devices": ({"devices": 1.5}, cuda(2), InvalidRequest, None, ("float",)),
+    "negative devices": ({"devices": -2}, cuda(2), InvalidRequest, None, ("negative count",)),
+    "duplicate indices": ({"devices": [1, 1]}, cuda(2), InvalidRequest, None, ("more than once",)),
+    "garbage string": ({"devices": "two"}, cuda(2), InvalidRequest, None, ("neither a number",)),
+    "nodes zero": ({"num_nodes": 0}, cpu(), InvalidRequest, None, ("at least 1",)),
+    "precision 8": ({"precision": 8}, cpu(), InvalidRequest, None, ("64, 32 and 16",)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_rule_rejects_with_reason_and_fix(name: str) -> None:
+    request, env, error_type, rule, words = CASES[name]
+    with pytest.raises(error_type) as caught:
+        resolve(Request(**request), env)
+    assert type(caught.value) is error_type
+    if rule is not None:
+        assert isinstance(caught.value, Incompatible)
+        assert caught.value.rule == rule
+    for word in words:
+        assert word in str(caught.value), f"{word!r} not in {caught.value}"
+
+
+def test_every_rule_in_the_table_is_exercised() -> None:
+    exercised = {case[3] for case in CASES.values() if case[3] is not None}
+    assert exercised | {"metric-stateful-cpu"} == set(RULES)
+
+
+def test_every_incompatible_message_names_the_values_and_a_fix() -> None:
+    for request, env, error_type, _, _ in CASES.values():
+        if error_type is not Incompatible:
+            continue
+        with pytest.raises(Incompatible) as caught:
+            resolve(Request(**request), env)
+        error = caught.value
+        assert error.fix and error.fix in str(error)
+        for key, value in error.values.items():
+            assert f"{key}={value!r}" in str(error)
+
+
+def test_stateful_metric_on_cpu_under_nccl_is_rejected_with_the_reason() -> None:
+    plan = resolve(Request(strategy="ddp", devices=2), cuda(2))
+    with pytest.raises(Incompatible) as caught:
+        place_metric(plan, "stateful", store_on_cpu=True)
+    assert caught.value.rule == "metric-stateful-cpu"
+    assert "'nccl'" in str(caught.value) and "store_on_cpu=False" in str(caught.value)
+
+
+def test_check_lists_every_problem_while_resolve_raises_the_first() -> None:
+    request = Request(accelerator="cuda", strategy="fsdp", precision="64-true", devices=3)
+    problems = list(check(request, cpu()))
+    assert [type(problem) for problem in problems] == [Unavailable, Incompatible]
+    with pytest.raises(Unavailable):
+        resolve(request, cpu())
+
+
+def test_check_reports_each_bad_field() -> None:
+    request = Request(accelerator="gpux", devices=0, num_nodes=-1)  # type: ignore[arg-type]
+    problems = list(check(request, cpu()))
+    assert {problem.field for problem in problems if isinstance(problem, InvalidRequest)} == {
+        "accelerator",
+        "devices",
+        "num_nodes",
+    }
+
+
+def test_check_is_empty_for_a_good_request() -> None:
+    assert list(check(Request(strategy="ddp", devices=2), cuda(2))) == []
