@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import warnings
 from collections.abc import Callable
+from functools import partial
 
 from benchmarks.common import Row, human, import_seconds, per_call_seconds
 from trainplan import Environment, Request, probe
@@ -43,23 +44,17 @@ def run() -> list[Row]:
     warnings.simplefilter("ignore")
     for label, flags in REQUESTS.items():
         request = Request(**flags)  # type: ignore[arg-type]
-        ours = {
-            "resolve(request, env), repeated (memoised)": per_call_seconds(
-                lambda request=request: resolve(request, env)
-            ),
-            "resolve_uncached(request, env) (cold path)": per_call_seconds(
-                lambda request=request: resolve_uncached(request, env)
-            ),
-            "trainplan.resolve(request) (probes each call)": per_call_seconds(
-                lambda request=request: resolve_probing(request)
-            ),
+        timings = {
+            "resolve(request, env), repeated (memoised)": per_call_seconds(partial(resolve, request, env)),
+            "resolve_uncached(request, env) (cold path)": per_call_seconds(partial(resolve_uncached, request, env)),
+            "trainplan.resolve(request) (probes each call)": per_call_seconds(partial(resolve_probing, request)),
         }
         for anchor, build in anchors.items():
             if build is None:
                 rows.append(Row(f"{label}", "—", "not installed", anchor, None, "≥ 10×"))
                 continue
-            theirs = per_call_seconds(lambda flags=flags, build=build: build(flags), budget=1.0)
-            for what, seconds in ours.items():
+            theirs = per_call_seconds(partial(build, flags), budget=1.0)
+            for what, seconds in timings.items():
                 rows.append(Row(f"{what}; {label}", human(seconds), human(theirs), anchor, theirs / seconds, "≥ 10×"))
     ours = import_seconds("trainplan")
     for module in ("pytorch_lightning", "lightning_fabric", "accelerate"):

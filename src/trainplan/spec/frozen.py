@@ -20,9 +20,6 @@ class FrozenMap(Mapping[str, str]):
     def __contains__(self, key: object) -> bool:
         return key in self._items
 
-    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
-        return self._items.get(key, default)
-
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
 
