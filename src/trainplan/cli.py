@@ -21,6 +21,7 @@ from trainplan.resolve import check, resolve
 from trainplan.resolve.matrix import render_matrix
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import InvalidRequest, TrainplanError, did_you_mean
+from trainplan.spec.legacy import LEGACY_FLAGS, MODERN_FLAGS, flag_spelling, python_spelling
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
@@ -30,11 +31,12 @@ from trainplan.spec.names import (
     STRATEGY_FLAGS,
     StartMethod,
 )
+from trainplan.spec.plan import request_to_dict
 from trainplan.spec.request import Request
 
 EXIT_USAGE = 2
 
-SUBCOMMANDS = ("plan", "probe", "matrix")
+SUBCOMMANDS = ("plan", "probe", "matrix", "migrate")
 
 
 class CliError(TrainplanError):
@@ -56,6 +58,19 @@ def _parser() -> argparse.ArgumentParser:
     _add_environment_flags(probe_command)
     probe_command.add_argument("--json", action="store_true", help="print the facts as JSON")
     commands.add_parser("matrix", help="print the compatibility tables, generated from the rules")
+    migrate = commands.add_parser(
+        "migrate", help="translate old Trainer flags (--gpus 2 --accelerator ddp ...) to the modern request"
+    )
+    old = migrate.add_argument_group("old and modern Trainer flags (as Request.from_legacy takes them)")
+    for flag in LEGACY_FLAGS + MODERN_FLAGS:
+        option = "--" + flag.replace("_", "-")
+        if flag in ("auto_select_gpus", "move_metrics_to_cpu", "sync_batchnorm"):
+            old.add_argument(option, action="store_const", const=True, default=None)
+        elif flag == "plugins":
+            old.add_argument(option, action="append", default=None, metavar="NAME")
+        elif flag != "strategy_options":
+            old.add_argument(option, default=None, metavar="VALUE")
+    migrate.add_argument("--json", action="store_true", help="print the modern request as JSON")
     return parser
 
 
@@ -70,6 +85,18 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--cluster", default="auto", help=f"one of {', '.join(CLUSTER_FLAGS)}")
     group.add_argument("--metrics-store", default="device", help=f"one of {', '.join(METRICS_STORES)}")
     group.add_argument("--sync-batchnorm", action="store_true", help="synchronise batch-norm statistics")
+    group.add_argument(
+        "--strategy-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a strategy option, e.g. find_unused_parameters=true, stage=3",
+    )
+    group.add_argument(
+        "--select-usable-gpus",
+        action="store_true",
+        help="take the GPUs no other process holds (the auto_select_gpus bridge)",
+    )
 
 
 def _add_environment_flags(parser: argparse.ArgumentParser) -> None:
@@ -202,8 +229,50 @@ def _request(arguments: argparse.Namespace) -> Request:
             "cluster": arguments.cluster,
             "metrics_store": arguments.metrics_store,
             "sync_batchnorm": arguments.sync_batchnorm,
+            "select_usable_gpus": arguments.select_usable_gpus,
+            "strategy_options": _strategy_options(arguments.strategy_option),
         }
     )
+
+
+def _strategy_options(items: list[str]) -> dict[str, object] | None:
+    if not items:
+        return None
+    options: dict[str, object] = {}
+    for item in items:
+        key, separator, text = item.partition("=")
+        if not separator or not key.strip():
+            raise CliError(f"--strategy-option {item!r}: write KEY=VALUE, e.g. --strategy-option stage=3")
+        lowered = text.strip().lower()
+        value: object = text.strip()
+        if lowered in ("true", "false"):
+            value = lowered == "true"
+        elif lowered.isdigit():
+            value = int(lowered)
+        options[key.strip()] = value
+    return options
+
+
+def _run_migrate(arguments: argparse.Namespace) -> int:
+    flags = {
+        flag: getattr(arguments, flag)
+        for flag in LEGACY_FLAGS + MODERN_FLAGS
+        if flag != "strategy_options" and getattr(arguments, flag) is not None
+    }
+    if "plugins" in flags and isinstance(flags["plugins"], list) and len(flags["plugins"]) == 1:
+        flags["plugins"] = flags["plugins"][0]
+    request = Request.from_legacy(**flags)
+    if arguments.json:
+        print(json.dumps(request_to_dict(request), indent=2))
+        return 0
+    print(python_spelling(request))
+    flag_text = flag_spelling(request)
+    print(f"trainplan plan {flag_text}".rstrip())
+    if request.notes:
+        print("notes:")
+        for note in request.notes:
+            print(f"  - {note}")
+    return 0
 
 
 def _run_plan(arguments: argparse.Namespace) -> int:
@@ -266,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments.command == "matrix":
             print(render_matrix())
             return 0
+        if arguments.command == "migrate":
+            return _run_migrate(arguments)
         return _run_plan(arguments)
     except TrainplanError as error:
         _fail(str(error))

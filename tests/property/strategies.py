@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from hypothesis import strategies as st
 
 from trainplan import DDPOptions, DeepSpeedOptions, Environment, FSDPOptions, Request
@@ -168,6 +169,9 @@ environments: st.SearchStrategy[Environment] = st.builds(
 def plausible_pairs(draw: st.DrawFn) -> tuple[Request, Environment]:
     """A request written for its environment: available accelerators, fitting device counts, auto cluster."""
     env = draw(environments)
+    if env.cuda_device_count and draw(st.booleans()):
+        usable = draw(st.lists(st.integers(0, env.cuda_device_count - 1), unique=True).map(sorted).map(tuple))
+        env = attrs.evolve(env, usable_cuda_devices=usable)
     available = ["auto", "cpu"]
     if env.cuda_device_count:
         available += ["cuda", "gpu"]
@@ -192,6 +196,7 @@ def plausible_pairs(draw: st.DrawFn) -> tuple[Request, Environment]:
         metrics_store=draw(st.sampled_from(METRICS_STORES)),
         sync_batchnorm=draw(st.booleans()),
         strategy_options=draw(st.one_of(st.none(), options(wild=False))),
+        select_usable_gpus=draw(st.sampled_from([False, False, True])),
     )
     return request, env
 

@@ -64,6 +64,8 @@ class TestInvariants:
         assert plan.processes_per_node == (len(plan.devices) if family.multi_process else 1)
         if plan.accelerator == "cuda":
             assert all(0 <= index < env.cuda_device_count for index in plan.devices)
+        if plan.request.select_usable_gpus:
+            assert env.usable_cuda_devices is not None and set(plan.devices) <= set(env.usable_cuda_devices)
         if plan.accelerator == "xla":
             assert all(0 <= index < env.xla_device_count for index in plan.devices)
         if plan.accelerator == "mps":

@@ -23,7 +23,7 @@ def test_strategy_options_from_a_mapping() -> None:
 @pytest.mark.parametrize(
     ("config", "field", "words"),
     [
-        ({"acelerator": "cpu"}, "acelerator", "not a field"),
+        ({"acelerator": "cpu"}, "key", "Did you mean key='accelerator'"),
         ({"strategy": "dpp"}, "strategy", "Did you mean"),
         ({"strategy_options": {"stage": 3}}, "strategy_options", "need a strategy"),
         ({"strategy": "dp", "strategy_options": {"stage": 3}}, "strategy_options", "takes no options"),

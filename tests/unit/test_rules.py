@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import SLURM_2x4, TORCHRUN_2x2, cpu, cuda
+from tests.unit.test_legacy import CONFLICTS as LEGACY_CONFLICTS
 from trainplan import (
     DDPOptions,
     DeepSpeedOptions,
@@ -325,6 +326,21 @@ CASES: dict[str, Case] = {
         None,
         ("MASTER_ADDR", "torchrun"),
     ),
+    # the auto_select_gpus bridge
+    "usable with indices": (
+        {"devices": [0, 1], "select_usable_gpus": True},
+        cuda(2, usable_cuda_devices=(0, 1)),
+        Incompatible,
+        "usable-with-indices",
+        ("already names them",),
+    ),
+    "usable on cpu": (
+        {"accelerator": "cpu", "select_usable_gpus": True},
+        cpu(),
+        Incompatible,
+        "usable-needs-cuda",
+        ("'cpu'",),
+    ),
     # bad values
     "misspelt accelerator": ({"accelerator": "gpux"}, cpu(), InvalidRequest, None, ("Did you mean", "'gpu'")),
     "misspelt strategy": ({"strategy": "ddp_spwn"}, cpu(), InvalidRequest, None, ("'ddp_spawn'",)),
@@ -356,6 +372,13 @@ def test_rule_rejects_with_reason_and_fix(name: str) -> None:
 
 def test_every_rule_in_the_table_is_exercised() -> None:
     exercised = {case[3] for case in CASES.values() if case[3] is not None}
+    for old, _, _ in LEGACY_CONFLICTS.values():
+        try:
+            Request.from_legacy(**old)
+        except Incompatible as error:
+            exercised.add(error.rule)
+        except TrainplanError:
+            pass
     assert exercised | {"metric-stateful-cpu"} == set(RULES)
 
 

@@ -112,6 +112,7 @@ def _type_signature(request: Request, env: Environment) -> tuple[object, ...]:
         type(request.cluster),
         type(request.metrics_store),
         type(request.sync_batchnorm),
+        type(request.select_usable_gpus),
         None if options is None else repr(options),
         type(env.cuda_device_count),
         type(env.cuda_initialized),
@@ -163,6 +164,7 @@ class _Fields:
     cluster: ClusterFlag
     metrics_store: MetricsStore
     sync_batchnorm: bool
+    select_usable_gpus: bool
     options: StrategyOptions | None
     notes: tuple[Note, ...]
     ok: bool
@@ -238,7 +240,10 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
     if fields.accelerator == "auto":
         notes.append(Note(code="accelerator-auto", level="info", message=f"accelerator='auto' chose {accelerator!r}"))
 
-    selected = _attempt(report, lambda: _select_devices(accelerator, fields.devices, env), None)
+    if fields.select_usable_gpus:
+        selected = _attempt(report, lambda: _select_usable_devices(accelerator, fields.devices, env), None)
+    else:
+        selected = _attempt(report, lambda: _select_devices(accelerator, fields.devices, env), None)
     if selected is None:
         devices: tuple[int, ...] = (0,)
         reasons["devices"] = "fallback after an error"
@@ -324,6 +329,7 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         metrics_store=fields.metrics_store,
         sync_batchnorm=fields.sync_batchnorm,
         strategy_options=fields.options,
+        select_usable_gpus=fields.select_usable_gpus,
         notes=fields.notes,
     )
     return Plan(
@@ -445,7 +451,8 @@ def _normalise(request: Request, report: Report) -> _Fields:
         backend=field(lambda: normalise.backend(request.process_group_backend), no_backend),
         cluster=field(lambda: normalise.cluster(request.cluster), auto_cluster),
         metrics_store=field(lambda: normalise.metrics_store(request.metrics_store), device_store),
-        sync_batchnorm=field(lambda: normalise.sync_batchnorm(request.sync_batchnorm), False),
+        sync_batchnorm=field(lambda: normalise.flag("sync_batchnorm", request.sync_batchnorm), False),
+        select_usable_gpus=field(lambda: normalise.flag("select_usable_gpus", request.select_usable_gpus), False),
         options=field(lambda: normalise.strategy_options(request.strategy_options), no_options),
         notes=tuple(notes),
         ok=ok,
@@ -569,6 +576,40 @@ def _select_devices(
             fix=f"Write devices=[{spec[0]}] for one device, or devices={total} for all",
         )
     return spec, f"the visible indices asked for, {list(spec)}", ()
+
+
+def _select_usable_devices(
+    accelerator: AcceleratorName, spec: DevicesSpec, env: Environment
+) -> tuple[tuple[int, ...], str, tuple[Note, ...]]:
+    """Devices for `select_usable_gpus` (the `auto_select_gpus` bridge): the first usable visible GPUs."""
+    if accelerator != "cuda":
+        raise incompatible("usable-needs-cuda", {"select_usable_gpus": True, "accelerator": accelerator})
+    if isinstance(spec, tuple):
+        raise incompatible("usable-with-indices", {"select_usable_gpus": True, "devices": list(spec)})
+    usable = env.usable_cuda_devices
+    if usable is None:
+        raise Unavailable(
+            requested="usable GPUs (select_usable_gpus / auto_select_gpus)",
+            available="no usability facts (the environment was not probed for usable GPUs)",
+            fix=(
+                "Resolve with trainplan.resolve(request), which probes them when asked, or pass "
+                "Environment(usable_cuda_devices=...); better: devices=find_usable_cuda_devices(n)"
+            ),
+        )
+    total = env.cuda_device_count
+    busy = [index for index in range(total) if index not in usable]
+    if isinstance(spec, int) and spec != -1:
+        wanted = spec
+    else:
+        wanted = 1 if spec == "auto" and env.interactive and len(usable) > 1 else len(usable)
+    if wanted == 0 or len(usable) < wanted:
+        raise Unavailable(
+            requested=f"{wanted if wanted else 'any'} usable GPU(s)",
+            available=f"{len(usable)} usable of {total} visible (busy: {busy or 'none'})",
+            fix="Ask for fewer devices, wait for the busy GPUs, or run where more are free",
+        )
+    chosen = tuple(sorted(usable)[:wanted])
+    return chosen, f"the first {wanted} usable of {total} visible GPUs (busy: {busy or 'none'})", ()
 
 
 def _cpu_devices(spec: DevicesSpec, env: Environment) -> tuple[tuple[int, ...], str, tuple[Note, ...]]:

@@ -81,7 +81,8 @@ class Incompatible(TrainplanError, ValueError):
         self.reason = reason
         self.fix = fix
         asked = ", ".join(f"{key}={value!r}" for key, value in self.values.items())
-        super().__init__(f"{asked} cannot work together: {reason}. {_sentence(fix)}")
+        verdict = "cannot work together" if len(self.values) > 1 else "cannot be used"
+        super().__init__(f"{asked} {verdict}: {reason}. {_sentence(fix)}")
 
 
 class Unavailable(TrainplanError, RuntimeError):

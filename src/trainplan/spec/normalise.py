@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Literal, TypeAlias
 
-from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.errors import InvalidRequest, did_you_mean
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
@@ -154,11 +154,17 @@ def num_nodes(value: object) -> int:
     return value
 
 
-def sync_batchnorm(value: object) -> bool:
-    """A plain bool."""
+def _loose_bool(value: object) -> object:
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.strip().lower() in ("true", "1", "yes")
+    return value
+
+
+def flag(field: str, value: object) -> bool:
+    """A plain bool (sync_batchnorm, select_usable_gpus)."""
     if not isinstance(value, bool):
         raise InvalidRequest(
-            field="sync_batchnorm",
+            field=field,
             value=value,
             reason=f"it must be True or False, not {type(value).__name__}",
             allowed=(True, False),
@@ -328,6 +334,7 @@ _REQUEST_FIELDS: Final[tuple[str, ...]] = (
     "metrics_store",
     "sync_batchnorm",
     "strategy_options",
+    "select_usable_gpus",
 )
 
 
@@ -336,19 +343,18 @@ def request_from_config(config: Mapping[str, object]) -> Request:
     unknown = [key for key in config if key not in _REQUEST_FIELDS]
     if unknown:
         raise InvalidRequest(
-            field=str(unknown[0]),
-            value=config[unknown[0]],
+            field="key",
+            value=unknown[0],
             reason="it is not a field of Request",
             allowed=_REQUEST_FIELDS,
-            suggestion=None,
+            suggestion=did_you_mean(unknown[0], _REQUEST_FIELDS),
         )
     strategy_name = strategy(config.get("strategy", "auto"))
     nodes = config.get("num_nodes", 1)
     if isinstance(nodes, str) and _is_decimal(nodes.strip()):
         nodes = int(nodes.strip())
-    batchnorm = config.get("sync_batchnorm", False)
-    if isinstance(batchnorm, str) and batchnorm.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
-        batchnorm = batchnorm.strip().lower() in ("true", "1", "yes")
+    batchnorm = _loose_bool(config.get("sync_batchnorm", False))
+    usable = _loose_bool(config.get("select_usable_gpus", False))
     normal_devices = devices(config.get("devices", "auto"))
     raw_precision = config.get("precision", "32-true")
     canonical_precision = precision(raw_precision)
@@ -362,7 +368,8 @@ def request_from_config(config: Mapping[str, object]) -> Request:
         process_group_backend=backend(config.get("process_group_backend")),
         cluster=cluster(config.get("cluster", "auto")),
         metrics_store=metrics_store(config.get("metrics_store", "device")),
-        sync_batchnorm=sync_batchnorm(batchnorm),
+        sync_batchnorm=flag("sync_batchnorm", batchnorm),
+        select_usable_gpus=flag("select_usable_gpus", usable),
         strategy_options=_options_from_config(strategy_name, config.get("strategy_options")),
     )
 

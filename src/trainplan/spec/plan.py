@@ -196,7 +196,7 @@ class Plan:
         """Plain JSON-compatible data; `Plan.from_dict` reads it back to an equal plan."""
         return {
             "version": 1,
-            "request": _request_to_dict(self.request),
+            "request": request_to_dict(self.request),
             "accelerator": self.accelerator,
             "strategy": {
                 "name": self.strategy.name,
@@ -366,7 +366,8 @@ def _options_from_dict(read: _Reader, key: str) -> StrategyOptions | None:
         raise PlanFormatError(path=options.path, reason=str(error)) from None
 
 
-def _request_to_dict(request: Request) -> dict[str, object]:
+def request_to_dict(request: Request) -> dict[str, object]:
+    """A request as plain JSON data (the `request` part of `Plan.to_dict`)."""
     devices = request.devices
     return {
         "accelerator": request.accelerator,
@@ -379,6 +380,7 @@ def _request_to_dict(request: Request) -> dict[str, object]:
         "metrics_store": request.metrics_store,
         "sync_batchnorm": request.sync_batchnorm,
         "strategy_options": _options_to_dict(request.strategy_options),
+        "select_usable_gpus": request.select_usable_gpus,
         "notes": [attrs.asdict(note) for note in request.notes],
     }
 
@@ -402,6 +404,7 @@ def _request_from_dict(read: _Reader) -> Request:
         metrics_store=read.choice("metrics_store", METRICS_STORES),
         sync_batchnorm=read.field("sync_batchnorm", bool),
         strategy_options=_options_from_dict(read, "strategy_options"),
+        select_usable_gpus=read.field("select_usable_gpus", bool),
         notes=tuple(_note_from(item) for item in read.children("notes")),
     )
 

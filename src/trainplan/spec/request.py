@@ -50,6 +50,9 @@ class Request:
     metrics_store: MetricsStore = "device"
     sync_batchnorm: bool = False
     strategy_options: StrategyOptions | None = None
+    select_usable_gpus: bool = False
+    """The deprecation bridge for `auto_select_gpus=True`: take `devices` GPUs from the environment's usable
+    ones (`Environment.usable_cuda_devices`). Prefer `devices=find_usable_cuda_devices(n)`."""
     notes: tuple[Note, ...] = attrs.field(default=(), converter=freeze_notes, eq=False)
     """Deprecation notes carried from `Request.from_legacy`; they flow into the plan's notes.
     They are not part of the request's identity (two requests that ask for the same are equal)."""
@@ -64,3 +67,15 @@ class Request:
         from trainplan.spec.normalise import request_from_config
 
         return request_from_config(config)
+
+    @classmethod
+    def from_legacy(cls, **flags: object) -> Request:
+        """The modern request for old Trainer flags, with a deprecation note per old flag.
+
+        `Request.from_legacy(gpus=2, accelerator="ddp")` is `Request(accelerator="gpu", devices=2,
+        strategy="ddp")`; its `notes` name each old spelling, the new one and why. Flags that disagree
+        raise `Incompatible`; strategies without a modern counterpart (ddp2, horovod) too.
+        """
+        from trainplan.spec.legacy import from_legacy
+
+        return from_legacy(flags)

@@ -871,6 +871,26 @@ RULES: Final[Mapping[str, Rule]] = {
             fix="Use devices=1 (one device per pod), and raise the number of pods (num_nodes) instead",
         ),
         Rule(
+            id="usable-with-indices",
+            reason="select_usable_gpus picks GPUs itself, but devices={devices!r} already names them",
+            fix="Give a count instead (devices=2), or drop select_usable_gpus and keep the indices",
+        ),
+        Rule(
+            id="usable-needs-cuda",
+            reason="select_usable_gpus picks CUDA GPUs, but the accelerator is {accelerator!r}",
+            fix="Use accelerator='cuda' (or 'gpu'), or drop select_usable_gpus",
+        ),
+        Rule(
+            id="legacy-conflict",
+            reason="{first} and {second} both set {what}{how}",
+            fix="Keep one of them: {fix}",
+        ),
+        Rule(
+            id="legacy-removed",
+            reason="{reason}",
+            fix="{fix}",
+        ),
+        Rule(
             id="metric-stateful-cpu",
             reason=(
                 "a stateful metric object kept on CPU cannot be reduced with backend {backend!r}: its states are "
@@ -904,3 +924,92 @@ DIFFERENCES: Final[Mapping[str, str]] = {
         "when the environment says CUDA is initialised already."
     ),
 }
+
+
+# --------------------------------------------------------------------------------------------------
+# Legacy flags (the deprecation bridge, `Request.from_legacy`): the old → new mapping as data.
+
+
+@attrs.frozen(kw_only=True)
+class LegacyStrategy:
+    """What an old strategy name (given as `accelerator=`, `distributed_backend=`, `plugins=`, ...) becomes.
+
+    `strategy` None means the strategy no longer exists and has no faithful modern counterpart:
+    `from_legacy` then raises `Incompatible` with `reason` and `fix`.
+    """
+
+    strategy: StrategyName | None
+    accelerator: AcceleratorFlag | None = None
+    options: Mapping[str, object] = attrs.field(factory=dict)
+    differs: str = ""  # what the modern strategy does differently, for the note
+    reason: str = ""  # why there is no modern counterpart (strategy None)
+    fix: str = ""
+
+
+LEGACY_STRATEGIES: Final[Mapping[str, LegacyStrategy]] = {
+    **{name: LegacyStrategy(strategy=name) for name in STRATEGIES},
+    # Lightning 1.x spelled "DDP on CPU processes" as its own accelerator; the accelerator now says where.
+    "ddp_cpu": LegacyStrategy(strategy="ddp", accelerator="cpu"),
+    "ddp_spawn_cpu": LegacyStrategy(strategy="ddp_spawn", accelerator="cpu"),
+    # fairscale's sharded DDP sharded optimizer state and gradients (ZeRO stage 2): FSDP's SHARD_GRAD_OP
+    # is the same sharding in torch itself. Both needed CUDA.
+    "ddp_sharded": LegacyStrategy(
+        strategy="fsdp",
+        options={"sharding_strategy": "SHARD_GRAD_OP"},
+        differs="FSDP in torch replaces fairscale; SHARD_GRAD_OP shards optimizer state and gradients like it did",
+    ),
+    "ddp_sharded_spawn": LegacyStrategy(
+        strategy="fsdp",
+        options={"sharding_strategy": "SHARD_GRAD_OP"},
+        differs=(
+            "FSDP in torch replaces fairscale, with SHARD_GRAD_OP sharding; its workers are started by re-running "
+            "the script instead of being spawned (FSDP has no spawn variant)"
+        ),
+    ),
+    "ddp_fully_sharded": LegacyStrategy(
+        strategy="fsdp", differs="fairscale's FullyShardedDataParallel is torch's FSDP now"
+    ),
+    "fsdp_native": LegacyStrategy(strategy="fsdp"),
+    "fsdp_native_full_shard_offload": LegacyStrategy(strategy="fsdp_cpu_offload"),
+    "tpu_spawn": LegacyStrategy(strategy="xla", accelerator="xla"),
+    "single_tpu": LegacyStrategy(strategy="single_xla", accelerator="xla"),
+    "ddp2": LegacyStrategy(
+        strategy=None,
+        reason=(
+            "ddp2 (DataParallel inside each node, DDP across nodes) was removed in Lightning 1.7 and has no "
+            "counterpart in torch today"
+        ),
+        fix="Use strategy='ddp' (one process per GPU on every node); it is faster than ddp2 was",
+    ),
+    "horovod": LegacyStrategy(
+        strategy=None,
+        reason="Horovod support was removed in Lightning 2.0, and horovodrun is not a launcher trainplan drives",
+        fix="Use strategy='ddp' and start the job with torchrun (or `trainplan launch`) instead of horovodrun",
+    ),
+}
+"""Old strategy names and what they become; every modern name maps to itself."""
+
+LEGACY_PRECISION_PLUGINS: Final[Mapping[str, PrecisionName]] = {
+    "native_amp": "16-mixed",
+    "mixed_precision": "16-mixed",
+    "double_precision": "64-true",
+    "bf16_amp": "bf16-mixed",
+}
+"""Precision plugins once passed by name in `plugins=`."""
+
+LEGACY_ACCELERATORS: Final[Mapping[str, AcceleratorFlag]] = {
+    "cpu": "cpu",
+    "gpu": "gpu",
+    "cuda": "cuda",
+    "tpu": "xla",
+    "xla": "xla",
+    "mps": "mps",
+    "auto": "auto",
+}
+"""Accelerator names that kept their meaning; any other `accelerator=` value is looked up as a strategy."""
+
+UNSUPPORTED_ACCELERATORS: Final[Mapping[str, str]] = {
+    "ipu": "Graphcore IPUs",
+    "hpu": "Habana Gaudi HPUs",
+}
+"""Hardware old configs may name that trainplan does not plan for."""

@@ -1,0 +1,418 @@
+"""The deprecation bridge: old Trainer flags in, the modern `Request` out, with notes that teach it.
+
+`Trainer(gpus=2, accelerator="ddp")`, `tpu_cores=8`, `num_processes=4, accelerator="ddp_cpu"`,
+`plugins="ddp_sharded"`, `distributed_backend=`, `auto_select_gpus=`, `move_metrics_to_cpu=`, the RFC's
+interim `training_type=` and the old precision spellings keep working during the deprecation period.
+Each flag contributes *claims* (on the accelerator, the devices, the strategy, the precision, ...);
+the mapping of old names is data (`tables.LEGACY_*`); claims that disagree are an `Incompatible`
+error naming both flags, never a silent pick. Pure: nothing here probes the machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import attrs
+
+from trainplan.spec import normalise
+from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
+from trainplan.spec.notes import Note
+from trainplan.spec.options import OPTION_TYPES, StrategyOptions
+from trainplan.spec.request import Request
+from trainplan.spec.tables import (
+    FAMILIES,
+    LEGACY_ACCELERATORS,
+    LEGACY_PRECISION_PLUGINS,
+    LEGACY_STRATEGIES,
+    RULES,
+    STRATEGIES,
+    UNSUPPORTED_ACCELERATORS,
+    LegacyStrategy,
+    lookup,
+)
+
+MODERN_FLAGS: Final[tuple[str, ...]] = (
+    "accelerator",
+    "strategy",
+    "devices",
+    "num_nodes",
+    "precision",
+    "process_group_backend",
+    "cluster",
+    "metrics_store",
+    "sync_batchnorm",
+    "strategy_options",
+)
+LEGACY_FLAGS: Final[tuple[str, ...]] = (
+    "gpus",
+    "tpu_cores",
+    "num_processes",
+    "ipus",
+    "hpus",
+    "distributed_backend",
+    "training_type",
+    "plugins",
+    "auto_select_gpus",
+    "move_metrics_to_cpu",
+    "amp_backend",
+    "amp_level",
+)
+
+
+@attrs.define
+class _Claims:
+    """What each flag says, by topic: topic → [(flag spelling, value)]."""
+
+    by_topic: dict[str, list[tuple[str, object, object]]] = attrs.field(factory=dict)
+    notes: list[Note] = attrs.field(factory=list)
+    select_usable_gpus: bool = False
+
+    def claim(self, topic: str, flag: str, raw: object, value: object) -> None:
+        """Record that `flag=raw` says `value` about `topic`."""
+        self.by_topic.setdefault(topic, []).append((flag, raw, value))
+
+    def note(self, flag: str, old: str, new: str, why: str) -> None:
+        self.notes.append(Note(code=f"legacy-{flag}", level="deprecation", message=f"{old} → {new}: {why}"))
+
+
+def _removed(values: Mapping[str, object], reason: str, fix: str) -> Incompatible:
+    rule = lookup(RULES, "legacy-removed", name="RULES")
+    return Incompatible(values=values, rule=rule.id, reason=reason, fix=fix)
+
+
+def _strategy_claim(claims: _Claims, flag: str, raw: object) -> None:
+    if not isinstance(raw, str):
+        raise InvalidRequest(
+            field=flag, value=raw, reason="a strategy name is a string", allowed=tuple(LEGACY_STRATEGIES)
+        )
+    name = raw.strip().lower()
+    legacy = LEGACY_STRATEGIES.get(name)
+    if legacy is None:
+        raise InvalidRequest(
+            field=flag, value=raw, reason="it is not a strategy name", allowed=tuple(LEGACY_STRATEGIES)
+        )
+    if legacy.strategy is None:
+        raise _removed({flag: raw}, legacy.reason, legacy.fix)
+    claims.claim("strategy", flag, raw, legacy)
+    if legacy.accelerator is not None:
+        claims.claim("accelerator", flag, raw, legacy.accelerator)
+    new = f"strategy={legacy.strategy!r}"
+    if legacy.accelerator is not None:
+        new = f"accelerator={legacy.accelerator!r}, {new}"
+    if legacy.options:
+        new += ", strategy_options=" + ", ".join(f"{key}={value!r}" for key, value in legacy.options.items())
+    if flag == "strategy" and name == legacy.strategy:
+        return  # a modern name in the modern flag: nothing to teach
+    why = {
+        "accelerator": "`accelerator` names hardware now; the distribution strategy has its own flag",
+        "distributed_backend": "distributed_backend was renamed strategy (and accelerator names hardware)",
+        "training_type": "training_type was the RFC's interim name for strategy",
+        "plugins": "strategies are no longer plugins",
+        "strategy": "the strategy was renamed",
+    }[flag]
+    if legacy.differs:
+        why += f"; what differs: {legacy.differs}"
+    claims.note(flag, f"{flag}={raw!r}", new, why)
+
+
+def _accelerator(claims: _Claims, raw: object) -> None:
+    if isinstance(raw, str):
+        name = raw.strip().lower()
+        if name in LEGACY_ACCELERATORS:
+            claims.claim("accelerator", "accelerator", raw, LEGACY_ACCELERATORS[name])
+            return
+        if name in UNSUPPORTED_ACCELERATORS:
+            raise _removed(
+                {"accelerator": raw},
+                f"{UNSUPPORTED_ACCELERATORS[name]} are not hardware trainplan plans for",
+                "Use accelerator='cuda', 'cpu', 'mps' or 'xla'",
+            )
+        if name in LEGACY_STRATEGIES:
+            _strategy_claim(claims, "accelerator", raw)
+            return
+    claims.claim("accelerator", "accelerator", raw, normalise.accelerator(raw))
+
+
+def _gpus(claims: _Claims, raw: object) -> None:
+    if raw in (0, "0", [], ()) and not isinstance(raw, bool):
+        claims.claim("accelerator", "gpus", raw, "cpu")
+        claims.note("gpus", f"gpus={raw!r}", "accelerator='cpu'", "gpus=0 meant no GPU; say where to run instead")
+        return
+    devices = normalise.devices(raw)
+    claims.claim("accelerator", "gpus", raw, "gpu")
+    claims.claim("devices", "gpus", raw, devices)
+    claims.note(
+        "gpus",
+        f"gpus={raw!r}",
+        f"accelerator='gpu', devices={_devices_text(devices)}",
+        "devices= counts or lists devices of any accelerator; gpus= was removed in Lightning 2.0",
+    )
+
+
+def _tpu_cores(claims: _Claims, raw: object) -> None:
+    devices = normalise.devices(raw)
+    claims.claim("accelerator", "tpu_cores", raw, "xla")
+    claims.claim("devices", "tpu_cores", raw, devices)
+    claims.note(
+        "tpu_cores",
+        f"tpu_cores={raw!r}",
+        f"accelerator='xla', devices={_devices_text(devices)}",
+        "TPUs run through the XLA accelerator, and devices= counts its cores",
+    )
+
+
+def _num_processes(claims: _Claims, raw: object) -> None:
+    devices = normalise.devices(raw)
+    claims.claim("accelerator", "num_processes", raw, "cpu")
+    claims.claim("devices", "num_processes", raw, devices)
+    claims.note(
+        "num_processes",
+        f"num_processes={raw!r}",
+        f"accelerator='cpu', devices={_devices_text(devices)}",
+        "num_processes counted CPU processes; devices= does that now",
+    )
+
+
+def _unsupported(flag: str) -> Callable[[_Claims, object], None]:
+    def handle(claims: _Claims, raw: object) -> None:
+        hardware = UNSUPPORTED_ACCELERATORS[flag.removesuffix("s")]
+        raise _removed({flag: raw}, f"{hardware} are not hardware trainplan plans for", f"Remove {flag}=")
+
+    return handle
+
+
+def _plugins(claims: _Claims, raw: object) -> None:
+    items = raw if isinstance(raw, (list, tuple)) else [raw]
+    for item in items:
+        if isinstance(item, str) and item.strip().lower() in LEGACY_PRECISION_PLUGINS:
+            precision = LEGACY_PRECISION_PLUGINS[item.strip().lower()]
+            claims.claim("precision", "plugins", item, precision)
+            claims.note("plugins", f"plugins={item!r}", f"precision={precision!r}", "precision has its own flag")
+        elif isinstance(item, str) and item.strip().lower() in LEGACY_STRATEGIES:
+            _strategy_claim(claims, "plugins", item)
+        else:
+            raise InvalidRequest(
+                field="plugins",
+                value=item,
+                reason="only strategy and precision plugins given by name can be translated",
+                allowed=(*LEGACY_STRATEGIES, *LEGACY_PRECISION_PLUGINS),
+            )
+
+
+def _auto_select_gpus(claims: _Claims, raw: object) -> None:
+    if normalise.flag("auto_select_gpus", raw):
+        claims.select_usable_gpus = True
+        claims.note(
+            "auto_select_gpus",
+            "auto_select_gpus=True",
+            "devices=find_usable_cuda_devices(n)",
+            "selecting GPUs another process does not hold is a probe, not a training flag; the function is fast, "
+            "never initialises CUDA in the caller and names the busy GPUs (still honoured during the deprecation "
+            "period)",
+        )
+
+
+def _move_metrics_to_cpu(claims: _Claims, raw: object) -> None:
+    if normalise.flag("move_metrics_to_cpu", raw):
+        claims.claim("metrics_store", "move_metrics_to_cpu", True, "cpu")
+        claims.note(
+            "move_metrics_to_cpu",
+            "move_metrics_to_cpu=True",
+            "metrics_store='cpu' (or store_on_cpu=True per metric)",
+            "placement is per metric now; under NCCL, CPU-stored values move to the device for each reduction",
+        )
+
+
+def _amp_backend(claims: _Claims, raw: object) -> None:
+    name = raw.strip().lower() if isinstance(raw, str) else raw
+    if name == "native":
+        claims.note(
+            "amp_backend", "amp_backend='native'", "(nothing)", "native torch AMP is the only AMP; drop the flag"
+        )
+        return
+    if name == "apex":
+        raise _removed(
+            {"amp_backend": raw},
+            "NVIDIA apex AMP was removed in Lightning 2.0; torch's native AMP replaces it",
+            "Use precision='16-mixed' (or 'bf16-mixed') and drop amp_backend",
+        )
+    raise InvalidRequest(field="amp_backend", value=raw, reason="it is not an AMP backend", allowed=("native", "apex"))
+
+
+def _amp_level(claims: _Claims, raw: object) -> None:
+    raise _removed(
+        {"amp_level": raw},
+        "amp_level configured NVIDIA apex AMP, which was removed in Lightning 2.0",
+        "Drop amp_level and use precision='16-mixed' (or 'bf16-mixed')",
+    )
+
+
+def _modern(topic: str) -> Callable[[_Claims, object], None]:
+    def handle(claims: _Claims, raw: object) -> None:
+        claims.claim(topic, topic, raw, raw)
+
+    return handle
+
+
+_HANDLERS: Final[Mapping[str, Callable[[_Claims, object], None]]] = {
+    "accelerator": _accelerator,
+    "strategy": lambda claims, raw: _strategy_claim(claims, "strategy", raw),
+    "devices": lambda claims, raw: claims.claim("devices", "devices", raw, normalise.devices(raw)),
+    "num_nodes": _modern("num_nodes"),
+    "precision": lambda claims, raw: claims.claim("precision", "precision", raw, raw),
+    "process_group_backend": _modern("process_group_backend"),
+    "cluster": _modern("cluster"),
+    "metrics_store": lambda claims, raw: claims.claim("metrics_store", "metrics_store", raw, raw),
+    "sync_batchnorm": _modern("sync_batchnorm"),
+    "strategy_options": _modern("strategy_options"),
+    "gpus": _gpus,
+    "tpu_cores": _tpu_cores,
+    "num_processes": _num_processes,
+    "ipus": _unsupported("ipus"),
+    "hpus": _unsupported("hpus"),
+    "distributed_backend": lambda claims, raw: _strategy_claim(claims, "distributed_backend", raw),
+    "training_type": lambda claims, raw: _strategy_claim(claims, "training_type", raw),
+    "plugins": _plugins,
+    "auto_select_gpus": _auto_select_gpus,
+    "move_metrics_to_cpu": _move_metrics_to_cpu,
+    "amp_backend": _amp_backend,
+    "amp_level": _amp_level,
+}
+"""Each flag's translation; the order of this table is the order claims are made (and conflicts named)."""
+
+
+def _devices_text(devices: object) -> str:
+    return repr(list(devices)) if isinstance(devices, tuple) else repr(devices)
+
+
+def _agree(topic: str, claims: list[tuple[str, object, object]], fix: str) -> object:
+    """The one value the flags agree on for a topic, or `Incompatible` naming two that disagree."""
+    first_flag, first_raw, chosen = claims[0]
+    for flag, raw, value in claims[1:]:
+        # Lightning refused a precision plugin beside a precision even when they agreed; so does the bridge.
+        merged = None if topic == "precision" else _merge(topic, chosen, value)
+        if merged is None:
+            rule = lookup(RULES, "legacy-conflict", name="RULES")
+            how = " (only one may)" if topic == "precision" else ", to different values"
+            reason = rule.reason.format(
+                first=f"{first_flag}={first_raw!r}", second=f"{flag}={raw!r}", what=topic.replace("_", " "), how=how
+            )
+            values = {first_flag: first_raw, flag: raw} if first_flag != flag else {first_flag: first_raw}
+            raise Incompatible(values=values, rule=rule.id, reason=reason, fix=rule.fix.format(fix=fix))
+        chosen = merged
+    return chosen
+
+
+def _merge(topic: str, first: object, second: object) -> object | None:
+    if topic == "accelerator":
+        # `gpu` agrees with the GPU it turns out to be.
+        if first == "gpu" and second in ("gpu", "cuda", "mps"):
+            return second
+        if second == "gpu" and first in ("cuda", "mps"):
+            return first
+    if topic == "strategy" and isinstance(first, LegacyStrategy) and isinstance(second, LegacyStrategy):
+        same = (first.strategy, dict(first.options)) == (second.strategy, dict(second.options))
+        return first if same else None
+    if type(first) is type(second) and first == second:
+        return first
+    return None
+
+
+_FIXES: Final[Mapping[str, str]] = {
+    "accelerator": "write accelerator= once, with the hardware (cpu, gpu, cuda, mps, xla)",
+    "devices": "write devices= once (it replaces gpus=, tpu_cores= and num_processes=)",
+    "strategy": "write strategy= once (it replaces accelerator='ddp', distributed_backend=, training_type= and "
+    "strategy plugins)",
+    "precision": "write precision= once (it replaces precision plugins and amp_backend)",
+    "metrics_store": "write metrics_store= once",
+}
+
+
+def from_legacy(flags: Mapping[str, object]) -> Request:
+    """See `Request.from_legacy`: the modern request, with a deprecation note per old flag."""
+    claims = _Claims()
+    for flag in flags:
+        if flag not in _HANDLERS:
+            raise InvalidRequest(
+                field="flag",
+                value=flag,
+                reason="it is not a Trainer flag trainplan knows, old or new",
+                allowed=(*MODERN_FLAGS, *LEGACY_FLAGS),
+                suggestion=did_you_mean(flag, (*MODERN_FLAGS, *LEGACY_FLAGS)),
+            )
+    for flag, handle in _HANDLERS.items():
+        if flag in flags and flags[flag] is not None:
+            handle(claims, flags[flag])
+    topics = {
+        topic: _agree(topic, values, _FIXES.get(topic, f"write {topic}= once"))
+        for topic, values in claims.by_topic.items()
+    }
+    config: dict[str, object] = {
+        key: value for key, value in topics.items() if key not in ("strategy", "strategy_options")
+    }
+    legacy = topics.get("strategy")
+    options = topics.get("strategy_options")
+    if isinstance(legacy, LegacyStrategy) and legacy.strategy is not None:
+        config["strategy"] = legacy.strategy
+        if legacy.options:
+            if options is not None:
+                raise Incompatible(
+                    values={"strategy": legacy.strategy, "strategy_options": options},
+                    rule="legacy-conflict",
+                    reason=(
+                        f"the old strategy name already sets {dict(legacy.options)}, "
+                        "and strategy_options were given too"
+                    ),
+                    fix="Write strategy= with the modern name and put every option in strategy_options",
+                )
+            options = _options(legacy)
+    if options is not None:
+        config["strategy_options"] = options
+    request = normalise.request_from_config(config)
+    return attrs.evolve(request, select_usable_gpus=claims.select_usable_gpus, notes=(*request.notes, *claims.notes))
+
+
+def _options(legacy: LegacyStrategy) -> StrategyOptions:
+    assert legacy.strategy is not None
+    family = lookup(FAMILIES, lookup(STRATEGIES, legacy.strategy, name="STRATEGIES").family, name="FAMILIES")
+    options_type = OPTION_TYPES[family.family]
+    values: dict[str, Any] = dict(legacy.options)
+    return options_type(**values)
+
+
+def python_spelling(request: Request) -> str:
+    """The request as the `Request(...)` call that builds it, defaults left out."""
+    default = Request()
+    parts = []
+    for attribute in attrs.fields(Request):
+        if attribute.name == "notes":
+            continue
+        value = getattr(request, attribute.name)
+        if value != getattr(default, attribute.name) or type(value) is not type(getattr(default, attribute.name)):
+            parts.append(f"{attribute.name}={_devices_text(value) if attribute.name == 'devices' else repr(value)}")
+    return f"Request({', '.join(parts)})"
+
+
+def flag_spelling(request: Request) -> str:
+    """The request as `trainplan plan` flags, defaults left out."""
+    default = Request()
+    parts: list[str] = []
+    for attribute in attrs.fields(Request):
+        name = attribute.name
+        value = getattr(request, name)
+        if name == "notes" or value == getattr(default, name):
+            continue
+        option = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            parts.append(option)
+        elif name == "devices" and isinstance(value, tuple):
+            parts.append(f"{option} {','.join(str(index) for index in value)}")
+        elif name == "strategy_options":
+            defaults = type(value)()
+            for key in attrs.fields_dict(type(value)):
+                if getattr(value, key) != getattr(defaults, key):
+                    parts.append(f"--strategy-option {key}={getattr(value, key)}")
+        else:
+            parts.append(f"{option} {value}")
+    return " ".join(parts)
