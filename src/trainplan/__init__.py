@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from trainplan.effects import probe
+from trainplan.effects import find_usable_cuda_devices, gpu_statuses, probe
 from trainplan.resolve import check as _check
 from trainplan.resolve import place_metric
 from trainplan.resolve import resolve as _resolve
@@ -28,6 +28,8 @@ from trainplan.spec import (
     DeepSpeedOptions,
     Environment,
     FSDPOptions,
+    GpuFacts,
+    GpuStatus,
     Incompatible,
     InvalidRequest,
     LauncherName,
@@ -55,7 +57,11 @@ __version__ = "0.1.0"
 
 def resolve(request: Request | None = None, env: Environment | None = None) -> Plan:
     """The plan for `request` (default: everything "auto") on `env` (default: this machine, probed)."""
-    return _resolve(Request() if request is None else request, probe() if env is None else env)
+    request = Request() if request is None else request
+    if env is None:
+        # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.
+        env = probe(usable_gpus=getattr(request, "select_usable_gpus", False) is True)
+    return _resolve(request, env)
 
 
 def check(request: Request | None = None, env: Environment | None = None) -> Iterator[TrainplanError]:
@@ -75,6 +81,8 @@ __all__ = [
     "DeepSpeedOptions",
     "Environment",
     "FSDPOptions",
+    "GpuFacts",
+    "GpuStatus",
     "Incompatible",
     "InvalidRequest",
     "LauncherName",
@@ -97,6 +105,8 @@ __all__ = [
     "Unavailable",
     "__version__",
     "check",
+    "find_usable_cuda_devices",
+    "gpu_statuses",
     "place_metric",
     "probe",
     "resolve",

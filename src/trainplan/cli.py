@@ -16,6 +16,7 @@ from typing import NoReturn
 
 import attrs
 
+from trainplan.effects.gpus import gpu_statuses
 from trainplan.effects.probe import probe
 from trainplan.resolve import check, resolve
 from trainplan.resolve.matrix import render_matrix
@@ -36,7 +37,7 @@ from trainplan.spec.request import Request
 
 EXIT_USAGE = 2
 
-SUBCOMMANDS = ("plan", "probe", "matrix", "migrate")
+SUBCOMMANDS = ("plan", "probe", "matrix", "migrate", "gpus")
 
 
 class CliError(TrainplanError):
@@ -71,6 +72,10 @@ def _parser() -> argparse.ArgumentParser:
         elif flag != "strategy_options":
             old.add_argument(option, default=None, metavar="VALUE")
     migrate.add_argument("--json", action="store_true", help="print the modern request as JSON")
+    gpus = commands.add_parser("gpus", help="list visible GPUs: usable now or not, and why")
+    gpus.add_argument("count", nargs="?", default=None, help="exit 2 unless at least this many are usable")
+    gpus.add_argument("--json", action="store_true", help="print the GPUs as JSON")
+    gpus.add_argument("--timeout", type=float, default=15.0, help="seconds a confirming probe may take")
     return parser
 
 
@@ -297,6 +302,31 @@ def _run_plan(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _run_gpus(arguments: argparse.Namespace) -> int:
+    wanted: int | None = None
+    if arguments.count is not None:
+        if not str(arguments.count).isdigit():
+            raise CliError(f"trainplan gpus {arguments.count}: give a whole number of GPUs, e.g. trainplan gpus 2")
+        wanted = int(arguments.count)
+    if arguments.timeout <= 0:
+        raise CliError("--timeout must be a positive number of seconds")
+    statuses = gpu_statuses(timeout=arguments.timeout)
+    usable = [status for status in statuses if status.usable]
+    if arguments.json:
+        print(json.dumps([attrs.asdict(status) for status in statuses], indent=2))
+    elif not statuses:
+        print("no visible CUDA GPU")
+    else:
+        for status in statuses:
+            memory = "?" if status.memory_total is None else f"{status.memory_total / 2**30:.1f} GiB"
+            used = "" if status.memory_used is None else f", {status.memory_used / 2**30:.1f} GiB used"
+            verdict = "usable" if status.usable else f"busy: {status.reason}"
+            print(f"{status.index}  {status.name or status.uuid}  ({memory}{used})  {verdict}  [{status.checked_by}]")
+    if wanted is not None and len(usable) < wanted:
+        _fail(f"asked for {wanted} usable GPU(s), but {len(usable)} of {len(statuses)} visible are usable")
+    return 0
+
+
 def _run_probe(arguments: argparse.Namespace) -> int:
     env = _environment(arguments)
     facts = {attribute.name: _jsonable(getattr(env, attribute.name)) for attribute in attrs.fields(Environment)}
@@ -337,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if arguments.command == "migrate":
             return _run_migrate(arguments)
+        if arguments.command == "gpus":
+            return _run_gpus(arguments)
         return _run_plan(arguments)
     except TrainplanError as error:
         _fail(str(error))

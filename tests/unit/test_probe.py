@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from trainplan import GpuFacts
 from trainplan.effects import ProbeError, probe
 from trainplan.resolve.visible import AmbiguousDevice, visible_device_order
 
@@ -17,8 +18,8 @@ class FakeInventory:
     def __init__(self, uuids: list[str] | None) -> None:
         self.uuids = uuids
 
-    def device_uuids(self) -> list[str] | None:
-        return self.uuids
+    def gpus(self) -> list[GpuFacts] | None:
+        return None if self.uuids is None else [GpuFacts(uuid=uuid) for uuid in self.uuids]
 
 
 class TestVisibleDevices:
@@ -50,23 +51,23 @@ class TestVisibleDevices:
 
 
 def test_probe_counts_visible_gpus_through_the_inventory() -> None:
-    env = probe(environ={"CUDA_VISIBLE_DEVICES": "3,1"}, gpus=FakeInventory(UUIDS))
+    env = probe(environ={"CUDA_VISIBLE_DEVICES": "3,1"}, nvml=FakeInventory(UUIDS))
     assert env.cuda_device_count == 2
     assert env.variables["CUDA_VISIBLE_DEVICES"] == "3,1"
 
 
 def test_probe_without_a_driver_sees_no_gpu() -> None:
-    assert probe(environ={}, gpus=FakeInventory(None)).cuda_device_count == 0
+    assert probe(environ={}, nvml=FakeInventory(None)).cuda_device_count == 0
 
 
 def test_probe_keeps_only_relevant_variables() -> None:
-    env = probe(environ={"SLURM_NTASKS": "2", "HOME": "/root", "RANK": "0"}, gpus=FakeInventory(None))
+    env = probe(environ={"SLURM_NTASKS": "2", "HOME": "/root", "RANK": "0"}, nvml=FakeInventory(None))
     assert dict(env.variables) == {"SLURM_NTASKS": "2", "RANK": "0"}
 
 
 def test_probe_reports_an_ambiguous_uuid() -> None:
     with pytest.raises(ProbeError, match="longer UUID prefix"):
-        probe(environ={"CUDA_VISIBLE_DEVICES": "GPU-bbb"}, gpus=FakeInventory(UUIDS))
+        probe(environ={"CUDA_VISIBLE_DEVICES": "GPU-bbb"}, nvml=FakeInventory(UUIDS))
 
 
 def test_probe_on_this_machine_neither_imports_torch_nor_initialises_cuda() -> None:

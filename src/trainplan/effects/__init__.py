@@ -4,6 +4,30 @@ Thin by rule: it gathers facts and carries out a plan's decisions, and decides n
 `trainplan.resolve` could decide from facts. Importing it does not import torch.
 """
 
-from trainplan.effects.probe import GpuInventory, NvmlInventory, ProbeError, probe
+from trainplan.effects.gpus import (
+    GpuProbeError,
+    ProbeLauncher,
+    ProbeOutcome,
+    ProbeProcess,
+    SubprocessProbeLauncher,
+    find_usable_cuda_devices,
+    gpu_statuses,
+)
+from trainplan.effects.nvml import CtypesNvmlQuery, NvmlQuery, PynvmlQuery, default_nvml
+from trainplan.effects.probe import ProbeError, probe
 
-__all__ = ["GpuInventory", "NvmlInventory", "ProbeError", "probe"]
+__all__ = [
+    "CtypesNvmlQuery",
+    "GpuProbeError",
+    "NvmlQuery",
+    "ProbeError",
+    "ProbeLauncher",
+    "ProbeOutcome",
+    "ProbeProcess",
+    "PynvmlQuery",
+    "SubprocessProbeLauncher",
+    "default_nvml",
+    "find_usable_cuda_devices",
+    "gpu_statuses",
+    "probe",
+]

@@ -7,18 +7,20 @@ machine without the NVIDIA driver the library is absent and the count is 0 at on
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import importlib.util
 import os
 import platform
 import sys
 from collections.abc import Mapping
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
-from trainplan.resolve.visible import AmbiguousDevice, visible_device_order
+from trainplan.effects.nvml import NvmlQuery, default_nvml
+from trainplan.resolve.gpus import visible_gpus
+from trainplan.resolve.visible import AmbiguousDevice
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import TrainplanError
+from trainplan.spec.gpus import GpuFacts
 from trainplan.spec.names import START_METHODS, StartMethod
 from trainplan.spec.tables import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
@@ -28,51 +30,6 @@ OPTIONAL_PACKAGES = ("deepspeed", "torch_xla", "transformer_engine", "torchmetri
 
 class ProbeError(TrainplanError, RuntimeError):
     """The machine's facts could not be read (for example an ambiguous CUDA_VISIBLE_DEVICES)."""
-
-
-class GpuInventory(Protocol):
-    """The seam to the GPU driver. Cost: one driver call per device; must never create a CUDA context."""
-
-    def device_uuids(self) -> list[str] | None:
-        """UUIDs of every physical GPU in driver order, or None when no driver is present."""
-
-
-class NvmlInventory:
-    """`GpuInventory` through NVML, loaded with ctypes (no Python package, no torch)."""
-
-    _LIBRARIES = ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll")
-
-    def device_uuids(self) -> list[str] | None:
-        library = self._load()
-        if library is None:
-            return None
-        if library.nvmlInit_v2() != 0:
-            return None
-        try:
-            count = ctypes.c_uint(0)
-            if library.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
-                return None
-            uuids: list[str] = []
-            for index in range(count.value):
-                handle = ctypes.c_void_p()
-                if library.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
-                    return uuids
-                buffer = ctypes.create_string_buffer(96)
-                if library.nvmlDeviceGetUUID(handle, buffer, 96) != 0:
-                    uuids.append(f"GPU-unknown-{index}")
-                else:
-                    uuids.append(buffer.value.decode("ascii", "replace"))
-            return uuids
-        finally:
-            library.nvmlShutdown()
-
-    def _load(self) -> ctypes.CDLL | None:
-        for name in self._LIBRARIES:
-            try:
-                return ctypes.CDLL(name)
-            except OSError:
-                continue
-        return None
 
 
 def relevant_variables(environ: Mapping[str, str]) -> dict[str, str]:
@@ -96,23 +53,38 @@ def is_interactive() -> bool:
     return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "ipykernel" in sys.modules
 
 
-def probe(*, environ: Mapping[str, str] | None = None, gpus: GpuInventory | None = None) -> Environment:
+def probe(
+    *,
+    environ: Mapping[str, str] | None = None,
+    nvml: NvmlQuery | None = None,
+    usable_gpus: bool = False,
+    usable_timeout: float = 15.0,
+) -> Environment:
     """The facts of this machine and process. Never initialises CUDA and does not import torch.
 
-    `environ` defaults to `os.environ` and `gpus` to NVML; tests pass their own. Facts that cannot
-    change while a process runs (the GPUs the driver lists, installed packages, start methods) are read
-    once per process; environment variables, CUDA's state and the session are read on every call.
+    `environ` defaults to `os.environ` and `nvml` to the driver (pynvml, else ctypes); tests pass their
+    own. Facts that cannot change while a process runs (the GPUs the driver lists, installed packages,
+    start methods) are read once per process; environment variables, CUDA's state and the session on
+    every call. `usable_gpus=True` also finds which visible GPUs can take a new process now
+    (`find_usable_cuda_devices`' probe), for requests with `select_usable_gpus`.
     """
     environ = os.environ if environ is None else environ
     static = _static_facts()
-    uuids = static.uuids if gpus is None else (gpus.device_uuids() or [])
+    gpus = static.gpus if nvml is None else (nvml.gpus() or [])
     try:
-        visible = visible_device_order(environ.get("CUDA_VISIBLE_DEVICES"), uuids)
+        visible = visible_gpus(environ.get("CUDA_VISIBLE_DEVICES"), gpus)
     except AmbiguousDevice as error:
         raise ProbeError(f"{error}. Write a longer UUID prefix, or device indices, in CUDA_VISIBLE_DEVICES.") from None
+    usable: tuple[int, ...] | None = None
+    if usable_gpus:
+        from trainplan.effects.gpus import gpu_statuses
+
+        statuses = gpu_statuses(timeout=usable_timeout, nvml=nvml, environ=environ)
+        usable = tuple(status.index for status in statuses if status.usable and status.index < len(visible))
     return Environment(
         cuda_device_count=len(visible),
         cuda_initialized=cuda_initialized(),
+        usable_cuda_devices=usable,
         mps_available=_mps_available(),
         xla_device_count=_xla_device_count(environ, static.packages),
         cpu_count=_cpu_count(),
@@ -124,7 +96,7 @@ def probe(*, environ: Mapping[str, str] | None = None, gpus: GpuInventory | None
 
 
 class _StaticFacts(NamedTuple):
-    uuids: list[str]
+    gpus: list[GpuFacts]
     packages: frozenset[str]
     start_methods: tuple[StartMethod, ...]
 
@@ -135,7 +107,7 @@ def _static_facts() -> _StaticFacts:
 
     available = multiprocessing.get_all_start_methods()
     return _StaticFacts(
-        uuids=NvmlInventory().device_uuids() or [],
+        gpus=default_nvml().gpus() or [],
         packages=frozenset(name for name in OPTIONAL_PACKAGES if importlib.util.find_spec(name) is not None),
         start_methods=tuple(method for method in START_METHODS if method in available),
     )

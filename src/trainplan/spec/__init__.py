@@ -13,6 +13,7 @@ from trainplan.spec.errors import (
     Unavailable,
 )
 from trainplan.spec.frozen import FrozenMap
+from trainplan.spec.gpus import ComputeMode, GpuFacts, GpuStatus
 from trainplan.spec.names import (
     AcceleratorFlag,
     AcceleratorName,
@@ -44,12 +45,15 @@ __all__ = [
     "ClusterFlag",
     "ClusterInfo",
     "ClusterName",
+    "ComputeMode",
     "DDPOptions",
     "DeepSpeedOptions",
     "Devices",
     "Environment",
     "FSDPOptions",
     "FrozenMap",
+    "GpuFacts",
+    "GpuStatus",
     "Incompatible",
     "InvalidRequest",
     "LauncherName",
