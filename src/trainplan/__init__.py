@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from trainplan.effects import find_usable_cuda_devices, gpu_statuses, probe
+from trainplan.effects.launch import LaunchError, LaunchTimeout, NotImportable, WorkerFailed, launch, launch_with
 from trainplan.resolve import check as _check
 from trainplan.resolve import place_metric
 from trainplan.resolve import resolve as _resolve
@@ -56,7 +57,17 @@ __version__ = "0.1.0"
 
 
 def resolve(request: Request | None = None, env: Environment | None = None) -> Plan:
-    """The plan for `request` (default: everything "auto") on `env` (default: this machine, probed)."""
+    """The plan for `request` (default: everything "auto") on `env` (default: this machine, probed).
+
+    Inside a worker started by `launch`, `resolve()` with no arguments returns the launcher's plan with
+    this worker's rank, local rank and port.
+    """
+    if request is None and env is None:
+        from trainplan.effects.launch import worker_plan
+
+        launched = worker_plan()
+        if launched is not None:
+            return launched  # inside a launched worker: the launcher's plan, with this worker's rank
     request = Request() if request is None else request
     if env is None:
         # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.
@@ -85,11 +96,14 @@ __all__ = [
     "GpuStatus",
     "Incompatible",
     "InvalidRequest",
+    "LaunchError",
+    "LaunchTimeout",
     "LauncherName",
     "MetricPlacement",
     "MetricSlot",
     "MetricsStore",
     "MissingRule",
+    "NotImportable",
     "Note",
     "Plan",
     "PlanFormatError",
@@ -103,10 +117,13 @@ __all__ = [
     "StrategyOptions",
     "TrainplanError",
     "Unavailable",
+    "WorkerFailed",
     "__version__",
     "check",
     "find_usable_cuda_devices",
     "gpu_statuses",
+    "launch",
+    "launch_with",
     "place_metric",
     "probe",
     "resolve",

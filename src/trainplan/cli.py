@@ -17,8 +17,10 @@ from typing import NoReturn
 import attrs
 
 from trainplan.effects.gpus import gpu_statuses
+from trainplan.effects.launch import launch_script
 from trainplan.effects.probe import probe
 from trainplan.resolve import check, resolve
+from trainplan.resolve.emit import emit_slurm, emit_torchrun
 from trainplan.resolve.matrix import render_matrix
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import InvalidRequest, TrainplanError, did_you_mean
@@ -37,7 +39,7 @@ from trainplan.spec.request import Request
 
 EXIT_USAGE = 2
 
-SUBCOMMANDS = ("plan", "probe", "matrix", "migrate", "gpus")
+SUBCOMMANDS = ("plan", "probe", "matrix", "migrate", "gpus", "launch")
 
 
 class CliError(TrainplanError):
@@ -55,6 +57,18 @@ def _parser() -> argparse.ArgumentParser:
     _add_environment_flags(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (Plan.to_dict)")
     plan.add_argument("--check", action="store_true", help="list every problem with the request, not just the first")
+    plan.add_argument(
+        "--emit",
+        choices=("torchrun", "slurm"),
+        help="print the plan as a torchrun command line or an sbatch script (the script goes after --)",
+    )
+    launch = commands.add_parser(
+        "launch", help="run a script on each of the plan's workers, like torchrun: trainplan launch [flags] -- train.py"
+    )
+    _add_request_flags(launch)
+    _add_environment_flags(launch)
+    launch.add_argument("--timeout", type=float, default=None, help="seconds for the whole run (default: none)")
+    launch.add_argument("--grace-period", type=float, default=5.0, help="seconds between terminate and kill")
     probe_command = commands.add_parser("probe", help="print the facts trainplan reads from this machine")
     _add_environment_flags(probe_command)
     probe_command.add_argument("--json", action="store_true", help="print the facts as JSON")
@@ -280,7 +294,16 @@ def _run_migrate(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _run_plan(arguments: argparse.Namespace) -> int:
+def _run_launch(arguments: argparse.Namespace, command: list[str]) -> int:
+    if not command:
+        raise CliError("nothing to launch: put the script after `--`, e.g. trainplan launch --devices 2 -- train.py")
+    if arguments.timeout is not None and arguments.timeout <= 0:
+        raise CliError("--timeout must be a positive number of seconds")
+    plan = resolve(_request(arguments), _environment(arguments))
+    return launch_script(plan, command, timeout=arguments.timeout, grace_period=arguments.grace_period)
+
+
+def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
     env = _environment(arguments)
     if arguments.check:
         try:
@@ -295,7 +318,11 @@ def _run_plan(arguments: argparse.Namespace) -> int:
             print("no problems: the request resolves on this environment")
         return EXIT_USAGE if problems else 0
     plan = resolve(_request(arguments), env)
-    if arguments.json:
+    if arguments.emit == "torchrun":
+        print(emit_torchrun(plan, command))
+    elif arguments.emit == "slurm":
+        print(emit_slurm(plan, command))
+    elif arguments.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:
         print(plan.explain())
@@ -352,6 +379,10 @@ def _jsonable(value: object) -> object:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `trainplan` console script."""
     arguments_list = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in arguments_list:
+        split = arguments_list.index("--")
+        arguments_list, command = arguments_list[:split], arguments_list[split + 1 :]
     if arguments_list and not arguments_list[0].startswith("-") and arguments_list[0] not in SUBCOMMANDS:
         guess = did_you_mean(arguments_list[0], SUBCOMMANDS)
         hint = f"did you mean `trainplan {guess}`? " if guess else ""
@@ -369,7 +400,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_migrate(arguments)
         if arguments.command == "gpus":
             return _run_gpus(arguments)
-        return _run_plan(arguments)
+        if arguments.command == "launch":
+            return _run_launch(arguments, command)
+        if command and not arguments.emit:
+            raise CliError(f"unexpected arguments after --: {' '.join(command)} (they are for --emit or launch)")
+        return _run_plan(arguments, command)
     except TrainplanError as error:
         _fail(str(error))
 

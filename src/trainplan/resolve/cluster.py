@@ -18,6 +18,7 @@ from trainplan.spec.notes import Note
 from trainplan.spec.tables import (
     CLUSTERS,
     DEFAULT_MAIN_PORT,
+    LAUNCHED_MARKER,
     LSF_PORT_BASE,
     SLURM_DEFAULT_PORT,
     SLURM_INTERACTIVE_JOB_NAMES,
@@ -44,6 +45,7 @@ class ClusterFacts:
     launch_hint: str  # how to start the job with another layout, for messages
     reason: str
     notes: tuple[Note, ...] = ()
+    launched: bool = False  # this process is a worker trainplan's launcher started
 
 
 def detect(flag: ClusterFlag, variables: Mapping[str, str]) -> ClusterFacts:
@@ -75,7 +77,7 @@ _DETECTION_ORDER = tuple(
 
 
 def _detected(variables: Mapping[str, str]) -> ClusterName:
-    if not variables:
+    if not variables or LAUNCHED_MARKER in variables:
         return "local"
     for rule in _DETECTION_ORDER:
         if rule.name == "slurm" and variables.get("SLURM_JOB_NAME", "") in SLURM_INTERACTIVE_JOB_NAMES:
@@ -159,6 +161,8 @@ class _Variables:
 
 
 def _local(variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
+    if LAUNCHED_MARKER in variables:
+        return _launched(variables)
     read = _Variables("local", variables)
     node_rank_name = "NODE_RANK" if "NODE_RANK" in variables else "GROUP_RANK"
     node_rank = read.integer(node_rank_name, minimum=0, required=False, default=0)
@@ -200,6 +204,35 @@ def _local(variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
         launch_hint="set NODE_RANK, MASTER_ADDR and MASTER_PORT on each node",
         reason=reason,
         notes=notes,
+    )
+
+
+def _launched(variables: Mapping[str, str]) -> ClusterFacts:
+    """A worker started by trainplan's launcher: the world and this worker's place in it."""
+    read = _Variables("trainplan launch", variables)
+    world = read.integer("WORLD_SIZE", minimum=1)
+    local_world = read.integer("LOCAL_WORLD_SIZE", minimum=1)
+    rank = read.integer("RANK", minimum=0)
+    local_rank = read.integer("LOCAL_RANK", minimum=0)
+    node_rank = read.integer("NODE_RANK", minimum=0)
+    read.below("RANK", rank, world, "WORLD_SIZE")
+    read.below("LOCAL_RANK", local_rank, local_world, "LOCAL_WORLD_SIZE")
+    nodes = world // local_world if world is not None and local_world is not None and world % local_world == 0 else None
+    return ClusterFacts(
+        kind="local",
+        creates_processes=False,
+        main_address=read.address("MASTER_ADDR") or "127.0.0.1",
+        main_port=read.port("MASTER_PORT"),
+        node_rank=node_rank,
+        global_rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        processes_per_node=local_world,
+        num_nodes=nodes,
+        detail=f"WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local_world}",
+        launch_hint="trainplan launch with num_nodes={num_nodes} and devices={processes_per_node}",
+        reason=f"this process is worker {rank} of {world} started by trainplan's launcher",
+        launched=True,
     )
 
 

@@ -760,6 +760,8 @@ def _choose_launcher(
         )
     if facts.creates_processes and family.has_process_group and launcher == "subprocess":
         return "external"
+    if facts.launched:
+        return launcher  # already started by this launcher: the start-up rules were checked in the parent
     if env.interactive and not launcher_rule.interactive_compatible:
         instead = FORK_STRATEGY_FOR.get(name)
         error = incompatible(
@@ -797,7 +799,7 @@ def _place_in_cluster(
         raise incompatible(
             "cluster-one-process-per-node", values, cluster=facts.kind, processes_per_node=processes_per_node
         )
-    if facts.creates_processes:
+    if facts.creates_processes or facts.launched:
         layout = {"num_nodes": num_nodes, "processes_per_node": processes_per_node, "world_size": world_size}
         stated = (
             (facts.world_size is not None and facts.world_size != world_size)

@@ -705,6 +705,11 @@ SLURM_PORT_BASE: Final[int] = 15000
 LSF_PORT_BASE: Final[int] = 10000
 """LSF main port: 10000 + job id modulo 1000 (Lightning's rule)."""
 
+LAUNCHED_MARKER: Final[str] = "TRAINPLAN_LAUNCHED"
+"""Set by `trainplan.launch` in every worker it starts. Those workers also carry torchrun's variables (RANK,
+LOCAL_RANK, GROUP_RANK, LOCAL_WORLD_SIZE) for scripts that expect them; the marker tells the resolver that
+trainplan, not torchrun, started them, so the plan keeps its own launcher and gains the worker's ranks."""
+
 DEFAULT_MAIN_PORT: Final[int] = 29500
 """torch.distributed's customary port, used where a cluster gives neither MASTER_PORT nor a job id (MPI)."""
 

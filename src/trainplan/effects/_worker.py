@@ -1,0 +1,52 @@
+"""Entry point of a 'subprocess' launcher worker: `python -m trainplan.effects._worker RESULT_FD`.
+
+Reads (spec, module, qualname, script, args, kwargs) pickled on stdin, imports `fn` (running the script
+as `__mp_main__`, as multiprocessing's spawn does, so its `if __name__ == "__main__":` block stays
+quiet), runs it as a worker, and sends the outcome back through RESULT_FD.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pickle
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from types import ModuleType
+
+from trainplan.effects.launch import _Outcome, _own_process_group, _send, run_worker
+
+
+def _load_script(path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("__mp_main__", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the script {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["__mp_main__"] = module
+    sys.modules["__main__"] = module  # so that objects pickled from the parent's __main__ resolve here
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    connection = Connection(int(sys.argv[1]))
+    _own_process_group()
+    try:
+        spec, module_name, qualname, script, args, kwargs = pickle.loads(sys.stdin.buffer.read())
+        module = _load_script(script) if script is not None else importlib.import_module(module_name)
+        fn: object = module
+        for part in qualname.split("."):
+            fn = getattr(fn, part)
+        if not callable(fn):
+            raise TypeError(f"{module_name}.{qualname} is not callable")
+    except BaseException:
+        _send(connection, _Outcome("error", None, "The worker could not load the function:\n" + traceback.format_exc()))
+        connection.close()
+        raise SystemExit(1) from None
+    _send(connection, run_worker(spec, fn, args, kwargs))
+    connection.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,773 @@
+"""`launch(plan, fn, *args, **kwargs)`: run a plan's workers and bring back their results, or a clear failure.
+
+The plan decided everything (how many processes, started how, on which devices, with which backend);
+this module only carries it out:
+
+- `none`: run `fn` inline. `external` (torchrun, SLURM, ...): this process is one rank of a world that
+  already exists; join it and run `fn` here. `spawn` / `fork`: start the processes with multiprocessing.
+  `subprocess`: start fresh interpreters that import `fn` (it must be importable).
+- Each worker gets the torch.distributed environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+  NODE_RANK, GROUP_RANK, MASTER_ADDR, MASTER_PORT) and the plan as JSON; its device is bound from the
+  plan; the process group is initialised with the plan's backend before `fn` and destroyed after.
+- A worker that raises, exits non-zero or dies by a signal stops its siblings (terminate, then kill
+  after a grace period) and the caller gets `WorkerFailed` naming the rank, with the worker's traceback,
+  exit code or signal. A world that overruns its timeout is stopped and `LaunchTimeout` raised. Ctrl-C
+  or SIGTERM in the caller stops every worker. No worker outlives `launch`; nothing is written to disk.
+- A free main port is chosen when the plan has none; a port taken meanwhile is retried, not fatal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import multiprocessing
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any, Literal, Protocol, TypeVar
+
+import attrs
+
+from trainplan.spec.errors import TrainplanError
+from trainplan.spec.plan import Plan, plan_from_json_text
+
+R = TypeVar("R")
+
+PLAN_VARIABLE = "TRAINPLAN_PLAN"
+"""Environment variable holding the plan's JSON in every launched worker."""
+LAUNCHED_VARIABLE = "TRAINPLAN_LAUNCHED"
+"""Set in every launched worker (to the launcher's name): the resolver then reads the world from RANK etc."""
+DEFAULT_GRACE_PERIOD = 5.0
+PORT_ATTEMPTS = 3
+
+
+class LaunchError(TrainplanError, RuntimeError):
+    """The workers could not be started or run."""
+
+
+class NotImportable(LaunchError, ValueError):
+    """`fn` cannot be found by a fresh interpreter (a lambda, a nested function, an interactive `__main__`)."""
+
+
+class LaunchTimeout(LaunchError):
+    """The world did not finish in time; every worker was stopped."""
+
+    def __init__(self, message: str, *, timeout: float) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+
+
+class WorkerFailed(LaunchError):
+    """A worker raised, exited non-zero or died by a signal; its siblings were stopped."""
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        local_rank: int,
+        exitcode: int | None,
+        signal_name: str | None,
+        traceback_text: str,
+        port_clash: bool = False,
+    ) -> None:
+        self.rank = rank
+        self.local_rank = local_rank
+        self.exitcode = exitcode
+        self.signal_name = signal_name
+        self.traceback_text = traceback_text
+        self.port_clash = port_clash
+        if traceback_text:
+            how = "raised an exception"
+        elif signal_name is not None:
+            how = f"was killed by {signal_name}"
+        else:
+            how = f"exited with code {exitcode} without returning"
+        detail = f":\n{traceback_text.rstrip()}" if traceback_text else ""
+        super().__init__(
+            f"Worker rank {rank} (local rank {local_rank}) {how}; its siblings were stopped. "
+            f"Fix the worker's error and launch again{detail}"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# What a worker needs, and what it does
+
+
+@attrs.frozen(kw_only=True)
+class WorkerSpec:
+    """Everything one worker needs: its ranks, the world's meeting point, the plan as JSON."""
+
+    global_rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    main_address: str
+    main_port: int
+    plan_json: str
+    launcher: str
+    timeout_seconds: float
+
+    def environment(self) -> dict[str, str]:
+        """The torch.distributed (and torchrun-compatible) environment of this worker."""
+        return {
+            "RANK": str(self.global_rank),
+            "LOCAL_RANK": str(self.local_rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "NODE_RANK": str(self.node_rank),
+            "GROUP_RANK": str(self.node_rank),
+            "ROLE_RANK": str(self.global_rank),
+            "ROLE_WORLD_SIZE": str(self.world_size),
+            "MASTER_ADDR": self.main_address,
+            "MASTER_PORT": str(self.main_port),
+            PLAN_VARIABLE: self.plan_json,
+            LAUNCHED_VARIABLE: self.launcher,
+        }
+
+
+@attrs.frozen
+class _Outcome:
+    kind: Literal["ok", "error"]
+    value: object = None
+    traceback_text: str = ""
+    port_clash: bool = False
+
+
+def _is_port_clash(error: BaseException) -> bool:
+    text = str(error)
+    return "EADDRINUSE" in text or "address already in use" in text.lower()
+
+
+@contextlib.contextmanager
+def _distributed_world(spec: WorkerSpec, plan: Plan) -> Iterator[None]:
+    """Bind the device and hold the process group for the duration (nothing when the plan has none)."""
+    if plan.accelerator == "cuda":
+        import torch
+
+        torch.cuda.set_device(plan.devices[spec.local_rank])
+    backend = plan.process_group_backend
+    if backend is None:
+        yield
+        return
+    from torch import distributed
+
+    distributed.init_process_group(
+        backend=backend,
+        init_method=f"tcp://{_host_for_url(spec.main_address)}:{spec.main_port}",
+        rank=spec.global_rank,
+        world_size=spec.world_size,
+        timeout=datetime.timedelta(seconds=spec.timeout_seconds),
+    )
+    try:
+        yield
+    finally:
+        if distributed.is_initialized():
+            distributed.destroy_process_group()
+
+
+def _host_for_url(address: str) -> str:
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+def run_worker(
+    spec: WorkerSpec, fn: Callable[..., object], args: Sequence[object], kwargs: Mapping[str, Any]
+) -> _Outcome:
+    """Inside a worker: set the environment, join the world, run `fn`, leave the world."""
+    os.environ.update(spec.environment())
+    try:
+        plan = plan_from_json_text(spec.plan_json)
+        with _distributed_world(spec, plan):
+            value = fn(*args, **kwargs)
+        return _Outcome("ok", value)
+    except BaseException as error:  # the worker reports everything, KeyboardInterrupt included
+        return _Outcome("error", None, traceback.format_exc(), _is_port_clash(error))
+
+
+def _send(connection: Connection, outcome: _Outcome) -> None:
+    try:
+        connection.send(outcome)
+    except Exception:  # the result could not be pickled: report that instead
+        connection.send(_Outcome("error", None, "The return value could not be sent back:\n" + traceback.format_exc()))
+
+
+def _multiprocessing_entry(
+    spec: WorkerSpec,
+    fn: Callable[..., object],
+    args: Sequence[object],
+    kwargs: Mapping[str, Any],
+    connection: Connection,
+) -> None:
+    _own_process_group()
+    _send(connection, run_worker(spec, fn, args, kwargs))
+    connection.close()
+
+
+def _own_process_group() -> None:
+    # Each worker leads its own process group, so stopping it also stops anything it started.
+    if hasattr(os, "setpgid"):
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Starting workers
+
+
+class Stoppable(Protocol):
+    """A started process the launcher can stop."""
+
+    @property
+    def pid(self) -> int:
+        """The process id (each worker leads its own process group)."""
+
+    def exitcode(self) -> int | None:
+        """The exit code once it has exited (negative: killed by that signal), None while it runs."""
+
+    def wait(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for it to exit."""
+
+
+class WorkerHandle(Stoppable, Protocol):
+    """A started worker as the supervisor sees it: a process, and the pipe it reports through."""
+
+    local_rank: int
+    connection: Connection
+
+
+@attrs.define
+class _ProcessWorker:
+    local_rank: int
+    connection: Connection
+    process: multiprocessing.process.BaseProcess
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid or 0
+
+    def exitcode(self) -> int | None:
+        return self.process.exitcode
+
+    def wait(self, timeout: float) -> None:
+        self.process.join(timeout)
+
+
+@attrs.define
+class _PopenWorker:
+    local_rank: int
+    connection: Connection
+    process: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def exitcode(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self, timeout: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout)
+
+
+def _function_reference(fn: Callable[..., object], *, interactive: bool) -> tuple[str, str, str | None]:
+    """(module, qualname, script path) by which a fresh interpreter finds `fn`, or `NotImportable`."""
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        raise NotImportable(f"{fn!r} has no module and name a fresh interpreter could import it by. {_IMPORTABLE_FIX}")
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        kind = "a lambda" if "<lambda>" in qualname else "defined inside another function"
+        raise NotImportable(
+            f"{module}.{qualname} is {kind}, so the fresh interpreters of the 'subprocess' launcher cannot "
+            f"import it. {_IMPORTABLE_FIX}"
+        )
+    script: str | None = None
+    if module == "__main__":
+        main = sys.modules.get("__main__")
+        script = getattr(main, "__file__", None)
+        if interactive or script is None:
+            raise NotImportable(
+                f"{qualname} is defined in the __main__ of an interactive session, which a fresh interpreter "
+                f"cannot import. {_IMPORTABLE_FIX}"
+            )
+        script = os.path.abspath(script)
+    return module, qualname, script
+
+
+_IMPORTABLE_FIX = (
+    "Define it at the top level of a module (or of the script you run), or use strategy='ddp_notebook' "
+    "(fork), which needs no import"
+)
+
+
+def _start_multiprocessing(
+    method: Literal["spawn", "fork"],
+    specs: Sequence[WorkerSpec],
+    fn: Callable[..., object],
+    args: Sequence[object],
+    kwargs: Mapping[str, Any],
+) -> list[WorkerHandle]:
+    context: Any = multiprocessing.get_context(method)
+    workers: list[WorkerHandle] = []
+    try:
+        for spec in specs:
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_multiprocessing_entry,
+                args=(spec, fn, args, kwargs, send),
+                name=f"trainplan-worker-{spec.global_rank}",
+                daemon=False,
+            )
+            try:
+                process.start()
+            except (pickle.PicklingError, AttributeError, TypeError) as error:
+                receive.close()
+                send.close()
+                raise NotImportable(
+                    f"The spawn launcher could not send {getattr(fn, '__qualname__', fn)!r} or its arguments to a "
+                    f"new interpreter ({error}). {_IMPORTABLE_FIX}"
+                ) from None
+            send.close()  # the worker holds the only writing end: its death closes the pipe
+            workers.append(_ProcessWorker(spec.local_rank, receive, process))
+    except BaseException:
+        _stop(workers, grace=DEFAULT_GRACE_PERIOD)
+        raise
+    return workers
+
+
+def _start_subprocesses(
+    specs: Sequence[WorkerSpec],
+    fn: Callable[..., object],
+    args: Sequence[object],
+    kwargs: Mapping[str, Any],
+    *,
+    interactive: bool,
+) -> list[WorkerHandle]:
+    module, qualname, script = _function_reference(fn, interactive=interactive)
+    workers: list[WorkerHandle] = []
+    try:
+        for spec in specs:
+            payload = pickle.dumps((spec, module, qualname, script, tuple(args), dict(kwargs)))
+            read_end, write_end = os.pipe()
+            process = subprocess.Popen(
+                [sys.executable, "-m", "trainplan.effects._worker", str(write_end)],
+                stdin=subprocess.PIPE,
+                pass_fds=(write_end,),
+                start_new_session=True,
+            )
+            os.close(write_end)
+            assert process.stdin is not None
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.write(payload)
+                process.stdin.close()
+            workers.append(_PopenWorker(spec.local_rank, Connection(read_end), process))
+    except BaseException:
+        _stop(workers, grace=DEFAULT_GRACE_PERIOD)
+        raise
+    return workers
+
+
+# --------------------------------------------------------------------------------------------------
+# Supervising
+
+
+def _signal_worker(worker: Stoppable, signal_number: int) -> None:
+    if worker.exitcode() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if hasattr(os, "killpg"):
+            try:
+                os.killpg(worker.pid, signal_number)
+                return
+            except (ProcessLookupError, PermissionError):
+                pass
+        os.kill(worker.pid, signal_number)
+
+
+def _stop(workers: Sequence[Stoppable], *, grace: float) -> None:
+    """Terminate every worker still running, wait `grace` seconds, kill what is left, reap all."""
+    for worker in workers:
+        _signal_worker(worker, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for worker in workers:
+        worker.wait(max(0.0, deadline - time.monotonic()))
+    for worker in workers:
+        if worker.exitcode() is None:
+            _signal_worker(worker, getattr(signal, "SIGKILL", signal.SIGTERM))
+            worker.wait(10.0)
+    for worker in workers:
+        connection = getattr(worker, "connection", None)
+        if connection is not None:
+            with contextlib.suppress(OSError):
+                connection.close()
+
+
+def _signal_name(exitcode: int | None) -> str | None:
+    if exitcode is None or exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def _supervise(
+    workers: Sequence[WorkerHandle], specs: Sequence[WorkerSpec], *, timeout: float | None, grace: float
+) -> list[object]:
+    by_connection = {id(worker.connection): worker for worker in workers}
+    rank_of = {spec.local_rank: spec.global_rank for spec in specs}
+    results: dict[int, object] = {}
+    pending = list(workers)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    failure: LaunchError | None = None
+    try:
+        while pending and failure is None:
+            wait_for = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
+            for connection in wait([worker.connection for worker in pending], timeout=wait_for):
+                assert isinstance(connection, Connection)
+                worker = by_connection[id(connection)]
+                pending.remove(worker)
+                try:
+                    outcome: _Outcome | None = connection.recv()
+                except (EOFError, OSError):
+                    outcome = None
+                if outcome is not None and outcome.kind == "ok":
+                    results[worker.local_rank] = outcome.value
+                    continue
+                worker.wait(1.0)
+                failure = WorkerFailed(
+                    rank=rank_of[worker.local_rank],
+                    local_rank=worker.local_rank,
+                    exitcode=worker.exitcode(),
+                    signal_name=_signal_name(worker.exitcode()),
+                    traceback_text="" if outcome is None else outcome.traceback_text,
+                    port_clash=outcome is not None and outcome.port_clash,
+                )
+                break
+            if failure is None and deadline is not None and time.monotonic() >= deadline and pending:
+                failure = LaunchTimeout(
+                    f"The world of {len(specs)} local worker(s) did not finish within {timeout:g} s "
+                    f"(still running: local ranks {sorted(worker.local_rank for worker in pending)}); every worker "
+                    "was stopped. Raise the timeout, or look for a worker waiting on a collective its siblings "
+                    "never reach",
+                    timeout=timeout or 0.0,
+                )
+        if failure is None:
+            for worker in workers:  # each sent its result; now it must exit cleanly
+                worker.wait(grace + 30.0)
+                code = worker.exitcode()
+                if code not in (0, None):
+                    failure = WorkerFailed(
+                        rank=rank_of[worker.local_rank],
+                        local_rank=worker.local_rank,
+                        exitcode=code,
+                        signal_name=_signal_name(code),
+                        traceback_text="",
+                    )
+                    break
+    finally:
+        _stop(workers, grace=grace)
+    if failure is not None:
+        raise failure
+    return [results[spec.local_rank] for spec in specs]
+
+
+class _Terminated(BaseException):
+    """SIGTERM in the caller, raised where the supervisor waits so that `finally` stops the workers."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops_workers() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signal_number: int, frame: object) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except _Terminated:
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# --------------------------------------------------------------------------------------------------
+# The entry point
+
+
+def choose_free_port(address: str) -> int:
+    """A TCP port free right now on `address` (the OS picks it); another process may take it before use."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe_socket:
+        probe_socket.bind((address if address not in ("localhost",) else "127.0.0.1", 0))
+        port: int = probe_socket.getsockname()[1]
+        return port
+
+
+def launch(plan: Plan, fn: Callable[..., R], *args: object, **kwargs: object) -> list[R]:
+    """Run `fn(*args, **kwargs)` on each of the plan's workers on this node; their return values in rank
+    order. See the module's documentation for each launcher and for what happens on failure."""
+    return launch_with(plan, fn, args=args, kwargs=kwargs)
+
+
+def launch_with(
+    plan: Plan,
+    fn: Callable[..., R],
+    *,
+    args: Sequence[object] = (),
+    kwargs: Mapping[str, object] | None = None,
+    timeout: float | None = None,
+    grace_period: float = DEFAULT_GRACE_PERIOD,
+    choose_port: Callable[[str], int] = choose_free_port,
+    interactive: bool | None = None,
+) -> list[R]:
+    """`launch` with its options: a timeout for the whole world, the grace period, the port chooser."""
+    if not isinstance(plan, Plan):
+        raise LaunchError(
+            f"launch takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve(...)"
+        )
+    limit: object = timeout
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0):
+        raise LaunchError(f"timeout={timeout!r}: write a positive number of seconds, or None for no limit")
+    kwargs = dict(kwargs or {})
+    if interactive is None:
+        from trainplan.effects.probe import is_interactive
+
+        interactive = is_interactive()
+    if plan.launcher == "xla":
+        raise LaunchError(
+            "The plan's launcher is 'xla': trainplan does not start XLA workers itself yet. Start them with "
+            "torch_xla (torch_xla.launch(fn) or xmp.spawn(fn)), and inside each call trainplan.resolve()"
+        )
+    if plan.launcher == "none":
+        spec = _specs(plan, port=plan.cluster.main_port or 0, timeout=timeout)[0]
+        return [_run_here(spec, plan, fn, args, kwargs)]
+    if plan.launcher == "external":
+        if plan.cluster.global_rank is None or plan.cluster.local_rank is None or plan.cluster.main_port is None:
+            raise LaunchError(
+                "The plan's launcher is 'external' but it does not say this process's rank and port; resolve the "
+                "plan inside the process the cluster started (trainplan.resolve())"
+            )
+        spec = _external_spec(plan, timeout=timeout)
+        return [_run_here(spec, plan, fn, args, kwargs)]
+    attempts = PORT_ATTEMPTS if plan.cluster.main_port is None else 1
+    for attempt in range(attempts):
+        port = plan.cluster.main_port or choose_port(plan.cluster.main_address)
+        specs = _specs(plan, port=port, timeout=timeout)
+        try:
+            with _sigterm_stops_workers():
+                if plan.launcher == "subprocess":
+                    workers = _start_subprocesses(specs, fn, args, kwargs, interactive=interactive)
+                else:
+                    method: Literal["spawn", "fork"] = "fork" if plan.launcher == "fork" else "spawn"
+                    workers = _start_multiprocessing(method, specs, fn, args, kwargs)
+                return _supervise(workers, specs, timeout=timeout, grace=grace_period)  # type: ignore[return-value]
+        except WorkerFailed as failure:
+            if failure.port_clash and attempt + 1 < attempts:
+                continue  # another process took the port between choosing and binding it: choose again
+            raise
+    raise LaunchError("unreachable: every attempt either returned or raised")  # pragma: no cover
+
+
+def _specs(plan: Plan, *, port: int, timeout: float | None) -> list[WorkerSpec]:
+    text = json.dumps(plan.to_dict())
+    node = plan.cluster.node_rank
+    return [
+        WorkerSpec(
+            global_rank=node * plan.processes_per_node + local_rank,
+            local_rank=local_rank,
+            world_size=plan.world_size,
+            local_world_size=plan.processes_per_node,
+            node_rank=node,
+            main_address=plan.cluster.main_address,
+            main_port=port,
+            plan_json=text,
+            launcher=plan.launcher,
+            timeout_seconds=timeout or 1800.0,
+        )
+        for local_rank in range(plan.processes_per_node)
+    ]
+
+
+def _external_spec(plan: Plan, *, timeout: float | None) -> WorkerSpec:
+    cluster = plan.cluster
+    assert cluster.global_rank is not None and cluster.local_rank is not None and cluster.main_port is not None
+    return WorkerSpec(
+        global_rank=cluster.global_rank,
+        local_rank=cluster.local_rank,
+        world_size=plan.world_size,
+        local_world_size=plan.processes_per_node,
+        node_rank=cluster.node_rank,
+        main_address=cluster.main_address,
+        main_port=cluster.main_port,
+        plan_json=json.dumps(plan.to_dict()),
+        launcher="external",
+        timeout_seconds=timeout or 1800.0,
+    )
+
+
+def _run_here(
+    spec: WorkerSpec, plan: Plan, fn: Callable[..., R], args: Sequence[object], kwargs: Mapping[str, Any]
+) -> R:
+    saved = {key: os.environ.get(key) for key in spec.environment()}
+    try:
+        os.environ.update(spec.environment())
+        with _distributed_world(spec, plan):
+            return fn(*args, **kwargs)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def worker_plan(environ: Mapping[str, str] | None = None) -> Plan | None:
+    """Inside a launched worker: the launcher's plan with this worker's rank and port; None elsewhere."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(PLAN_VARIABLE)
+    if text is None or LAUNCHED_VARIABLE not in environ:
+        return None
+    plan = plan_from_json_text(text)
+    try:
+        rank, local_rank = int(environ["RANK"]), int(environ["LOCAL_RANK"])
+        port = int(environ["MASTER_PORT"])
+    except (KeyError, ValueError):
+        return None
+    return attrs.evolve(
+        plan, cluster=attrs.evolve(plan.cluster, global_rank=rank, local_rank=local_rank, main_port=port)
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# `trainplan launch -- script.py args`: torchrun-like
+
+
+def script_command(argv: Sequence[str]) -> list[str]:
+    """The command to run per worker: Python scripts and `-m module` run with this interpreter."""
+    if not argv:
+        raise LaunchError("Nothing to launch: write the script after `--`, e.g. `trainplan launch -- train.py`")
+    if argv[0].endswith(".py") or argv[0] == "-m":
+        return [sys.executable, *argv]
+    return list(argv)
+
+
+def _pump(stream: Any, prefix: str, sink: Any, lock: threading.Lock) -> None:
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", "replace")
+        with lock:
+            sink.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
+            sink.flush()
+    stream.close()
+
+
+def launch_script(
+    plan: Plan,
+    argv: Sequence[str],
+    *,
+    timeout: float | None = None,
+    grace_period: float = DEFAULT_GRACE_PERIOD,
+    choose_port: Callable[[str], int] = choose_free_port,
+    stdout: Any = None,
+) -> int:
+    """Run a script on each of the plan's local workers with a torchrun-compatible environment (so
+    `torch.distributed.init_process_group()` with env:// works unchanged); output prefixed by rank.
+
+    Returns the exit code of the first failing worker (0 when all succeed; 124 on timeout; 130 when
+    interrupted); stops every worker in all those cases.
+    """
+    command = script_command(argv)
+    sink = sys.stdout if stdout is None else stdout
+    if plan.launcher == "xla":
+        raise LaunchError("trainplan launch does not start XLA workers; use torch_xla's launcher for this plan")
+    if plan.launcher == "external":
+        specs = [_external_spec(plan, timeout=timeout)]
+    else:
+        port = plan.cluster.main_port or choose_port(plan.cluster.main_address)
+        specs = _specs(plan, port=port, timeout=timeout)
+    lock = threading.Lock()
+    processes: list[tuple[WorkerSpec, subprocess.Popen[bytes]]] = []
+    pumps: list[threading.Thread] = []
+    code = 0
+    try:
+        with _sigterm_stops_workers():
+            for spec in specs:
+                environment = {
+                    **os.environ,
+                    **spec.environment(),
+                    "TORCHELASTIC_RUN_ID": f"trainplan-{spec.main_port}",
+                    "PYTHONUNBUFFERED": "1",
+                }
+                if plan.accelerator == "cuda":
+                    environment["TRAINPLAN_DEVICE"] = plan.device_for(spec.local_rank)
+                process = subprocess.Popen(
+                    command,
+                    env=environment,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                processes.append((spec, process))
+                pump = threading.Thread(
+                    target=_pump, args=(process.stdout, f"[rank {spec.global_rank}] ", sink, lock), daemon=True
+                )
+                pump.start()
+                pumps.append(pump)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            running = list(processes)
+            while running and code == 0:
+                for spec, process in list(running):
+                    returned = process.poll()
+                    if returned is None:
+                        continue
+                    running.remove((spec, process))
+                    if returned != 0:
+                        code = returned if returned > 0 else 128 - returned
+                        with lock:
+                            how = _signal_name(returned) or f"exit code {returned}"
+                            sink.write(
+                                f"trainplan: worker rank {spec.global_rank} failed ({how}); stopping the others\n"
+                            )
+                        break
+                if deadline is not None and time.monotonic() >= deadline and running:
+                    with lock:
+                        sink.write(f"trainplan: the workers did not finish within {timeout:g} s; stopping them\n")
+                    code = 124
+                time.sleep(0.02)
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        _stop([_ScriptWorker(process) for _, process in processes], grace=grace_period)
+        for pump in pumps:
+            pump.join(5.0)
+    return code
+
+
+@attrs.define
+class _ScriptWorker:
+    process: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def exitcode(self) -> int | None:
+        return self.process.poll()
+
+    def wait(self, timeout: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout)

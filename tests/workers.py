@@ -1,0 +1,72 @@
+"""Worker functions for the launch tests: importable, so every launcher can run them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def all_reduce_rank() -> tuple[int, int, float]:
+    """(rank, world size, sum of ranks + 1 over the world), through a real collective."""
+    import torch
+    import torch.distributed as distributed
+
+    value = torch.tensor([float(distributed.get_rank() + 1)])
+    distributed.all_reduce(value)
+    return distributed.get_rank(), distributed.get_world_size(), float(value.item())
+
+
+def environment() -> dict[str, str]:
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+    return {key: os.environ[key] for key in keys}
+
+
+def my_plan() -> tuple[int | None, int | None, str]:
+    import trainplan
+
+    plan = trainplan.resolve()
+    return plan.cluster.global_rank, plan.cluster.local_rank, plan.strategy.name
+
+
+def add(left: int, right: int, *, scale: int = 1) -> int:
+    return (left + right) * scale
+
+
+def pid_then_sleep(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def fail_on_rank(rank: int) -> int:
+    import torch.distributed as distributed
+
+    if distributed.get_rank() == rank:
+        raise ValueError(f"rank {rank} refuses")
+    time.sleep(60)  # the siblings would wait forever; launch must stop them
+    return 0
+
+
+def exit_on_rank(rank: int, code: int) -> int:
+    if int(os.environ["RANK"]) == rank:
+        os._exit(code)
+    time.sleep(60)
+    return 0
+
+
+def kill_on_rank(rank: int) -> int:
+    if int(os.environ["RANK"]) == rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+    return 0
+
+
+def write_pid_and_hang(directory: str) -> int:
+    with open(os.path.join(directory, f"{os.environ['RANK']}.pid"), "w") as handle:
+        handle.write(str(os.getpid()))
+    time.sleep(600)
+    return 0
+
+
+def unpicklable_result() -> object:
+    return lambda: None
