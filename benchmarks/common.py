@@ -70,6 +70,6 @@ def table(rows: list[Row]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for row in rows:
-        ratio = "—" if row.ratio is None else f"{row.ratio:.1f}×"
+        ratio = "—" if row.ratio is None else f"{row.ratio:.2f}×" if row.ratio < 10 else f"{row.ratio:.0f}×"
         lines.append(f"| {row.measure} | {row.ours} | {row.anchor} | {row.theirs} | {ratio} | {row.target} |")
     return "\n".join(lines)

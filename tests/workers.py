@@ -10,7 +10,7 @@ import time
 def all_reduce_rank() -> tuple[int, int, float]:
     """(rank, world size, sum of ranks + 1 over the world), through a real collective."""
     import torch
-    import torch.distributed as distributed
+    from torch import distributed
 
     value = torch.tensor([float(distributed.get_rank() + 1)])
     distributed.all_reduce(value)
@@ -39,7 +39,7 @@ def pid_then_sleep(seconds: float) -> int:
 
 
 def fail_on_rank(rank: int) -> int:
-    import torch.distributed as distributed
+    from torch import distributed
 
     if distributed.get_rank() == rank:
         raise ValueError(f"rank {rank} refuses")
@@ -70,3 +70,16 @@ def write_pid_and_hang(directory: str) -> int:
 
 def unpicklable_result() -> object:
     return lambda: None
+
+
+def fail_after_siblings_started(directory: str, rank: int) -> int:
+    """Every rank records its pid; `rank` raises once all have, the others wait to be stopped."""
+    with open(os.path.join(directory, f"{os.environ['RANK']}.pid"), "w") as handle:
+        handle.write(str(os.getpid()))
+    if int(os.environ["RANK"]) == rank:
+        world = int(os.environ["WORLD_SIZE"])
+        while len([name for name in os.listdir(directory) if name.endswith(".pid")]) < world:
+            time.sleep(0.01)
+        raise ValueError(f"rank {rank} refuses")
+    time.sleep(600)
+    return 0

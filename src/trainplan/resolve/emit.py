@@ -34,7 +34,10 @@ def emit_torchrun(plan: Plan, command: Sequence[str] = ()) -> str:
         f"--nproc-per-node={plan.processes_per_node}",
     ]
     if plan.num_nodes > 1:
-        parts += ["--node-rank=${NODE_RANK:?set NODE_RANK on each node}", f"--master-addr={plan.cluster.main_address}"]
+        address = plan.cluster.main_address
+        if address in ("127.0.0.1", "localhost", "::1"):
+            address = "${MASTER_ADDR}"  # the plan knows no shared address: the host of node 0, set on every node
+        parts += ["--node-rank=${NODE_RANK}", f"--master-addr={address}"]
     parts.append(f"--master-port={port}")
     environment = ""
     if plan.accelerator == "cuda":
