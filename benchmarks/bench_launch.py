@@ -13,7 +13,7 @@ import statistics
 import time
 
 from benchmarks.common import Row, human
-from trainplan import Environment, Request, launch
+from trainplan import Environment, Request, StrategyFlag, launch
 from trainplan.resolve import resolve
 
 RUNS = 5
@@ -21,7 +21,7 @@ RUNS = 5
 
 def _reduce() -> float:
     import torch
-    import torch.distributed as distributed
+    from torch import distributed
 
     value = torch.ones(1)
     distributed.all_reduce(value)
@@ -30,7 +30,7 @@ def _reduce() -> float:
 
 def _by_hand(local_rank: int, port: int, world: int) -> None:
     import torch
-    import torch.distributed as distributed
+    from torch import distributed
 
     distributed.init_process_group(
         "gloo",
@@ -52,10 +52,11 @@ def _free_port() -> int:
 
 
 def run() -> list[Row]:
-    import torch.multiprocessing as torch_multiprocessing
+    from torch.multiprocessing.spawn import start_processes
 
     rows = []
-    for strategy, method in (("ddp_spawn", "spawn"), ("ddp_fork", "fork")):
+    pairs: tuple[tuple[StrategyFlag, str], ...] = (("ddp_spawn", "spawn"), ("ddp_fork", "fork"))
+    for strategy, method in pairs:
         plan = resolve(Request(accelerator="cpu", strategy=strategy, devices=2), Environment(cpu_count=2))
         ours: list[float] = []
         theirs: list[float] = []
@@ -64,7 +65,7 @@ def run() -> list[Row]:
             assert launch(plan, _reduce) == [2.0, 2.0]
             ours.append(time.perf_counter() - start)
             start = time.perf_counter()
-            torch_multiprocessing.start_processes(_by_hand, args=(_free_port(), 2), nprocs=2, start_method=method)
+            start_processes(_by_hand, args=(_free_port(), 2), nprocs=2, start_method=method)  # type: ignore[no-untyped-call]
             theirs.append(time.perf_counter() - start)
         mine, anchor = statistics.median(ours), statistics.median(theirs)
         rows.append(
