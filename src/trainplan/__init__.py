@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from trainplan.effects import find_usable_cuda_devices, gpu_statuses, probe
 from trainplan.effects.launch import LaunchError, LaunchTimeout, NotImportable, WorkerFailed, launch, launch_with
+from trainplan.effects.metrics import InvalidMetric, MetricError, MetricKeyMismatch, MetricStore, metric_store
 from trainplan.resolve import check as _check
 from trainplan.resolve import place_metric
 from trainplan.resolve import resolve as _resolve
@@ -95,12 +96,16 @@ __all__ = [
     "GpuFacts",
     "GpuStatus",
     "Incompatible",
+    "InvalidMetric",
     "InvalidRequest",
     "LaunchError",
     "LaunchTimeout",
     "LauncherName",
+    "MetricError",
+    "MetricKeyMismatch",
     "MetricPlacement",
     "MetricSlot",
+    "MetricStore",
     "MetricsStore",
     "MissingRule",
     "NotImportable",
@@ -124,6 +129,7 @@ __all__ = [
     "gpu_statuses",
     "launch",
     "launch_with",
+    "metric_store",
     "place_metric",
     "probe",
     "resolve",

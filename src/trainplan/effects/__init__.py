@@ -13,12 +13,39 @@ from trainplan.effects.gpus import (
     find_usable_cuda_devices,
     gpu_statuses,
 )
+from trainplan.effects.launch import (
+    LaunchError,
+    LaunchTimeout,
+    NotImportable,
+    WorkerFailed,
+    launch,
+    launch_script,
+    launch_with,
+    worker_plan,
+)
+from trainplan.effects.metrics import (
+    Collective,
+    InvalidMetric,
+    MetricError,
+    MetricKeyMismatch,
+    MetricStore,
+    TorchCollective,
+    metric_store,
+)
 from trainplan.effects.nvml import CtypesNvmlQuery, NvmlQuery, PynvmlQuery, default_nvml
 from trainplan.effects.probe import ProbeError, probe
 
 __all__ = [
+    "Collective",
     "CtypesNvmlQuery",
     "GpuProbeError",
+    "InvalidMetric",
+    "LaunchError",
+    "LaunchTimeout",
+    "MetricError",
+    "MetricKeyMismatch",
+    "MetricStore",
+    "NotImportable",
     "NvmlQuery",
     "ProbeError",
     "ProbeLauncher",
@@ -26,8 +53,15 @@ __all__ = [
     "ProbeProcess",
     "PynvmlQuery",
     "SubprocessProbeLauncher",
+    "TorchCollective",
+    "WorkerFailed",
     "default_nvml",
     "find_usable_cuda_devices",
     "gpu_statuses",
+    "launch",
+    "launch_script",
+    "launch_with",
+    "metric_store",
     "probe",
+    "worker_plan",
 ]

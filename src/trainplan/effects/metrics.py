@@ -1,0 +1,575 @@
+"""Logged metrics: O(1) accumulation per key, placement from the plan, one collective per bucket.
+
+    store = MetricStore(plan)                      # or trainplan.metric_store(plan)
+    store.log("loss", loss, weight=batch_size)     # mean by default; also sum, max, min
+    store.log("acc", accuracy_metric)              # a torchmetrics Metric (it reduces its own states)
+    values = store.compute()                       # {"loss": 0.42, "acc": 0.91}: synced over all ranks
+    store.reset()
+
+- Memory is O(1) per key: a running weighted sum and weight (mean), a running sum, min or max, with a
+  count of NaNs. Values are detached. Floats accumulate in float64 (float32 on MPS, which has no
+  float64) and integers in int64, so sums are exact and a weighted mean equals the mean over every
+  rank's data, even with uneven weights (integer batch sizes are never truncated).
+- At `compute(sync=True)`, keys are bucketed by (collective op, dtype, device) and each bucket is
+  reduced with one collective, whatever the number of keys; a weighted mean's values and weights
+  travel in the same buffer. Before that, one small collective checks that every rank logged the
+  same keys the same way; if not, every rank raises `MetricKeyMismatch` naming the keys and the ranks
+  that lack them, instead of hanging. One process (world size 1) skips collectives entirely.
+- Placement comes from the plan (`plan.metrics`, `place_metric`): under NCCL, CPU-stored keys are
+  moved to the device once per bucket for the collective and back; under gloo they are reduced where
+  they are. A stateful metric kept on CPU under NCCL is refused with the plan's explanation.
+- NaN and inf follow IEEE arithmetic: a NaN logged anywhere makes that key's mean, sum, max or min NaN
+  (max and min count NaNs explicitly, since collectives' max/min may drop them); inf propagates; inf
+  and -inf summed give NaN. Nothing crashes on them.
+- Bad input (a string, a tensor that requires grad, an unknown reduce op, a weight ≤ 0, a key logged
+  with another op or shape) raises `InvalidMetric` and leaves everything logged before untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+
+import attrs
+
+from trainplan.resolve import place_metric
+from trainplan.spec.errors import InvalidRequest, TrainplanError
+from trainplan.spec.plan import Plan
+
+if TYPE_CHECKING:
+    import torch
+
+ReduceOp: TypeAlias = Literal["mean", "sum", "max", "min"]
+CollectiveOp: TypeAlias = Literal["sum", "max", "min"]
+REDUCE_OPS: tuple[ReduceOp, ...] = ("mean", "sum", "max", "min")
+PlainValue: TypeAlias = float | int | list[Any] | object
+
+
+class MetricError(TrainplanError, RuntimeError):
+    """A metric could not be reduced."""
+
+
+class InvalidMetric(InvalidRequest):
+    """A logged value or its options cannot be accepted; nothing logged before is lost."""
+
+
+class MetricKeyMismatch(MetricError):
+    """Ranks logged different keys (or the same key differently); raised on every rank, never a hang."""
+
+    def __init__(self, *, missing: Mapping[str, list[int]], differing: Mapping[str, list[int]]) -> None:
+        self.missing = dict(missing)
+        self.differing = dict(differing)
+        parts = [f"{key!r} is missing on rank(s) {ranks}" for key, ranks in sorted(self.missing.items())]
+        parts += [
+            f"{key!r} is logged with another reduce op, dtype or shape on rank(s) {ranks}"
+            for key, ranks in sorted(self.differing.items())
+        ]
+        super().__init__(
+            "The ranks logged different metrics, so they cannot be reduced together: "
+            + "; ".join(parts)
+            + ". Log every key on every rank (log a neutral value, e.g. with weight on a mean, where a rank has "
+            "no data), or compute(sync=False) for per-rank values"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# Seams
+
+
+class Collective(Protocol):
+    """The process group's collectives. Each call is one collective across all ranks."""
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the group (1: nothing is ever reduced)."""
+
+    @property
+    def rank(self) -> int:
+        """This process's rank in the group."""
+
+    def all_reduce(self, tensor: torch.Tensor, op: CollectiveOp) -> None:
+        """Reduce `tensor` in place across all ranks."""
+
+    def all_gather_object(self, value: object) -> list[object]:
+        """Every rank's `value`, in rank order (used only to explain a key mismatch)."""
+
+
+class TorchCollective:
+    """`Collective` over torch.distributed's default process group (world size 1 when there is none)."""
+
+    @property
+    def world_size(self) -> int:
+        from torch import distributed
+
+        return distributed.get_world_size() if distributed.is_available() and distributed.is_initialized() else 1
+
+    @property
+    def rank(self) -> int:
+        from torch import distributed
+
+        return distributed.get_rank() if distributed.is_available() and distributed.is_initialized() else 0
+
+    def all_reduce(self, tensor: torch.Tensor, op: CollectiveOp) -> None:
+        from torch import distributed
+
+        ops = {"sum": distributed.ReduceOp.SUM, "max": distributed.ReduceOp.MAX, "min": distributed.ReduceOp.MIN}
+        distributed.all_reduce(tensor, op=ops[op])
+
+    def all_gather_object(self, value: object) -> list[object]:
+        from torch import distributed
+
+        gathered: list[object] = [None] * self.world_size
+        distributed.all_gather_object(gathered, value)
+        return gathered
+
+
+class Transfer(Protocol):
+    """Moves a bucket to the reduction device and back (a seam so tests can see the moves without CUDA)."""
+
+    def __call__(self, tensor: torch.Tensor, device: str) -> torch.Tensor:
+        """`tensor` on `device` (a copy, or the tensor itself when it is there already)."""
+
+
+def _to_device(tensor: torch.Tensor, device: str) -> torch.Tensor:
+    return tensor.to(device, non_blocking=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# Accumulators
+
+
+@attrs.define
+class _Entry:
+    """The running state of one key. Python numbers stay Python numbers (cheap); tensors stay tensors."""
+
+    op: ReduceOp
+    kind: Literal["float", "int"]
+    shape: tuple[int, ...] | None  # None: logged as Python numbers (a scalar)
+    device: str  # where the state is stored ("python" for Python numbers)
+    total: Any  # weighted sum (mean), sum, or running max/min
+    weight: float = 0.0  # sum of weights (mean)
+    nans: Any = 0  # NaNs seen (max/min): a count, or a tensor of counts per element
+    count: int = 0
+
+    def spec(self) -> str:
+        return f"{self.op}|{self.kind}|{self.shape}"
+
+
+@attrs.define
+class _Stateful:
+    metric: Any
+    device: str
+
+
+def _is_tensor(value: object) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _is_stateful(value: object) -> bool:
+    torchmetrics = sys.modules.get("torchmetrics")
+    return torchmetrics is not None and isinstance(value, torchmetrics.Metric)
+
+
+class MetricStore:
+    """Accumulates logged values per key and reduces them across the plan's ranks. See the module docs."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        collective: Collective | None = None,
+        transfer: Transfer | None = None,
+        local_rank: int | None = None,
+    ) -> None:
+        if not isinstance(plan, Plan):
+            raise InvalidMetric(
+                field="plan", value=plan, reason="a MetricStore is created from a trainplan.Plan", fix="Pass the plan"
+            )
+        self.plan = plan
+        self._collective: Collective = TorchCollective() if collective is None else collective
+        self._transfer: Transfer = _to_device if transfer is None else transfer
+        rank = plan.cluster.local_rank if local_rank is None else local_rank
+        self._device = plan.device_for(rank if rank is not None and rank < plan.processes_per_node else 0)
+        self._entries: dict[str, _Entry] = {}
+        self._stateful: dict[str, _Stateful] = {}
+        self.collectives_in_last_sync = 0
+        """How many collectives the last `compute(sync=True)` issued (0 for one process)."""
+
+    # -- logging ------------------------------------------------------------------------------------
+
+    def log(
+        self,
+        name: str,
+        value: object,
+        *,
+        reduce: ReduceOp = "mean",
+        weight: float | int = 1,
+        store_on_cpu: bool | None = None,
+    ) -> None:
+        """Accumulate `value` under `name`. Everything is checked before anything is changed."""
+        given_name: object = name
+        given_store: object = store_on_cpu
+        given_weight: object = weight
+        if not isinstance(given_name, str) or not given_name:
+            raise InvalidMetric(
+                field="name", value=name, reason="a metric name is a non-empty string", fix="log('loss', value)"
+            )
+        if reduce not in REDUCE_OPS:
+            raise InvalidMetric(field="reduce", value=reduce, reason="it is not a reduction", allowed=REDUCE_OPS)
+        if given_store is not None and not isinstance(given_store, bool):
+            raise InvalidMetric(
+                field="store_on_cpu",
+                value=store_on_cpu,
+                reason="it must be True, False or None",
+                allowed=(True, False, None),
+            )
+        if (
+            isinstance(given_weight, bool)
+            or not isinstance(given_weight, (int, float))
+            or not given_weight > 0
+            or math.isinf(given_weight)
+        ):
+            raise InvalidMetric(
+                field="weight", value=weight, reason="a weight is a finite number > 0", fix="weight=batch_size"
+            )
+        if weight != 1 and reduce != "mean":
+            raise InvalidMetric(
+                field="weight",
+                value=weight,
+                reason=f"weights apply to a mean; reduce={reduce!r} takes none",
+                fix="Drop weight=, or use reduce='mean'",
+            )
+        if _is_stateful(value):
+            self._log_stateful(name, value, store_on_cpu)
+            return
+        if name in self._stateful:
+            raise InvalidMetric(
+                field="name", value=name, reason="it holds a stateful metric object", fix="Use another name"
+            )
+        if _is_tensor(value):
+            self._log_tensor(name, value, reduce, float(weight), store_on_cpu)
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidMetric(
+                field=name,
+                value=value,
+                reason=f"a {type(value).__name__} is not a number, a tensor or a metric object",
+                fix="Log a number, a tensor, or a torchmetrics Metric",
+            )
+        self._log_number(name, value, reduce, float(weight))
+
+    def _existing(
+        self, name: str, op: ReduceOp, kind: Literal["float", "int"], shape: tuple[int, ...] | None
+    ) -> _Entry | None:
+        entry = self._entries.get(name)
+        if entry is None:
+            return None
+        if entry.op != op:
+            raise InvalidMetric(
+                field="reduce",
+                value=op,
+                reason=f"{name!r} was logged with reduce={entry.op!r} before",
+                fix="Keep one reduce op per key",
+            )
+        if entry.shape != shape:
+            raise InvalidMetric(
+                field=name,
+                value=f"shape {shape}",
+                reason=f"{name!r} was logged with shape {entry.shape} before (None: a Python number)",
+                fix="Log the same shape (and kind: number or tensor) every time",
+            )
+        if entry.kind != kind and not (entry.kind == "float" and kind == "int"):
+            raise InvalidMetric(
+                field=name,
+                value=kind,
+                reason=f"{name!r} holds integers, exactly; a float would have to round them",
+                fix="Log floats from the start, or keep this key integer",
+            )
+        return entry
+
+    def _log_number(self, name: str, value: float | int, op: ReduceOp, weight: float) -> None:
+        kind: Literal["float", "int"] = "int" if isinstance(value, int) and op != "mean" else "float"
+        entry = self._existing(name, op, kind, None)
+        if entry is None:
+            entry = _Entry(op=op, kind=kind, shape=None, device="python", total=None)
+            self._entries[name] = entry
+        if op == "mean":
+            entry.total = (entry.total or 0.0) + float(value) * weight
+            entry.weight += weight
+        elif op == "sum":
+            entry.total = (entry.total if entry.total is not None else 0) + (
+                value if entry.kind == "int" else float(value)
+            )
+        elif isinstance(value, float) and math.isnan(value):
+            entry.nans += 1
+        else:
+            better = max if op == "max" else min
+            entry.total = value if entry.total is None else better(entry.total, value)
+        entry.count += 1
+
+    def _log_tensor(self, name: str, value: Any, op: ReduceOp, weight: float, store_on_cpu: bool | None) -> None:
+        import torch
+
+        if value.requires_grad:
+            raise InvalidMetric(
+                field=name,
+                value="a tensor that requires grad",
+                reason="logging it would keep its autograd graph alive",
+                fix="Log value.detach()",
+            )
+        if value.is_complex() or value.dtype == torch.bool:
+            raise InvalidMetric(
+                field=name, value=str(value.dtype), reason="only real numbers can be reduced", fix="Log a real tensor"
+            )
+        kind: Literal["float", "int"] = "float" if value.is_floating_point() or op == "mean" else "int"
+        shape = tuple(value.shape)
+        slot = place_metric(self.plan, "tensor", store_on_cpu)
+        device = (
+            "cpu" if slot.store_device == "cpu" else str(value.device if value.device.type != "cpu" else self._device)
+        )
+        entry = self._existing(name, op, kind, shape)
+        if entry is not None and entry.device != device:
+            raise InvalidMetric(
+                field="store_on_cpu",
+                value=store_on_cpu,
+                reason=f"{name!r} is stored on {entry.device}, and this call would store it on {device}",
+                fix="Keep store_on_cpu the same for every call of a key",
+            )
+        dtype = (torch.float32 if device.startswith("mps") else torch.float64) if kind == "float" else torch.int64
+        incoming = value.detach().to(device=device, dtype=dtype)
+        if entry is None:
+            entry = _Entry(op=op, kind=kind, shape=shape, device=device, total=None)
+        if op == "mean":
+            contribution = incoming * weight
+            entry.total = contribution if entry.total is None else entry.total.add_(contribution)
+            entry.weight += weight
+        elif op == "sum":
+            entry.total = incoming.clone() if entry.total is None else entry.total.add_(incoming)
+        else:
+            if kind == "float":
+                nan = torch.isnan(incoming)
+                entry.nans = nan.to(incoming.dtype) + entry.nans  # per element
+                incoming = torch.where(nan, torch.full_like(incoming, -math.inf if op == "max" else math.inf), incoming)
+            if entry.total is None:
+                entry.total = incoming.clone()
+            else:
+                entry.total = (
+                    torch.maximum(entry.total, incoming) if op == "max" else torch.minimum(entry.total, incoming)
+                )
+        entry.count += 1
+        self._entries[name] = entry
+
+    def _log_stateful(self, name: str, metric: Any, store_on_cpu: bool | None) -> None:
+        slot = place_metric(self.plan, "stateful", store_on_cpu)  # raises for CPU-stored metrics under NCCL
+        if name in self._entries:
+            raise InvalidMetric(field="name", value=name, reason="it holds logged values", fix="Use another name")
+        known = self._stateful.get(name)
+        if known is not None and known.metric is not metric:
+            raise InvalidMetric(
+                field="name", value=name, reason="it holds another metric object", fix="Log one metric object per name"
+            )
+        self._stateful[name] = _Stateful(metric=metric, device=slot.store_device)
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def keys(self) -> list[str]:
+        """The logged keys, sorted."""
+        return sorted([*self._entries, *self._stateful])
+
+    def reset(self) -> None:
+        """Forget everything logged (stateful metrics are reset too)."""
+        for stateful in self._stateful.values():
+            stateful.metric.reset()
+        self._entries.clear()
+        self._stateful.clear()
+
+    def compute(self, sync: bool = True) -> dict[str, PlainValue]:
+        """Plain values per key: floats and ints for scalars, lists for n-d tensors.
+
+        With `sync=True` (and more than one process) the values are reduced over every rank first.
+        """
+        self.collectives_in_last_sync = 0
+        if not self._entries and not self._stateful:
+            return {}
+        world = self._collective.world_size if sync else 1
+        if world > 1:
+            self._check_same_keys()
+            reduced = self._reduce_buckets()
+        else:
+            reduced = {name: _local_state(entry) for name, entry in self._entries.items()}
+        values: dict[str, PlainValue] = {name: _finish(self._entries[name], state) for name, state in reduced.items()}
+        for name, stateful in self._stateful.items():
+            values[name] = _plain(_compute_stateful(stateful.metric, sync=world > 1))
+        return dict(sorted(values.items()))
+
+    def _signature(self) -> list[str]:
+        return sorted(
+            [f"{name}={entry.spec()}" for name, entry in self._entries.items()]
+            + [f"{name}=stateful|{type(stateful.metric).__name__}" for name, stateful in self._stateful.items()]
+        )
+
+    def _check_same_keys(self) -> None:
+        """One collective on two integers: every rank's key signature hashed, max and (negated) min."""
+        import torch
+
+        signature = self._signature()
+        digest = int.from_bytes(hashlib.blake2b("\n".join(signature).encode(), digest_size=7).digest(), "big")
+        check = torch.tensor([digest, -digest], dtype=torch.int64)
+        if self.plan.metrics.reduces_on == "device":
+            check = self._transfer(check, self._device)
+        self._collective.all_reduce(check, "max")
+        self.collectives_in_last_sync += 1
+        high, negated_low = (int(item) for item in check.tolist())
+        if high == -negated_low:
+            return
+        # The rare path: find out who lacks what, then every rank raises the same error.
+        everyone = self._collective.all_gather_object(signature)
+        self.collectives_in_last_sync += 1
+        specs = [dict(str(item).split("=", 1) for item in ranks) for ranks in everyone if isinstance(ranks, list)]
+        missing: dict[str, list[int]] = {}
+        differing: dict[str, list[int]] = {}
+        for key in sorted(set().union(*specs)):
+            present = [rank for rank, spec in enumerate(specs) if key in spec]
+            if len(present) < len(specs):
+                missing[key] = [rank for rank in range(len(specs)) if rank not in present]
+            elif len({spec[key] for spec in specs}) > 1:
+                reference = specs[0][key]
+                differing[key] = [rank for rank, spec in enumerate(specs) if spec[key] != reference]
+        raise MetricKeyMismatch(missing=missing, differing=differing)
+
+    def _reduce_buckets(self) -> dict[str, dict[str, Any]]:
+        """One collective per (op, dtype, device) bucket; returns the reduced state of every key."""
+        import torch
+
+        buckets: dict[tuple[CollectiveOp, str, str], list[tuple[str, str, Any]]] = {}
+
+        def add(op: CollectiveOp, dtype: str, device: str, name: str, part: str, tensor: Any) -> None:
+            buckets.setdefault((op, dtype, device), []).append((name, part, tensor))
+
+        for name in sorted(self._entries):
+            entry = self._entries[name]
+            device = "cpu" if entry.device == "python" else entry.device
+            dtype = "float64" if entry.kind == "float" else "int64"
+            if entry.device.startswith("mps"):
+                dtype = "float32"
+            total = _as_tensor(entry, device)
+            if entry.op == "mean":
+                add("sum", dtype, device, name, "total", total)
+                add(
+                    "sum", dtype, device, name, "weight", torch.tensor([entry.weight], dtype=total.dtype, device=device)
+                )
+            elif entry.op == "sum":
+                add("sum", dtype, device, name, "total", total)
+            else:
+                add(entry.op, dtype, device, name, "total", total)
+                # NaN counts travel in a sum bucket (a max/min collective may drop NaNs).
+                nans = entry.nans if _is_tensor(entry.nans) else torch.full(total.shape, float(entry.nans))
+                add(
+                    "sum",
+                    dtype if entry.kind == "float" else "float64",
+                    device,
+                    name,
+                    "nans",
+                    nans.to(total.device, _float(device)),
+                )
+        reduced: dict[str, dict[str, Any]] = {name: {} for name in self._entries}
+        move = self.plan.metrics.reduces_on == "device"
+        for (op, _dtype, device), parts in sorted(buckets.items()):
+            flat = torch.cat([tensor.reshape(-1) for _, _, tensor in parts])
+            target = self._device if move and device == "cpu" else device
+            if target != device:
+                flat = self._transfer(flat, target)
+            self._collective.all_reduce(flat, op)
+            self.collectives_in_last_sync += 1
+            if target != device:
+                flat = self._transfer(flat, device)
+            offset = 0
+            for name, part, tensor in parts:
+                size = tensor.numel()
+                reduced[name][part] = flat[offset : offset + size].reshape(tensor.shape)
+                offset += size
+        return reduced
+
+
+def _float(device: str) -> Any:
+    import torch
+
+    return torch.float32 if device.startswith("mps") else torch.float64
+
+
+def _as_tensor(entry: _Entry, device: str) -> Any:
+    import torch
+
+    if entry.device != "python":
+        return entry.total if entry.total is not None else torch.zeros(entry.shape or (), dtype=torch.float64)
+    dtype = torch.int64 if entry.kind == "int" else torch.float64
+    if entry.total is None:  # max/min of nothing but NaNs: the identity, so other ranks' values win
+        neutral = -math.inf if entry.op == "max" else math.inf
+        return torch.tensor(neutral if entry.kind == "float" else 0, dtype=dtype, device=device)
+    return torch.tensor(entry.total, dtype=dtype, device=device)
+
+
+def _local_state(entry: _Entry) -> dict[str, Any]:
+    return {"total": entry.total, "weight": entry.weight, "nans": entry.nans}
+
+
+def _finish(entry: _Entry, state: Mapping[str, Any]) -> PlainValue:
+    total, nans = state["total"], state.get("nans", 0)
+    if entry.op == "mean":
+        weight = state["weight"]
+        weight = float(weight.item()) if _is_tensor(weight) else float(weight)
+        return _plain(total / weight if total is not None else math.nan)
+    if entry.op in ("max", "min"):
+        if _is_tensor(nans):
+            import torch
+
+            if bool((nans > 0).any()):
+                poisoned = torch.where(nans > 0, torch.full_like(nans, math.nan), total.to(nans.dtype))
+                return _plain(poisoned)
+        elif nans:
+            return math.nan
+    return _plain(total)
+
+
+def _plain(value: object) -> PlainValue:
+    if _is_tensor(value):
+        tensor: Any = value
+        plain: PlainValue = tensor.item() if tensor.dim() == 0 else tensor.tolist()
+        return plain
+    return value
+
+
+def _compute_stateful(metric: Any, *, sync: bool) -> Any:
+    if sync:
+        return metric.compute()
+    # torchmetrics syncs inside compute() when a process group exists; ask it not to, just this once.
+    previous_sync, previous_cache = getattr(metric, "_to_sync", None), getattr(metric, "_computed", None)
+    metric._to_sync = False
+    metric._computed = None
+    try:
+        return metric.compute()
+    finally:
+        metric._to_sync = previous_sync
+        metric._computed = previous_cache
+
+
+def metric_store(plan: Plan, **options: Any) -> MetricStore:
+    """A `MetricStore` for this plan (see `MetricStore` for the options)."""
+    return MetricStore(plan, **options)
+
+
+__all__ = [
+    "Collective",
+    "InvalidMetric",
+    "MetricError",
+    "MetricKeyMismatch",
+    "MetricStore",
+    "ReduceOp",
+    "TorchCollective",
+    "Transfer",
+    "metric_store",
+]

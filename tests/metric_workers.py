@@ -1,0 +1,76 @@
+"""Worker functions for the metric tests: each rank logs its share of known data and reports."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainplan import MetricKeyMismatch, metric_store, resolve
+
+# Per rank: (value, weight) pairs for a weighted mean, uneven in length and weight.
+MEAN_DATA = {0: [(1.0, 3), (2.0, 1)], 1: [(10.0, 7), (4.0, 2), (0.5, 5)]}
+SUM_DATA = {0: [3, 4, 5], 1: [100]}  # integers, summed exactly
+MAX_DATA = {0: [1.5, -2.0], 1: [7.25, 0.0]}
+VECTOR_DATA = {0: [[1.0, 5.0, -1.0], [2.0, 0.0, 3.0]], 1: [[-4.0, 9.0, 0.5]]}
+
+
+def log_everything() -> dict[str, object]:
+    rank = torch.distributed.get_rank()
+    store = metric_store(resolve())
+    for value, weight in MEAN_DATA[rank]:
+        store.log("loss", torch.tensor(value), weight=weight)
+        store.log("loss_number", value, weight=weight)
+        store.log("loss_cpu", torch.tensor(value, dtype=torch.float16), weight=weight, store_on_cpu=True)
+    for value in SUM_DATA[rank]:
+        store.log("samples", value, reduce="sum")
+        store.log("samples_tensor", torch.tensor(value), reduce="sum")
+    for value in MAX_DATA[rank]:
+        store.log("peak", value, reduce="max")
+        store.log("floor", torch.tensor(value), reduce="min")
+    for row in VECTOR_DATA[rank]:
+        store.log("vector_sum", torch.tensor(row), reduce="sum")
+        store.log("vector_max", torch.tensor(row), reduce="max")
+        store.log("vector_mean", torch.tensor(row), weight=2 if rank == 0 else 1)
+    store.log("poisoned_max", math.nan if rank == 1 else 1.0, reduce="max")
+    store.log("infinite", math.inf if rank == 0 else 1.0, reduce="sum")
+    local = store.compute(sync=False)
+    synced = store.compute()
+    return {"local": local, "synced": synced, "collectives": store.collectives_in_last_sync}
+
+
+def mismatched_keys() -> str:
+    rank = torch.distributed.get_rank()
+    store = metric_store(resolve())
+    store.log("loss", 1.0)
+    if rank == 1:
+        store.log("only_on_one", 2.0)
+        store.log("loss_sum", 1.0, reduce="sum")
+    else:
+        store.log("loss_sum", 1.0, reduce="max")
+    try:
+        store.compute()
+    except MetricKeyMismatch as error:
+        return str(error)
+    return "no error"
+
+
+def many_keys(count: int) -> tuple[dict[str, object], int]:
+    store = metric_store(resolve())
+    for index in range(count):
+        store.log(f"mean_{index}", float(index), weight=1 + index % 3)
+        store.log(f"max_{index}", torch.tensor(float(index)), reduce="max")
+    values = store.compute()
+    return values, store.collectives_in_last_sync
+
+
+def stateful_mean() -> dict[str, object]:
+    from torchmetrics import MeanMetric
+
+    rank = torch.distributed.get_rank()
+    metric = MeanMetric()
+    store = metric_store(resolve())
+    for value, weight in MEAN_DATA[rank]:
+        metric.update(torch.tensor(value), weight)
+        store.log("mean_metric", metric)
+    return store.compute()

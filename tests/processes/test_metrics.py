@@ -1,0 +1,104 @@
+"""Metric reduction in real 2-process gloo worlds: exact against the single-process computation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from tests import metric_workers
+from tests.metric_workers import MAX_DATA, MEAN_DATA, SUM_DATA, VECTOR_DATA
+from trainplan import Environment, Plan, Request, WorkerFailed, launch, launch_with
+from trainplan.resolve import resolve
+
+pytestmark = pytest.mark.processes
+
+
+def world(strategy: str = "ddp_fork") -> Plan:
+    return resolve(Request(accelerator="cpu", strategy=strategy, devices=2), Environment(cpu_count=4))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def reports() -> list[dict[str, Any]]:
+    return launch_with(world(), metric_workers.log_everything, timeout=120)
+
+
+def test_weighted_mean_is_the_mean_over_all_ranks_data(reports: list[dict[str, Any]]) -> None:
+    pairs = MEAN_DATA[0] + MEAN_DATA[1]
+    expected = sum(value * weight for value, weight in pairs) / sum(weight for _, weight in pairs)
+    for report in reports:
+        assert report["synced"]["loss"] == pytest.approx(expected, abs=1e-12)
+        assert report["synced"]["loss_number"] == pytest.approx(expected, abs=1e-12)
+        assert report["synced"]["loss_cpu"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_integer_sums_are_exact(reports: list[dict[str, Any]]) -> None:
+    for report in reports:
+        assert report["synced"]["samples"] == sum(SUM_DATA[0] + SUM_DATA[1])
+        assert isinstance(report["synced"]["samples"], int)
+        assert report["synced"]["samples_tensor"] == sum(SUM_DATA[0] + SUM_DATA[1])
+
+
+def test_max_and_min(reports: list[dict[str, Any]]) -> None:
+    for report in reports:
+        assert report["synced"]["peak"] == max(MAX_DATA[0] + MAX_DATA[1])
+        assert report["synced"]["floor"] == min(MAX_DATA[0] + MAX_DATA[1])
+
+
+def test_nd_tensors_reduce_per_element(reports: list[dict[str, Any]]) -> None:
+    rows = VECTOR_DATA[0] + VECTOR_DATA[1]
+    weights = [2] * len(VECTOR_DATA[0]) + [1] * len(VECTOR_DATA[1])
+    for report in reports:
+        assert report["synced"]["vector_sum"] == [sum(column) for column in zip(*rows, strict=True)]
+        assert report["synced"]["vector_max"] == [max(column) for column in zip(*rows, strict=True)]
+        expected = [
+            sum(value * weight for value, weight in zip(column, weights, strict=True)) / sum(weights)
+            for column in zip(*rows, strict=True)
+        ]
+        assert report["synced"]["vector_mean"] == pytest.approx(expected)
+
+
+def test_nan_and_inf_propagate(reports: list[dict[str, Any]]) -> None:
+    for report in reports:
+        assert math.isnan(report["synced"]["poisoned_max"])
+        assert report["synced"]["infinite"] == math.inf
+    assert reports[0]["local"]["poisoned_max"] == 1.0 and math.isnan(reports[1]["local"]["poisoned_max"])
+
+
+def test_local_values_without_sync(reports: list[dict[str, Any]]) -> None:
+    assert reports[0]["local"]["samples"] == sum(SUM_DATA[0])
+    assert reports[1]["local"]["samples"] == sum(SUM_DATA[1])
+
+
+def test_one_collective_per_bucket_plus_the_key_check(reports: list[dict[str, Any]]) -> None:
+    # Buckets: sum/float64, sum/int64, max/float64, min/float64 on cpu; plus the key check.
+    assert {report["collectives"] for report in reports} == {5}
+
+
+def test_collectives_do_not_grow_with_keys() -> None:
+    small = launch(world(), metric_workers.many_keys, 1)
+    large = launch(world(), metric_workers.many_keys, 100)
+    assert small[0][1] == large[0][1] == 3  # key check, the sum bucket, the max bucket
+    values = large[0][0]
+    assert values["max_99"] == 99.0 and values["mean_4"] == pytest.approx(4.0)
+
+
+def test_different_keys_raise_on_every_rank_without_hanging() -> None:
+    messages = launch_with(world(), metric_workers.mismatched_keys, timeout=60)
+    for message in messages:
+        assert "'only_on_one' is missing on rank(s) [0]" in message
+        assert "'loss_sum' is logged with another reduce op" in message
+
+
+def test_stateful_metric_is_reduced_by_itself() -> None:
+    pytest.importorskip("torchmetrics")
+    pairs = MEAN_DATA[0] + MEAN_DATA[1]
+    expected = sum(value * weight for value, weight in pairs) / sum(weight for _, weight in pairs)
+    for values in launch(world(), metric_workers.stateful_mean):
+        assert values["mean_metric"] == pytest.approx(expected)
+
+
+def test_a_failing_metric_worker_is_reported() -> None:
+    with pytest.raises(WorkerFailed):
+        launch(world(), metric_workers.many_keys, "not a number")

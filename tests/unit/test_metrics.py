@@ -1,0 +1,165 @@
+"""The metric store without processes: bad input, placement and moves, through injected seams."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from trainplan import Environment, Incompatible, InvalidMetric, MetricStore, Request
+from trainplan.effects.metrics import CollectiveOp
+from trainplan.resolve import resolve
+
+CPU_PLAN = resolve(Request(accelerator="cpu", strategy="ddp", devices=2), Environment(cpu_count=2))
+CUDA_PLAN = resolve(Request(strategy="ddp", devices=2), Environment(cuda_device_count=2))
+
+
+class MirrorCollective:
+    """A world of `size` ranks that all logged exactly what this one did."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.size = size
+        self.calls: list[tuple[CollectiveOp, str, int]] = []
+
+    @property
+    def world_size(self) -> int:
+        return self.size
+
+    @property
+    def rank(self) -> int:
+        return 0
+
+    def all_reduce(self, tensor: torch.Tensor, op: CollectiveOp) -> None:
+        device = getattr(tensor, "pretend_device", str(tensor.device))
+        self.calls.append((op, device, tensor.numel()))
+        if op == "sum":
+            tensor.mul_(self.size)
+
+    def all_gather_object(self, value: object) -> list[object]:
+        return [value] * self.size
+
+
+class RecordingTransfer:
+    """Pretends to move tensors (there is no GPU here) and records each move."""
+
+    def __init__(self) -> None:
+        self.moves: list[str] = []
+
+    def __call__(self, tensor: torch.Tensor, device: str) -> torch.Tensor:
+        self.moves.append(device)
+        moved = tensor.clone()
+        moved.pretend_device = device  # type: ignore[attr-defined]
+        return moved
+
+
+def test_one_process_issues_no_collective() -> None:
+    collective = MirrorCollective(size=1)
+    store = MetricStore(CPU_PLAN, collective=collective)
+    store.log("loss", 2.0, weight=2)
+    store.log("loss", 5.0)
+    assert store.compute() == {"loss": pytest.approx(3.0)}
+    assert collective.calls == [] and store.collectives_in_last_sync == 0
+
+
+def test_mirror_world_doubles_sums_and_keeps_means() -> None:
+    collective = MirrorCollective()
+    store = MetricStore(CPU_PLAN, collective=collective)
+    store.log("loss", torch.tensor(4.0), weight=3)
+    store.log("count", 3, reduce="sum")
+    store.log("best", 9, reduce="max")
+    assert store.compute() == {"best": 9, "count": 6, "loss": 4.0}
+    ops = sorted({(op, device) for op, device, _ in collective.calls})
+    assert ops == [("max", "cpu"), ("sum", "cpu")]
+    assert len(collective.calls) == store.collectives_in_last_sync == 1 + 3  # check, sum/f64, sum/i64, max/i64
+
+
+def test_under_nccl_cpu_values_move_to_the_device_once_per_bucket_and_back() -> None:
+    transfer = RecordingTransfer()
+    collective = MirrorCollective()
+    store = MetricStore(CUDA_PLAN, collective=collective, transfer=transfer, local_rank=1)
+    for step in range(10):
+        store.log(f"loss_{step}", float(step))
+        store.log(f"cpu_tensor_{step}", torch.tensor(float(step)), store_on_cpu=True)
+    values = store.compute()
+    assert values["loss_3"] == 3.0 and values["cpu_tensor_9"] == 9.0
+    # the key check goes to the device; the one float64 sum bucket goes there and back
+    assert transfer.moves == ["cuda:1", "cuda:1", "cpu"]
+    assert {device for _, device, _ in collective.calls} == {"cuda:1"}
+
+
+def test_stateful_metric_on_cpu_under_nccl_is_refused() -> None:
+    torchmetrics = pytest.importorskip("torchmetrics")
+    store = MetricStore(CUDA_PLAN, collective=MirrorCollective())
+    with pytest.raises(Incompatible, match="store_on_cpu=False"):
+        store.log("acc", torchmetrics.MeanMetric(), store_on_cpu=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "options", "words"),
+    [
+        ("loss", "0.5", {}, "a str is not a number"),
+        ("loss", torch.tensor(1.0, requires_grad=True), {}, "requires grad"),
+        ("loss", 1.0, {"reduce": "median"}, "not a reduction"),
+        ("loss", 1.0, {"weight": 0}, "finite number > 0"),
+        ("loss", 1.0, {"weight": -1}, "finite number > 0"),
+        ("loss", 1.0, {"weight": True}, "finite number > 0"),
+        ("loss", 1.0, {"reduce": "sum", "weight": 2}, "weights apply to a mean"),
+        ("loss", 1.0, {"store_on_cpu": "yes"}, "True, False or None"),
+        ("", 1.0, {}, "non-empty string"),
+        ("loss", torch.tensor([1 + 2j]), {}, "real numbers"),
+        ("loss", True, {}, "a bool is not a number"),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_is_lost(
+    name: str, value: object, options: dict[str, Any], words: str
+) -> None:
+    store = MetricStore(CPU_PLAN, collective=MirrorCollective(size=1))
+    store.log("loss", 1.0, weight=2)
+    store.log("loss", 4.0)
+    with pytest.raises(InvalidMetric) as caught:
+        store.log(name, value, **options)
+    assert words in str(caught.value)
+    assert store.compute() == {"loss": pytest.approx(2.0)}
+
+
+def test_a_key_keeps_its_op_shape_and_kind() -> None:
+    store = MetricStore(CPU_PLAN, collective=MirrorCollective(size=1))
+    store.log("count", 3, reduce="sum")
+    store.log("vector", torch.ones(3), reduce="sum")
+    with pytest.raises(InvalidMetric, match="reduce='sum' before"):
+        store.log("count", 1, reduce="max")
+    with pytest.raises(InvalidMetric, match="holds integers"):
+        store.log("count", 1.5, reduce="sum")
+    with pytest.raises(InvalidMetric, match=r"shape \(3,\) before"):
+        store.log("vector", torch.ones(4), reduce="sum")
+    assert store.compute() == {"count": 3, "vector": [1.0, 1.0, 1.0]}
+
+
+def test_nan_is_defined_locally() -> None:
+    store = MetricStore(CPU_PLAN, collective=MirrorCollective(size=1))
+    store.log("max", math.nan, reduce="max")
+    store.log("max", 2.0, reduce="max")
+    store.log("vector", torch.tensor([1.0, math.nan]), reduce="min")
+    store.log("mean", math.nan)
+    values = store.compute()
+    assert math.isnan(values["max"]) and math.isnan(values["mean"])  # type: ignore[arg-type]
+    first, second = values["vector"]  # type: ignore[misc]
+    assert first == 1.0 and math.isnan(second)
+
+
+def test_memory_is_constant_per_key() -> None:
+    store = MetricStore(CPU_PLAN, collective=MirrorCollective(size=1))
+    for step in range(1000):
+        store.log("loss", torch.tensor(float(step)))
+    entry = store._entries["loss"]
+    assert entry.total.numel() == 1 and entry.count == 1000
+    assert store.compute()["loss"] == pytest.approx(499.5)
+
+
+def test_reset_forgets_everything() -> None:
+    store = MetricStore(CPU_PLAN, collective=MirrorCollective(size=1))
+    store.log("loss", 1.0)
+    store.reset()
+    assert store.compute() == {} and store.keys() == []
