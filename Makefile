@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned: this machine holds the 2.13.0 CPU build locally; a bare `torch` would pull a CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,lightning]"
 	touch $(STAMP)
 
 demo: $(STAMP)

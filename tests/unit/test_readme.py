@@ -19,3 +19,11 @@ def test_readme_matrix_is_generated_from_the_rules() -> None:
 def test_readme_starts_with_the_two_commands() -> None:
     head = "\n".join(README.read_text().splitlines()[:10])
     assert "make demo" in head and "make test" in head
+
+
+def test_readme_lists_every_deliberate_difference() -> None:
+    from trainplan.spec.tables import DIFFERENCES
+
+    text = README.read_text()
+    for key, reason in DIFFERENCES.items():
+        assert f"- **{key}:** {reason}" in text, f"README lacks the difference {key!r}"

@@ -912,21 +912,43 @@ RULES: Final[Mapping[str, Rule]] = {
 
 DIFFERENCES: Final[Mapping[str, str]] = {
     "ddp-under-cluster-with-spawn": (
-        "Lightning spawns or forks extra processes inside each SLURM/torchelastic task when asked for "
-        "ddp_spawn/ddp_fork there; trainplan rejects it and points to strategy='ddp', because the cluster "
-        "already started every process."
+        "ddp_spawn / ddp_fork / ddp_notebook inside SLURM or torchrun: Lightning starts extra processes inside "
+        "each task; trainplan refuses and points to strategy='ddp', because the cluster already started every "
+        "process."
+    ),
+    "cluster-world-size": (
+        "A cluster whose world disagrees with num_nodes × devices: trainplan refuses it while planning, naming "
+        "both numbers and the launch line that fits; Lightning's connector accepts it (its SLURM environment "
+        "checks --ntasks-per-node only later, when the strategy sets up, and torchrun's world size not at all)."
+    ),
+    "torchelastic-visible-devices": (
+        "Under torchrun with one visible GPU, Lightning skips its check that the requested GPUs exist; "
+        "trainplan refuses device indices this process cannot see, since it could not use them."
+    ),
+    "interactive-under-cluster": (
+        "A notebook or REPL inside a SLURM or torchrun job with strategy='ddp': Lightning refuses it because "
+        "its script launcher is not interactive-compatible; trainplan accepts it, since the cluster started "
+        "the processes and nothing is re-run."
+    ),
+    "strategy-dp": (
+        "strategy='dp': trainplan plans torch.nn.DataParallel (one process, several GPUs); Lightning 2.0 removed it."
+    ),
+    "single-device-strategy": (
+        "strategy='single_device': Lightning's registered strategy ignores devices= and num_nodes= (it uses "
+        "the first device, on one node); trainplan uses the device asked for, and refuses several devices or "
+        "nodes, pointing to strategy='ddp'."
     ),
     "backend-on-single-process": (
-        "Lightning ignores process_group_backend for single-process strategies; trainplan rejects it, since "
+        "process_group_backend with a single-process strategy: Lightning ignores it; trainplan refuses it, since "
         "it can have no effect."
     ),
     "mps-ddp": (
-        "Lightning rejects DDP-family strategies only when MPS is available; trainplan rejects ddp with "
-        "accelerator='mps' on any machine, and lets accelerator='cpu' use DDP on a Mac."
+        "strategy='ddp' with accelerator='mps': Lightning refuses DDP-family strategies only when MPS is "
+        "available; trainplan refuses the pair on any machine, and lets accelerator='cpu' use DDP on a Mac."
     ),
     "fork-after-cuda": (
-        "Lightning finds out at launch that CUDA was initialised before a fork; trainplan rejects the plan "
-        "when the environment says CUDA is initialised already."
+        "A fork-based strategy after CUDA was initialised: Lightning finds out at launch; trainplan refuses the "
+        "plan when the environment says CUDA is initialised already."
     ),
 }
 

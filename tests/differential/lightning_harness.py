@@ -1,0 +1,151 @@
+"""Build PyTorch Lightning's `_AcceleratorConnector` for a (request, environment) and describe its answer
+in trainplan's terms. Lightning reads the machine itself, so the environment is simulated the way
+Lightning's own test-suite does it: its CUDA device count and interactive flag are patched, and the
+cluster's variables are set in `os.environ` (all undone afterwards).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+import pytest
+
+from trainplan import Environment, Plan, Request, TrainplanError
+from trainplan.resolve import resolve
+
+CLUSTER_VARIABLE_PREFIXES = ("SLURM_", "LSB_", "JSM_", "OMPI_", "PMI_", "TORCHELASTIC_", "TRAINPLAN_")
+CLUSTER_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+)
+
+
+@attrs.frozen
+class Outcome:
+    """What a connector decided, in comparable terms (or that it refused)."""
+
+    error: bool
+    accelerator: str | None = None
+    family: str | None = None
+    devices: tuple[int, ...] | None = None
+    num_nodes: int | None = None
+    world_size: int | None = None
+    launcher: str | None = None
+    cluster: str | None = None
+    precision: str | None = None
+
+
+def ours(request: Request, env: Environment) -> Outcome:
+    try:
+        plan: Plan = resolve(request, env)
+    except TrainplanError:
+        return Outcome(error=True)
+    launcher = plan.launcher
+    return Outcome(
+        error=False,
+        accelerator=plan.accelerator,
+        family=plan.strategy.family,
+        devices=plan.devices,
+        num_nodes=plan.num_nodes,
+        world_size=plan.world_size,
+        launcher=launcher,
+        cluster=plan.cluster.kind,
+        precision=plan.precision,
+    )
+
+
+@contextlib.contextmanager
+def simulated(monkeypatch: pytest.MonkeyPatch, env: Environment) -> Iterator[None]:
+    import lightning_fabric.accelerators.cuda as fabric_cuda
+    import pytorch_lightning.accelerators.cuda as lightning_cuda
+    import pytorch_lightning.trainer.connectors.accelerator_connector as connector_module
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fabric_cuda, "num_cuda_devices", lambda: env.cuda_device_count)
+        patch.setattr(lightning_cuda, "num_cuda_devices", lambda: env.cuda_device_count)
+        patch.setattr(connector_module, "_IS_INTERACTIVE", env.interactive)
+        for key in list(os.environ):
+            if key in CLUSTER_VARIABLES or key.startswith(CLUSTER_VARIABLE_PREFIXES):
+                patch.delenv(key)
+        for key, value in env.variables.items():
+            patch.setenv(key, value)
+        yield
+
+
+_ACCELERATORS = {"CPUAccelerator": "cpu", "CUDAAccelerator": "cuda", "MPSAccelerator": "mps", "XLAAccelerator": "xla"}
+_FAMILIES = {
+    "SingleDeviceStrategy": "single_device",
+    "DDPStrategy": "ddp",
+    "FSDPStrategy": "fsdp",
+    "DeepSpeedStrategy": "deepspeed",
+    "XLAStrategy": "xla",
+    "SingleDeviceXLAStrategy": "single_xla",
+}
+_CLUSTERS = {
+    "LightningEnvironment": "local",
+    "SLURMEnvironment": "slurm",
+    "TorchElasticEnvironment": "torchelastic",
+    "LSFEnvironment": "lsf",
+    "MPIEnvironment": "mpi",
+    "KubeflowEnvironment": "kubeflow",
+}
+
+
+def lightning(monkeypatch: pytest.MonkeyPatch, flags: Mapping[str, Any], env: Environment) -> Outcome:
+    from pytorch_lightning.trainer.connectors.accelerator_connector import _AcceleratorConnector
+
+    with simulated(monkeypatch, env), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            connector = _AcceleratorConnector(**flags)
+        except Exception:  # Lightning raises ValueError, MisconfigurationException, RuntimeError, ...
+            return Outcome(error=True)
+        strategy = connector.strategy
+        cluster = _CLUSTERS.get(
+            type(connector.cluster_environment).__name__, type(connector.cluster_environment).__name__
+        )
+        launcher_object = strategy.launcher
+        if launcher_object is None:
+            external = getattr(connector.cluster_environment, "creates_processes_externally", False)
+            launcher = "external" if external and hasattr(strategy, "parallel_devices") else "none"
+        else:
+            name = type(launcher_object).__name__
+            launcher = {"_SubprocessScriptLauncher": "subprocess", "_XLALauncher": "xla"}.get(name, name)
+            if name == "_SubprocessScriptLauncher" and connector.cluster_environment.creates_processes_externally:
+                launcher = "external"  # Lightning keeps the launcher object but it starts nothing
+            if name == "_MultiProcessingLauncher":
+                launcher = "fork" if launcher_object._start_method in ("fork", "forkserver") else "spawn"
+        if hasattr(strategy, "parallel_devices") and strategy.parallel_devices:
+            devices = tuple(
+                device.index if device.index is not None else number
+                for number, device in enumerate(strategy.parallel_devices)
+            )
+            world = strategy.num_nodes * len(devices)
+            nodes = strategy.num_nodes
+        else:
+            root = strategy.root_device
+            devices = (root.index if root.index is not None else 0,)
+            world, nodes = 1, 1
+        return Outcome(
+            error=False,
+            accelerator=_ACCELERATORS.get(type(connector.accelerator).__name__, type(connector.accelerator).__name__),
+            family=_FAMILIES.get(type(strategy).__name__, type(strategy).__name__),
+            devices=devices,
+            num_nodes=nodes,
+            world_size=world,
+            launcher=launcher,
+            cluster=cluster,
+            precision=str(connector.precision_plugin.precision),
+        )

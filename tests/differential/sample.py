@@ -1,0 +1,76 @@
+"""The sample of requests × environments on which trainplan is compared with Lightning's connector."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Any
+
+from trainplan import Environment, Request
+
+SLURM_TASK = {
+    "SLURM_NTASKS": "2",
+    "SLURM_NTASKS_PER_NODE": "2",
+    "SLURM_NNODES": "1",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "0",
+    "SLURM_JOB_NAME": "train",
+    "SLURM_JOB_ID": "5555",
+    "SLURM_NODELIST": "gpu[01]",
+}
+TORCHRUN_WORKER = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "GROUP_RANK": "0",
+    "LOCAL_WORLD_SIZE": "2",
+    "WORLD_SIZE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+    "TORCHELASTIC_RUN_ID": "x",
+}
+
+ACCELERATORS = ("auto", "cpu", "cuda", "gpu")
+STRATEGIES = (
+    "auto",
+    "ddp",
+    "ddp_spawn",
+    "ddp_fork",
+    "ddp_notebook",
+    "ddp_find_unused_parameters_true",
+    "fsdp",
+    "deepspeed",
+    "dp",
+    "single_device",
+)
+DEVICES: tuple[Any, ...] = ("auto", 1, 2, 3, -1, [0], [1], "0,1", "1,")
+NODES = (1, 2)
+PRECISIONS: tuple[Any, ...] = ("32-true", "16-mixed", "bf16-mixed", "64-true", 16, "bf16", "16-true")
+CUDA_COUNTS = (0, 1, 2, 4)
+VARIABLES: tuple[dict[str, str], ...] = ({}, SLURM_TASK, TORCHRUN_WORKER, {**SLURM_TASK, "SLURM_JOB_NAME": "bash"})
+
+
+def sample(size: int, seed: int = 20261130) -> list[tuple[dict[str, Any], Environment]]:
+    """A reproducible sample of (flags, environment) pairs."""
+    space = list(
+        itertools.product(
+            ACCELERATORS, STRATEGIES, DEVICES, NODES, PRECISIONS, CUDA_COUNTS, (False, True), range(len(VARIABLES))
+        )
+    )
+    chosen = random.Random(seed).sample(space, size)
+    cases = []
+    for accelerator, strategy, devices, nodes, precision, cuda, interactive, variables in chosen:
+        flags = {
+            "accelerator": accelerator,
+            "strategy": strategy,
+            "devices": devices,
+            "num_nodes": nodes,
+            "precision": precision,
+        }
+        env = Environment(cuda_device_count=cuda, cpu_count=8, interactive=interactive, variables=VARIABLES[variables])
+        cases.append((flags, env))
+    return cases
+
+
+def request_for(flags: dict[str, Any]) -> Request:
+    return Request(**flags)

@@ -1,0 +1,91 @@
+"""Differential test: trainplan against PyTorch Lightning's `_AcceleratorConnector` on a generated sample.
+
+Over requests × environments that Lightning's connector can be built for on this machine (CPU, simulated
+CUDA device counts, SLURM and torchrun variables, interactive or not), both must agree on accelerator,
+strategy family, device indices, num_nodes, world size, launcher kind, cluster kind, precision, and on
+error versus no error, except where trainplan differs on purpose: each such difference is a predicate
+below whose reason is in `tables.DIFFERENCES` (and, from there, in the README). Skips without Lightning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytorch_lightning")
+
+from tests.differential.lightning_harness import Outcome, lightning, ours
+from tests.differential.sample import request_for, sample
+from trainplan import Environment, Incompatible, TrainplanError, Unavailable
+from trainplan.resolve import resolve
+from trainplan.spec.tables import DIFFERENCES
+
+SAMPLE_SIZE = 800
+
+
+def _our_error(flags: dict[str, Any], env: Environment) -> TrainplanError | None:
+    try:
+        resolve(request_for(flags), env)
+    except TrainplanError as error:
+        return error
+    return None
+
+
+def _rule(error: TrainplanError | None) -> str | None:
+    return error.rule if isinstance(error, Incompatible) else None
+
+
+def _cluster_variables(env: Environment) -> bool:
+    return "RANK" in env.variables or (
+        "SLURM_NTASKS" in env.variables and env.variables.get("SLURM_JOB_NAME") not in ("bash", "interactive")
+    )
+
+
+Explanation = Callable[[dict[str, Any], Environment, Outcome, Outcome, "TrainplanError | None"], bool]
+
+EXPLAINED: dict[str, Explanation] = {
+    "ddp-under-cluster-with-spawn": lambda flags, env, mine, theirs, error: _rule(error) == "external-launcher",
+    "cluster-world-size": lambda flags, env, mine, theirs, error: _rule(error) == "cluster-world-size",
+    "torchelastic-visible-devices": lambda flags, env, mine, theirs, error: (
+        isinstance(error, Unavailable) and "RANK" in env.variables and env.cuda_device_count == 1
+    ),
+    "interactive-under-cluster": lambda flags, env, mine, theirs, error: (
+        theirs.error and not mine.error and env.interactive and mine.launcher == "external"
+    ),
+    "strategy-dp": lambda flags, env, mine, theirs, error: flags["strategy"] == "dp" and theirs.error,
+    "single-device-strategy": lambda flags, env, mine, theirs, error: (
+        flags["strategy"] == "single_device"
+        and (_rule(error) in ("strategy-device-count", "strategy-nodes") or mine.devices != theirs.devices)
+    ),
+}
+
+
+def test_every_explanation_is_a_documented_difference() -> None:
+    assert set(EXPLAINED) <= set(DIFFERENCES)
+
+
+def test_trainplan_agrees_with_lightning_except_on_purpose(monkeypatch: pytest.MonkeyPatch) -> None:
+    unexplained = []
+    agreed = 0
+    used: set[str] = set()
+    for flags, env in sample(SAMPLE_SIZE):
+        mine = ours(request_for(flags), env)
+        theirs = lightning(monkeypatch, flags, env)
+        if mine == theirs:
+            agreed += 1
+            continue
+        error = _our_error(flags, env)
+        reasons = [name for name, explains in EXPLAINED.items() if explains(flags, env, mine, theirs, error)]
+        if reasons:
+            used.update(reasons)
+        else:
+            unexplained.append((flags, env, mine, theirs, error))
+    assert not unexplained, "\n".join(
+        f"{flags} on cuda={env.cuda_device_count} interactive={env.interactive} {dict(env.variables)}:\n"
+        f"  trainplan {mine} ({error})\n  lightning {theirs}"
+        for flags, env, mine, theirs, error in unexplained[:10]
+    )
+    assert agreed > SAMPLE_SIZE // 2, "the sample should mostly be agreement, or it tests little"
+    assert used, "the sample should exercise at least one deliberate difference"
