@@ -10,11 +10,10 @@ imports torch.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from trainplan.effects import find_usable_cuda_devices, gpu_statuses, probe
-from trainplan.effects.launch import LaunchError, LaunchTimeout, NotImportable, WorkerFailed, launch, launch_with
-from trainplan.effects.metrics import InvalidMetric, MetricError, MetricKeyMismatch, MetricStore, metric_store
 from trainplan.resolve import check as _check
 from trainplan.resolve import place_metric
 from trainplan.resolve import resolve as _resolve
@@ -54,7 +53,52 @@ from trainplan.spec import (
     Unavailable,
 )
 
+if TYPE_CHECKING:
+    from trainplan.effects.gpus import find_usable_cuda_devices, gpu_statuses
+    from trainplan.effects.launch import (
+        LaunchError,
+        LaunchTimeout,
+        NotImportable,
+        WorkerFailed,
+        launch,
+        launch_with,
+    )
+    from trainplan.effects.metrics import InvalidMetric, MetricError, MetricKeyMismatch, MetricStore, metric_store
+    from trainplan.effects.probe import probe
+
 __version__ = "0.1.0"
+
+# The effects layer loads on first use: `import trainplan` stays light (no subprocess, socket or
+# multiprocessing machinery until something launches or probes).
+_LAZY = {
+    "probe": "trainplan.effects.probe",
+    "find_usable_cuda_devices": "trainplan.effects.gpus",
+    "gpu_statuses": "trainplan.effects.gpus",
+    "LaunchError": "trainplan.effects.launch",
+    "LaunchTimeout": "trainplan.effects.launch",
+    "NotImportable": "trainplan.effects.launch",
+    "WorkerFailed": "trainplan.effects.launch",
+    "launch": "trainplan.effects.launch",
+    "launch_with": "trainplan.effects.launch",
+    "InvalidMetric": "trainplan.effects.metrics",
+    "MetricError": "trainplan.effects.metrics",
+    "MetricKeyMismatch": "trainplan.effects.metrics",
+    "MetricStore": "trainplan.effects.metrics",
+    "metric_store": "trainplan.effects.metrics",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 def resolve(request: Request | None = None, env: Environment | None = None) -> Plan:
@@ -63,6 +107,8 @@ def resolve(request: Request | None = None, env: Environment | None = None) -> P
     Inside a worker started by `launch`, `resolve()` with no arguments returns the launcher's plan with
     this worker's rank, local rank and port.
     """
+    from trainplan.effects.probe import probe
+
     if request is None and env is None:
         from trainplan.effects.launch import worker_plan
 
@@ -78,6 +124,8 @@ def resolve(request: Request | None = None, env: Environment | None = None) -> P
 
 def check(request: Request | None = None, env: Environment | None = None) -> Iterator[TrainplanError]:
     """Every problem with `request` on `env` (default: this machine); empty when it resolves."""
+    from trainplan.effects.probe import probe
+
     return _check(Request() if request is None else request, probe() if env is None else env)
 
 

@@ -4,6 +4,11 @@ Thin by rule: it gathers facts and carries out a plan's decisions, and decides n
 `trainplan.resolve` could decide from facts. Importing it does not import torch.
 """
 
+from __future__ import annotations
+
+# Eager on purpose: `probe` and `launch` are also module names here, and a lazily loaded submodule would
+# shadow the function of the same name. `import trainplan` itself stays light: it loads this package
+# only when something probes, launches or logs.
 from trainplan.effects.gpus import (
     GpuProbeError,
     ProbeLauncher,

@@ -170,6 +170,22 @@ class _Fields:
     ok: bool
 
 
+_FALLBACK_CLUSTER = ClusterFacts(
+    kind="local",
+    creates_processes=False,
+    main_address="127.0.0.1",
+    main_port=None,
+    node_rank=0,
+    global_rank=None,
+    local_rank=None,
+    world_size=None,
+    processes_per_node=None,
+    num_nodes=None,
+    detail="",
+    launch_hint="",
+    reason="fallback after an error in the cluster's variables (check only)",
+)
+
 _CONCRETE_ACCELERATORS: Mapping[AcceleratorFlag, AcceleratorName] = {
     "cpu": "cpu",
     "cuda": "cuda",
@@ -207,22 +223,7 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
     notes: list[Note] = list(fields.notes)
     reasons: dict[str, str] = {}
 
-    local = ClusterFacts(
-        kind="local",
-        creates_processes=False,
-        main_address="127.0.0.1",
-        main_port=None,
-        node_rank=0,
-        global_rank=None,
-        local_rank=None,
-        world_size=None,
-        processes_per_node=None,
-        num_nodes=None,
-        detail="",
-        launch_hint="",
-        reason="fallback",
-    )
-    facts = _attempt(report, lambda: detect(fields.cluster, env.variables), local)
+    facts = _attempt(report, lambda: detect(fields.cluster, env.variables), _FALLBACK_CLUSTER)
     notes.extend(facts.notes)
 
     chosen = _attempt(report, lambda: _choose_accelerator(fields.accelerator, env), None)
@@ -357,6 +358,24 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
 _ENVIRONMENT_FACTS = tuple(attribute.name for attribute in attrs.fields(Environment))
 
 
+def _plainly_valid(env: Environment) -> bool:
+    """The common case, checked in one expression: every fact has its declared type and range."""
+    counts: tuple[object, ...] = (env.cuda_device_count, env.xla_device_count, env.cpu_count)
+    flags: tuple[object, ...] = (env.cuda_initialized, env.mps_available, env.interactive)
+    usable: object = env.usable_cuda_devices
+    return (
+        all(type(count) is int for count in counts)
+        and env.cuda_device_count >= 0
+        and env.xla_device_count >= 0
+        and env.cpu_count >= 1
+        and all(type(flag) is bool for flag in flags)
+        and usable is None
+        and all(method in START_METHODS for method in env.start_methods)
+        and all(type(name) is str for name in env.packages)
+        and all(type(key) is str and type(value) is str for key, value in env.variables.items())
+    )
+
+
 def _check_environment(env: Environment, report: Report) -> bool:
     ok = True
 
@@ -372,6 +391,8 @@ def _check_environment(env: Environment, report: Report) -> bool:
             )
         )
 
+    if _plainly_valid(env):
+        return True
     # The record's types say what each fact is; values written by hand at runtime may still be anything.
     facts: dict[str, object] = {name: getattr(env, name) for name in _ENVIRONMENT_FACTS}
     for field, minimum in (("cuda_device_count", 0), ("xla_device_count", 0), ("cpu_count", 1)):

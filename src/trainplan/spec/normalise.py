@@ -55,6 +55,8 @@ _STORES: Final[Mapping[str, MetricsStore]] = {name: name for name in METRICS_STO
 
 
 def _name(field: str, value: object, table: Mapping[str, str], allowed: tuple[object, ...]) -> str:
+    if type(value) is str and value in table:  # the common case: already a canonical name
+        return table[value]
     if not isinstance(value, str):
         raise InvalidRequest(
             field=field,
@@ -110,6 +112,8 @@ def precision(value: object) -> PrecisionName:
         raise InvalidRequest(
             field="precision", value=value, reason="only 64, 32 and 16 are integer precisions", allowed=PRECISIONS
         )
+    if type(value) is str and value in _PRECISIONS:
+        return _PRECISIONS[value]
     if isinstance(value, str) and value.strip().lower() in _PRECISIONS:
         return _PRECISIONS[value.strip().lower()]
     if isinstance(value, str):
