@@ -20,7 +20,7 @@ from trainplan.resolve import resolve
 
 KEYS = (1, 10, 100)
 STEPS = 20
-REPEATS = 3
+REPEATS = 5
 COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "barrier", "broadcast", "reduce_scatter")
 
 
@@ -99,7 +99,10 @@ def worker() -> dict[str, dict[int, tuple[float, float, int]]]:
     counts = _count_collectives()
     values = [torch.tensor(float(step)) for step in range(STEPS)]
     report: dict[str, dict[int, tuple[float, float, int]]] = {}
-    for name, run in (("ours", _ours), ("lightning", _lightning), ("torchmetrics", _torchmetrics)):
+    contenders = (("ours", _ours), ("lightning", _lightning), ("torchmetrics", _torchmetrics))
+    for _, run in contenders:  # warm up: first collectives, lazy imports, allocator
+        run(10, values, counts)
+    for name, run in contenders:
         report[name] = {}
         for keys in KEYS:
             runs = [run(keys, values, counts) for _ in range(REPEATS)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import warnings
 from collections.abc import Callable
@@ -42,6 +43,8 @@ def run() -> list[Row]:
         "Fabric `_Connector`": _lightning_fabric_connector(),
     }
     warnings.simplefilter("ignore")
+    for name in ("pytorch_lightning", "lightning_fabric", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)  # their per-call info lines would drown the table
     for label, flags in REQUESTS.items():
         request = Request(**flags)  # type: ignore[arg-type]
         timings = {

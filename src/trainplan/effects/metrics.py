@@ -442,44 +442,51 @@ class MetricStore:
         raise MetricKeyMismatch(missing=missing, differing=differing)
 
     def _reduce_buckets(self) -> dict[str, dict[str, Any]]:
-        """One collective per (op, dtype, device) bucket; returns the reduced state of every key."""
+        """One collective per (op, dtype, device) bucket; returns the reduced state of every key.
+
+        Parts that are Python numbers (values logged as numbers, weights, NaN counts) enter a bucket as
+        one tensor built from a list, and leave it as Python numbers through one `tolist()`; tensor
+        parts are flattened in and sliced out.
+        """
         import torch
 
         buckets: dict[tuple[CollectiveOp, str, str], list[tuple[str, str, Any]]] = {}
 
-        def add(op: CollectiveOp, dtype: str, device: str, name: str, part: str, tensor: Any) -> None:
-            buckets.setdefault((op, dtype, device), []).append((name, part, tensor))
+        def add(op: CollectiveOp, dtype: str, device: str, name: str, part: str, value: Any) -> None:
+            buckets.setdefault((op, dtype, device), []).append((name, part, value))
 
         for name in sorted(self._entries):
             entry = self._entries[name]
             device = "cpu" if entry.device == "python" else entry.device
-            dtype = "float64" if entry.kind == "float" else "int64"
-            if entry.device.startswith("mps"):
-                dtype = "float32"
-            total = _as_tensor(entry, device)
+            floating = "float32" if device.startswith("mps") else "float64"
+            dtype = floating if entry.kind == "float" else "int64"
+            total = entry.total if entry.device != "python" else _scalar_total(entry)
             if entry.op == "mean":
                 add("sum", dtype, device, name, "total", total)
-                add(
-                    "sum", dtype, device, name, "weight", torch.tensor([entry.weight], dtype=total.dtype, device=device)
-                )
+                add("sum", dtype, device, name, "weight", float(entry.weight))
             elif entry.op == "sum":
                 add("sum", dtype, device, name, "total", total)
             else:
                 add(entry.op, dtype, device, name, "total", total)
                 # NaN counts travel in a sum bucket (a max/min collective may drop NaNs).
-                nans = entry.nans if _is_tensor(entry.nans) else torch.full(total.shape, float(entry.nans))
-                add(
-                    "sum",
-                    dtype if entry.kind == "float" else "float64",
-                    device,
-                    name,
-                    "nans",
-                    nans.to(total.device, _float(device)),
-                )
+                add("sum", floating, device, name, "nans", entry.nans if _is_tensor(entry.nans) else float(entry.nans))
         reduced: dict[str, dict[str, Any]] = {name: {} for name in self._entries}
         move = self.plan.metrics.reduces_on == "device"
-        for (op, _dtype, device), parts in sorted(buckets.items()):
-            flat = torch.cat([tensor.reshape(-1) for _, _, tensor in parts])
+        for (op, dtype, device), parts in sorted(buckets.items()):
+            torch_dtype = getattr(torch, dtype)
+            segments: list[Any] = []
+            scalars: list[float | int] = []
+            for _, _, value in parts:
+                if _is_tensor(value):
+                    if scalars:
+                        segments.append(torch.tensor(scalars, dtype=torch_dtype, device=device))
+                        scalars = []
+                    segments.append(value.reshape(-1).to(torch_dtype))
+                else:
+                    scalars.append(value)
+            if scalars:
+                segments.append(torch.tensor(scalars, dtype=torch_dtype, device=device))
+            flat = segments[0] if len(segments) == 1 else torch.cat(segments)
             target = self._device if move and device == "cpu" else device
             if target != device:
                 flat = self._transfer(flat, target)
@@ -487,30 +494,36 @@ class MetricStore:
             self.collectives_in_last_sync += 1
             if target != device:
                 flat = self._transfer(flat, device)
+            host: list[Any] | None = None
             offset = 0
-            for name, part, tensor in parts:
-                size = tensor.numel()
-                reduced[name][part] = flat[offset : offset + size].reshape(tensor.shape)
+            for name, part, value in parts:
+                if _is_tensor(value):
+                    size = value.numel()
+                    reduced[name][part] = flat[offset : offset + size].reshape(value.shape)
+                else:
+                    if host is None:
+                        host = flat.tolist()
+                    size = 1
+                    reduced[name][part] = host[offset]
                 offset += size
         return reduced
+
+
+def _scalar_total(entry: _Entry) -> float | int:
+    """A Python-number key's total, with the identity of max/min when only NaNs were logged."""
+    if entry.total is not None:
+        return entry.total  # type: ignore[no-any-return]
+    if entry.op == "max":
+        return -math.inf if entry.kind == "float" else 0
+    if entry.op == "min":
+        return math.inf if entry.kind == "float" else 0
+    return 0
 
 
 def _float(device: str) -> Any:
     import torch
 
     return torch.float32 if device.startswith("mps") else torch.float64
-
-
-def _as_tensor(entry: _Entry, device: str) -> Any:
-    import torch
-
-    if entry.device != "python":
-        return entry.total if entry.total is not None else torch.zeros(entry.shape or (), dtype=torch.float64)
-    dtype = torch.int64 if entry.kind == "int" else torch.float64
-    if entry.total is None:  # max/min of nothing but NaNs: the identity, so other ranks' values win
-        neutral = -math.inf if entry.op == "max" else math.inf
-        return torch.tensor(neutral if entry.kind == "float" else 0, dtype=dtype, device=device)
-    return torch.tensor(entry.total, dtype=dtype, device=device)
 
 
 def _local_state(entry: _Entry) -> dict[str, Any]:
