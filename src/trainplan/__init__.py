@@ -55,7 +55,7 @@ from trainplan.spec import (
 
 if TYPE_CHECKING:
     from trainplan.effects.gpus import find_usable_cuda_devices, gpu_statuses
-    from trainplan.effects.launch import (
+    from trainplan.effects.launching import (
         LaunchError,
         LaunchTimeout,
         NotImportable,
@@ -64,22 +64,22 @@ if TYPE_CHECKING:
         launch_with,
     )
     from trainplan.effects.metrics import InvalidMetric, MetricError, MetricKeyMismatch, MetricStore, metric_store
-    from trainplan.effects.probe import probe
+    from trainplan.effects.probing import probe
 
 __version__ = "0.1.0"
 
 # The effects layer loads on first use: `import trainplan` stays light (no subprocess, socket or
 # multiprocessing machinery until something launches or probes).
 _LAZY = {
-    "probe": "trainplan.effects.probe",
+    "probe": "trainplan.effects.probing",
     "find_usable_cuda_devices": "trainplan.effects.gpus",
     "gpu_statuses": "trainplan.effects.gpus",
-    "LaunchError": "trainplan.effects.launch",
-    "LaunchTimeout": "trainplan.effects.launch",
-    "NotImportable": "trainplan.effects.launch",
-    "WorkerFailed": "trainplan.effects.launch",
-    "launch": "trainplan.effects.launch",
-    "launch_with": "trainplan.effects.launch",
+    "LaunchError": "trainplan.effects.launching",
+    "LaunchTimeout": "trainplan.effects.launching",
+    "NotImportable": "trainplan.effects.launching",
+    "WorkerFailed": "trainplan.effects.launching",
+    "launch": "trainplan.effects.launching",
+    "launch_with": "trainplan.effects.launching",
     "InvalidMetric": "trainplan.effects.metrics",
     "MetricError": "trainplan.effects.metrics",
     "MetricKeyMismatch": "trainplan.effects.metrics",
@@ -107,10 +107,10 @@ def resolve(request: Request | None = None, env: Environment | None = None) -> P
     Inside a worker started by `launch`, `resolve()` with no arguments returns the launcher's plan with
     this worker's rank, local rank and port.
     """
-    from trainplan.effects.probe import probe
+    from trainplan.effects.probing import probe
 
     if request is None and env is None:
-        from trainplan.effects.launch import worker_plan
+        from trainplan.effects.launching import worker_plan
 
         launched = worker_plan()
         if launched is not None:
@@ -124,7 +124,7 @@ def resolve(request: Request | None = None, env: Environment | None = None) -> P
 
 def check(request: Request | None = None, env: Environment | None = None) -> Iterator[TrainplanError]:
     """Every problem with `request` on `env` (default: this machine); empty when it resolves."""
-    from trainplan.effects.probe import probe
+    from trainplan.effects.probing import probe
 
     return _check(Request() if request is None else request, probe() if env is None else env)
 

@@ -17,8 +17,8 @@ from typing import NoReturn
 import attrs
 
 from trainplan.effects.gpus import gpu_statuses
-from trainplan.effects.launch import launch_script
-from trainplan.effects.probe import probe
+from trainplan.effects.launching import launch_script
+from trainplan.effects.probing import probe
 from trainplan.resolve import check, resolve
 from trainplan.resolve.emit import emit_slurm, emit_torchrun
 from trainplan.resolve.matrix import render_matrix

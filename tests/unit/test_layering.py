@@ -61,7 +61,7 @@ def test_import_trainplan_does_not_import_torch() -> None:
 
 def test_public_functions_are_not_shadowed_by_their_modules() -> None:
     code = (
-        "import trainplan.effects.probe, trainplan.effects.launch, trainplan\n"
+        "import trainplan.effects.probing, trainplan.effects.launching, trainplan\n"
         "from trainplan.effects import probe, launch\n"
         "assert callable(probe) and callable(launch), (probe, launch)\n"
         "assert callable(trainplan.probe) and callable(trainplan.launch) and callable(trainplan.resolve)\n"
@@ -72,6 +72,6 @@ def test_public_functions_are_not_shadowed_by_their_modules() -> None:
 
 
 def test_import_trainplan_leaves_the_effects_unloaded() -> None:
-    code = "import sys, trainplan\nassert 'trainplan.effects.launch' not in sys.modules\n"
+    code = "import sys, trainplan\nassert 'trainplan.effects.launching' not in sys.modules\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
     assert result.returncode == 0, result.stderr

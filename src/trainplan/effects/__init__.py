@@ -6,9 +6,7 @@ Thin by rule: it gathers facts and carries out a plan's decisions, and decides n
 
 from __future__ import annotations
 
-# Eager on purpose: `probe` and `launch` are also module names here, and a lazily loaded submodule would
-# shadow the function of the same name. `import trainplan` itself stays light: it loads this package
-# only when something probes, launches or logs.
+# `import trainplan` stays light: it loads this package only when something probes, launches or logs.
 from trainplan.effects.gpus import (
     GpuProbeError,
     ProbeLauncher,
@@ -18,7 +16,7 @@ from trainplan.effects.gpus import (
     find_usable_cuda_devices,
     gpu_statuses,
 )
-from trainplan.effects.launch import (
+from trainplan.effects.launching import (
     LaunchError,
     LaunchTimeout,
     NotImportable,
@@ -38,7 +36,7 @@ from trainplan.effects.metrics import (
     metric_store,
 )
 from trainplan.effects.nvml import CtypesNvmlQuery, NvmlQuery, PynvmlQuery, default_nvml
-from trainplan.effects.probe import ProbeError, probe
+from trainplan.effects.probing import ProbeError, probe
 
 __all__ = [
     "Collective",

@@ -15,7 +15,7 @@ import traceback
 from multiprocessing.connection import Connection
 from types import ModuleType
 
-from trainplan.effects.launch import _Outcome, _own_process_group, _send, run_worker
+from trainplan.effects.launching import _Outcome, _own_process_group, _send, run_worker
 
 
 def _load_script(path: str) -> ModuleType:

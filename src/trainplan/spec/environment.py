@@ -1,4 +1,4 @@
-"""The environment: facts about the machine (or cluster), gathered by `effects.probe()` or written by hand."""
+"""The environment: facts about the machine (or cluster), gathered by `effects.probing()` or written by hand."""
 
 from __future__ import annotations
 

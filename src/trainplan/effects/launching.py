@@ -544,7 +544,7 @@ def launch_with(
         raise LaunchError(f"timeout={timeout!r}: write a positive number of seconds, or None for no limit")
     kwargs = dict(kwargs or {})
     if interactive is None:
-        from trainplan.effects.probe import is_interactive
+        from trainplan.effects.probing import is_interactive
 
         interactive = is_interactive()
     if plan.launcher == "xla":
