@@ -17,6 +17,7 @@ import pytest
 
 from trainplan import Environment, Plan, Request, TrainplanError
 from trainplan.resolve import resolve
+from trainplan.spec.tables import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
 CLUSTER_VARIABLE_PREFIXES = ("SLURM_", "LSB_", "JSM_", "OMPI_", "PMI_", "TORCHELASTIC_", "TRAINPLAN_")
 CLUSTER_VARIABLES = (
@@ -77,7 +78,7 @@ def simulated(monkeypatch: pytest.MonkeyPatch, env: Environment) -> Iterator[Non
         patch.setattr(lightning_cuda, "num_cuda_devices", lambda: env.cuda_device_count)
         patch.setattr(connector_module, "_IS_INTERACTIVE", env.interactive)
         for key in list(os.environ):
-            if key in CLUSTER_VARIABLES or key.startswith(CLUSTER_VARIABLE_PREFIXES):
+            if key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES):
                 patch.delenv(key)
         for key, value in env.variables.items():
             patch.setenv(key, value)

@@ -262,9 +262,9 @@ class _ProcessWorker:
 
 
 @attrs.define
-class _PopenWorker:
-    local_rank: int
-    connection: Connection
+class _ScriptWorker:
+    """A process started with Popen (a `trainplan launch` script reports through its exit code alone)."""
+
     process: subprocess.Popen[bytes]
 
     @property
@@ -277,6 +277,14 @@ class _PopenWorker:
     def wait(self, timeout: float) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout)
+
+
+@attrs.define
+class _PopenWorker(_ScriptWorker):
+    """A 'subprocess' launcher worker: a Popen process and the pipe it reports through."""
+
+    local_rank: int = attrs.field(kw_only=True)
+    connection: Connection = attrs.field(kw_only=True)
 
 
 def _function_reference(fn: Callable[..., object], *, interactive: bool) -> tuple[str, str, str | None]:
@@ -370,7 +378,7 @@ def _start_subprocesses(
             with contextlib.suppress(BrokenPipeError):
                 process.stdin.write(payload)
                 process.stdin.close()
-            workers.append(_PopenWorker(spec.local_rank, Connection(read_end), process))
+            workers.append(_PopenWorker(process, local_rank=spec.local_rank, connection=Connection(read_end)))
     except BaseException:
         _stop(workers, grace=DEFAULT_GRACE_PERIOD)
         raise
@@ -755,19 +763,3 @@ def launch_script(
         for pump in pumps:
             pump.join(5.0)
     return code
-
-
-@attrs.define
-class _ScriptWorker:
-    process: subprocess.Popen[bytes]
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def exitcode(self) -> int | None:
-        return self.process.poll()
-
-    def wait(self, timeout: float) -> None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout)

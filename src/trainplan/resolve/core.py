@@ -170,21 +170,8 @@ class _Fields:
     ok: bool
 
 
-_FALLBACK_CLUSTER = ClusterFacts(
-    kind="local",
-    creates_processes=False,
-    main_address="127.0.0.1",
-    main_port=None,
-    node_rank=0,
-    global_rank=None,
-    local_rank=None,
-    world_size=None,
-    processes_per_node=None,
-    num_nodes=None,
-    detail="",
-    launch_hint="",
-    reason="fallback after an error in the cluster's variables (check only)",
-)
+_FALLBACK_CLUSTER = detect("local", {})
+"""What `check` goes on with after an error in the cluster's variables (resolve stops at the error)."""
 
 _CONCRETE_ACCELERATORS: Mapping[AcceleratorFlag, AcceleratorName] = {
     "cpu": "cpu",

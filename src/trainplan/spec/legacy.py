@@ -32,17 +32,10 @@ from trainplan.spec.tables import (
     lookup,
 )
 
-MODERN_FLAGS: Final[tuple[str, ...]] = (
-    "accelerator",
-    "strategy",
-    "devices",
-    "num_nodes",
-    "precision",
-    "process_group_backend",
-    "cluster",
-    "metrics_store",
-    "sync_batchnorm",
-    "strategy_options",
+MODERN_FLAGS: Final[tuple[str, ...]] = tuple(
+    name
+    for name in normalise.REQUEST_FIELDS
+    if name != "select_usable_gpus"  # the bridge's own output
 )
 LEGACY_FLAGS: Final[tuple[str, ...]] = (
     "gpus",

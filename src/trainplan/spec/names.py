@@ -7,13 +7,13 @@ The tuples beside each type are the runtime view of the same set; a test keeps t
 
 from __future__ import annotations
 
-from typing import Final, Literal, get_args
-
-AcceleratorFlag = Literal["auto", "cpu", "cuda", "gpu", "mps", "xla", "tpu"]
-"""What a request may say for the accelerator: a device kind, `gpu` (CUDA or MPS), `tpu` (= xla) or `auto`."""
+from typing import Final, Literal, TypeAlias, get_args
 
 AcceleratorName = Literal["cpu", "cuda", "mps", "xla"]
 """A resolved accelerator: the device kind the run uses."""
+
+AcceleratorFlag: TypeAlias = Literal["auto", "gpu", "tpu"] | AcceleratorName
+"""What a request may say for the accelerator: a device kind, `gpu` (CUDA or MPS), `tpu` (= xla) or `auto`."""
 
 StrategyName = Literal[
     "single_device",
@@ -45,35 +45,7 @@ StrategyName = Literal[
 ]
 """A registered strategy name; each maps to a family and preset options in `tables.STRATEGIES`."""
 
-StrategyFlag = Literal[
-    "auto",
-    "single_device",
-    "dp",
-    "ddp",
-    "ddp_find_unused_parameters_true",
-    "ddp_find_unused_parameters_false",
-    "ddp_spawn",
-    "ddp_spawn_find_unused_parameters_true",
-    "ddp_spawn_find_unused_parameters_false",
-    "ddp_fork",
-    "ddp_fork_find_unused_parameters_true",
-    "ddp_fork_find_unused_parameters_false",
-    "ddp_notebook",
-    "ddp_notebook_find_unused_parameters_true",
-    "ddp_notebook_find_unused_parameters_false",
-    "fsdp",
-    "fsdp_cpu_offload",
-    "deepspeed",
-    "deepspeed_stage_1",
-    "deepspeed_stage_1_offload",
-    "deepspeed_stage_2",
-    "deepspeed_stage_2_offload",
-    "deepspeed_stage_3",
-    "deepspeed_stage_3_offload",
-    "deepspeed_stage_3_offload_nvme",
-    "xla",
-    "single_xla",
-]
+StrategyFlag: TypeAlias = Literal["auto"] | StrategyName
 """What a request may say for the strategy: a registered name or `auto`."""
 
 StrategyFamily = Literal["single_device", "dp", "ddp", "fsdp", "deepspeed", "xla", "single_xla"]
@@ -117,11 +89,11 @@ PrecisionName = Literal[
 BackendName = Literal["nccl", "gloo", "mpi", "xla"]
 """A torch.distributed process-group backend."""
 
-ClusterFlag = Literal["auto", "local", "slurm", "torchelastic", "lsf", "mpi", "kubeflow"]
-"""What a request may say for the cluster environment; `auto` detects it from environment variables."""
-
 ClusterName = Literal["local", "slurm", "torchelastic", "lsf", "mpi", "kubeflow"]
 """A resolved cluster environment."""
+
+ClusterFlag: TypeAlias = Literal["auto"] | ClusterName
+"""What a request may say for the cluster environment; `auto` detects it from environment variables."""
 
 MetricsStore = Literal["device", "cpu"]
 """Where logged metric tensors are kept between reductions by default."""
@@ -135,17 +107,17 @@ NoteLevel = Literal["info", "warning", "deprecation"]
 MetricKind = Literal["tensor", "stateful"]
 """What is logged: a plain value/tensor, or a stateful metric object (torchmetrics `Metric`)."""
 
-ACCELERATOR_FLAGS: Final[tuple[AcceleratorFlag, ...]] = get_args(AcceleratorFlag)
 ACCELERATORS: Final[tuple[AcceleratorName, ...]] = get_args(AcceleratorName)
-STRATEGY_FLAGS: Final[tuple[StrategyFlag, ...]] = get_args(StrategyFlag)
+ACCELERATOR_FLAGS: Final[tuple[AcceleratorFlag, ...]] = ("auto", *ACCELERATORS[:2], "gpu", *ACCELERATORS[2:], "tpu")
 STRATEGY_NAMES: Final[tuple[StrategyName, ...]] = get_args(StrategyName)
+STRATEGY_FLAGS: Final[tuple[StrategyFlag, ...]] = ("auto", *STRATEGY_NAMES)
 STRATEGY_FAMILIES: Final[tuple[StrategyFamily, ...]] = get_args(StrategyFamily)
 LAUNCHERS: Final[tuple[LauncherName, ...]] = get_args(LauncherName)
 PRECISION_FLAGS: Final[tuple[PrecisionFlag, ...]] = get_args(PrecisionFlag)
 PRECISIONS: Final[tuple[PrecisionName, ...]] = get_args(PrecisionName)
 BACKENDS: Final[tuple[BackendName, ...]] = get_args(BackendName)
-CLUSTER_FLAGS: Final[tuple[ClusterFlag, ...]] = get_args(ClusterFlag)
 CLUSTERS: Final[tuple[ClusterName, ...]] = get_args(ClusterName)
+CLUSTER_FLAGS: Final[tuple[ClusterFlag, ...]] = ("auto", *CLUSTERS)
 METRICS_STORES: Final[tuple[MetricsStore, ...]] = get_args(MetricsStore)
 START_METHODS: Final[tuple[StartMethod, ...]] = get_args(StartMethod)
 NOTE_LEVELS: Final[tuple[NoteLevel, ...]] = get_args(NoteLevel)

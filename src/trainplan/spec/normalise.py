@@ -327,7 +327,7 @@ def _positive(field: str, value: object) -> None:
 
 # --------------------------------------------------------------------------------------------------
 
-_REQUEST_FIELDS: Final[tuple[str, ...]] = (
+REQUEST_FIELDS: Final[tuple[str, ...]] = (
     "accelerator",
     "strategy",
     "devices",
@@ -344,14 +344,14 @@ _REQUEST_FIELDS: Final[tuple[str, ...]] = (
 
 def request_from_config(config: Mapping[str, object]) -> Request:
     """See `Request.from_config`."""
-    unknown = [key for key in config if key not in _REQUEST_FIELDS]
+    unknown = [key for key in config if key not in REQUEST_FIELDS]
     if unknown:
         raise InvalidRequest(
             field="key",
             value=unknown[0],
             reason="it is not a field of Request",
-            allowed=_REQUEST_FIELDS,
-            suggestion=did_you_mean(unknown[0], _REQUEST_FIELDS),
+            allowed=REQUEST_FIELDS,
+            suggestion=did_you_mean(unknown[0], REQUEST_FIELDS),
         )
     strategy_name = strategy(config.get("strategy", "auto"))
     nodes = config.get("num_nodes", 1)
