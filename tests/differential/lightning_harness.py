@@ -19,19 +19,6 @@ from trainplan import Environment, Plan, Request, TrainplanError
 from trainplan.resolve import resolve
 from trainplan.spec.tables import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
-CLUSTER_VARIABLE_PREFIXES = ("SLURM_", "LSB_", "JSM_", "OMPI_", "PMI_", "TORCHELASTIC_", "TRAINPLAN_")
-CLUSTER_VARIABLES = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "NODE_RANK",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "CUDA_VISIBLE_DEVICES",
-)
-
 
 @attrs.frozen
 class Outcome:

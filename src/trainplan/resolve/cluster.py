@@ -207,65 +207,74 @@ def _local(variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
     )
 
 
-def _launched(variables: Mapping[str, str]) -> ClusterFacts:
-    """A worker started by trainplan's launcher: the world and this worker's place in it."""
-    read = _Variables("trainplan launch", variables)
+@attrs.frozen
+class _World:
+    """The torchrun-style variables every torchrun (and trainplan-launched) worker carries."""
+
+    world: int | None
+    local_world: int | None
+    rank: int | None
+    local_rank: int | None
+    nodes: int | None
+
+
+def _torchrun_world(read: _Variables) -> _World:
     world = read.integer("WORLD_SIZE", minimum=1)
     local_world = read.integer("LOCAL_WORLD_SIZE", minimum=1)
     rank = read.integer("RANK", minimum=0)
     local_rank = read.integer("LOCAL_RANK", minimum=0)
-    node_rank = read.integer("NODE_RANK", minimum=0)
     read.below("RANK", rank, world, "WORLD_SIZE")
     read.below("LOCAL_RANK", local_rank, local_world, "LOCAL_WORLD_SIZE")
-    nodes = world // local_world if world is not None and local_world is not None and world % local_world == 0 else None
+    nodes = None
+    if world is not None and local_world is not None and world % local_world == 0:
+        nodes = world // local_world
+    return _World(world, local_world, rank, local_rank, nodes)
+
+
+def _launched(variables: Mapping[str, str]) -> ClusterFacts:
+    """A worker started by trainplan's launcher: the world and this worker's place in it."""
+    read = _Variables("trainplan launch", variables)
+    world = _torchrun_world(read)
     return ClusterFacts(
         kind="local",
         creates_processes=False,
         main_address=read.address("MASTER_ADDR") or "127.0.0.1",
         main_port=read.port("MASTER_PORT"),
-        node_rank=node_rank,
-        global_rank=rank,
-        local_rank=local_rank,
-        world_size=world,
-        processes_per_node=local_world,
-        num_nodes=nodes,
-        detail=f"WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local_world}",
+        node_rank=read.integer("NODE_RANK", minimum=0),
+        global_rank=world.rank,
+        local_rank=world.local_rank,
+        world_size=world.world,
+        processes_per_node=world.local_world,
+        num_nodes=world.nodes,
+        detail=f"WORLD_SIZE={world.world}, LOCAL_WORLD_SIZE={world.local_world}",
         launch_hint="trainplan launch with num_nodes={num_nodes} and devices={processes_per_node}",
-        reason=f"this process is worker {rank} of {world} started by trainplan's launcher",
+        reason=f"this process is worker {world.rank} of {world.world} started by trainplan's launcher",
         launched=True,
     )
 
 
 def _torchelastic(variables: Mapping[str, str], how: str) -> ClusterFacts:
     read = _Variables("torchelastic", variables)
-    world = read.integer("WORLD_SIZE", minimum=1)
-    local_world = read.integer("LOCAL_WORLD_SIZE", minimum=1)
-    rank = read.integer("RANK", minimum=0)
-    local_rank = read.integer("LOCAL_RANK", minimum=0)
+    world = _torchrun_world(read)
     group_rank = read.integer("GROUP_RANK", minimum=0)
-    read.below("RANK", rank, world, "WORLD_SIZE")
-    read.below("LOCAL_RANK", local_rank, local_world, "LOCAL_WORLD_SIZE")
     address = read.address("MASTER_ADDR")
     if address is None:
         raise read.error("MASTER_ADDR", "torchrun always sets it, and it is missing", "Start the script with torchrun")
     port = read.port("MASTER_PORT")
     if port is None:
         raise read.error("MASTER_PORT", "torchrun always sets it, and it is missing", "Start the script with torchrun")
-    nodes = None
-    if world is not None and local_world is not None and world % local_world == 0:
-        nodes = world // local_world
     return ClusterFacts(
         kind="torchelastic",
         creates_processes=True,
         main_address=address,
         main_port=port,
         node_rank=group_rank,
-        global_rank=rank,
-        local_rank=local_rank,
-        world_size=world,
-        processes_per_node=local_world,
-        num_nodes=nodes,
-        detail=f"WORLD_SIZE={world}, LOCAL_WORLD_SIZE={local_world}",
+        global_rank=world.rank,
+        local_rank=world.local_rank,
+        world_size=world.world,
+        processes_per_node=world.local_world,
+        num_nodes=world.nodes,
+        detail=f"WORLD_SIZE={world.world}, LOCAL_WORLD_SIZE={world.local_world}",
         launch_hint="torchrun --nnodes={num_nodes} --nproc-per-node={processes_per_node}",
         reason=f"torchelastic was {how} (RANK, GROUP_RANK, LOCAL_RANK and LOCAL_WORLD_SIZE are set)",
     )

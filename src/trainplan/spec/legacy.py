@@ -17,6 +17,7 @@ import attrs
 
 from trainplan.spec import normalise
 from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
+from trainplan.spec.names import AcceleratorFlag
 from trainplan.spec.notes import Note
 from trainplan.spec.options import OPTION_TYPES, StrategyOptions
 from trainplan.spec.request import Request
@@ -127,44 +128,28 @@ def _accelerator(claims: _Claims, raw: object) -> None:
     claims.claim("accelerator", "accelerator", raw, normalise.accelerator(raw))
 
 
-def _gpus(claims: _Claims, raw: object) -> None:
-    if raw in (0, "0", [], ()) and not isinstance(raw, bool):
-        claims.claim("accelerator", "gpus", raw, "cpu")
-        claims.note("gpus", f"gpus={raw!r}", "accelerator='cpu'", "gpus=0 meant no GPU; say where to run instead")
-        return
-    devices = normalise.devices(raw)
-    claims.claim("accelerator", "gpus", raw, "gpu")
-    claims.claim("devices", "gpus", raw, devices)
-    claims.note(
-        "gpus",
-        f"gpus={raw!r}",
-        f"accelerator='gpu', devices={_devices_text(devices)}",
-        "devices= counts or lists devices of any accelerator; gpus= was removed in Lightning 2.0",
-    )
+_DEVICE_FLAGS: Final[Mapping[str, tuple[AcceleratorFlag, str]]] = {
+    "gpus": ("gpu", "devices= counts or lists devices of any accelerator; gpus= was removed in Lightning 2.0"),
+    "tpu_cores": ("xla", "TPUs run through the XLA accelerator, and devices= counts its cores"),
+    "num_processes": ("cpu", "num_processes counted CPU processes; devices= does that now"),
+}
+"""The old per-hardware device flags: the accelerator each one implied, and why devices= replaced it."""
 
 
-def _tpu_cores(claims: _Claims, raw: object) -> None:
-    devices = normalise.devices(raw)
-    claims.claim("accelerator", "tpu_cores", raw, "xla")
-    claims.claim("devices", "tpu_cores", raw, devices)
-    claims.note(
-        "tpu_cores",
-        f"tpu_cores={raw!r}",
-        f"accelerator='xla', devices={_devices_text(devices)}",
-        "TPUs run through the XLA accelerator, and devices= counts its cores",
-    )
+def _device_flag(flag: str) -> Callable[[_Claims, object], None]:
+    accelerator, why = _DEVICE_FLAGS[flag]
 
+    def handle(claims: _Claims, raw: object) -> None:
+        if flag == "gpus" and raw in (0, "0", [], ()) and not isinstance(raw, bool):
+            claims.claim("accelerator", flag, raw, "cpu")
+            claims.note(flag, f"gpus={raw!r}", "accelerator='cpu'", "gpus=0 meant no GPU; say where to run instead")
+            return
+        devices = normalise.devices(raw)
+        claims.claim("accelerator", flag, raw, accelerator)
+        claims.claim("devices", flag, raw, devices)
+        claims.note(flag, f"{flag}={raw!r}", f"accelerator={accelerator!r}, devices={_devices_text(devices)}", why)
 
-def _num_processes(claims: _Claims, raw: object) -> None:
-    devices = normalise.devices(raw)
-    claims.claim("accelerator", "num_processes", raw, "cpu")
-    claims.claim("devices", "num_processes", raw, devices)
-    claims.note(
-        "num_processes",
-        f"num_processes={raw!r}",
-        f"accelerator='cpu', devices={_devices_text(devices)}",
-        "num_processes counted CPU processes; devices= does that now",
-    )
+    return handle
 
 
 def _unsupported(flag: str) -> Callable[[_Claims, object], None]:
@@ -259,9 +244,9 @@ _HANDLERS: Final[Mapping[str, Callable[[_Claims, object], None]]] = {
     "metrics_store": lambda claims, raw: claims.claim("metrics_store", "metrics_store", raw, raw),
     "sync_batchnorm": _modern("sync_batchnorm"),
     "strategy_options": _modern("strategy_options"),
-    "gpus": _gpus,
-    "tpu_cores": _tpu_cores,
-    "num_processes": _num_processes,
+    "gpus": _device_flag("gpus"),
+    "tpu_cores": _device_flag("tpu_cores"),
+    "num_processes": _device_flag("num_processes"),
     "ipus": _unsupported("ipus"),
     "hpus": _unsupported("hpus"),
     "distributed_backend": lambda claims, raw: _strategy_claim(claims, "distributed_backend", raw),
