@@ -158,12 +158,6 @@ class _Entry:
         return f"{self.op}|{self.kind}|{self.shape}"
 
 
-@attrs.define
-class _Stateful:
-    metric: Any
-    device: str
-
-
 def _is_tensor(value: object) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
@@ -195,7 +189,7 @@ class MetricStore:
         rank = plan.cluster.local_rank if local_rank is None else local_rank
         self._device = plan.device_for(rank if rank is not None and rank < plan.processes_per_node else 0)
         self._entries: dict[str, _Entry] = {}
-        self._stateful: dict[str, _Stateful] = {}
+        self._stateful: dict[str, Any] = {}  # name → the metric object (it keeps its own states)
         self.collectives_in_last_sync = 0
         """How many collectives the last `compute(sync=True)` issued (0 for one process)."""
 
@@ -364,15 +358,15 @@ class MetricStore:
         self._entries[name] = entry
 
     def _log_stateful(self, name: str, metric: Any, store_on_cpu: bool | None) -> None:
-        slot = place_metric(self.plan, "stateful", store_on_cpu)  # raises for CPU-stored metrics under NCCL
+        place_metric(self.plan, "stateful", store_on_cpu)  # raises for CPU-stored metrics under NCCL
         if name in self._entries:
             raise InvalidMetric(field="name", value=name, reason="it holds logged values", fix="Use another name")
         known = self._stateful.get(name)
-        if known is not None and known.metric is not metric:
+        if known is not None and known is not metric:
             raise InvalidMetric(
                 field="name", value=name, reason="it holds another metric object", fix="Log one metric object per name"
             )
-        self._stateful[name] = _Stateful(metric=metric, device=slot.store_device)
+        self._stateful[name] = metric
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -383,7 +377,7 @@ class MetricStore:
     def reset(self) -> None:
         """Forget everything logged (stateful metrics are reset too)."""
         for stateful in self._stateful.values():
-            stateful.metric.reset()
+            stateful.reset()
         self._entries.clear()
         self._stateful.clear()
 
@@ -403,13 +397,13 @@ class MetricStore:
             reduced = {name: _local_state(entry) for name, entry in self._entries.items()}
         values: dict[str, PlainValue] = {name: _finish(self._entries[name], state) for name, state in reduced.items()}
         for name, stateful in self._stateful.items():
-            values[name] = _plain(_compute_stateful(stateful.metric, sync=world > 1))
+            values[name] = _plain(_compute_stateful(stateful, sync=world > 1))
         return dict(sorted(values.items()))
 
     def _signature(self) -> list[str]:
         return sorted(
             [f"{name}={entry.spec()}" for name, entry in self._entries.items()]
-            + [f"{name}=stateful|{type(stateful.metric).__name__}" for name, stateful in self._stateful.items()]
+            + [f"{name}=stateful|{type(stateful).__name__}" for name, stateful in self._stateful.items()]
         )
 
     def _check_same_keys(self) -> None:
@@ -518,12 +512,6 @@ def _scalar_total(entry: _Entry) -> float | int:
     if entry.op == "min":
         return math.inf if entry.kind == "float" else 0
     return 0
-
-
-def _float(device: str) -> Any:
-    import torch
-
-    return torch.float32 if device.startswith("mps") else torch.float64
 
 
 def _local_state(entry: _Entry) -> dict[str, Any]:
