@@ -422,3 +422,13 @@ def test_check_reports_each_bad_field() -> None:
 
 def test_check_is_empty_for_a_good_request() -> None:
     assert list(check(Request(strategy="ddp", devices=2), cuda(2))) == []
+
+
+@pytest.mark.parametrize(
+    ("request_value", "env_value", "field"),
+    [("cpu", cpu(), "request"), (Request(), "env", "env"), (None, None, "request")],
+)
+def test_wrong_record_types_are_invalid_requests(request_value: object, env_value: object, field: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        resolve(request_value, env_value)  # type: ignore[arg-type]
+    assert caught.value.field == field

@@ -66,6 +66,9 @@ def resolve(request: Request, env: Environment) -> Plan:
     Being pure, it is memoised: resolving an equal request on an equal environment again returns
     the same plan from a bounded cache (`resolve_uncached` skips it). Errors are never cached.
     """
+    given: tuple[object, object] = (request, env)
+    if not isinstance(given[0], Request) or not isinstance(given[1], Environment):
+        return resolve_uncached(request, env)  # reports the wrong type as an InvalidRequest
     try:
         key = (request, request.notes, env, _type_signature(request, env))
         return _resolve_cached(*key)
