@@ -49,3 +49,16 @@ TORCHRUN_2x2 = {
     "MASTER_PORT": "29500",
     "TORCHELASTIC_RUN_ID": "abc",
 }
+
+LAUNCHED_1_OF_2 = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_WORLD_SIZE": "2",
+    "NODE_RANK": "0",
+    "GROUP_RANK": "0",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29555",
+    "TRAINPLAN_LAUNCHED": "subprocess",
+}
+"""Worker 1 of 2 that trainplan's launcher started on one node (as `worker_environment` writes it)."""

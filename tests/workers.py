@@ -83,3 +83,28 @@ def fail_after_siblings_started(directory: str, rank: int) -> int:
         raise ValueError(f"rank {rank} refuses")
     time.sleep(600)
     return 0
+
+
+def all_reduce_while_rank_1_sleeps(seconds: float) -> str:
+    """Rank 0 waits in a collective that rank 1 reaches only after `seconds`: the group's timeout decides."""
+    import torch
+    from torch import distributed
+
+    if distributed.get_rank() == 1:
+        time.sleep(seconds)
+        return "slept"
+    distributed.all_reduce(torch.ones(1))
+    return "reduced"
+
+
+def launch_a_foreign_plan() -> str:
+    """Inside a worker: try to start the workers of a plan resolved for another machine (launcher 'subprocess')."""
+    import trainplan
+    from trainplan.resolve import resolve
+
+    plan = resolve(trainplan.Request(accelerator="cpu", devices=2), trainplan.Environment(cpu_count=2))
+    try:
+        trainplan.launch(plan, os.getpid)
+    except trainplan.NestedLaunch as error:
+        return f"NestedLaunch: {error}"
+    return "started a second world"

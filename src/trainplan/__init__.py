@@ -58,13 +58,22 @@ if TYPE_CHECKING:
     from trainplan.effects.launching import (
         LaunchError,
         LaunchTimeout,
+        NestedLaunch,
         NotImportable,
         WorkerFailed,
         launch,
         launch_with,
     )
-    from trainplan.effects.metrics import InvalidMetric, MetricError, MetricKeyMismatch, MetricStore, metric_store
+    from trainplan.effects.metrics import (
+        InvalidMetric,
+        MetricError,
+        MetricKeyMismatch,
+        MetricStore,
+        NotInWorld,
+        metric_store,
+    )
     from trainplan.effects.probing import probe
+    from trainplan.effects.world import JoinError, World, WorldMismatch, join
 
 __version__ = "0.1.0"
 
@@ -76,6 +85,7 @@ _LAZY = {
     "gpu_statuses": "trainplan.effects.gpus",
     "LaunchError": "trainplan.effects.launching",
     "LaunchTimeout": "trainplan.effects.launching",
+    "NestedLaunch": "trainplan.effects.launching",
     "NotImportable": "trainplan.effects.launching",
     "WorkerFailed": "trainplan.effects.launching",
     "launch": "trainplan.effects.launching",
@@ -85,6 +95,11 @@ _LAZY = {
     "MetricKeyMismatch": "trainplan.effects.metrics",
     "MetricStore": "trainplan.effects.metrics",
     "metric_store": "trainplan.effects.metrics",
+    "NotInWorld": "trainplan.effects.metrics",
+    "JoinError": "trainplan.effects.world",
+    "World": "trainplan.effects.world",
+    "WorldMismatch": "trainplan.effects.world",
+    "join": "trainplan.effects.world",
 }
 
 
@@ -104,8 +119,10 @@ def __dir__() -> list[str]:
 def resolve(request: Request | None = None, env: Environment | None = None) -> Plan:
     """The plan for `request` (default: everything "auto") on `env` (default: this machine, probed).
 
-    Inside a worker started by `launch`, `resolve()` with no arguments returns the launcher's plan with
-    this worker's rank, local rank and port.
+    Inside a process a launcher started (torchrun, srun, mpirun, jsrun, `trainplan launch`, `launch`),
+    `devices="auto"` and `num_nodes="auto"` take the layout the job started and the launcher is `external`.
+    In a worker of trainplan's own launchers, `resolve()` with no arguments returns the launcher's plan (its
+    strategy, precision and options) seen from this worker: its ranks, its port, its GPUs.
     """
     from trainplan.effects.probing import probe
 
@@ -146,6 +163,7 @@ __all__ = [
     "Incompatible",
     "InvalidMetric",
     "InvalidRequest",
+    "JoinError",
     "LaunchError",
     "LaunchTimeout",
     "LauncherName",
@@ -156,7 +174,9 @@ __all__ = [
     "MetricStore",
     "MetricsStore",
     "MissingRule",
+    "NestedLaunch",
     "NotImportable",
+    "NotInWorld",
     "Note",
     "Plan",
     "PlanFormatError",
@@ -171,10 +191,13 @@ __all__ = [
     "TrainplanError",
     "Unavailable",
     "WorkerFailed",
+    "World",
+    "WorldMismatch",
     "__version__",
     "check",
     "find_usable_cuda_devices",
     "gpu_statuses",
+    "join",
     "launch",
     "launch_with",
     "metric_store",

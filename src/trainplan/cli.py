@@ -22,6 +22,7 @@ from trainplan.effects.probing import probe
 from trainplan.resolve import check, resolve
 from trainplan.resolve.emit import emit_slurm, emit_torchrun
 from trainplan.resolve.matrix import render_matrix
+from trainplan.resolve.world import script_request
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import InvalidRequest, TrainplanError, did_you_mean
 from trainplan.spec.legacy import LEGACY_FLAGS, MODERN_FLAGS, flag_spelling, python_spelling
@@ -98,7 +99,7 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--accelerator", default="auto", help=f"one of {', '.join(ACCELERATOR_FLAGS)}")
     group.add_argument("--strategy", default="auto", help=f"e.g. {', '.join(STRATEGY_FLAGS[:6])}, ...")
     group.add_argument("--devices", default="auto", help="a count, -1 (all), auto, or indices like 0,2")
-    group.add_argument("--num-nodes", default="1", help="number of machines")
+    group.add_argument("--num-nodes", default="auto", help="number of machines (auto: the job's, else 1)")
     group.add_argument("--precision", default="32-true", help="e.g. 32-true, 16-mixed, bf16-mixed, 64-true")
     group.add_argument("--process-group-backend", default=None, help=f"one of {', '.join(BACKENDS)}")
     group.add_argument("--cluster", default="auto", help=f"one of {', '.join(CLUSTER_FLAGS)}")
@@ -299,7 +300,10 @@ def _run_launch(arguments: argparse.Namespace, command: list[str]) -> int:
         raise CliError("nothing to launch: put the script after `--`, e.g. trainplan launch --devices 2 -- train.py")
     if arguments.timeout is not None and arguments.timeout <= 0:
         raise CliError("--timeout must be a positive number of seconds")
-    plan = resolve(_request(arguments), _environment(arguments))
+    plan = resolve(script_request(_request(arguments)), _environment(arguments))
+    for note in plan.notes:
+        if note.code == "script-strategy":
+            print(f"trainplan: note: {note.message}", file=sys.stderr)
     return launch_script(plan, command, timeout=arguments.timeout, grace_period=arguments.grace_period)
 
 
@@ -317,7 +321,8 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
         if not problems:
             print("no problems: the request resolves on this environment")
         return EXIT_USAGE if problems else 0
-    plan = resolve(_request(arguments), env)
+    request = _request(arguments)
+    plan = resolve(script_request(request) if arguments.emit else request, env)
     if arguments.emit == "torchrun":
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":

@@ -54,6 +54,11 @@ EXPLAINED: dict[str, Explanation] = {
     "interactive-under-cluster": lambda flags, env, mine, theirs, error: (
         theirs.error and not mine.error and env.interactive and mine.launcher == "external"
     ),
+    "auto-adopts-job": lambda flags, env, mine, theirs, error: (
+        flags["devices"] == "auto"
+        and _cluster_variables(env)
+        and (_rule(error) in ("job-gpus", "job-layout-unknown") or (not mine.error and mine.launcher == "external"))
+    ),
     "strategy-dp": lambda flags, env, mine, theirs, error: flags["strategy"] == "dp" and theirs.error,
     "single-device-strategy": lambda flags, env, mine, theirs, error: (
         flags["strategy"] == "single_device"

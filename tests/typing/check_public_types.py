@@ -41,6 +41,15 @@ assert_type(plan.to_dict(), dict[str, object])
 assert_type(Plan.from_dict({}), Plan)
 assert_type(trainplan.check(Request()), Iterator[TrainplanError])
 assert_type(trainplan.probe(), Environment)
+assert_type(plan.physical_devices, tuple[str, ...])
+assert_type(plan.physical_device_for(0), str)
+with trainplan.join(plan) as world:
+    assert_type(world, trainplan.World)
+    assert_type(world.rank, int)
+    assert_type(world.device, str)
+    assert_type(world.backend, BackendName | None)
+Request(num_nodes="auto")
+Request(num_nodes="all")  # type: ignore[arg-type]
 
 Request(accelerator="gpux")  # type: ignore[arg-type]
 Request(strategy="ddp_spwn")  # type: ignore[arg-type]
@@ -75,4 +84,10 @@ public_names = (
     trainplan.check,
     trainplan.probe,
     trainplan.place_metric,
+    trainplan.join,
+    trainplan.World,
+    trainplan.JoinError,
+    trainplan.WorldMismatch,
+    trainplan.NestedLaunch,
+    trainplan.NotInWorld,
 )

@@ -9,7 +9,7 @@ import pytest
 
 from trainplan import Environment, Plan, Request
 from trainplan.resolve import resolve
-from trainplan.resolve.emit import emit_slurm, emit_torchrun
+from trainplan.resolve.emit import emit_slurm, emit_torchrun, slurm_worker_line
 
 PLANS = {
     "one node, 4 gpus": (Request(devices=4), Environment(cuda_device_count=4)),
@@ -35,34 +35,70 @@ def same_layout(emitted: Plan, original: Plan) -> None:
     assert emitted.launcher == "external" and emitted.cluster.creates_processes
 
 
+def _torchrun_options(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """torchrun's `--key=value` options (and `--standalone`) and the command after them."""
+    options: dict[str, str] = {}
+    index = 1
+    while index < len(words) and words[index].startswith("--"):
+        key, _, value = words[index][2:].partition("=")
+        options[key] = value
+        index += 1
+    return options, words[index:]
+
+
+def _worker_variables(nodes: int, per_node: int, address: str) -> dict[str, str]:
+    """What torchrun gives the last worker of the last node."""
+    return {
+        "RANK": str(nodes * per_node - 1),
+        "LOCAL_RANK": str(per_node - 1),
+        "GROUP_RANK": str(nodes - 1),
+        "LOCAL_WORLD_SIZE": str(per_node),
+        "WORLD_SIZE": str(nodes * per_node),
+        "MASTER_ADDR": address,
+        "MASTER_PORT": "29400",
+        "TORCHELASTIC_RUN_ID": "4242",
+    }
+
+
 @pytest.mark.parametrize("name", list(PLANS))
 def test_slurm_script_parses_back_to_the_same_plan(name: str) -> None:
     request, env = PLANS[name]
     plan = resolve(request, env)
     script = emit_slurm(plan, ["train.py", "--lr", "0.1"])
     directives = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)$", script, flags=re.MULTILINE))
-    assert script.splitlines()[-1] == "srun python train.py --lr 0.1"
-    nodes, per_node = int(directives["nodes"]), int(directives["ntasks-per-node"])
+    assert directives["ntasks-per-node"] == "1", "one srun task per node runs torchrun"
+    words = shlex.split(slurm_worker_line(script).removeprefix("bash -c ").strip("'").split("exec ")[-1])
+    options, command = _torchrun_options(words)
+    assert words[0] == "torchrun" and command == ["train.py", "--lr", "0.1"]
+    nodes, per_node = int(directives["nodes"]), int(options["nproc-per-node"])
+    assert int(options["nnodes"]) == nodes
+    if nodes == 1:
+        assert "standalone" in options
+    else:
+        assert options["rdzv-backend"] == "c10d" and options["rdzv-endpoint"] == "$MASTER_ADDR:$MASTER_PORT"
     gpus = int(directives.get("gpus-per-node", 0))
-    if plan.accelerator == "cuda":
-        assert gpus == len(plan.devices)
-    last_task = {
-        "SLURM_NTASKS": str(nodes * per_node),
-        "SLURM_NTASKS_PER_NODE": str(per_node),
+    assert gpus >= len(plan.devices) if plan.accelerator == "cuda" else gpus == 0
+    # A worker torchrun started inside the allocation: torchrun's variables beside SLURM's; everything 'auto'.
+    slurm_task = {
+        "SLURM_NTASKS": str(nodes),
+        "SLURM_NTASKS_PER_NODE": "1",
         "SLURM_NNODES": str(nodes),
-        "SLURM_PROCID": str(nodes * per_node - 1),
-        "SLURM_LOCALID": str(per_node - 1),
+        "SLURM_PROCID": str(nodes - 1),
+        "SLURM_LOCALID": "0",
         "SLURM_NODEID": str(nodes - 1),
         "SLURM_JOB_NAME": directives["job-name"],
         "SLURM_JOB_ID": "4242",
         "SLURM_NODELIST": f"node[1-{nodes}]",
     }
-    task_env = Environment(cuda_device_count=gpus, cpu_count=8, variables=last_task)
-    # Inside the allocation the GPUs are renumbered from 0, so the request counts them.
-    task_request = Request(accelerator=request.accelerator, devices=per_node, num_nodes=nodes)
-    emitted = resolve(task_request, task_env)
-    same_layout(emitted, plan)
-    assert emitted.cluster.global_rank == plan.world_size - 1 and emitted.cluster.main_address == "node1"
+    worker = {**slurm_task, **_worker_variables(nodes, per_node, "node1")}
+    inside = resolve(
+        Request(accelerator=request.accelerator),
+        Environment(
+            cuda_device_count=len(plan.devices) if plan.accelerator == "cuda" else 0, cpu_count=8, variables=worker
+        ),
+    )
+    same_layout(inside, plan)
+    assert inside.cluster.kind == "torchelastic" and inside.cluster.global_rank == plan.world_size - 1
 
 
 @pytest.mark.parametrize("name", list(PLANS))
@@ -73,24 +109,35 @@ def test_torchrun_line_parses_back_to_the_same_plan(name: str) -> None:
     visible = None
     if words[0].startswith("CUDA_VISIBLE_DEVICES="):
         visible = words.pop(0).split("=", 1)[1]
-        assert visible == ",".join(str(index) for index in plan.devices)
-    assert words[0] == "torchrun" and words[-1] == "train.py"
-    substitutions = {"${NODE_RANK}": "1", "${MASTER_ADDR}": "node0"}
-    options = dict(substitutions.get(word, word)[2:].split("=", 1) for word in words[1:-1])
-    options = {key: substitutions.get(value, value) for key, value in options.items()}
+        assert visible == ",".join(plan.physical_devices)
+    options, command = _torchrun_options(words)
+    assert words[0] == "torchrun" and command == ["train.py"]
     nodes, per_node = int(options["nnodes"]), int(options["nproc-per-node"])
-    torchrun_env = {
-        "RANK": str(nodes * per_node - 1),
-        "LOCAL_RANK": str(per_node - 1),
-        "GROUP_RANK": str(nodes - 1),
-        "LOCAL_WORLD_SIZE": str(per_node),
-        "WORLD_SIZE": str(nodes * per_node),
-        "MASTER_ADDR": options.get("master-addr", "127.0.0.1"),
-        "MASTER_PORT": options["master-port"],
-    }
+    if nodes == 1:
+        assert "standalone" in options and "master-port" not in options, "one node: a free port every run"
+    else:
+        assert options["rdzv-backend"] == "c10d"
+        address = plan.cluster.main_address
+        assert options["rdzv-endpoint"].startswith("${MASTER_ADDR:?" if address == "127.0.0.1" else f"{address}:")
     worker_env = Environment(
-        cuda_device_count=len(visible.split(",")) if visible else 0, cpu_count=8, variables=torchrun_env
+        cuda_device_count=len(visible.split(",")) if visible else 0,
+        cpu_count=8,
+        variables=_worker_variables(nodes, per_node, "node0"),
     )
-    emitted = resolve(Request(accelerator=request.accelerator, devices=per_node, num_nodes=nodes), worker_env)
-    same_layout(emitted, plan)
-    assert emitted.cluster.kind == "torchelastic"
+    inside = resolve(Request(accelerator=request.accelerator), worker_env)
+    same_layout(inside, plan)
+    assert inside.cluster.kind == "torchelastic"
+
+
+def test_several_nodes_without_a_port_stop_the_shell_with_a_message() -> None:
+    plan = resolve(Request(accelerator="cpu", devices=2, num_nodes=2), Environment(cpu_count=4))
+    line = emit_torchrun(plan)
+    assert "${MASTER_PORT:?export the same free MASTER_PORT on every node}" in line
+    assert "${MASTER_ADDR:?" in line
+
+
+def test_a_spawn_strategy_is_emitted_as_its_script_counterpart_with_a_note() -> None:
+    plan = resolve(Request(accelerator="cpu", strategy="ddp_spawn", devices=2), Environment(cpu_count=4))
+    for text in (emit_torchrun(plan), emit_slurm(plan)):
+        assert "# note: strategy='ddp_spawn' starts its workers from a function" in text
+        assert "strategy='ddp'" in text

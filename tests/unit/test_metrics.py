@@ -14,6 +14,7 @@ from trainplan.resolve import resolve
 
 CPU_PLAN = resolve(Request(accelerator="cpu", strategy="ddp", devices=2), Environment(cpu_count=2))
 CUDA_PLAN = resolve(Request(strategy="ddp", devices=2), Environment(cuda_device_count=2))
+ONE_PROCESS_PLAN = resolve(Request(accelerator="cpu"), Environment(cpu_count=2))
 
 
 class MirrorCollective:
@@ -56,7 +57,7 @@ class RecordingTransfer:
 
 def test_one_process_issues_no_collective() -> None:
     collective = MirrorCollective(size=1)
-    store = MetricStore(CPU_PLAN, collective=collective)
+    store = MetricStore(ONE_PROCESS_PLAN, collective=collective)
     store.log("loss", 2.0, weight=2)
     store.log("loss", 5.0)
     assert store.compute() == {"loss": pytest.approx(3.0)}
@@ -115,7 +116,7 @@ def test_stateful_metric_on_cpu_under_nccl_is_refused() -> None:
 def test_bad_input_is_refused_and_nothing_is_lost(
     name: str, value: object, options: dict[str, Any], words: str
 ) -> None:
-    store = MetricStore(CPU_PLAN, collective=MirrorCollective(size=1))
+    store = MetricStore(ONE_PROCESS_PLAN, collective=MirrorCollective(size=1))
     store.log("loss", 1.0, weight=2)
     store.log("loss", 4.0)
     with pytest.raises(InvalidMetric) as caught:
@@ -125,7 +126,7 @@ def test_bad_input_is_refused_and_nothing_is_lost(
 
 
 def test_a_key_keeps_its_op_shape_and_kind() -> None:
-    store = MetricStore(CPU_PLAN, collective=MirrorCollective(size=1))
+    store = MetricStore(ONE_PROCESS_PLAN, collective=MirrorCollective(size=1))
     store.log("count", 3, reduce="sum")
     store.log("vector", torch.ones(3), reduce="sum")
     with pytest.raises(InvalidMetric, match="reduce='sum' before"):
@@ -138,7 +139,7 @@ def test_a_key_keeps_its_op_shape_and_kind() -> None:
 
 
 def test_nan_is_defined_locally() -> None:
-    store = MetricStore(CPU_PLAN, collective=MirrorCollective(size=1))
+    store = MetricStore(ONE_PROCESS_PLAN, collective=MirrorCollective(size=1))
     store.log("max", math.nan, reduce="max")
     store.log("max", 2.0, reduce="max")
     store.log("vector", torch.tensor([1.0, math.nan]), reduce="min")
@@ -150,7 +151,7 @@ def test_nan_is_defined_locally() -> None:
 
 
 def test_memory_is_constant_per_key() -> None:
-    store = MetricStore(CPU_PLAN, collective=MirrorCollective(size=1))
+    store = MetricStore(ONE_PROCESS_PLAN, collective=MirrorCollective(size=1))
     for step in range(1000):
         store.log("loss", torch.tensor(float(step)))
     entry = store._entries["loss"]
@@ -159,7 +160,7 @@ def test_memory_is_constant_per_key() -> None:
 
 
 def test_reset_forgets_everything() -> None:
-    store = MetricStore(CPU_PLAN, collective=MirrorCollective(size=1))
+    store = MetricStore(ONE_PROCESS_PLAN, collective=MirrorCollective(size=1))
     store.log("loss", 1.0)
     store.reset()
     assert store.compute() == {} and store.keys() == []

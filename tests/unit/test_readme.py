@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+
+import pytest
 
 from trainplan.resolve.matrix import render_matrix
 
@@ -27,3 +30,18 @@ def test_readme_lists_every_deliberate_difference() -> None:
     text = README.read_text()
     for key, reason in DIFFERENCES.items():
         assert f"- **{key}:** {reason}" in text, f"README lacks the difference {key!r}"
+
+
+def test_the_readmes_emitted_jobs_are_what_trainplan_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainplan.cli import main
+
+    text = README.read_text()
+    block = text[text.index("### Emitted jobs") :]
+    block = block[block.index("```sh\n") + len("```sh\n") : block.index("\n```", block.index("```sh\n"))]
+    printed: list[str] = []
+    for line in block.splitlines():
+        if line.startswith("$ trainplan "):
+            assert main(shlex.split(line.removeprefix("$ trainplan "))) == 0
+            printed += capsys.readouterr().out.splitlines()
+        elif line != "...":
+            assert line in printed, f"the README shows {line!r}, which trainplan does not print"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import SLURM_2x4, TORCHRUN_2x2, cpu, cuda
+from tests.helpers import LAUNCHED_1_OF_2, SLURM_2x4, TORCHRUN_2x2, cpu, cuda
 from tests.unit.test_legacy import CONFLICTS as LEGACY_CONFLICTS
 from trainplan import (
     DDPOptions,
@@ -297,6 +297,28 @@ CASES: dict[str, Case] = {
         "cluster-one-process-per-node",
         ("one process per pod", "devices=1"),
     ),
+    # inside a started job
+    "job without a layout": (
+        {"accelerator": "cpu"},
+        cpu(variables={"PMI_SIZE": "4", "PMI_RANK": "1"}),
+        Incompatible,
+        "job-layout-unknown",
+        ("mpi started 4 processes", "devices=<processes per node>"),
+    ),
+    "job with fewer gpus than processes": (
+        {},
+        cuda(1, variables=TORCHRUN_2x2),
+        Incompatible,
+        "job-gpus",
+        ("torchelastic started 2 processes", "only 1 GPU", "--gpus-per-node"),
+    ),
+    "job started on other gpus": (
+        {"devices": [0, 1]},
+        cuda(2, variables={**LAUNCHED_1_OF_2, "CUDA_VISIBLE_DEVICES": "0,2", "TRAINPLAN_SELECTED_DEVICES": "0,2"}),
+        Incompatible,
+        "job-device-selection",
+        ("started on devices [0, 2]", "devices='auto'"),
+    ),
     "kubeflow asked for, absent": ({"cluster": "kubeflow"}, cpu(), Unavailable, None, ("cluster='kubeflow'",)),
     "slurm garbage rank": (
         {"devices": 4, "num_nodes": 2},
@@ -379,7 +401,22 @@ def test_every_rule_in_the_table_is_exercised() -> None:
             exercised.add(error.rule)
         except TrainplanError:
             pass
+    exercised |= _world_rules()
     assert exercised | {"metric-stateful-cpu"} == set(RULES)
+
+
+def _world_rules() -> set[str]:
+    """The rules `resolve.world` applies to a plan before starting its workers (not `resolve` itself)."""
+    from trainplan.resolve.world import nested_launch, unlaunchable
+
+    spawn = resolve(Request(accelerator="cpu", strategy="ddp_spawn", devices=2), cpu())
+    nested = nested_launch(spawn, TORCHRUN_2x2)
+    two_nodes = resolve(Request(accelerator="cpu", strategy="ddp", devices=2, num_nodes=2), cpu())
+    apart = unlaunchable(two_nodes)
+    assert nested is not None and "rank 3 of a world of 4 that torchelastic started" in str(nested)
+    assert apart is not None and "MASTER_PORT" in str(apart)
+    assert nested_launch(spawn, {}) is None and unlaunchable(spawn) is None
+    return {nested.rule, apart.rule}
 
 
 def test_every_incompatible_message_names_the_values_and_a_fix() -> None:

@@ -19,6 +19,7 @@ from trainplan.effects.gpus import (
 from trainplan.effects.launching import (
     LaunchError,
     LaunchTimeout,
+    NestedLaunch,
     NotImportable,
     WorkerFailed,
     launch,
@@ -32,23 +33,28 @@ from trainplan.effects.metrics import (
     MetricError,
     MetricKeyMismatch,
     MetricStore,
+    NotInWorld,
     TorchCollective,
     metric_store,
 )
 from trainplan.effects.nvml import CtypesNvmlQuery, NvmlQuery, PynvmlQuery, default_nvml
 from trainplan.effects.probing import ProbeError, probe
+from trainplan.effects.world import JoinError, World, WorldMismatch, join
 
 __all__ = [
     "Collective",
     "CtypesNvmlQuery",
     "GpuProbeError",
     "InvalidMetric",
+    "JoinError",
     "LaunchError",
     "LaunchTimeout",
     "MetricError",
     "MetricKeyMismatch",
     "MetricStore",
+    "NestedLaunch",
     "NotImportable",
+    "NotInWorld",
     "NvmlQuery",
     "ProbeError",
     "ProbeLauncher",
@@ -58,9 +64,12 @@ __all__ = [
     "SubprocessProbeLauncher",
     "TorchCollective",
     "WorkerFailed",
+    "World",
+    "WorldMismatch",
     "default_nvml",
     "find_usable_cuda_devices",
     "gpu_statuses",
+    "join",
     "launch",
     "launch_script",
     "launch_with",

@@ -19,7 +19,6 @@ this module only carries it out:
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import multiprocessing
 import os
@@ -37,14 +36,17 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import attrs
 
+from trainplan.effects.world import join
+from trainplan.resolve.world import nested_launch, unlaunchable, worker_environment, worker_view
+from trainplan.spec import tables
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.plan import Plan, plan_from_json_text
 
 R = TypeVar("R")
 
-PLAN_VARIABLE = "TRAINPLAN_PLAN"
+PLAN_VARIABLE = tables.PLAN_VARIABLE
 """Environment variable holding the plan's JSON in every launched worker."""
-LAUNCHED_VARIABLE = "TRAINPLAN_LAUNCHED"
+LAUNCHED_VARIABLE = tables.LAUNCHED_MARKER
 """Set in every launched worker (to the launcher's name): the resolver then reads the world from RANK etc."""
 DEFAULT_GRACE_PERIOD = 5.0
 PORT_ATTEMPTS = 3
@@ -52,6 +54,10 @@ PORT_ATTEMPTS = 3
 
 class LaunchError(TrainplanError, RuntimeError):
     """The workers could not be started or run."""
+
+
+class NestedLaunch(LaunchError):
+    """This process is itself one rank of a started job; starting the plan's workers here would nest a world."""
 
 
 class NotImportable(LaunchError, ValueError):
@@ -104,35 +110,18 @@ class WorkerFailed(LaunchError):
 
 @attrs.frozen(kw_only=True)
 class WorkerSpec:
-    """Everything one worker needs: its ranks, the world's meeting point, the plan as JSON."""
+    """Everything one worker needs: its ranks, the world's meeting port, the plan as JSON, its environment."""
 
     global_rank: int
     local_rank: int
-    world_size: int
-    local_world_size: int
-    node_rank: int
-    main_address: str
     main_port: int
     plan_json: str
-    launcher: str
-    timeout_seconds: float
+    variables: dict[str, str] = attrs.field(hash=False)
+    """The variables `resolve.world.worker_environment` writes (torchrun's, the plan, the marker, the GPUs)."""
 
     def environment(self) -> dict[str, str]:
         """The torch.distributed (and torchrun-compatible) environment of this worker."""
-        return {
-            "RANK": str(self.global_rank),
-            "LOCAL_RANK": str(self.local_rank),
-            "WORLD_SIZE": str(self.world_size),
-            "LOCAL_WORLD_SIZE": str(self.local_world_size),
-            "NODE_RANK": str(self.node_rank),
-            "GROUP_RANK": str(self.node_rank),
-            "ROLE_RANK": str(self.global_rank),
-            "ROLE_WORLD_SIZE": str(self.world_size),
-            "MASTER_ADDR": self.main_address,
-            "MASTER_PORT": str(self.main_port),
-            PLAN_VARIABLE: self.plan_json,
-            LAUNCHED_VARIABLE: self.launcher,
-        }
+        return dict(self.variables)
 
 
 @attrs.frozen
@@ -148,45 +137,19 @@ def _is_port_clash(error: BaseException) -> bool:
     return "EADDRINUSE" in text or "address already in use" in text.lower()
 
 
-@contextlib.contextmanager
-def _distributed_world(spec: WorkerSpec, plan: Plan) -> Iterator[None]:
-    """Bind the device and hold the process group for the duration (nothing when the plan has none)."""
-    if plan.accelerator == "cuda":
-        import torch
-
-        torch.cuda.set_device(plan.devices[spec.local_rank])
-    backend = plan.process_group_backend
-    if backend is None:
-        yield
-        return
-    from torch import distributed
-
-    distributed.init_process_group(
-        backend=backend,
-        init_method=f"tcp://{_host_for_url(spec.main_address)}:{spec.main_port}",
-        rank=spec.global_rank,
-        world_size=spec.world_size,
-        timeout=datetime.timedelta(seconds=spec.timeout_seconds),
-    )
-    try:
-        yield
-    finally:
-        if distributed.is_initialized():
-            distributed.destroy_process_group()
-
-
-def _host_for_url(address: str) -> str:
-    return f"[{address}]" if ":" in address and not address.startswith("[") else address
-
-
 def run_worker(
     spec: WorkerSpec, fn: Callable[..., object], args: Sequence[object], kwargs: Mapping[str, Any]
 ) -> _Outcome:
     """Inside a worker: set the environment, join the world, run `fn`, leave the world."""
     os.environ.update(spec.environment())
     try:
-        plan = plan_from_json_text(spec.plan_json)
-        with _distributed_world(spec, plan):
+        plan = worker_view(
+            plan_from_json_text(spec.plan_json),
+            global_rank=spec.global_rank,
+            local_rank=spec.local_rank,
+            main_port=spec.main_port,
+        )
+        with join(plan):
             value = fn(*args, **kwargs)
         return _Outcome("ok", value)
     except BaseException as error:  # the worker reports everything, KeyboardInterrupt included
@@ -318,6 +281,20 @@ _IMPORTABLE_FIX = (
 )
 
 
+@contextlib.contextmanager
+def _temporary_environment(variables: Mapping[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def _start_multiprocessing(
     method: Literal["spawn", "fork"],
     specs: Sequence[WorkerSpec],
@@ -337,7 +314,10 @@ def _start_multiprocessing(
                 daemon=False,
             )
             try:
-                process.start()
+                # A spawned interpreter starts with this environment: give it the worker's (its GPUs above all)
+                # before it imports anything, as torchrun would.
+                with _temporary_environment(spec.variables if method == "spawn" else {}):
+                    process.start()
             except (pickle.PicklingError, AttributeError, TypeError) as error:
                 receive.close()
                 send.close()
@@ -369,6 +349,7 @@ def _start_subprocesses(
             read_end, write_end = os.pipe()
             process = subprocess.Popen(
                 [sys.executable, "-m", "trainplan.effects._worker", str(write_end)],
+                env={**os.environ, **spec.variables},
                 stdin=subprocess.PIPE,
                 pass_fds=(write_end,),
                 start_new_session=True,
@@ -560,21 +541,13 @@ def launch_with(
             "The plan's launcher is 'xla': trainplan does not start XLA workers itself yet. Start them with "
             "torch_xla (torch_xla.launch(fn) or xmp.spawn(fn)), and inside each call trainplan.resolve()"
         )
-    if plan.launcher == "none":
-        spec = _specs(plan, port=plan.cluster.main_port or 0, timeout=timeout)[0]
-        return [_run_here(spec, plan, fn, args, kwargs)]
-    if plan.launcher == "external":
-        if plan.cluster.global_rank is None or plan.cluster.local_rank is None or plan.cluster.main_port is None:
-            raise LaunchError(
-                "The plan's launcher is 'external' but it does not say this process's rank and port; resolve the "
-                "plan inside the process the cluster started (trainplan.resolve())"
-            )
-        spec = _external_spec(plan, timeout=timeout)
-        return [_run_here(spec, plan, fn, args, kwargs)]
+    if plan.launcher in ("none", "external"):
+        return [_run_here(plan, fn, args, kwargs, choose_port)]
+    _check_startable(plan)
     attempts = PORT_ATTEMPTS if plan.cluster.main_port is None else 1
     for attempt in range(attempts):
         port = plan.cluster.main_port or choose_port(plan.cluster.main_address)
-        specs = _specs(plan, port=port, timeout=timeout)
+        specs = _specs(plan, port=port, launcher=plan.launcher)
         try:
             with _sigterm_stops_workers():
                 if plan.launcher == "subprocess":
@@ -590,61 +563,81 @@ def launch_with(
     raise LaunchError("unreachable: every attempt either returned or raised")  # pragma: no cover
 
 
-def _specs(plan: Plan, *, port: int, timeout: float | None) -> list[WorkerSpec]:
+def _check_startable(plan: Plan) -> None:
+    """Refuse to start workers from a process that is itself a rank of a started job, or that cannot meet."""
+    nested = nested_launch(plan, os.environ)
+    if nested is not None:
+        raise NestedLaunch(str(nested))
+    problem = unlaunchable(plan)
+    if problem is not None:
+        raise LaunchError(str(problem))
+
+
+def _specs(plan: Plan, *, port: int, launcher: str) -> list[WorkerSpec]:
+    """One spec per local rank; on CUDA the node's selected GPUs are made visible (torchrun's convention)."""
     text = json.dumps(plan.to_dict())
-    node = plan.cluster.node_rank
-    return [
-        WorkerSpec(
-            global_rank=node * plan.processes_per_node + local_rank,
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    count = max(plan.devices, default=0) + 1
+    specs = []
+    for local_rank in range(plan.processes_per_node):
+        variables = worker_environment(
+            plan,
             local_rank=local_rank,
-            world_size=plan.world_size,
-            local_world_size=plan.processes_per_node,
-            node_rank=node,
-            main_address=plan.cluster.main_address,
             main_port=port,
-            plan_json=text,
-            launcher=plan.launcher,
-            timeout_seconds=timeout or 1800.0,
+            visible_devices=visible,
+            visible_count=count,
+            launcher=launcher,
         )
-        for local_rank in range(plan.processes_per_node)
-    ]
+        specs.append(
+            WorkerSpec(
+                global_rank=plan.cluster.node_rank * plan.processes_per_node + local_rank,
+                local_rank=local_rank,
+                main_port=port,
+                plan_json=text,
+                variables=variables,
+            )
+        )
+    return specs
 
 
-def _external_spec(plan: Plan, *, timeout: float | None) -> WorkerSpec:
-    cluster = plan.cluster
-    assert cluster.global_rank is not None and cluster.local_rank is not None and cluster.main_port is not None
-    return WorkerSpec(
-        global_rank=cluster.global_rank,
-        local_rank=cluster.local_rank,
-        world_size=plan.world_size,
-        local_world_size=plan.processes_per_node,
-        node_rank=cluster.node_rank,
-        main_address=cluster.main_address,
-        main_port=cluster.main_port,
-        plan_json=json.dumps(plan.to_dict()),
-        launcher="external",
-        timeout_seconds=timeout or 1800.0,
-    )
+def _torchrun_variables(plan: Plan, *, rank: int, local_rank: int, port: int) -> dict[str, str]:
+    """torchrun's variables for this process (srun and mpirun set none of them; an inline run has one rank)."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(plan.world_size),
+        "LOCAL_WORLD_SIZE": str(plan.processes_per_node),
+        "NODE_RANK": str(plan.cluster.node_rank),
+        "GROUP_RANK": str(plan.cluster.node_rank),
+        "MASTER_ADDR": plan.cluster.main_address,
+        "MASTER_PORT": str(port),
+    }
 
 
 def _run_here(
-    spec: WorkerSpec, plan: Plan, fn: Callable[..., R], args: Sequence[object], kwargs: Mapping[str, Any]
+    plan: Plan,
+    fn: Callable[..., R],
+    args: Sequence[object],
+    kwargs: Mapping[str, Any],
+    choose_port: Callable[[str], int] = choose_free_port,
 ) -> R:
-    saved = {key: os.environ.get(key) for key in spec.environment()}
-    try:
-        os.environ.update(spec.environment())
-        with _distributed_world(spec, plan):
-            return fn(*args, **kwargs)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    """Run `fn` in this process, inside the plan's world (joined through `join`, as every worker does)."""
+    cluster = plan.cluster
+    variables: dict[str, str] = {}
+    if plan.launcher == "none":
+        port = cluster.main_port or choose_port(cluster.main_address)
+        variables = _torchrun_variables(plan, rank=0, local_rank=0, port=port)
+    elif cluster.global_rank is not None and cluster.local_rank is not None and cluster.main_port is not None:
+        variables = _torchrun_variables(
+            plan, rank=cluster.global_rank, local_rank=cluster.local_rank, port=cluster.main_port
+        )  # otherwise join refuses the plan, with the reason
+    with _temporary_environment(variables), join(plan):
+        return fn(*args, **kwargs)
 
 
 def worker_plan(environ: Mapping[str, str] | None = None) -> Plan | None:
-    """Inside a launched worker: the launcher's plan with this worker's rank and port; None elsewhere."""
+    """Inside a worker trainplan launched: the launcher's plan seen from this worker (launcher 'external',
+    this worker's ranks and port, its GPUs as CUDA_VISIBLE_DEVICES shows them); None elsewhere."""
     environ = os.environ if environ is None else environ
     text = environ.get(PLAN_VARIABLE)
     if text is None or LAUNCHED_VARIABLE not in environ:
@@ -655,9 +648,7 @@ def worker_plan(environ: Mapping[str, str] | None = None) -> Plan | None:
         port = int(environ["MASTER_PORT"])
     except (KeyError, ValueError):
         return None
-    return attrs.evolve(
-        plan, cluster=attrs.evolve(plan.cluster, global_rank=rank, local_rank=local_rank, main_port=port)
-    )
+    return worker_view(plan, global_rank=rank, local_rank=local_rank, main_port=port)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -668,7 +659,7 @@ def script_command(argv: Sequence[str]) -> list[str]:
     """The command to run per worker: Python scripts and `-m module` run with this interpreter."""
     if not argv:
         raise LaunchError("Nothing to launch: write the script after `--`, e.g. `trainplan launch -- train.py`")
-    if argv[0].endswith(".py") or argv[0] == "-m":
+    if argv[0].endswith(".py") or argv[0] in ("-m", "-c"):
         return [sys.executable, *argv]
     return list(argv)
 
@@ -702,10 +693,15 @@ def launch_script(
     if plan.launcher == "xla":
         raise LaunchError("trainplan launch does not start XLA workers; use torch_xla's launcher for this plan")
     if plan.launcher == "external":
-        specs = [_external_spec(plan, timeout=timeout)]
-    else:
+        # This process is already one rank of a started job: run the script once, as that rank.
         port = plan.cluster.main_port or choose_port(plan.cluster.main_address)
-        specs = _specs(plan, port=port, timeout=timeout)
+        rank = plan.cluster.global_rank or 0
+        variables = _torchrun_variables(plan, rank=rank, local_rank=plan.cluster.local_rank or 0, port=port)
+        specs = [WorkerSpec(global_rank=rank, local_rank=0, main_port=port, plan_json="", variables=variables)]
+    else:
+        _check_startable(plan)
+        port = plan.cluster.main_port or choose_port(plan.cluster.main_address)
+        specs = _specs(plan, port=port, launcher="trainplan launch")
     lock = threading.Lock()
     processes: list[tuple[WorkerSpec, subprocess.Popen[bytes]]] = []
     pumps: list[threading.Thread] = []
@@ -719,16 +715,20 @@ def launch_script(
                     "TORCHELASTIC_RUN_ID": f"trainplan-{spec.main_port}",
                     "PYTHONUNBUFFERED": "1",
                 }
-                if plan.accelerator == "cuda":
-                    environment["TRAINPLAN_DEVICE"] = plan.device_for(spec.local_rank)
-                process = subprocess.Popen(
-                    command,
-                    env=environment,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+                try:
+                    process = subprocess.Popen(
+                        command,
+                        env=environment,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                except OSError as error:
+                    raise LaunchError(
+                        f"Cannot run {command[0]!r} ({error.strerror or error}). After `--`, put a Python script "
+                        "(train.py), `-m module`, `-c code`, or a program on PATH"
+                    ) from None
                 processes.append((spec, process))
                 pump = threading.Thread(
                     target=_pump, args=(process.stdout, f"[rank {spec.global_rank}] ", sink, lock), daemon=True

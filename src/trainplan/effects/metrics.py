@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import attrs
 
+from trainplan.effects.world import WorldMismatch
 from trainplan.resolve import place_metric
 from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.plan import Plan
@@ -54,6 +55,19 @@ class MetricError(TrainplanError, RuntimeError):
 
 class InvalidMetric(InvalidRequest):
     """A logged value or its options cannot be accepted; nothing logged before is lost."""
+
+
+class NotInWorld(MetricError):
+    """A synced compute for a plan of several processes, in a process that joined no process group."""
+
+    def __init__(self, *, world_size: int) -> None:
+        self.world_size = world_size
+        super().__init__(
+            f"compute() reduces over the plan's world of {world_size} processes, but this process has joined no "
+            "process group (torch.distributed is not initialised), so it would return this rank's values alone. "
+            "Join the world first: `with trainplan.join(plan):` around the loop (trainplan.launch joins for you), "
+            "or call compute(sync=False) for this rank's own values"
+        )
 
 
 class MetricKeyMismatch(MetricError):
@@ -387,9 +401,9 @@ class MetricStore:
         With `sync=True` (and more than one process) the values are reduced over every rank first.
         """
         self.collectives_in_last_sync = 0
+        world = self._world_size() if sync else 1
         if not self._entries and not self._stateful:
             return {}
-        world = self._collective.world_size if sync else 1
         if world > 1:
             self._check_same_keys()
             reduced = self._reduce_buckets()
@@ -399,6 +413,29 @@ class MetricStore:
         for name, stateful in self._stateful.items():
             values[name] = _plain(_compute_stateful(stateful, sync=world > 1))
         return dict(sorted(values.items()))
+
+    def _world_size(self) -> int:
+        """The process group's size, checked against the plan: never silently local, never another world."""
+        group = self._collective.world_size
+        expected = self.plan.world_size
+        if group == 1 and expected > 1:
+            raise NotInWorld(world_size=expected)
+        if group != expected:
+            raise WorldMismatch(
+                what="world size",
+                plan_value=expected,
+                group_value=group,
+                fix="Create the store from the plan of this job (trainplan.resolve() inside it takes its layout)",
+            )
+        rank = self.plan.cluster.global_rank
+        if group > 1 and rank is not None and self._collective.rank != rank:
+            raise WorldMismatch(
+                what="rank",
+                plan_value=rank,
+                group_value=self._collective.rank,
+                fix="Create the store from this process's own plan (trainplan.resolve() in this process)",
+            )
+        return group
 
     def _signature(self) -> list[str]:
         return sorted(
@@ -569,6 +606,7 @@ __all__ = [
     "MetricError",
     "MetricKeyMismatch",
     "MetricStore",
+    "NotInWorld",
     "ReduceOp",
     "TorchCollective",
     "Transfer",

@@ -235,9 +235,10 @@ def _launched(variables: Mapping[str, str]) -> ClusterFacts:
     """A worker started by trainplan's launcher: the world and this worker's place in it."""
     read = _Variables("trainplan launch", variables)
     world = _torchrun_world(read)
+    how = variables.get(LAUNCHED_MARKER, "").strip() or "a"
     return ClusterFacts(
         kind="local",
-        creates_processes=False,
+        creates_processes=True,
         main_address=read.address("MASTER_ADDR") or "127.0.0.1",
         main_port=read.port("MASTER_PORT"),
         node_rank=read.integer("NODE_RANK", minimum=0),
@@ -248,7 +249,10 @@ def _launched(variables: Mapping[str, str]) -> ClusterFacts:
         num_nodes=world.nodes,
         detail=f"WORLD_SIZE={world.world}, LOCAL_WORLD_SIZE={world.local_world}",
         launch_hint="trainplan launch with num_nodes={num_nodes} and devices={processes_per_node}",
-        reason=f"this process is worker {world.rank} of {world.world} started by trainplan's launcher",
+        reason=(
+            f"this process is worker {world.rank} of {world.world} that trainplan's {how!r} launcher started "
+            f"({LAUNCHED_MARKER} is set)"
+        ),
         launched=True,
     )
 

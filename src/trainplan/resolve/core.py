@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import attrs
 
 from trainplan.resolve.cluster import ClusterFacts, detect
+from trainplan.resolve.visible import visible_entries
 from trainplan.spec import normalise
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import Incompatible, InvalidRequest, TrainplanError, Unavailable
@@ -38,17 +39,18 @@ from trainplan.spec.normalise import DevicesSpec
 from trainplan.spec.notes import Note
 from trainplan.spec.options import OPTION_TYPES, DeepSpeedOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
-from trainplan.spec.request import Request
+from trainplan.spec.request import NumNodes, Request
 from trainplan.spec.tables import (
     ACCELERATORS,
     BACKENDS,
-    EXTERNAL_STRATEGY_FOR,
     FAMILIES,
     FORK_STRATEGY_FOR,
     GPU_ACCELERATORS,
     LAUNCHERS,
     PRECISIONS,
     RULES,
+    SCRIPT_STRATEGY_FOR,
+    SELECTED_DEVICES_VARIABLE,
     SPAWN_STRATEGY_FOR,
     STRATEGIES,
     FamilyRule,
@@ -161,7 +163,7 @@ class _Fields:
     accelerator: AcceleratorFlag
     strategy: StrategyFlag
     devices: DevicesSpec
-    num_nodes: int
+    num_nodes: NumNodes
     precision: PrecisionName
     backend: BackendName | None
     cluster: ClusterFlag
@@ -172,6 +174,8 @@ class _Fields:
     notes: tuple[Note, ...]
     ok: bool
 
+
+_AUTO_NODES: NumNodes = "auto"
 
 _FALLBACK_CLUSTER = detect("local", {})
 """What `check` goes on with after an error in the cluster's variables (resolve stops at the error)."""
@@ -215,6 +219,7 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
 
     facts = _attempt(report, lambda: detect(fields.cluster, env.variables), _FALLBACK_CLUSTER)
     notes.extend(facts.notes)
+    num_nodes, nodes_reason = _choose_num_nodes(fields.num_nodes, facts)
 
     chosen = _attempt(report, lambda: _choose_accelerator(fields.accelerator, env), None)
     if chosen is None:
@@ -234,7 +239,18 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
     if fields.select_usable_gpus:
         selected = _attempt(report, lambda: _select_usable_devices(accelerator, fields.devices, env), None)
     else:
-        selected = _attempt(report, lambda: _select_devices(accelerator, fields.devices, env), None)
+        selected = _attempt(
+            report,
+            lambda: _select_devices_in_job(
+                accelerator,
+                fields.devices,
+                env,
+                facts,
+                num_nodes,
+                (fields.num_nodes != "auto" or _job_nodes(facts) is not None),
+            ),
+            None,
+        )
     if selected is None:
         devices: tuple[int, ...] = (0,)
         reasons["devices"] = "fallback after an error"
@@ -242,19 +258,19 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         devices, reasons["devices"], device_notes = selected
         notes.extend(device_notes)
 
-    strategy_name, reasons["strategy"] = _choose_strategy(fields.strategy, accelerator, devices, fields.num_nodes, env)
+    strategy_name, reasons["strategy"] = _choose_strategy(fields.strategy, accelerator, devices, num_nodes, env)
     if fields.strategy == "auto":
         notes.append(Note(code="strategy-auto", level="info", message=f"strategy='auto' chose {strategy_name!r}"))
     rule = lookup(STRATEGIES, strategy_name, name="STRATEGIES")
     family = lookup(FAMILIES, rule.family, name="FAMILIES")
 
-    for problem in _strategy_problems(strategy_name, family, accelerator, devices, fields.num_nodes, env):
+    for problem in _strategy_problems(strategy_name, family, accelerator, devices, num_nodes, env):
         report(problem)
     options = _attempt(report, lambda: _merge_options(strategy_name, family, fields.options), None)
 
     processes_per_node = len(devices) if family.multi_process else 1
-    world_size = fields.num_nodes * processes_per_node
-    reasons["layout"] = f"{family.description}, on {fields.num_nodes} node(s)"
+    world_size = num_nodes * processes_per_node
+    reasons["layout"] = f"{family.description}; nodes: {nodes_reason}"
 
     no_launcher: LauncherName = "none"
     launcher = _attempt(report, lambda: _choose_launcher(strategy_name, family, facts, env, accelerator), no_launcher)
@@ -262,7 +278,7 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
 
     cluster = _attempt(
         report,
-        lambda: _place_in_cluster(facts, fields.num_nodes, processes_per_node, world_size, launcher),
+        lambda: _place_in_cluster(facts, num_nodes, processes_per_node, world_size, launcher),
         None,
     )
     if cluster is None:
@@ -276,13 +292,13 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
             local_rank=None,
         )
     reasons["cluster"] = facts.reason
-    if facts.kind == "local" and fields.num_nodes > 1 and "MASTER_ADDR" not in env.variables:
+    if facts.kind == "local" and num_nodes > 1 and "MASTER_ADDR" not in env.variables:
         notes.append(
             Note(
                 code="multi-node-local",
                 level="warning",
                 message=(
-                    f"num_nodes={fields.num_nodes} without a cluster manager: set MASTER_ADDR (the host of node 0), "
+                    f"num_nodes={num_nodes} without a cluster manager: set MASTER_ADDR (the host of node 0), "
                     "MASTER_PORT and NODE_RANK on every node, or the nodes meet on 127.0.0.1"
                 ),
             )
@@ -323,12 +339,24 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         select_usable_gpus=fields.select_usable_gpus,
         notes=fields.notes,
     )
+    if (fields.devices == "auto" or fields.num_nodes == "auto") and (facts.creates_processes or facts.launched):
+        notes.append(
+            Note(
+                code="job-layout",
+                level="info",
+                message=(
+                    f"inside a started job: {num_nodes} node(s) × {processes_per_node} process(es) as it started them "
+                    f"({facts.detail}); this process joins it (launcher {launcher!r})"
+                ),
+            )
+        )
     return Plan(
         request=normal_request,
         accelerator=accelerator,
         strategy=StrategyChoice(name=strategy_name, family=rule.family, options=options),
         devices=devices,
-        num_nodes=fields.num_nodes,
+        physical_devices=_physical_devices(accelerator, devices, env),
+        num_nodes=num_nodes,
         processes_per_node=processes_per_node,
         world_size=world_size,
         launcher=launcher,
@@ -457,7 +485,7 @@ def _normalise(request: Request, report: Report) -> _Fields:
         accelerator=accelerator,
         strategy=strategy,
         devices=field(lambda: normalise.devices(request.devices), auto_devices),
-        num_nodes=field(lambda: normalise.num_nodes(request.num_nodes), 1),
+        num_nodes=field(lambda: normalise.num_nodes(request.num_nodes), _AUTO_NODES),
         precision=precision,
         backend=field(lambda: normalise.backend(request.process_group_backend), no_backend),
         cluster=field(lambda: normalise.cluster(request.cluster), auto_cluster),
@@ -587,6 +615,122 @@ def _select_devices(
             fix=f"Write devices=[{spec[0]}] for one device, or devices={total} for all",
         )
     return spec, f"the visible indices asked for, {list(spec)}", ()
+
+
+def _choose_num_nodes(asked: NumNodes, facts: ClusterFacts) -> tuple[int, str]:
+    """`num_nodes`: as asked, or for 'auto' the nodes of the started job this process belongs to (else 1)."""
+    if asked != "auto":
+        return asked, f"asked for num_nodes={asked}"
+    if facts.creates_processes or facts.launched:
+        nodes = _job_nodes(facts)
+        if nodes is not None:
+            return nodes, f"'auto': the {nodes} node(s) the job started ({facts.detail})"
+    return 1, "'auto': this machine alone"
+
+
+def _job_nodes(facts: ClusterFacts) -> int | None:
+    if facts.num_nodes is not None:
+        return facts.num_nodes
+    world, per_node = facts.world_size, facts.processes_per_node
+    if world is not None and per_node is not None and world % per_node == 0:
+        return world // per_node
+    return None
+
+
+def _job_processes_per_node(facts: ClusterFacts, num_nodes: int, nodes_known: bool) -> int:
+    """The processes per node a started job has, or `job-layout-unknown` when it does not say."""
+    if facts.processes_per_node is not None:
+        return facts.processes_per_node
+    if nodes_known and facts.world_size is not None and facts.world_size % num_nodes == 0:
+        return facts.world_size // num_nodes
+    world = facts.world_size if facts.world_size is not None else "?"
+    raise incompatible(
+        "job-layout-unknown", {"devices": "auto"}, cluster=facts.kind, world_size=world, detail=facts.detail
+    )
+
+
+def _select_devices_in_job(
+    accelerator: AcceleratorName,
+    spec: DevicesSpec,
+    env: Environment,
+    facts: ClusterFacts,
+    num_nodes: int,
+    nodes_known: bool,
+) -> tuple[tuple[int, ...], str, tuple[Note, ...]]:
+    """Devices inside a started job: 'auto' takes the job's processes per node (torchrun's convention on GPUs:
+    local rank i drives visible device i); explicit indices that the job's launcher selected are those GPUs."""
+    started = facts.creates_processes or facts.launched
+    if not started or accelerator not in ("cpu", "cuda"):
+        return _select_devices(accelerator, spec, env)
+    if spec == "auto":
+        per_node = _job_processes_per_node(facts, num_nodes, nodes_known)
+        if accelerator == "cpu":
+            return tuple(range(per_node)), f"'auto' inside a started job: its {per_node} process(es) on this node", ()
+        if per_node > env.cuda_device_count:
+            raise incompatible(
+                "job-gpus",
+                {"devices": "auto"},
+                cluster=facts.kind,
+                processes_per_node=per_node,
+                visible=env.cuda_device_count,
+            )
+        return (
+            tuple(range(per_node)),
+            f"'auto' inside a started job: its {per_node} process(es) on this node, local rank i on visible GPU i",
+            (),
+        )
+    if accelerator != "cuda" or not isinstance(spec, tuple):
+        return _select_devices(accelerator, spec, env)
+    selection, variable = _job_selection(env)
+    if selection is None or spec != selection:
+        if variable == SELECTED_DEVICES_VARIABLE and selection is not None:
+            raise incompatible(
+                "job-device-selection",
+                {"devices": list(spec)},
+                selected=list(selection),
+                variable=f"{variable}={','.join(map(str, selection))}",
+            )
+        return _select_devices(accelerator, spec, env)
+    if len(spec) > env.cuda_device_count:
+        return _select_devices(accelerator, spec, env)  # the facts disagree: report the indices as usual
+    renumbered = tuple(range(len(spec)))
+    note = Note(
+        code="job-devices",
+        level="info",
+        message=(
+            f"devices={list(spec)} are the GPUs this job was started on ({variable}); "
+            f"inside it they are visible as {', '.join(f'cuda:{index}' for index in renumbered)}"
+        ),
+    )
+    return renumbered, f"the GPUs {list(spec)} the job's launcher selected, visible here as {list(renumbered)}", (note,)
+
+
+def _job_selection(env: Environment) -> tuple[tuple[int, ...] | None, str]:
+    """The device indices a job's launcher selected: trainplan's own variable, else an all-integer
+    CUDA_VISIBLE_DEVICES (what `CUDA_VISIBLE_DEVICES=0,2 torchrun ...` selected)."""
+    for variable in (SELECTED_DEVICES_VARIABLE, "CUDA_VISIBLE_DEVICES"):
+        raw = env.variables.get(variable)
+        if raw is None:
+            continue
+        parts = [part.strip() for part in raw.split(",")]
+        if parts and all(part.isascii() and part.isdigit() and len(part) <= 6 for part in parts):
+            return tuple(int(part) for part in parts), variable
+        if variable == SELECTED_DEVICES_VARIABLE:
+            raise InvalidRequest(
+                field=f"environment variable {variable}",
+                value=raw,
+                reason="it is not a comma-separated list of device indices",
+                fix=f"Unset {variable} (trainplan's launchers set it), or set it to indices such as 0,2",
+            )
+    return None, ""
+
+
+def _physical_devices(accelerator: AcceleratorName, devices: tuple[int, ...], env: Environment) -> tuple[str, ...]:
+    """Which physical GPU each visible index is, as CUDA_VISIBLE_DEVICES names it (the index when unset)."""
+    if accelerator != "cuda":
+        return ()
+    entries = visible_entries(env.variables.get("CUDA_VISIBLE_DEVICES"), env.cuda_device_count)
+    return tuple(entries[index] if index < len(entries) else str(index) for index in devices)
 
 
 def _select_usable_devices(
@@ -762,17 +906,19 @@ def _choose_launcher(
     rule = lookup(STRATEGIES, name, name="STRATEGIES")
     launcher = rule.launcher
     launcher_rule = lookup(LAUNCHERS, launcher, name="LAUNCHERS")
+    starts_workers = family.has_process_group and launcher in ("subprocess", "spawn", "fork")
+    if facts.launched and starts_workers:
+        # A worker of trainplan's own launcher: whichever way it was started, it joins; it never starts more.
+        return "external"
     if facts.creates_processes and launcher in ("spawn", "fork"):
         raise incompatible(
             "external-launcher",
             {"strategy": name, "cluster": facts.kind},
             launcher=launcher,
-            instead=lookup(EXTERNAL_STRATEGY_FOR, launcher, name="EXTERNAL_STRATEGY_FOR"),
+            instead=lookup(SCRIPT_STRATEGY_FOR, name, name="SCRIPT_STRATEGY_FOR"),
         )
-    if facts.creates_processes and family.has_process_group and launcher == "subprocess":
+    if facts.creates_processes and starts_workers:
         return "external"
-    if facts.launched:
-        return launcher  # already started by this launcher: the start-up rules were checked in the parent
     if env.interactive and not launcher_rule.interactive_compatible:
         instead = FORK_STRATEGY_FOR.get(name)
         error = incompatible(

@@ -1,7 +1,12 @@
 """Scaling out on existing engines: a plan written as a torchrun command line or a SLURM batch script.
 
-Pure: text from a plan. The SLURM script's environment, once srun runs the tasks, is recognised by the
-resolver as the same layout (a test parses each emitted form back and checks it against the plan).
+Pure: text from a plan. Both forms start the workers with torchrun, so every worker carries torchrun's
+variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and a plain env:// script runs
+unchanged; inside, `trainplan.resolve()` recognises the job and takes its layout. GPUs follow torchrun's
+convention: the node's selected GPUs are made visible through CUDA_VISIBLE_DEVICES and local rank i drives
+`cuda:i`. One node runs `--standalone` (a free port each run, so two jobs on one box never clash); several
+nodes meet through torchrun's c10d rendezvous at the main address and port, which must be the same on
+every node (the shell stops with a message when they are not set).
 """
 
 from __future__ import annotations
@@ -9,56 +14,132 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from trainplan.resolve.world import script_strategy_note
 from trainplan.spec.plan import Plan
+from trainplan.spec.tables import SELECTED_DEVICES_VARIABLE, SLURM_PORT_BASE
 
 DEFAULT_SCRIPT: tuple[str, ...] = ("train.py",)
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def _script(command: Sequence[str]) -> str:
-    return shlex.join(command or DEFAULT_SCRIPT)
+def _command(command: Sequence[str]) -> list[str]:
+    """torchrun runs a Python script by path, or a module with `-m` (its own `--module` flag)."""
+    words = list(command) or list(DEFAULT_SCRIPT)
+    if words[0] == "-m":
+        return ["-m", *words[1:]]
+    if not words[0].endswith(".py"):
+        return ["--no-python", *words]
+    return words
 
 
-def _python(command: Sequence[str]) -> str:
-    command = tuple(command) or DEFAULT_SCRIPT
-    if command[0].endswith(".py") or command[0] == "-m":
-        return "python " + shlex.join(command)
-    return shlex.join(command)
+def _notes(plan: Plan) -> list[str]:
+    notes = [note for note in plan.notes if note.code == "script-strategy"]
+    own = script_strategy_note(plan.strategy.name)
+    if own is not None and not notes:
+        notes.append(own)
+    return [f"# note: {note.message}" for note in notes]
+
+
+def _torchrun(plan: Plan, command: Sequence[str], *, address: str, port: str, run_id: str) -> list[str]:
+    parts = ["torchrun"]
+    if plan.num_nodes == 1:
+        parts += ["--standalone", "--nnodes=1"]
+    else:
+        parts += [
+            f"--nnodes={plan.num_nodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={address}:{port}",
+            f"--rdzv-id={run_id}",
+        ]
+    parts.append(f"--nproc-per-node={plan.processes_per_node}")
+    return parts + _command(command)
+
+
+def _quote(words: Sequence[str]) -> str:
+    """shlex.join, but `${...}` / `$(...)` placeholders stay expandable (inside double quotes)."""
+    out = []
+    for word in words:
+        if "$" in word:
+            out.append('"' + word.replace('"', '\\"') + '"')
+        else:
+            out.append(shlex.quote(word))
+    return " ".join(out)
+
+
+def _gpu_selection(plan: Plan) -> dict[str, str]:
+    """The variables that make exactly the plan's GPUs visible, in order, when they are not simply the first n."""
+    if plan.accelerator != "cuda":
+        return {}
+    physical = plan.physical_devices or tuple(str(index) for index in plan.devices)
+    variables = {"CUDA_VISIBLE_DEVICES": ",".join(physical)}
+    if list(physical) != [str(index) for index in plan.devices]:
+        variables[SELECTED_DEVICES_VARIABLE] = ",".join(str(index) for index in plan.devices)
+    return variables
 
 
 def emit_torchrun(plan: Plan, command: Sequence[str] = ()) -> str:
     """The torchrun command line that starts this plan's processes on one node (run it on every node)."""
-    port = plan.cluster.main_port if plan.cluster.main_port is not None else 29500
-    parts = [
-        "torchrun",
-        f"--nnodes={plan.num_nodes}",
-        f"--nproc-per-node={plan.processes_per_node}",
-    ]
     if plan.num_nodes > 1:
         address = plan.cluster.main_address
-        if address in ("127.0.0.1", "localhost", "::1"):
-            address = "${MASTER_ADDR}"  # the plan knows no shared address: the host of node 0, set on every node
-        parts += ["--node-rank=${NODE_RANK}", f"--master-addr={address}"]
-    parts.append(f"--master-port={port}")
-    environment = ""
-    if plan.accelerator == "cuda":
-        environment = f"CUDA_VISIBLE_DEVICES={','.join(str(index) for index in plan.devices)} "
-    return environment + " ".join(parts) + " " + _script(command)
+        if address in _LOOPBACK:
+            address = "${MASTER_ADDR:?export MASTER_ADDR=<the host of node 0> on every node}"
+        port = (
+            str(plan.cluster.main_port)
+            if plan.cluster.main_port is not None
+            else "${MASTER_PORT:?export the same free MASTER_PORT on every node}"
+        )
+        words = _torchrun(plan, command, address=address, port=port, run_id="trainplan")
+    else:
+        words = _torchrun(plan, command, address="", port="", run_id="")
+    environment = "".join(f"{key}={value} " for key, value in _gpu_selection(plan).items())
+    return "\n".join([*_notes(plan), environment + _quote(words)])
 
 
 def emit_slurm(plan: Plan, command: Sequence[str] = ()) -> str:
-    """An sbatch script: nodes, tasks per node (one per process), GPUs per node, and the srun line."""
+    """An sbatch script: one srun task per node runs torchrun, which starts that node's workers."""
     lines = [
         "#!/bin/bash",
         f"#SBATCH --nodes={plan.num_nodes}",
-        f"#SBATCH --ntasks-per-node={plan.processes_per_node}",
+        "#SBATCH --ntasks-per-node=1",
     ]
+    narrowed = plan.accelerator == "cuda" and plan.devices != tuple(range(len(plan.devices)))
     if plan.accelerator == "cuda":
-        lines.append(f"#SBATCH --gpus-per-node={len(plan.devices)}")
+        # Asking for the first max+1 GPUs keeps every index the plan names; the worker line narrows to them.
+        wanted = max(plan.devices) + 1 if narrowed else len(plan.devices)
+        lines.append(f"#SBATCH --gpus-per-node={wanted}")
     lines.append("#SBATCH --job-name=train")
+    lines += [*_notes(plan), ""]
     lines += [
-        "",
-        "# One task per process; trainplan (or Lightning) reads SLURM_PROCID, SLURM_LOCALID and SLURM_NODEID,",
-        "# and meets on the first node of SLURM_NODELIST at 15000 + the job id's last four digits.",
-        f"srun {_python(command)}",
+        f"# One task per node runs torchrun, which starts the node's {plan.processes_per_node} worker(s) with",
+        "# torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): plain env:// scripts",
+        "# and trainplan.resolve() both run unchanged.",
     ]
+    if plan.num_nodes > 1:
+        lines += [
+            "# The nodes meet through torchrun's c10d rendezvous on the first node of the allocation.",
+            'export MASTER_ADDR="${MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}"',
+            f'export MASTER_PORT="${{MASTER_PORT:-$(({SLURM_PORT_BASE} + SLURM_JOB_ID % 10000))}}"',
+        ]
+    words = _torchrun(plan, command, address="$MASTER_ADDR", port="$MASTER_PORT", run_id="$SLURM_JOB_ID")
+    worker = _quote(words)
+    if narrowed:
+        positions = ",".join(f"${{visible[{index}]}}" for index in plan.devices)
+        unset = ",".join(str(index) for index in range(max(plan.devices) + 1))
+        inner = (
+            f'IFS=, read -ra visible <<< "${{CUDA_VISIBLE_DEVICES:-{unset}}}"; '
+            f'export CUDA_VISIBLE_DEVICES="{positions}" '
+            f"{SELECTED_DEVICES_VARIABLE}={','.join(str(index) for index in plan.devices)}; exec {worker}"
+        )
+        lines.append(f"# The plan's GPUs {list(plan.devices)} among the node's visible ones, in that order:")
+        worker = "bash -c " + shlex.quote(inner)
+    lines.append(f"srun --ntasks-per-node=1 {worker}")
     return "\n".join(lines)
+
+
+def slurm_worker_line(script: str) -> str:
+    """The command each srun task runs (the last line of `emit_slurm`, without `srun` and its options)."""
+    last = script.splitlines()[-1]
+    prefix = "srun --ntasks-per-node=1 "
+    if not last.startswith(prefix):
+        raise ValueError("not a script written by emit_slurm")
+    return last[len(prefix) :]

@@ -62,3 +62,33 @@ def visible_device_order(value: str | None, uuids: Sequence[str]) -> tuple[int, 
             break
         ordinals.append(index)
     return tuple(ordinals)
+
+
+def visible_entries(value: str | None, count: int) -> tuple[str, ...]:
+    """How CUDA_VISIBLE_DEVICES names each of the `count` visible devices, in visible order.
+
+    An integer entry is written as CUDA reads it (`"1gpu2"` is `"1"`); a UUID entry is kept as written.
+    Unset, the visible devices are the physical ones: `"0"`, `"1"`, ... Entries past the first `count`
+    (those CUDA cut off) are dropped.
+    """
+    if value is None:
+        return tuple(str(index) for index in range(count))
+    names: list[str] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if not entry.startswith(("GPU-", "MIG-")):
+            number = _leading_integer(entry)
+            if number < 0:
+                break
+            entry = str(number)
+        names.append(entry)
+        if len(names) == count:
+            break
+    return tuple(names)
+
+
+def narrowed_visible_devices(value: str | None, count: int, devices: Sequence[int]) -> str:
+    """The CUDA_VISIBLE_DEVICES value that makes exactly `devices` (visible indices under `value`) visible, in
+    that order: what a launcher gives its workers so that local rank i drives `cuda:i` (torchrun's convention)."""
+    entries = visible_entries(value, count)
+    return ",".join(entries[index] if index < len(entries) else str(index) for index in devices)

@@ -139,14 +139,16 @@ def precision_alias_notes(value: object, canonical: PrecisionName) -> tuple[Note
     )
 
 
-def num_nodes(value: object) -> int:
-    """A positive number of machines."""
+def num_nodes(value: object) -> int | Literal["auto"]:
+    """A positive number of machines, or "auto" (the nodes a started job has, else 1)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequest(
             field="num_nodes",
             value=value,
             reason=f"it must be a positive integer, not {type(value).__name__}",
-            fix="Write num_nodes=1 for this machine alone, or the number of machines, e.g. num_nodes=2",
+            fix="Write num_nodes='auto' (the job's nodes, else 1), or the number of machines, e.g. num_nodes=2",
         )
     if value < 1:
         raise InvalidRequest(
@@ -354,7 +356,7 @@ def request_from_config(config: Mapping[str, object]) -> Request:
             suggestion=did_you_mean(unknown[0], REQUEST_FIELDS),
         )
     strategy_name = strategy(config.get("strategy", "auto"))
-    nodes = config.get("num_nodes", 1)
+    nodes = config.get("num_nodes", "auto")
     if isinstance(nodes, str) and _is_decimal(nodes.strip()):
         nodes = int(nodes.strip())
     batchnorm = _loose_bool(config.get("sync_batchnorm", False))

@@ -34,7 +34,7 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.notes import Note, freeze_notes
 from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, StrategyOptions
-from trainplan.spec.request import Request
+from trainplan.spec.request import NumNodes, Request
 
 ReducesOn: TypeAlias = Literal["device", "where_stored", "nowhere"]
 _REDUCES_ON: dict[ReducesOn, str] = {
@@ -42,6 +42,10 @@ _REDUCES_ON: dict[ReducesOn, str] = {
     "where_stored": "reduced where stored",
     "nowhere": "never reduced (one process)",
 }
+
+
+def _freeze_strings(value: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -116,6 +120,9 @@ class Plan:
     notes: tuple[Note, ...] = attrs.field(converter=freeze_notes)
     reasons: FrozenMap = attrs.field(converter=freeze_map)
     """Why each choice was made, by decision: accelerator, devices, strategy, launcher, cluster, ..."""
+    physical_devices: tuple[str, ...] = attrs.field(default=(), converter=_freeze_strings)
+    """Which physical GPU each of `devices` is, as CUDA_VISIBLE_DEVICES names it (an index such as "2", or a
+    `GPU-…`/`MIG-…` UUID); the index itself when the variable is unset. Empty for non-CUDA plans."""
 
     @property
     def is_distributed(self) -> bool:
@@ -147,6 +154,14 @@ class Plan:
             return "cpu"
         return f"{self.metrics.device_type}:{self.devices[local_rank]}"
 
+    def physical_device_for(self, local_rank: int) -> str:
+        """The physical GPU a local rank drives ("2", or a UUID), whatever CUDA_VISIBLE_DEVICES renumbered;
+        for non-CUDA plans, the torch device string."""
+        device = self.device_for(local_rank)
+        if not self.physical_devices:
+            return device
+        return self.physical_devices[local_rank]
+
     def explain(self) -> str:
         """A human-readable account of the plan: each choice with its reason, then the notes."""
         options = "" if self.strategy.options is None else f" {self.strategy.options!r}"
@@ -159,7 +174,7 @@ class Plan:
         )
         rows: list[tuple[str, str, str]] = [
             ("accelerator", self.accelerator, "accelerator"),
-            ("devices", ", ".join(self.device_strings), "devices"),
+            ("devices", self._describe_devices(), "devices"),
             ("strategy", f"{self.strategy.name} (family {self.strategy.family}){options}", "strategy"),
             (
                 "layout",
@@ -192,6 +207,16 @@ class Plan:
             lines.extend(f"  - {note}" for note in self.notes)
         return "\n".join(lines)
 
+    def _describe_devices(self) -> str:
+        strings = self.device_strings
+        if not self.physical_devices or all(
+            physical == str(index) for physical, index in zip(self.physical_devices, self.devices, strict=False)
+        ):
+            return ", ".join(strings)
+        return ", ".join(
+            f"{device} (GPU {physical})" for device, physical in zip(strings, self.physical_devices, strict=False)
+        )
+
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-compatible data; `Plan.from_dict` reads it back to an equal plan."""
         return {
@@ -214,6 +239,7 @@ class Plan:
             "metrics": attrs.asdict(self.metrics),
             "notes": [attrs.asdict(note) for note in self.notes],
             "reasons": dict(self.reasons),
+            "physical_devices": list(self.physical_devices),
         }
 
     @classmethod
@@ -259,6 +285,7 @@ class Plan:
             ),
             notes=tuple(_note_from(item) for item in read.children("notes")),
             reasons=read.string_map("reasons"),
+            physical_devices=tuple(read.string_list("physical_devices") if "physical_devices" in read.data else ()),
         )
 
 
@@ -323,6 +350,12 @@ class _Reader:
             isinstance(item, int) and not isinstance(item, bool) for item in value
         ):
             raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list of integers")
+        return list(value)
+
+    def string_list(self, key: str) -> list[str]:
+        value = self._get(key)
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list of strings")
         return list(value)
 
     def string_map(self, key: str) -> dict[str, str]:
@@ -397,7 +430,7 @@ def _request_from_dict(read: _Reader) -> Request:
         accelerator=read.choice("accelerator", ACCELERATOR_FLAGS),
         strategy=read.choice("strategy", STRATEGY_FLAGS),
         devices=devices,
-        num_nodes=read.field("num_nodes", int),
+        num_nodes=_num_nodes_from(read),
         precision=read.choice("precision", PRECISION_FLAGS),
         process_group_backend=read.optional_choice("process_group_backend", BACKENDS),
         cluster=read.choice("cluster", CLUSTER_FLAGS),
@@ -407,6 +440,12 @@ def _request_from_dict(read: _Reader) -> Request:
         select_usable_gpus=read.field("select_usable_gpus", bool),
         notes=tuple(_note_from(item) for item in read.children("notes")),
     )
+
+
+def _num_nodes_from(read: _Reader) -> NumNodes:
+    if read._get("num_nodes") == "auto":
+        return "auto"
+    return read.field("num_nodes", int)
 
 
 def plan_from_json_text(text: str) -> Plan:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 
@@ -17,6 +17,9 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.notes import Note, freeze_notes
 from trainplan.spec.options import StrategyOptions
+
+NumNodes: TypeAlias = int | Literal["auto"]
+"""`num_nodes`: a number of machines, or `"auto"`: the nodes a started job has (torchrun, srun, ...), else 1."""
 
 Devices: TypeAlias = int | str | tuple[int, ...]
 """`devices` as stored: a count (`2`), all (`-1`, `"-1"`), `"auto"`, a string (`"3"`, `"0,2"`) or indices."""
@@ -43,7 +46,7 @@ class Request:
     accelerator: AcceleratorFlag = "auto"
     strategy: StrategyFlag = "auto"
     devices: Devices = attrs.field(default="auto", converter=freeze_devices)
-    num_nodes: int = 1
+    num_nodes: NumNodes = "auto"
     precision: PrecisionFlag = "32-true"
     process_group_backend: BackendName | None = None
     cluster: ClusterFlag = "auto"

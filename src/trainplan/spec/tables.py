@@ -425,11 +425,19 @@ SPAWN_STRATEGY_FOR: Final[Mapping[StrategyName, StrategyName]] = {
 }
 """The spawn counterpart suggested when forking is impossible."""
 
-EXTERNAL_STRATEGY_FOR: Final[Mapping[LauncherName, StrategyName]] = {
-    "spawn": "ddp",
-    "fork": "ddp",
+SCRIPT_STRATEGY_FOR: Final[Mapping[StrategyName, StrategyName]] = {
+    "ddp_spawn": "ddp",
+    "ddp_spawn_find_unused_parameters_true": "ddp_find_unused_parameters_true",
+    "ddp_spawn_find_unused_parameters_false": "ddp_find_unused_parameters_false",
+    "ddp_fork": "ddp",
+    "ddp_fork_find_unused_parameters_true": "ddp_find_unused_parameters_true",
+    "ddp_fork_find_unused_parameters_false": "ddp_find_unused_parameters_false",
+    "ddp_notebook": "ddp",
+    "ddp_notebook_find_unused_parameters_true": "ddp_find_unused_parameters_true",
+    "ddp_notebook_find_unused_parameters_false": "ddp_find_unused_parameters_false",
 }
-"""What to use instead of a process-starting strategy when a cluster manager already started the processes."""
+"""The script-mode counterpart of a strategy that starts its workers from a function (spawn, fork): what a
+script runs as when something else (torchrun, srun, `trainplan launch`) already started every process."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -710,6 +718,18 @@ LAUNCHED_MARKER: Final[str] = "TRAINPLAN_LAUNCHED"
 LOCAL_RANK, GROUP_RANK, LOCAL_WORLD_SIZE) for scripts that expect them; the marker tells the resolver that
 trainplan, not torchrun, started them, so the plan keeps its own launcher and gains the worker's ranks."""
 
+PLAN_VARIABLE: Final[str] = "TRAINPLAN_PLAN"
+"""Holds the launcher's plan as JSON in every worker trainplan starts (`trainplan.resolve()` there returns it,
+seen from that worker)."""
+
+SELECTED_DEVICES_VARIABLE: Final[str] = "TRAINPLAN_SELECTED_DEVICES"
+"""Set beside CUDA_VISIBLE_DEVICES by trainplan's launchers: the device indices the launcher was asked for (as the
+launching process saw them), so that the same explicit `devices=[0, 2]` inside the job names the same GPUs."""
+
+DEFAULT_PROCESS_GROUP_TIMEOUT: Final[int] = 1800
+"""Seconds a collective may wait for its peers when the strategy's options set no timeout (torch's and
+Lightning's default)."""
+
 DEFAULT_MAIN_PORT: Final[int] = 29500
 """torch.distributed's customary port, used where a cluster gives neither MASTER_PORT nor a job id (MPI)."""
 
@@ -896,6 +916,49 @@ RULES: Final[Mapping[str, Rule]] = {
             fix="{fix}",
         ),
         Rule(
+            id="job-layout-unknown",
+            reason=(
+                "{cluster} started {world_size} processes ({detail}) but does not say how many run on each node, so "
+                "devices='auto' cannot take the job's layout"
+            ),
+            fix="Ask for the job's layout explicitly: devices=<processes per node>, num_nodes=<nodes>",
+        ),
+        Rule(
+            id="job-gpus",
+            reason=(
+                "{cluster} started {processes_per_node} processes on this node, one GPU each, but only {visible} "
+                "GPU(s) are visible to this process"
+            ),
+            fix=(
+                "Make every GPU the node's processes use visible to each of them (CUDA_VISIBLE_DEVICES, SLURM "
+                "--gpus-per-node rather than --gpus-per-task), or start {visible} process(es) per node"
+            ),
+        ),
+        Rule(
+            id="job-device-selection",
+            reason=("this job was started on devices {selected} ({variable}), and devices={devices} names other ones"),
+            fix="Write devices='auto' inside the job (it takes the job's GPUs), or devices={selected}",
+        ),
+        Rule(
+            id="nested-launch",
+            reason=(
+                "this process is rank {rank} of a world of {world} that {started_by} started, and the plan's "
+                "launcher {launcher!r} would start {world_size} more workers from it: a second world inside the first"
+            ),
+            fix=(
+                "Resolve the plan inside the job (trainplan.resolve() takes the job's layout, launcher 'external'); "
+                "trainplan.launch then runs the function here, in the existing world"
+            ),
+        ),
+        Rule(
+            id="multi-node-port",
+            reason=(
+                "num_nodes={num_nodes} with no main port: each node would choose its own free port, and the nodes "
+                "would never meet"
+            ),
+            fix="Export the same MASTER_PORT (e.g. MASTER_PORT=29500) and MASTER_ADDR on every node before launching",
+        ),
+        Rule(
             id="metric-stateful-cpu",
             reason=(
                 "a stateful metric object kept on CPU cannot be reduced with backend {backend!r}: its states are "
@@ -945,6 +1008,12 @@ DIFFERENCES: Final[Mapping[str, str]] = {
     "mps-ddp": (
         "strategy='ddp' with accelerator='mps': Lightning refuses DDP-family strategies only when MPS is "
         "available; trainplan refuses the pair on any machine, and lets accelerator='cpu' use DDP on a Mac."
+    ),
+    "auto-adopts-job": (
+        "devices='auto' and num_nodes='auto' inside a started job (torchrun, srun, mpirun, jsrun, trainplan "
+        "launch): trainplan takes the layout the job started (its processes per node and nodes); Lightning "
+        "counts the visible devices (all GPUs, or one CPU process) and defaults to one node, so a job whose "
+        "layout differs fails later, or silently runs a different world."
     ),
     "fork-after-cuda": (
         "A fork-based strategy after CUDA was initialised: Lightning finds out at launch; trainplan refuses the "

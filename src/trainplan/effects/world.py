@@ -1,0 +1,170 @@
+"""Joining the plan's world: `with trainplan.join(plan) as world:` in any process a launcher started.
+
+One call, whichever launcher started the process (torchrun, srun, mpirun, jsrun, a Kubeflow pod,
+`trainplan launch`, `trainplan.launch`): it binds this process's device, initialises torch.distributed's
+default process group with the plan's backend, main address, port and ranks, and the strategy's
+`timeout_seconds` (`resolve.world.process_group_timeout`), and destroys the group when the `with` block
+ends. When a group already exists (the script or a framework made one), it is checked against the plan and
+used as it is; it is then left for its owner to destroy. `trainplan.launch` joins through this same call.
+"""
+
+from __future__ import annotations
+
+import datetime
+from types import TracebackType
+
+from trainplan.resolve.world import STARTING_LAUNCHERS, process_group_timeout
+from trainplan.spec.errors import TrainplanError
+from trainplan.spec.names import BackendName
+from trainplan.spec.plan import Plan
+
+
+class JoinError(TrainplanError, RuntimeError):
+    """The plan cannot be joined from this process (it starts its workers, or does not say this rank)."""
+
+
+class WorldMismatch(TrainplanError, RuntimeError):
+    """The process group that exists is not the plan's world (another size, or this process another rank)."""
+
+    def __init__(self, *, what: str, plan_value: int, group_value: int, fix: str) -> None:
+        self.what = what
+        self.plan_value = plan_value
+        self.group_value = group_value
+        super().__init__(
+            f"The plan says {what} {plan_value}, but the process group this process is in has {what} "
+            f"{group_value}: they are not the same world. {fix}"
+        )
+
+
+class World:
+    """This process's place in the plan's world, joined; leave it (or end the `with` block) when done."""
+
+    def __init__(
+        self, *, plan: Plan, rank: int, local_rank: int, device: str, created: bool, timeout_seconds: int
+    ) -> None:
+        self.plan = plan
+        self.rank = rank
+        """This process's global rank."""
+        self.local_rank = local_rank
+        self.world_size = plan.world_size
+        self.device = device
+        """This process's torch device string ("cuda:0", "cpu"); on CUDA it is the current device."""
+        self.backend: BackendName | None = plan.process_group_backend
+        self.created = created
+        """Whether joining created the process group (then leaving destroys it)."""
+        self.timeout_seconds = timeout_seconds
+        self._left = False
+
+    def leave(self) -> None:
+        """Destroy the process group if joining created it (idempotent)."""
+        if self._left:
+            return
+        self._left = True
+        if not self.created:
+            return
+        from torch import distributed
+
+        if distributed.is_available() and distributed.is_initialized():
+            distributed.destroy_process_group()
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.leave()
+
+    def __repr__(self) -> str:
+        return (
+            f"World(rank={self.rank}, local_rank={self.local_rank}, world_size={self.world_size}, "
+            f"device={self.device!r}, backend={self.backend!r}, created={self.created})"
+        )
+
+
+def join(plan: Plan) -> World:
+    """Join the plan's world from this process: device bound, process group up (see the module docs)."""
+    if not isinstance(plan, Plan):
+        raise JoinError(f"join takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve()")
+    if plan.launcher in STARTING_LAUNCHERS:
+        raise JoinError(
+            f"This plan starts its {plan.world_size} workers itself (launcher {plan.launcher!r}), so this process is "
+            "not one of them and has no world to join. Run the function with trainplan.launch(plan, fn), which "
+            "joins inside each worker; or start the script with `trainplan launch` or torchrun and call "
+            "trainplan.resolve() inside it (launcher 'external'), then join that plan"
+        )
+    if plan.launcher == "xla":
+        raise JoinError(
+            "The plan's launcher is 'xla': torch_xla starts and joins its own workers (torch_xla.launch(fn)); "
+            "call trainplan.resolve() inside them"
+        )
+    if plan.launcher == "external":
+        cluster = plan.cluster
+        if cluster.global_rank is None or cluster.local_rank is None or cluster.main_port is None:
+            raise JoinError(
+                "The plan's launcher is 'external' but it does not say this process's rank and main port; resolve "
+                "it inside the process the job started (trainplan.resolve() there reads them)"
+            )
+        rank, local_rank = cluster.global_rank, cluster.local_rank
+    else:
+        rank, local_rank = 0, 0
+    device = plan.device_for(local_rank if local_rank < plan.processes_per_node else 0)
+    if plan.accelerator == "cuda":
+        import torch
+
+        torch.cuda.set_device(torch.device(device))
+    timeout = process_group_timeout(plan)
+    backend = plan.process_group_backend
+    if backend is None or plan.world_size == 1:
+        _check_existing_group(plan, rank)
+        return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=False, timeout_seconds=timeout)
+    from torch import distributed
+
+    if distributed.is_initialized():
+        _check_existing_group(plan, rank)
+        return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=False, timeout_seconds=timeout)
+    port = plan.cluster.main_port
+    assert port is not None  # external plans were checked above; others have one process
+    distributed.init_process_group(
+        backend=backend,
+        init_method=f"tcp://{_host_for_url(plan.cluster.main_address)}:{port}",
+        rank=rank,
+        world_size=plan.world_size,
+        timeout=datetime.timedelta(seconds=timeout),
+    )
+    return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=True, timeout_seconds=timeout)
+
+
+def _check_existing_group(plan: Plan, rank: int) -> None:
+    import sys
+
+    if "torch" not in sys.modules:
+        return  # without torch loaded there can be no process group
+    from torch import distributed
+
+    if not (distributed.is_available() and distributed.is_initialized()):
+        return
+    size = distributed.get_world_size()
+    if size != plan.world_size:
+        raise WorldMismatch(
+            what="world size",
+            plan_value=plan.world_size,
+            group_value=size,
+            fix="Resolve the plan inside the job (trainplan.resolve() takes the job's layout), or ask for the "
+            "layout the job started",
+        )
+    group_rank = distributed.get_rank()
+    if group_rank != rank:
+        raise WorldMismatch(
+            what="rank",
+            plan_value=rank,
+            group_value=group_rank,
+            fix="Resolve the plan in this process (its RANK), not in another rank's",
+        )
+
+
+def _host_for_url(address: str) -> str:
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+__all__ = ["JoinError", "World", "WorldMismatch", "join"]

@@ -1,0 +1,192 @@
+"""One plan, one world: what a plan's workers see, and what may start them (pure).
+
+A launcher (`tp.launch`, `trainplan launch`, an emitted torchrun line) starts a plan's workers with the
+environment `worker_environment` writes; inside each, the plan is `worker_view(plan, ...)`: the same layout,
+launcher `external`, this worker's ranks, and on CUDA the node's GPUs renumbered as torchrun does (the
+selected GPUs made visible through CUDA_VISIBLE_DEVICES, local rank i driving `cuda:i`). Resolving the
+plan's request inside the worker gives the same layout (a property test holds the two together).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import attrs
+
+from trainplan.resolve.cluster import ClusterFacts, detect
+from trainplan.resolve.visible import narrowed_visible_devices
+from trainplan.spec.errors import Incompatible, TrainplanError
+from trainplan.spec.names import LauncherName
+from trainplan.spec.notes import Note
+from trainplan.spec.options import DDPOptions
+from trainplan.spec.plan import Plan
+from trainplan.spec.request import Request
+from trainplan.spec.tables import (
+    DEFAULT_PROCESS_GROUP_TIMEOUT,
+    LAUNCHED_MARKER,
+    PLAN_VARIABLE,
+    RULES,
+    SCRIPT_STRATEGY_FOR,
+    SELECTED_DEVICES_VARIABLE,
+    lookup,
+)
+
+STARTING_LAUNCHERS: tuple[LauncherName, ...] = ("subprocess", "spawn", "fork")
+"""Launchers that start a plan's workers from this process."""
+
+
+def process_group_timeout(plan: Plan) -> int:
+    """Seconds a collective waits for its peers: the strategy's `timeout_seconds`, else the default."""
+    options = plan.strategy.options
+    if isinstance(options, DDPOptions):
+        return options.timeout_seconds
+    return DEFAULT_PROCESS_GROUP_TIMEOUT
+
+
+def worker_environment(
+    plan: Plan,
+    *,
+    local_rank: int,
+    main_port: int,
+    visible_devices: str | None,
+    visible_count: int,
+    launcher: str,
+) -> dict[str, str]:
+    """The environment a launcher gives worker `local_rank` of this node: torchrun's variables (so env://
+    scripts run unchanged), the plan as JSON, trainplan's marker and, on CUDA, the node's selected GPUs
+    through CUDA_VISIBLE_DEVICES (narrowed from the launcher's own `visible_devices`)."""
+    node = plan.cluster.node_rank
+    rank = node * plan.processes_per_node + local_rank
+    variables = {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(plan.world_size),
+        "LOCAL_WORLD_SIZE": str(plan.processes_per_node),
+        "NODE_RANK": str(node),
+        "GROUP_RANK": str(node),
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(plan.world_size),
+        "MASTER_ADDR": plan.cluster.main_address,
+        "MASTER_PORT": str(main_port),
+        PLAN_VARIABLE: json.dumps(plan.to_dict()),
+        LAUNCHED_MARKER: launcher,
+    }
+    if plan.accelerator == "cuda":
+        variables["CUDA_VISIBLE_DEVICES"] = narrowed_visible_devices(visible_devices, visible_count, plan.devices)
+        variables[SELECTED_DEVICES_VARIABLE] = ",".join(str(index) for index in plan.devices)
+    return variables
+
+
+def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int) -> Plan:
+    """`plan` as one of the workers its launcher started sees it: launcher `external`, this worker's ranks and
+    port, and on CUDA the devices renumbered 0..n-1 (the launcher narrowed CUDA_VISIBLE_DEVICES to them;
+    `physical_devices` still names the physical GPUs)."""
+    if not 0 <= local_rank < plan.processes_per_node or not 0 <= global_rank < plan.world_size:
+        raise TrainplanError(
+            f"rank {global_rank} (local rank {local_rank}) is outside the plan's world of {plan.world_size} "
+            f"({plan.processes_per_node} per node); the worker's RANK/LOCAL_RANK do not belong to this plan"
+        )
+    devices = tuple(range(len(plan.devices))) if plan.accelerator == "cuda" else plan.devices
+    launcher: LauncherName = "external" if plan.launcher in STARTING_LAUNCHERS else plan.launcher
+    reasons = dict(plan.reasons)
+    if launcher != plan.launcher:
+        reasons["launcher"] = (
+            f"this process is a worker that the {plan.launcher!r} launcher started; it joins the world"
+        )
+    if devices != plan.devices:
+        reasons["devices"] = (
+            f"{reasons.get('devices', '')}; the launcher made them visible as cuda:0..{len(devices) - 1}"
+        ).lstrip("; ")
+    return attrs.evolve(
+        plan,
+        devices=devices,
+        launcher=launcher,
+        cluster=attrs.evolve(
+            plan.cluster,
+            creates_processes=True,
+            global_rank=global_rank,
+            local_rank=local_rank,
+            main_port=main_port,
+        ),
+        reasons=reasons,
+    )
+
+
+def job_of(variables: Mapping[str, str]) -> ClusterFacts | None:
+    """The started job this process belongs to (torchrun, srun, mpirun, jsrun, trainplan's launchers), or None."""
+    try:
+        facts = detect("auto", variables)
+    except TrainplanError:
+        return None  # garbage in a cluster's variables: resolve reports it where it matters
+    return facts if facts.creates_processes or facts.launched else None
+
+
+def nested_launch(plan: Plan, variables: Mapping[str, str]) -> Incompatible | None:
+    """The error for starting a plan's workers from a process that is itself one rank of a started job."""
+    if plan.launcher not in STARTING_LAUNCHERS:
+        return None
+    job = job_of(variables)
+    if job is None:
+        return None
+    started_by = "trainplan's launcher" if job.launched else job.kind
+    rank = "?" if job.global_rank is None else job.global_rank
+    world = "?" if job.world_size is None else job.world_size
+    rule = lookup(RULES, "nested-launch", name="RULES")
+    values = {"launcher": plan.launcher, "world_size": plan.world_size}
+    fields = {"started_by": started_by, "rank": rank, "world": world}
+    return Incompatible(
+        values=values,
+        rule=rule.id,
+        reason=rule.reason.format(**values, **fields),
+        fix=rule.fix.format(**values, **fields),
+    )
+
+
+def unlaunchable(plan: Plan) -> Incompatible | None:
+    """Why this plan's workers cannot be started here, or None: several nodes need one agreed main port."""
+    if plan.num_nodes > 1 and plan.cluster.main_port is None and plan.launcher in STARTING_LAUNCHERS:
+        rule = lookup(RULES, "multi-node-port", name="RULES")
+        values = {"num_nodes": plan.num_nodes}
+        return Incompatible(values=values, rule=rule.id, reason=rule.reason.format(**values), fix=rule.fix)
+    return None
+
+
+def script_strategy_note(strategy: str) -> Note | None:
+    """The note for running a function-launching strategy (spawn, fork, notebook) as a script, or None."""
+    instead = SCRIPT_STRATEGY_FOR.get(strategy)  # type: ignore[call-overload]
+    if instead is None:
+        return None
+    return Note(
+        code="script-strategy",
+        level="warning",
+        message=(
+            f"strategy={strategy!r} starts its workers from a function; a launcher that runs the script on every "
+            f"worker runs it as strategy={instead!r} (write {instead!r} or 'auto' in the script too)"
+        ),
+    )
+
+
+def script_request(request: Request) -> Request:
+    """The request a script runs under a launcher that re-runs it (torchrun, srun, `trainplan launch`): a
+    strategy that starts workers from a function (spawn, fork, notebook) becomes its script-mode counterpart,
+    with a note (in the request's notes, so it reaches the plan)."""
+    strategy: object = request.strategy
+    note = script_strategy_note(strategy) if isinstance(strategy, str) else None
+    if note is None:
+        return request
+    instead = SCRIPT_STRATEGY_FOR[strategy]  # type: ignore[index]
+    return attrs.evolve(request, strategy=instead, notes=(*request.notes, note))
+
+
+__all__ = [
+    "STARTING_LAUNCHERS",
+    "job_of",
+    "nested_launch",
+    "process_group_timeout",
+    "script_request",
+    "script_strategy_note",
+    "unlaunchable",
+    "worker_environment",
+    "worker_view",
+]
