@@ -74,3 +74,43 @@ def stateful_mean() -> dict[str, object]:
         metric.update(torch.tensor(value), weight)
         store.log("mean_metric", metric)
     return store.compute()
+
+
+def hostile_metrics() -> dict[str, object]:
+    """Each fault of the reliability review in one real world; every answer is reported, never raised."""
+    from trainplan import MetricOverflow
+
+    rank = torch.distributed.get_rank()
+    report: dict[str, object] = {}
+    # 1. compute() must not change the accumulated state (a lone tensor key's bucket was its accumulator).
+    store = metric_store(resolve())
+    store.log("tokens", torch.tensor([1.0, 2.0]), reduce="sum")
+    report["computes"] = [store.compute(), store.compute(), store.compute(sync=False)]
+    counts = metric_store(resolve())
+    counts.log("n", torch.tensor(5), reduce="sum")
+    first = counts.compute()
+    counts.log("n", torch.tensor(1), reduce="sum")
+    report["counts"] = [first, counts.compute()]
+    # 2. A rank that logged nothing still takes part: both ranks get the mismatch, the next collective is clean.
+    sparse = metric_store(resolve())
+    if rank == 1:
+        sparse.log("loss", 0.5)
+    try:
+        report["empty_rank"] = sparse.compute()
+    except MetricKeyMismatch as error:
+        report["empty_rank"] = f"MetricKeyMismatch: {error}"
+    after = torch.tensor([100.0, 200.0], dtype=torch.float64)
+    torch.distributed.all_reduce(after)
+    report["next_collective"] = after.tolist()
+    # 3. An integer sum that leaves int64 once reduced: the same typed error on every rank, never a wrap.
+    for name, value in (("python", 2**62), ("tensor", torch.tensor(2**62))):
+        big = metric_store(resolve())
+        big.log("n", value, reduce="sum")
+        try:
+            report[f"overflow_{name}"] = big.compute()
+        except MetricOverflow as error:
+            report[f"overflow_{name}"] = f"MetricOverflow: {error}"
+    final = torch.tensor([1.0])
+    torch.distributed.all_reduce(final)
+    report["final_collective"] = final.item()
+    return report

@@ -164,3 +164,71 @@ def test_reset_forgets_everything() -> None:
     store.log("loss", 1.0)
     store.reset()
     assert store.compute() == {} and store.keys() == []
+
+
+@pytest.mark.parametrize("value", [torch.tensor([1.0, 2.0]), torch.tensor([1, 2])])
+def test_compute_never_changes_the_accumulated_state(value: torch.Tensor) -> None:
+    # A lone tensor key fills its bucket alone: the bucket must be a copy, not the accumulator itself.
+    store = MetricStore(CPU_PLAN, collective=MirrorCollective())
+    store.log("tokens", value, reduce="sum")
+    doubled = [2 * item for item in value.tolist()]
+    assert store.compute() == store.compute() == {"tokens": doubled}
+    assert store.compute(sync=False) == {"tokens": value.tolist()}
+
+
+def test_a_rank_with_nothing_logged_still_takes_part_in_the_key_check() -> None:
+    collective = MirrorCollective()
+    store = MetricStore(CPU_PLAN, collective=collective)
+    assert store.compute() == {} and len(collective.calls) == 1, "the check collective, as on every other rank"
+
+
+@pytest.mark.parametrize(
+    ("value", "options", "words"),
+    [
+        (10**400, {}, "too large for a float64"),
+        (10**400, {"reduce": "max"}, "outside its range"),
+        (2**63, {"reduce": "sum"}, "outside its range"),
+        (1.0, {"weight": 10**400}, "finite number > 0"),
+        (1.0, {"weight": math.inf}, "finite number > 0"),
+    ],
+    ids=["huge-mean", "huge-max", "int64-plus-one", "huge-weight", "inf-weight"],
+)
+def test_numbers_out_of_range_are_refused_before_anything_changes(
+    value: object, options: dict[str, Any], words: str
+) -> None:
+    store = MetricStore(ONE_PROCESS_PLAN)
+    store.log("kept", 1.0)
+    with pytest.raises(InvalidMetric, match=words):
+        store.log("v", value, **options)
+    assert store.keys() == ["kept"] and store.compute() == {"kept": 1.0}
+
+
+def test_a_running_integer_sum_that_would_wrap_is_refused_and_the_sum_kept() -> None:
+    store = MetricStore(ONE_PROCESS_PLAN)
+    store.log("n", 2**62, reduce="sum")
+    store.log("t", torch.tensor([2**62, 1]), reduce="sum")
+    store.log("n", 2**62 - 1, reduce="sum")
+    with pytest.raises(InvalidMetric, match="would leave int64"):
+        store.log("n", 1, reduce="sum")
+    with pytest.raises(InvalidMetric, match="would overflow int64"):
+        store.log("t", torch.tensor([2**62, 0]), reduce="sum")
+    assert store.compute() == {"n": 2**63 - 1, "t": [2**62, 1]}
+
+
+def _unusual_tensors() -> list[tuple[str, torch.Tensor]]:
+    tensors = [
+        ("sparse", torch.eye(2).to_sparse()),
+        ("meta", torch.empty(2, device="meta")),
+        ("quantized", torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.quint8)),
+        ("nested", torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])),
+    ]
+    return tensors
+
+
+@pytest.mark.parametrize(("kind", "tensor"), _unusual_tensors())
+def test_tensors_without_plain_storage_are_refused(kind: str, tensor: torch.Tensor) -> None:
+    store = MetricStore(ONE_PROCESS_PLAN)
+    store.log("kept", torch.tensor(2.0), reduce="sum")
+    with pytest.raises(InvalidMetric, match=kind):
+        store.log("odd", tensor, reduce="sum")
+    assert store.keys() == ["kept"] and store.compute() == {"kept": 2.0}

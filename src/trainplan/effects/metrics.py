@@ -57,6 +57,17 @@ class InvalidMetric(InvalidRequest):
     """A logged value or its options cannot be accepted; nothing logged before is lost."""
 
 
+class MetricOverflow(MetricError):
+    """An integer sum left int64 once reduced over the ranks; raised on every rank alike."""
+
+    def __init__(self, *, keys: list[str]) -> None:
+        self.keys = keys
+        super().__init__(
+            f"The integer sum of {', '.join(repr(key) for key in keys)} over all ranks leaves int64, so it cannot be "
+            "reduced exactly. Log these keys as floats, or reset() them more often"
+        )
+
+
 class NotInWorld(MetricError):
     """A synced compute for a plan of several processes, in a process that joined no process group."""
 
@@ -235,12 +246,8 @@ class MetricStore:
                 reason="it must be True, False or None",
                 allowed=(True, False, None),
             )
-        if (
-            isinstance(given_weight, bool)
-            or not isinstance(given_weight, (int, float))
-            or not given_weight > 0
-            or math.isinf(given_weight)
-        ):
+        weight_value = _finite_float(given_weight)
+        if weight_value is None or not weight_value > 0:
             raise InvalidMetric(
                 field="weight", value=weight, reason="a weight is a finite number > 0", fix="weight=batch_size"
             )
@@ -259,7 +266,7 @@ class MetricStore:
                 field="name", value=name, reason="it holds a stateful metric object", fix="Use another name"
             )
         if _is_tensor(value):
-            self._log_tensor(name, value, reduce, float(weight), store_on_cpu)
+            self._log_tensor(name, value, reduce, weight_value, store_on_cpu)
             return
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidMetric(
@@ -268,7 +275,7 @@ class MetricStore:
                 reason=f"a {type(value).__name__} is not a number, a tensor or a metric object",
                 fix="Log a number, a tensor, or a torchmetrics Metric",
             )
-        self._log_number(name, value, reduce, float(weight))
+        self._log_number(name, value, reduce, weight_value)
 
     def _existing(
         self, name: str, op: ReduceOp, kind: Literal["float", "int"], shape: tuple[int, ...] | None
@@ -302,21 +309,48 @@ class MetricStore:
     def _log_number(self, name: str, value: float | int, op: ReduceOp, weight: float) -> None:
         kind: Literal["float", "int"] = "int" if isinstance(value, int) and op != "mean" else "float"
         entry = self._existing(name, op, kind, None)
+        number: float | int
+        if kind == "int" and (entry is None or entry.kind == "int"):
+            number = value
+            if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+                raise InvalidMetric(
+                    field=name,
+                    value=value,
+                    reason="an integer metric is reduced as int64, and this one is outside its range",
+                    fix="Log it as a float (float(value)), or log smaller counts",
+                )
+        else:
+            converted = _finite_float(value, allow_nonfinite=True)
+            if converted is None:
+                raise InvalidMetric(
+                    field=name, value=value, reason="it is too large for a float64", fix="Log a float in range"
+                )
+            number = converted
+        # Everything is checked: now compute the new state, check it, and only then store it.
+        if op == "sum" and kind == "int" and (entry is None or entry.kind == "int"):
+            total = (entry.total if entry is not None and entry.total is not None else 0) + number
+            if not _INT64_MIN <= total <= _INT64_MAX:
+                raise InvalidMetric(
+                    field=name,
+                    value=value,
+                    reason=f"the running sum of {name!r} would leave int64 ({total}); it is reduced as int64",
+                    fix="Log this key as floats from the start, or reset() it more often",
+                )
         if entry is None:
             entry = _Entry(op=op, kind=kind, shape=None, device="python", total=None)
             self._entries[name] = entry
         if op == "mean":
-            entry.total = (entry.total or 0.0) + float(value) * weight
+            entry.total = (entry.total or 0.0) + float(number) * weight
             entry.weight += weight
         elif op == "sum":
             entry.total = (entry.total if entry.total is not None else 0) + (
-                value if entry.kind == "int" else float(value)
+                number if entry.kind == "int" else float(number)
             )
-        elif isinstance(value, float) and math.isnan(value):
+        elif isinstance(number, float) and math.isnan(number):
             entry.nans += 1
         else:
             better = max if op == "max" else min
-            entry.total = value if entry.total is None else better(entry.total, value)
+            entry.total = number if entry.total is None else better(entry.total, number)
         entry.count += 1
 
     def _log_tensor(self, name: str, value: Any, op: ReduceOp, weight: float, store_on_cpu: bool | None) -> None:
@@ -332,6 +366,14 @@ class MetricStore:
         if value.is_complex() or value.dtype == torch.bool:
             raise InvalidMetric(
                 field=name, value=str(value.dtype), reason="only real numbers can be reduced", fix="Log a real tensor"
+            )
+        unusual = _unusual_tensor(value)
+        if unusual is not None:
+            raise InvalidMetric(
+                field=name,
+                value=f"a {unusual} tensor",
+                reason="only dense tensors with storage can be accumulated and reduced",
+                fix="Log a dense tensor (value.to_dense(), value.dequantize(), or one tensor per component)",
             )
         kind: Literal["float", "int"] = "float" if value.is_floating_point() or op == "mean" else "int"
         shape = tuple(value.shape)
@@ -356,7 +398,21 @@ class MetricStore:
             entry.total = contribution if entry.total is None else entry.total.add_(contribution)
             entry.weight += weight
         elif op == "sum":
-            entry.total = incoming.clone() if entry.total is None else entry.total.add_(incoming)
+            if entry.total is None:
+                entry.total = incoming.clone()
+            elif kind == "int":
+                total = entry.total + incoming
+                # int64 addition overflowed where both operands share a sign that the result lacks.
+                if bool((((entry.total ^ total) & (incoming ^ total)) < 0).any()):
+                    raise InvalidMetric(
+                        field=name,
+                        value="an integer tensor",
+                        reason=f"the running sum of {name!r} would overflow int64; it is reduced as int64",
+                        fix="Log this key as floats from the start, or reset() it more often",
+                    )
+                entry.total = total
+            else:
+                entry.total = entry.total.add_(incoming)
         else:
             if kind == "float":
                 nan = torch.isnan(incoming)
@@ -402,10 +458,12 @@ class MetricStore:
         """
         self.collectives_in_last_sync = 0
         world = self._world_size() if sync else 1
+        if world > 1:
+            # Every rank takes part in the check, even one that logged nothing: the others would wait for it.
+            self._check_same_keys()
         if not self._entries and not self._stateful:
             return {}
         if world > 1:
-            self._check_same_keys()
             reduced = self._reduce_buckets()
         else:
             reduced = {name: _local_state(entry) for name, entry in self._entries.items()}
@@ -497,6 +555,11 @@ class MetricStore:
                 add("sum", dtype, device, name, "weight", float(entry.weight))
             elif entry.op == "sum":
                 add("sum", dtype, device, name, "total", total)
+                if entry.kind == "int":
+                    # A float64 shadow of an integer sum tells, on every rank alike, whether int64 overflowed.
+                    plain: Any = total
+                    shadow = plain.to(getattr(torch, floating)) if _is_tensor(plain) else float(plain)
+                    add("sum", floating, device, name, "shadow", shadow)
             else:
                 add(entry.op, dtype, device, name, "total", total)
                 # NaN counts travel in a sum bucket (a max/min collective may drop NaNs).
@@ -517,7 +580,14 @@ class MetricStore:
                     scalars.append(value)
             if scalars:
                 segments.append(torch.tensor(scalars, dtype=torch_dtype, device=device))
-            flat = segments[0] if len(segments) == 1 else torch.cat(segments)
+            # A bucket of one tensor segment would be a view of a key's accumulator: reduce a copy, so that
+            # compute() never changes the accumulated state.
+            if len(segments) > 1:
+                flat = torch.cat(segments)
+            elif _is_tensor(parts[0][2]):
+                flat = segments[0].clone()
+            else:
+                flat = segments[0]  # built from Python numbers just now
             target = self._device if move and device == "cpu" else device
             if target != device:
                 flat = self._transfer(flat, target)
@@ -537,7 +607,45 @@ class MetricStore:
                     size = 1
                     reduced[name][part] = host[offset]
                 offset += size
+        overflowed = sorted(name for name, parts in reduced.items() if _beyond_int64(parts.pop("shadow", 0.0)))
+        if overflowed:
+            raise MetricOverflow(keys=overflowed)
         return reduced
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _beyond_int64(shadow: Any) -> bool:
+    if _is_tensor(shadow):
+        return bool((shadow.abs() >= 2.0**63).any())
+    return bool(abs(shadow) >= 2.0**63)
+
+
+def _finite_float(value: object, *, allow_nonfinite: bool = False) -> float | None:
+    """`value` as a float when it is a real number a float64 can hold (finite unless allowed), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        converted = float(value)
+    except OverflowError:
+        return None
+    if not allow_nonfinite and not math.isfinite(converted):
+        return None
+    return converted
+
+
+def _unusual_tensor(value: Any) -> str | None:
+    """The kind of a tensor that has no plain strided storage (sparse, meta, quantized, nested), or None."""
+    if getattr(value, "is_nested", False):
+        return "nested"
+    if getattr(value, "is_meta", False):
+        return "meta"
+    if getattr(value, "is_quantized", False):
+        return "quantized"
+    if str(getattr(value, "layout", "torch.strided")) != "torch.strided":
+        return f"{str(value.layout).removeprefix('torch.')} (not dense)"
+    return None
 
 
 def _scalar_total(entry: _Entry) -> float | int:
@@ -605,6 +713,7 @@ __all__ = [
     "InvalidMetric",
     "MetricError",
     "MetricKeyMismatch",
+    "MetricOverflow",
     "MetricStore",
     "NotInWorld",
     "ReduceOp",
