@@ -108,3 +108,51 @@ def launch_a_foreign_plan() -> str:
     except trainplan.NestedLaunch as error:
         return f"NestedLaunch: {error}"
     return "started a second world"
+
+
+def start_a_sleeper() -> int:
+    """Start a grandchild that would outlive its worker, and return its pid."""
+    import subprocess
+
+    return subprocess.Popen(["sleep", "300"]).pid
+
+
+def return_then_linger() -> str:
+    """Return at once, but keep the interpreter alive with a non-daemon thread."""
+    import threading
+
+    threading.Thread(target=time.sleep, args=(600,), daemon=False).start()
+    return "done"
+
+
+def _refuse_to_load() -> object:
+    raise RuntimeError("this result cannot be rebuilt in the caller")
+
+
+class Unloadable:
+    """Pickles in the worker; unpickling it in the caller raises."""
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return (_refuse_to_load, ())
+
+
+def return_unloadable() -> Unloadable:
+    return Unloadable()
+
+
+def listening_addresses() -> list[str]:
+    """The local addresses of every socket listening on MASTER_PORT, from /proc (nothing is connected)."""
+    port = int(os.environ["MASTER_PORT"])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                address, port_hex = fields[1].rsplit(":", 1)
+                if fields[3] == "0A" and int(port_hex, 16) == port:
+                    found.append(address)
+    return found
+
+
+def sigterm_handler_is_default() -> bool:
+    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

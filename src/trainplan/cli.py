@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -298,8 +299,10 @@ def _run_migrate(arguments: argparse.Namespace) -> int:
 def _run_launch(arguments: argparse.Namespace, command: list[str]) -> int:
     if not command:
         raise CliError("nothing to launch: put the script after `--`, e.g. trainplan launch --devices 2 -- train.py")
-    if arguments.timeout is not None and arguments.timeout <= 0:
-        raise CliError("--timeout must be a positive number of seconds")
+    if arguments.timeout is not None and not (math.isfinite(arguments.timeout) and arguments.timeout > 0):
+        raise CliError("--timeout must be a finite, positive number of seconds")
+    if not (math.isfinite(arguments.grace_period) and arguments.grace_period >= 0):
+        raise CliError("--grace-period must be a finite number of seconds ≥ 0")
     plan = resolve(script_request(_request(arguments)), _environment(arguments))
     for note in plan.notes:
         if note.code == "script-strategy":
@@ -340,8 +343,8 @@ def _run_gpus(arguments: argparse.Namespace) -> int:
         if not str(arguments.count).isdigit():
             raise CliError(f"trainplan gpus {arguments.count}: give a whole number of GPUs, e.g. trainplan gpus 2")
         wanted = int(arguments.count)
-    if arguments.timeout <= 0:
-        raise CliError("--timeout must be a positive number of seconds")
+    if not (math.isfinite(arguments.timeout) and arguments.timeout > 0):
+        raise CliError("--timeout must be a finite, positive number of seconds")
     statuses = gpu_statuses(timeout=arguments.timeout)
     usable = [status for status in statuses if status.usable]
     if arguments.json:

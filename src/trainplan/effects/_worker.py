@@ -1,6 +1,8 @@
-"""Entry point of a 'subprocess' launcher worker: `python -m trainplan.effects._worker RESULT_FD`.
+"""Entry point of a 'subprocess' launcher worker (started through a bootstrap that drops the working directory
+from sys.path, then calls `main()` with RESULT_FD as its argument).
 
-Reads (spec, module, qualname, script, args, kwargs) pickled on stdin, imports `fn` (running the script
+Reads the caller's sys.path, then (spec, module, qualname, script, args, kwargs), pickled on stdin; imports `fn`
+(running the script
 as `__mp_main__`, as multiprocessing's spawn does, so its `if __name__ == "__main__":` block stays
 quiet), runs it as a worker, and sends the outcome back through RESULT_FD.
 """
@@ -30,10 +32,12 @@ def _load_script(path: str) -> ModuleType:
 
 
 def main() -> None:
-    connection = Connection(int(sys.argv[1]))
+    connection = Connection(int(sys.argv[-1]))
     _own_process_group()
     try:
-        spec, module_name, qualname, script, args, kwargs = pickle.loads(sys.stdin.buffer.read())
+        caller_path, body = pickle.loads(sys.stdin.buffer.read())
+        sys.path[:] = [entry for entry in caller_path if isinstance(entry, str)]
+        spec, module_name, qualname, script, args, kwargs = pickle.loads(body)
         module = _load_script(script) if script is not None else importlib.import_module(module_name)
         fn: object = module
         for part in qualname.split("."):

@@ -21,6 +21,7 @@ least makes the loser fail at once instead of sharing.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -164,6 +165,19 @@ def probe_in_parallel(
 # --------------------------------------------------------------------------------------------------
 
 
+def _check_timeout(timeout: object) -> None:
+    """A probe timeout is a finite number of seconds > 0 (NaN would disable the hang guard)."""
+    seconds = timeout if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None
+    try:
+        finite = seconds is not None and math.isfinite(seconds) and seconds > 0
+    except OverflowError:
+        finite = False
+    if not finite:
+        raise InvalidRequest(
+            field="timeout", value=timeout, reason="it must be a finite, positive number of seconds", fix="timeout=15"
+        )
+
+
 def gpu_statuses(
     *,
     timeout: float = DEFAULT_TIMEOUT,
@@ -176,6 +190,7 @@ def gpu_statuses(
     Never initialises CUDA in this process. NVML decides where it can; the rest is confirmed by
     real allocations in child processes, in parallel, each bounded by `timeout` seconds.
     """
+    _check_timeout(timeout)
     environ = os.environ if environ is None else environ
     nvml = default_nvml() if nvml is None else nvml
     launcher = SubprocessProbeLauncher() if launcher is None else launcher
@@ -241,9 +256,7 @@ def find_usable_cuda_devices(
             reason="it must be -1 (all usable), 0 or a positive count",
             fix="Write e.g. find_usable_cuda_devices(2)",
         )
-    seconds: object = timeout
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-        raise InvalidRequest(field="timeout", value=timeout, reason="it must be a positive number of seconds")
+    _check_timeout(timeout)
     if num_devices == 0:
         return []
     statuses = gpu_statuses(timeout=timeout, nvml=nvml, launcher=launcher, environ=environ)

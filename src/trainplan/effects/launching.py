@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import multiprocessing
 import os
 import pickle
@@ -50,6 +51,8 @@ LAUNCHED_VARIABLE = tables.LAUNCHED_MARKER
 """Set in every launched worker (to the launcher's name): the resolver then reads the world from RANK etc."""
 DEFAULT_GRACE_PERIOD = 5.0
 PORT_ATTEMPTS = 3
+EXIT_ALLOWANCE = 30.0
+"""Seconds (beyond the grace period) that workers which sent their results may take to exit, all together."""
 
 
 class LaunchError(TrainplanError, RuntimeError):
@@ -84,6 +87,7 @@ class WorkerFailed(LaunchError):
         signal_name: str | None,
         traceback_text: str,
         port_clash: bool = False,
+        how: str | None = None,
     ) -> None:
         self.rank = rank
         self.local_rank = local_rank
@@ -91,7 +95,9 @@ class WorkerFailed(LaunchError):
         self.signal_name = signal_name
         self.traceback_text = traceback_text
         self.port_clash = port_clash
-        if traceback_text:
+        if how is not None:
+            pass
+        elif traceback_text:
             how = "raised an exception"
         elif signal_name is not None:
             how = f"was killed by {signal_name}"
@@ -170,6 +176,8 @@ def _multiprocessing_entry(
     kwargs: Mapping[str, Any],
     connection: Connection,
 ) -> None:
+    # A forked worker inherits the caller's handlers (the launcher's own SIGTERM handler among them).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _own_process_group()
     _send(connection, run_worker(spec, fn, args, kwargs))
     connection.close()
@@ -333,6 +341,14 @@ def _start_multiprocessing(
     return workers
 
 
+_WORKER_BOOTSTRAP = (
+    # `python -m` or `-c` puts the working directory first on sys.path, so a module file there (attrs.py in a
+    # shared directory) would shadow installed packages in every worker: drop that entry before importing.
+    "import sys\nif sys.path and sys.path[0] in ('', '.'): del sys.path[0]\n"
+    "from trainplan.effects._worker import main\nmain()"
+)
+
+
 def _start_subprocesses(
     specs: Sequence[WorkerSpec],
     fn: Callable[..., object],
@@ -345,10 +361,19 @@ def _start_subprocesses(
     workers: list[WorkerHandle] = []
     try:
         for spec in specs:
-            payload = pickle.dumps((spec, module, qualname, script, tuple(args), dict(kwargs)))
+            try:
+                body = pickle.dumps((spec, module, qualname, script, tuple(args), dict(kwargs)))
+            except (pickle.PicklingError, TypeError, AttributeError) as error:
+                raise NotImportable(
+                    f"The subprocess launcher could not send the arguments of {qualname!r} to a new interpreter "
+                    f"({error}). Pass picklable arguments (numbers, strings, plain data), or build the object inside "
+                    "the worker"
+                ) from None
+            # The caller's own sys.path travels first, so the worker imports exactly as the caller does.
+            payload = pickle.dumps((list(sys.path), body))
             read_end, write_end = os.pipe()
             process = subprocess.Popen(
-                [sys.executable, "-m", "trainplan.effects._worker", str(write_end)],
+                [sys.executable, "-c", _WORKER_BOOTSTRAP, str(write_end)],
                 env={**os.environ, **spec.variables},
                 stdin=subprocess.PIPE,
                 pass_fds=(write_end,),
@@ -371,34 +396,72 @@ def _start_subprocesses(
 
 
 def _signal_worker(worker: Stoppable, signal_number: int) -> None:
-    if worker.exitcode() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if hasattr(os, "killpg"):
-            try:
-                os.killpg(worker.pid, signal_number)
-                return
-            except (ProcessLookupError, PermissionError):
-                pass
-        os.kill(worker.pid, signal_number)
+    """Signal the worker's whole process group: the worker and anything it started, even after the worker
+    itself has exited (its children keep the group alive)."""
+    if hasattr(os, "killpg"):
+        try:
+            os.killpg(worker.pid, signal_number)
+            return
+        except (ProcessLookupError, PermissionError):
+            pass  # no such group (yet): the worker may not have made its own group; signal it alone
+    if worker.exitcode() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(worker.pid, signal_number)
+
+
+def _group_alive(worker: Stoppable) -> bool:
+    """Whether the worker or any process in its group is still running."""
+    if worker.exitcode() is None:
+        return True
+    if not hasattr(os, "killpg"):
+        return False
+    try:
+        os.killpg(worker.pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+_STOP_POLL = 0.05
 
 
 def _stop(workers: Sequence[Stoppable], *, grace: float) -> None:
-    """Terminate every worker still running, wait `grace` seconds, kill what is left, reap all."""
-    for worker in workers:
-        _signal_worker(worker, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for worker in workers:
-        worker.wait(max(0.0, deadline - time.monotonic()))
-    for worker in workers:
-        if worker.exitcode() is None:
-            _signal_worker(worker, getattr(signal, "SIGKILL", signal.SIGTERM))
+    """Terminate every worker's process group, wait up to `grace` seconds, kill what is left, reap all.
+
+    Runs to the end whatever happens meanwhile: a second Ctrl-C (or SIGTERM) during the grace period only
+    cuts the grace short, so nothing is ever left running.
+    """
+    hurry = threading.Event()
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for caught in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError, OSError):
+                previous[caught] = signal.signal(caught, lambda *_: hurry.set())
+    try:
+        for worker in workers:
+            _signal_worker(worker, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while not hurry.is_set() and time.monotonic() < deadline:
+            for worker in workers:
+                worker.wait(0)  # reap an exited leader, so that its group no longer counts it
+            if not any(_group_alive(worker) for worker in workers):
+                break
+            time.sleep(_STOP_POLL)
+        kill: int = getattr(signal, "SIGKILL", signal.SIGTERM)
+        for worker in workers:
+            if _group_alive(worker):
+                _signal_worker(worker, kill)
+        for worker in workers:
             worker.wait(10.0)
-    for worker in workers:
-        connection = getattr(worker, "connection", None)
-        if connection is not None:
-            with contextlib.suppress(OSError):
-                connection.close()
+    finally:
+        for number, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(number, handler)
+        for worker in workers:
+            connection = getattr(worker, "connection", None)
+            if connection is not None:
+                with contextlib.suppress(OSError):
+                    connection.close()
 
 
 def _signal_name(exitcode: int | None) -> str | None:
@@ -430,6 +493,12 @@ def _supervise(
                     outcome: _Outcome | None = connection.recv()
                 except (EOFError, OSError):
                     outcome = None
+                except Exception:  # it was sent, but cannot be rebuilt here (a class only the worker imported)
+                    outcome = _Outcome(
+                        "error",
+                        None,
+                        "The worker's result could not be read back in the caller:\n" + traceback.format_exc(),
+                    )
                 if outcome is not None and outcome.kind == "ok":
                     results[worker.local_rank] = outcome.value
                     continue
@@ -452,23 +521,59 @@ def _supervise(
                     timeout=timeout or 0.0,
                 )
         if failure is None:
-            for worker in workers:  # each sent its result; now it must exit cleanly
-                worker.wait(grace + 30.0)
-                code = worker.exitcode()
-                if code not in (0, None):
-                    failure = WorkerFailed(
-                        rank=rank_of[worker.local_rank],
-                        local_rank=worker.local_rank,
-                        exitcode=code,
-                        signal_name=_signal_name(code),
-                        traceback_text="",
-                    )
-                    break
+            failure = _await_exits(workers, rank_of, deadline=deadline, timeout=timeout, grace=grace)
     finally:
         _stop(workers, grace=grace)
     if failure is not None:
         raise failure
     return [results[spec.local_rank] for spec in specs]
+
+
+def _await_exits(
+    workers: Sequence[WorkerHandle],
+    rank_of: Mapping[int, int],
+    *,
+    deadline: float | None,
+    timeout: float | None,
+    grace: float,
+) -> LaunchError | None:
+    """Every worker sent its result; now each must exit cleanly, within the world's deadline (or, without one,
+    within grace + 30 s for all of them together)."""
+    limit = time.monotonic() + grace + EXIT_ALLOWANCE
+    if deadline is not None:
+        limit = min(limit, deadline)
+    while any(worker.exitcode() is None for worker in workers) and time.monotonic() < limit:
+        time.sleep(_STOP_POLL)
+    for worker in workers:
+        code = worker.exitcode()
+        if code is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                return LaunchTimeout(
+                    f"Local rank {worker.local_rank} returned its result but had not exited when the world's "
+                    f"{timeout:g} s ran out (a non-daemon thread, or an atexit handler, still running?); every "
+                    "worker was stopped",
+                    timeout=timeout or 0.0,
+                )
+            return WorkerFailed(
+                rank=rank_of[worker.local_rank],
+                local_rank=worker.local_rank,
+                exitcode=None,
+                signal_name=None,
+                traceback_text="",
+                how=(
+                    f"returned its result but did not exit within {grace + EXIT_ALLOWANCE:g} s (a non-daemon thread, "
+                    "or an atexit handler, still running?)"
+                ),
+            )
+        if code != 0:
+            return WorkerFailed(
+                rank=rank_of[worker.local_rank],
+                local_rank=worker.local_rank,
+                exitcode=code,
+                signal_name=_signal_name(code),
+                traceback_text="",
+            )
+    return None
 
 
 class _Terminated(BaseException):
@@ -499,11 +604,18 @@ def _sigterm_stops_workers() -> Iterator[None]:
 
 def choose_free_port(address: str) -> int:
     """A TCP port free right now on `address` (the OS picks it); another process may take it before use."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe_socket:
-        probe_socket.bind((address if address not in ("localhost",) else "127.0.0.1", 0))
-        port: int = probe_socket.getsockname()[1]
-        return port
+    host = "127.0.0.1" if address == "localhost" else address.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe_socket:
+            probe_socket.bind((host, 0))
+            port: int = probe_socket.getsockname()[1]
+            return port
+    except (OSError, UnicodeError) as error:
+        raise LaunchError(
+            f"Cannot choose a free port on the main address {address!r} ({error}): it is not an address of this "
+            "machine. Run on the main node, or export MASTER_PORT (the same on every node) so no port is chosen"
+        ) from None
 
 
 def launch(plan: Plan, fn: Callable[..., R], *args: object, **kwargs: object) -> list[R]:
@@ -528,9 +640,15 @@ def launch_with(
         raise LaunchError(
             f"launch takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve(...)"
         )
-    limit: object = timeout
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit <= 0):
-        raise LaunchError(f"timeout={timeout!r}: write a positive number of seconds, or None for no limit")
+    _check_times(timeout, grace_period)
+    given_args: object = args
+    given_kwargs: object = kwargs
+    if not isinstance(given_args, (tuple, list)):
+        raise LaunchError(f"args={args!r}: write a tuple of positional arguments, e.g. args=(0.1,)")
+    if given_kwargs is not None and not (
+        isinstance(given_kwargs, Mapping) and all(isinstance(key, str) for key in given_kwargs)
+    ):
+        raise LaunchError(f"kwargs={kwargs!r}: write a dict of keyword arguments, e.g. kwargs={{'lr': 0.1}}")
     kwargs = dict(kwargs or {})
     if interactive is None:
         from trainplan.effects.probing import is_interactive
@@ -561,6 +679,32 @@ def launch_with(
                 continue  # another process took the port between choosing and binding it: choose again
             raise
     raise LaunchError("unreachable: every attempt either returned or raised")  # pragma: no cover
+
+
+def _check_times(timeout: object, grace_period: object) -> None:
+    """A timeout is a finite number of seconds > 0 (or None); a grace period a finite number ≥ 0."""
+    if timeout is not None and not _finite_number(timeout, minimum_exclusive=0.0):
+        raise LaunchError(f"timeout={timeout!r}: write a finite, positive number of seconds, or None for no limit")
+    if not _finite_number(grace_period, minimum_inclusive=0.0):
+        raise LaunchError(
+            f"grace_period={grace_period!r}: write a finite number of seconds ≥ 0 (the wait between terminate and kill)"
+        )
+
+
+def _finite_number(
+    value: object, *, minimum_exclusive: float | None = None, minimum_inclusive: float | None = None
+) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        number = float(value)
+    except OverflowError:
+        return False
+    if not math.isfinite(number):
+        return False
+    if minimum_exclusive is not None and not number > minimum_exclusive:
+        return False
+    return not (minimum_inclusive is not None and number < minimum_inclusive)
 
 
 def _check_startable(plan: Plan) -> None:
@@ -664,13 +808,36 @@ def script_command(argv: Sequence[str]) -> list[str]:
     return list(argv)
 
 
-def _pump(stream: Any, prefix: str, sink: Any, lock: threading.Lock) -> None:
-    for raw in iter(stream.readline, b""):
-        line = raw.decode("utf-8", "replace")
-        with lock:
+class _Sink:
+    """Where `trainplan launch` writes the workers' lines. Once the reader is gone (`| head`), lines are
+    dropped and the workers keep running: their pipes are still drained, so none blocks on a full pipe."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+        self.broken = False
+
+    def write(self, text: str) -> None:
+        with self.lock:
+            if self.broken:
+                return
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                self.broken = True
+
+
+def _pump(stream: Any, prefix: str, sink: _Sink) -> None:
+    try:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", "replace")
             sink.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
-            sink.flush()
-    stream.close()
+    except (OSError, ValueError):
+        pass  # the pipe was closed under us while stopping
+    finally:
+        with contextlib.suppress(OSError):
+            stream.close()
 
 
 def launch_script(
@@ -688,8 +855,11 @@ def launch_script(
     Returns the exit code of the first failing worker (0 when all succeed; 124 on timeout; 130 when
     interrupted); stops every worker in all those cases.
     """
+    if not isinstance(plan, Plan):
+        raise LaunchError(f"launch_script takes a trainplan.Plan, not {type(plan).__name__}")
+    _check_times(timeout, grace_period)
     command = script_command(argv)
-    sink = sys.stdout if stdout is None else stdout
+    sink = _Sink(sys.stdout if stdout is None else stdout)
     if plan.launcher == "xla":
         raise LaunchError("trainplan launch does not start XLA workers; use torch_xla's launcher for this plan")
     if plan.launcher == "external":
@@ -702,7 +872,6 @@ def launch_script(
         _check_startable(plan)
         port = plan.cluster.main_port or choose_port(plan.cluster.main_address)
         specs = _specs(plan, port=port, launcher="trainplan launch")
-    lock = threading.Lock()
     processes: list[tuple[WorkerSpec, subprocess.Popen[bytes]]] = []
     pumps: list[threading.Thread] = []
     code = 0
@@ -731,7 +900,7 @@ def launch_script(
                     ) from None
                 processes.append((spec, process))
                 pump = threading.Thread(
-                    target=_pump, args=(process.stdout, f"[rank {spec.global_rank}] ", sink, lock), daemon=True
+                    target=_pump, args=(process.stdout, f"[rank {spec.global_rank}] ", sink), daemon=True
                 )
                 pump.start()
                 pumps.append(pump)
@@ -745,15 +914,11 @@ def launch_script(
                     running.remove((spec, process))
                     if returned != 0:
                         code = returned if returned > 0 else 128 - returned
-                        with lock:
-                            how = _signal_name(returned) or f"exit code {returned}"
-                            sink.write(
-                                f"trainplan: worker rank {spec.global_rank} failed ({how}); stopping the others\n"
-                            )
+                        how = _signal_name(returned) or f"exit code {returned}"
+                        sink.write(f"trainplan: worker rank {spec.global_rank} failed ({how}); stopping the others\n")
                         break
                 if deadline is not None and time.monotonic() >= deadline and running:
-                    with lock:
-                        sink.write(f"trainplan: the workers did not finish within {timeout:g} s; stopping them\n")
+                    sink.write(f"trainplan: the workers did not finish within {timeout:g} s; stopping them\n")
                     code = 124
                 time.sleep(0.02)
     except KeyboardInterrupt:

@@ -11,7 +11,11 @@ used as it is; it is then left for its owner to destroy. `trainplan.launch` join
 from __future__ import annotations
 
 import datetime
+import ipaddress
+import os
+import socket
 from types import TracebackType
+from typing import Any
 
 from trainplan.resolve.world import STARTING_LAUNCHERS, process_group_timeout
 from trainplan.spec.errors import TrainplanError
@@ -125,13 +129,23 @@ def join(plan: Plan) -> World:
         return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=False, timeout_seconds=timeout)
     port = plan.cluster.main_port
     assert port is not None  # external plans were checked above; others have one process
-    distributed.init_process_group(
-        backend=backend,
-        init_method=f"tcp://{_host_for_url(plan.cluster.main_address)}:{port}",
-        rank=rank,
-        world_size=plan.world_size,
-        timeout=datetime.timedelta(seconds=timeout),
-    )
+    address = plan.cluster.main_address
+    delta = datetime.timedelta(seconds=timeout)
+    if _is_loopback(address) and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        # The world meets on this machine: the rendezvous store listens on loopback only, never on every
+        # interface (torch's own store binds the wildcard address).
+        store = _loopback_store(address, port, rank=rank, world_size=plan.world_size, timeout=delta)
+        distributed.init_process_group(
+            backend=backend, store=store, rank=rank, world_size=plan.world_size, timeout=delta
+        )
+    else:
+        distributed.init_process_group(
+            backend=backend,
+            init_method=f"tcp://{_host_for_url(address)}:{port}",
+            rank=rank,
+            world_size=plan.world_size,
+            timeout=delta,
+        )
     return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=True, timeout_seconds=timeout)
 
 
@@ -161,6 +175,39 @@ def _check_existing_group(plan: Plan, rank: int) -> None:
             group_value=group_rank,
             fix="Resolve the plan in this process (its RANK), not in another rank's",
         )
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _loopback_store(address: str, port: int, *, rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
+    """torch's TCPStore for a world on this machine; rank 0's listens on `address` (loopback) alone."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported at runtime
+
+    host = "127.0.0.1" if address == "localhost" else address.strip("[]")
+    if rank != 0:
+        return TCPStore(host, port, world_size, False, timeout)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+        listener.listen()
+    except BaseException:
+        listener.close()
+        raise
+    descriptor = listener.detach()  # the store owns the socket from here on
+    try:
+        return TCPStore(host, port, world_size, True, timeout, master_listen_fd=descriptor)
+    except BaseException:
+        os.close(descriptor)
+        raise
 
 
 def _host_for_url(address: str) -> str:

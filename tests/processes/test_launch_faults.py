@@ -1,0 +1,217 @@
+"""Launch faults from the reliability review, each with real processes: grandchildren, a closed stdout, a
+lingering worker, a second Ctrl-C, results and arguments that do not travel, bad numbers, a module in the
+working directory, the rendezvous store's address, and the handlers a forked worker inherits."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import trainplan as tp
+from tests import workers
+from trainplan.cli import main as cli_main
+from trainplan.effects.launching import LaunchError, NotImportable, choose_free_port
+from trainplan.resolve import resolve
+
+pytestmark = pytest.mark.processes
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCHERS = ["ddp_fork", "ddp_spawn", "ddp"]  # fork, spawn, subprocess
+
+
+def cpu_plan(strategy: str = "ddp_fork", devices: int = 2) -> tp.Plan:
+    return resolve(tp.Request(accelerator="cpu", strategy=strategy, devices=devices), tp.Environment(cpu_count=2))  # type: ignore[arg-type]
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper that is not ours counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _environment() -> dict[str, str]:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("TRAINPLAN_")}
+    environment["PYTHONPATH"] = str(ROOT)
+    return environment
+
+
+@pytest.mark.parametrize("strategy", LAUNCHERS)
+def test_no_grandchild_outlives_launch(strategy: str) -> None:
+    pids = tp.launch(cpu_plan(strategy), workers.start_a_sleeper)
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)
+
+
+def test_no_grandchild_outlives_trainplan_launch(tmp_path: Path) -> None:
+    record = tmp_path / "pids"
+    code = (
+        "import subprocess, os; "
+        f"open({str(record)!r}, 'a').write(str(subprocess.Popen(['sleep', '300']).pid) + chr(10))"
+    )
+    assert cli_main(["launch", "--no-probe", "--assume", "cpu=2", "--devices", "2", "--", "-c", code]) == 0
+    pids = [int(line) for line in record.read_text().split()]
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)
+
+
+def test_a_closed_stdout_never_deadlocks_trainplan_launch() -> None:
+    noisy = "import sys\nfor i in range(200000): print('line', i)"
+    command = f"{sys.executable} -m trainplan.cli launch --devices 2 -- -c {noisy!r} | head -2"
+    result = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=60, env=_environment(), cwd=ROOT, check=False
+    )
+    assert result.stdout.count("line") == 2
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_the_deadline_covers_workers_that_linger_after_returning() -> None:
+    with pytest.raises(tp.LaunchTimeout, match="returned its result but had not exited"):
+        tp.launch_with(cpu_plan("ddp_fork"), workers.return_then_linger, timeout=3, grace_period=1)
+
+
+def _pids_from(record: Path, count: int) -> list[int]:
+    for _ in range(300):
+        if record.exists() and len(record.read_text().split()) >= count:
+            break
+        time.sleep(0.05)
+    return [int(line) for line in record.read_text().split()]
+
+
+@pytest.mark.parametrize("how", ["library", "cli"])
+def test_a_second_ctrl_c_during_the_grace_period_stops_everything(how: str, tmp_path: Path) -> None:
+    record = tmp_path / "pids"
+    script = str(ROOT / "tests" / "scripts" / "stubborn_workers.py")
+    if how == "library":
+        command = [sys.executable, script, str(record), "library"]
+    else:
+        command = [sys.executable, "-m", "trainplan.cli", "launch", "--devices", "2", "--grace-period", "30"]
+        command += ["--", script, str(record), "cli-inner"]
+    caller = subprocess.Popen(
+        command, env=_environment(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    pids = _pids_from(record, 2)
+    assert len(pids) == 2
+    caller.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    caller.send_signal(signal.SIGINT)  # the grace period is 30 s: only the second Ctrl-C ends it
+    try:
+        _, stderr = caller.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        caller.kill()
+        pytest.fail("the caller did not exit after a second Ctrl-C")
+    for _ in range(100):
+        if not any(alive(pid) for pid in pids):
+            break
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in pids), "a stubborn worker was left running"
+    if how == "cli":
+        assert caller.returncode == 130 and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("strategy", ["ddp_fork", "ddp"])
+def test_a_result_that_cannot_be_rebuilt_is_a_worker_failure(strategy: str) -> None:
+    with pytest.raises(tp.WorkerFailed, match="could not be read back in the caller") as caught:
+        tp.launch(cpu_plan(strategy), workers.return_unloadable)
+    assert "this result cannot be rebuilt" in caught.value.traceback_text
+
+
+def test_arguments_the_subprocess_launcher_cannot_send_are_not_importable() -> None:
+    generator = (item for item in range(0))
+    unsendable: list[object] = [threading.Lock(), lambda: 1, generator]
+    for argument in unsendable:
+        with pytest.raises(NotImportable, match="could not send the arguments"):
+            tp.launch_with(cpu_plan("ddp"), workers.add, args=(argument, 1))
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"timeout": math.nan}, "timeout=nan"),
+        ({"timeout": math.inf}, "timeout=inf"),
+        ({"timeout": 0}, "timeout=0"),
+        ({"grace_period": "5"}, "grace_period='5'"),
+        ({"grace_period": None}, "grace_period=None"),
+        ({"grace_period": math.nan}, "grace_period=nan"),
+        ({"kwargs": [1]}, "kwargs=[1]"),
+        ({"args": 5}, "args=5"),
+    ],
+)
+def test_bad_launch_options_are_refused_before_anything_starts(options: dict[str, object], words: str) -> None:
+    with pytest.raises(LaunchError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        tp.launch_with(cpu_plan(), os.getpid, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["launch", "--timeout", "nan", "--", "x.py"],
+        ["launch", "--grace-period", "inf", "--", "x.py"],
+        ["gpus", "--timeout", "nan"],
+        ["launch", "--no-probe", "--", "/nonexistent_binary_xyz"],
+        ["launch", "--no-probe", "--", "/etc/passwd"],
+        ["launch", "--no-probe", "--", ""],
+    ],
+)
+def test_the_cli_refuses_bad_launches_with_a_message(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli_main(arguments)
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.startswith("trainplan: error: ")
+
+
+def test_a_probe_timeout_that_is_not_a_number_is_refused() -> None:
+    with pytest.raises(tp.InvalidRequest, match="finite, positive number of seconds"):
+        tp.find_usable_cuda_devices(1, timeout=math.nan)
+
+
+def test_a_port_is_never_chosen_on_another_machines_address() -> None:
+    # Binding is local: nothing is sent anywhere. 192.0.2.1 is a documentation address this machine lacks.
+    for address in ("192.0.2.1", "[::1]"):
+        try:
+            choose_free_port(address)
+        except LaunchError as error:
+            assert "not an address of this machine" in str(error)
+
+
+def test_the_subprocess_launcher_never_imports_from_the_working_directory(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "attrs.py").write_text(f"open({str(tmp_path / 'PWNED')!r}, 'a').write('imported\\n')\n")
+    caller = tmp_path / "caller.py"
+    caller.write_text(
+        "import os, trainplan as tp\n"
+        "plan = tp.resolve(tp.Request(accelerator='cpu', devices=2, strategy='ddp'))\n"
+        "print(len(tp.launch(plan, os.getpid)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(caller)],
+        cwd=shared,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "2", result.stderr
+    assert not (tmp_path / "PWNED").exists(), "a worker imported attrs.py from the working directory"
+
+
+@pytest.mark.parametrize("strategy", LAUNCHERS)
+def test_the_rendezvous_store_listens_on_loopback_only(strategy: str) -> None:
+    found = tp.launch(cpu_plan(strategy), workers.listening_addresses)[0]
+    assert found, "rank 0 hosts the store on MASTER_PORT"
+    loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc writes them
+    assert set(found) <= loopback, found
+
+
+def test_a_forked_worker_does_not_inherit_the_launchers_sigterm_handler() -> None:
+    assert tp.launch(cpu_plan("ddp_fork"), workers.sigterm_handler_is_default) == [True, True]
