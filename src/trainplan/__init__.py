@@ -123,17 +123,25 @@ def resolve(request: Request | None = None, env: Environment | None = None) -> P
 
     Inside a process a launcher started (torchrun, srun, mpirun, jsrun, `trainplan launch`, `launch`),
     `devices="auto"` and `num_nodes="auto"` take the layout the job started and the launcher is `external`.
-    In a worker of trainplan's own launchers, `resolve()` with no arguments returns the launcher's plan (its
-    strategy, precision and options) seen from this worker: its ranks, its port, its GPUs.
+    With no arguments: in a worker of trainplan's own launchers, the launcher's plan (its strategy, precision
+    and options) seen from this worker; in an emitted job (`trainplan plan --emit torchrun|slurm`), the request
+    the job was emitted for (TRAINPLAN_REQUEST).
     """
     from trainplan.effects.probing import probe
 
     if request is None and env is None:
+        import os
+
         from trainplan.effects.launching import worker_plan
+        from trainplan.spec.plan import request_from_json_text
+        from trainplan.spec.tables import REQUEST_VARIABLE
 
         launched = worker_plan()
         if launched is not None:
             return launched  # inside a launched worker: the launcher's plan, with this worker's rank
+        carried = os.environ.get(REQUEST_VARIABLE)
+        if carried is not None:  # inside an emitted job: the request it was emitted for
+            request = request_from_json_text(carried, source=f"the environment variable {REQUEST_VARIABLE}")
     request = Request() if request is None else request
     if env is None:
         # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.

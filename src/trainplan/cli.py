@@ -325,7 +325,10 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
             print("no problems: the request resolves on this environment")
         return EXIT_USAGE if problems else 0
     request = _request(arguments)
-    plan = resolve(script_request(request) if arguments.emit else request, env)
+    if arguments.emit:
+        # The emitted job runs a script on every worker, whatever this session is.
+        request, env = script_request(request), attrs.evolve(env, interactive=False)
+    plan = resolve(request, env)
     if arguments.emit == "torchrun":
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":

@@ -46,7 +46,9 @@ def _cluster_variables(env: Environment) -> bool:
 Explanation = Callable[[dict[str, Any], Environment, Outcome, Outcome, "TrainplanError | None"], bool]
 
 EXPLAINED: dict[str, Explanation] = {
-    "ddp-under-cluster-with-spawn": lambda flags, env, mine, theirs, error: _rule(error) == "external-launcher",
+    "ddp-under-cluster-with-spawn": lambda flags, env, mine, theirs, error: (
+        not mine.error and mine.launcher == "external" and theirs.launcher in ("spawn", "fork")
+    ),
     "cluster-world-size": lambda flags, env, mine, theirs, error: _rule(error) == "cluster-world-size",
     "torchelastic-visible-devices": lambda flags, env, mine, theirs, error: (
         isinstance(error, Unavailable) and "RANK" in env.variables and env.cuda_device_count == 1

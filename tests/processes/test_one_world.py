@@ -113,15 +113,20 @@ def test_a_started_process_refuses_to_start_a_second_world() -> None:
 
 
 def test_the_emitted_torchrun_line_runs_twice_at_once_on_one_box() -> None:
-    plan = resolve(tp.Request(accelerator="cpu", devices=2), tp.Environment(cpu_count=2))
+    options = tp.DDPOptions(timeout_seconds=7)
+    request = tp.Request(accelerator="cpu", devices=2, precision="bf16-mixed", strategy_options=options)
+    plan = resolve(request, tp.Environment(cpu_count=2))
     line = emit_torchrun(plan, [SCRIPT])
-    assert line.startswith("torchrun --standalone")
+    assert line.startswith("TRAINPLAN_REQUEST=") and " torchrun --standalone " in line
     first = subprocess.Popen(line, shell=True, cwd=ROOT, env=_environment(), stdout=subprocess.PIPE, text=True)
     second = subprocess.Popen(line, shell=True, cwd=ROOT, env=_environment(), stdout=subprocess.PIPE, text=True)
     outputs = [process.communicate(timeout=90)[0] for process in (first, second)]
     assert first.returncode == 0 and second.returncode == 0, outputs
     for output in outputs:
-        _check_world(_reports(output), "torchelastic")
+        reports = _reports(output)
+        _check_world(reports, "torchelastic")
+        # The job honours the request's choices beyond the layout: its precision and the group's timeout.
+        assert {(report["precision"], report["timeout"]) for report in reports} == {("bf16-mixed", 7)}
 
 
 def test_the_emitted_sbatch_worker_line_runs_a_plain_env_script() -> None:

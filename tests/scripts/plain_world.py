@@ -35,6 +35,7 @@ def main() -> dict[str, object]:
             "values": values,
             "in_place": in_place == [os.getpid()],
             "timeout": world.timeout_seconds,
+            "precision": plan.precision,
         }
     return report
 

@@ -47,9 +47,12 @@ class TestDetection:
     def test_local_ignores_cluster_variables(self) -> None:
         assert detect("local", SLURM_2x4).kind == "local"
 
-    def test_kubeflow_is_not_detected_automatically(self) -> None:
+    def test_a_kubeflow_pod_is_detected_but_not_a_bare_pod(self) -> None:
         variables = {"KUBERNETES_PORT": "x", "MASTER_ADDR": "m", "MASTER_PORT": "1234", "WORLD_SIZE": "2", "RANK": "0"}
-        assert detect("auto", variables).kind == "local"
+        assert detect("auto", variables).kind == "kubeflow"
+        assert detect("auto", {"KUBERNETES_PORT": "x"}).kind == "local"
+        torchrun_in_a_pod = {**variables, "LOCAL_RANK": "0", "GROUP_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+        assert detect("auto", torchrun_in_a_pod).kind == "torchelastic"
         assert detect("kubeflow", variables).kind == "kubeflow"
 
     def test_mpi_by_pmi_variables(self) -> None:

@@ -7,9 +7,10 @@ import shlex
 
 import pytest
 
-from trainplan import Environment, Plan, Request
+from trainplan import DDPOptions, Environment, Plan, Request
 from trainplan.resolve import resolve
 from trainplan.resolve.emit import emit_slurm, emit_torchrun, slurm_worker_line
+from trainplan.spec.plan import request_from_json_text
 
 PLANS = {
     "one node, 4 gpus": (Request(devices=4), Environment(cuda_device_count=4)),
@@ -106,9 +107,12 @@ def test_torchrun_line_parses_back_to_the_same_plan(name: str) -> None:
     request, env = PLANS[name]
     plan = resolve(request, env)
     words = shlex.split(emit_torchrun(plan, ["train.py"]))
-    visible = None
-    if words[0].startswith("CUDA_VISIBLE_DEVICES="):
-        visible = words.pop(0).split("=", 1)[1]
+    assignments = {}
+    while "=" in words[0]:
+        key, value = words.pop(0).split("=", 1)
+        assignments[key] = value
+    visible = assignments.get("CUDA_VISIBLE_DEVICES")
+    if plan.accelerator == "cuda":
         assert visible == ",".join(plan.physical_devices)
     options, command = _torchrun_options(words)
     assert words[0] == "torchrun" and command == ["train.py"]
@@ -141,3 +145,20 @@ def test_a_spawn_strategy_is_emitted_as_its_script_counterpart_with_a_note() -> 
     for text in (emit_torchrun(plan), emit_slurm(plan)):
         assert "# note: strategy='ddp_spawn' starts its workers from a function" in text
         assert "strategy='ddp'" in text
+
+
+def test_the_request_beyond_the_layout_travels_with_the_job() -> None:
+    options = DDPOptions(timeout_seconds=5)
+    request = Request(accelerator="cpu", devices=2, precision="bf16-mixed", strategy_options=options)
+    plan = resolve(request, Environment(cpu_count=4))
+    line = shlex.split(emit_torchrun(plan, ["train.py"]))
+    carried = dict(word.split("=", 1) for word in line if word.startswith("TRAINPLAN_REQUEST="))
+    assert request_from_json_text(carried["TRAINPLAN_REQUEST"]) == plan.request
+    assert "export TRAINPLAN_REQUEST=" in emit_slurm(plan)
+    plain = resolve(Request(devices=2), Environment(cuda_device_count=2))
+    assert "TRAINPLAN_REQUEST" not in emit_torchrun(plain) + emit_slurm(plain), "a layout alone travels as itself"
+
+
+def test_code_given_with_dash_c_runs_through_the_interpreter() -> None:
+    plan = resolve(Request(accelerator="cpu", devices=2), Environment(cpu_count=4))
+    assert emit_torchrun(plan, ["-c", "print(1)"]).endswith("--no-python python -c 'print(1)'")

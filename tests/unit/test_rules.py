@@ -181,13 +181,6 @@ CASES: dict[str, Case] = {
         "interactive-launcher",
         ("as a script",),
     ),
-    "spawn under slurm": (
-        {"strategy": "ddp_spawn", "devices": 4, "num_nodes": 2},
-        cuda(4, variables=SLURM_2x4),
-        Incompatible,
-        "external-launcher",
-        ("slurm", "strategy='ddp'"),
-    ),
     # backends
     "nccl on cpu": (
         {"accelerator": "cpu", "strategy": "ddp", "devices": 2, "process_group_backend": "nccl"},

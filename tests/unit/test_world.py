@@ -341,9 +341,23 @@ def test_join_refuses_a_plan_that_starts_its_own_workers() -> None:
         join("plan")  # type: ignore[arg-type]
 
 
-def test_join_creates_the_group_once_and_checks_an_existing_one() -> None:
+def test_join_refuses_another_ranks_plan_and_a_plan_no_launcher_gave(monkeypatch: pytest.MonkeyPatch) -> None:
+    rank_1 = resolve(Request(accelerator="cpu"), cpu(variables=LAUNCHED_1_OF_2))
+    with pytest.raises(JoinError, match="no launcher started this process"):
+        join(rank_1)
+    for key, value in {**LAUNCHED_1_OF_2, "RANK": "0", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(
+        JoinError, match="The plan is rank 1's, but trainplan's launcher started this process as rank 0"
+    ):
+        join(rank_1)
+
+
+def test_join_creates_the_group_once_and_checks_an_existing_one(monkeypatch: pytest.MonkeyPatch) -> None:
     port = str(choose_free_port("127.0.0.1"))
     one = {**LAUNCHED_1_OF_2, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+    for key, value in {**one, "MASTER_PORT": port}.items():
+        monkeypatch.setenv(key, value)
     plan = resolve(Request(accelerator="cpu", strategy="ddp"), cpu(variables={**one, "MASTER_PORT": port}))
     assert plan.world_size == 1 and plan.process_group_backend == "gloo"
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
@@ -351,7 +365,7 @@ def test_join_creates_the_group_once_and_checks_an_existing_one() -> None:
         with join(plan) as world:
             assert not world.created, "an existing group is used as it is, and left to its owner"
         assert torch.distributed.is_initialized()
-        two = resolve(Request(accelerator="cpu"), cpu(variables=LAUNCHED_1_OF_2))
+        two = resolve(Request(accelerator="cpu"), cpu(variables={**LAUNCHED_1_OF_2, "RANK": "0", "LOCAL_RANK": "0"}))
         with pytest.raises(WorldMismatch, match="world size 2, but the process group this process is in has"):
             join(two)
     finally:
@@ -417,3 +431,40 @@ def test_a_store_in_its_own_world_reduces() -> None:
     store = MetricStore(RANK_1_OF_2, collective=FakeGroup(2, rank=1))
     store.log("tokens", 5, reduce="sum")
     assert store.compute() == {"tokens": 10}
+
+
+def test_a_torchrun_inside_a_trainplan_worker_gives_its_own_world() -> None:
+    from trainplan.effects.launching import worker_plan
+
+    # trainplan's marker and plan are inherited; torchrun's newer variables (and run id) describe this process.
+    stale = worker_environment(
+        resolve(Request(accelerator="cpu"), cpu()),
+        local_rank=0,
+        main_port=29400,
+        visible_devices=None,
+        visible_count=0,
+        launcher="trainplan launch",
+    )
+    inner = {**stale, **TORCHRUN_2x2}
+    assert worker_plan(inner) is None
+    plan = resolve(Request(), cpu(variables=inner))
+    assert plan.cluster.kind == "torchelastic" and plan.world_size == 4 and plan.cluster.global_rank == 3
+
+
+def test_layout_errors_name_both_layouts_and_who_started_the_job() -> None:
+    with pytest.raises(Incompatible, match=r"torchelastic started 4 processes as 2 node\(s\) × 2 .* num_nodes=1 × 4"):
+        resolve(Request(devices=4, num_nodes=1), cpu(variables=TORCHRUN_2x2))
+    with pytest.raises(Incompatible, match="trainplan's launcher started 2 processes"):
+        resolve(Request(devices=3), cpu(variables=LAUNCHED_1_OF_2))
+
+
+def test_a_spawn_strategy_inside_any_job_joins_as_its_script_counterpart() -> None:
+    for variables in (TORCHRUN_2x2, LAUNCHED_1_OF_2, SLURM_2x4):
+        plan = resolve(Request(accelerator="cpu", strategy="ddp_spawn"), cpu(variables=variables))
+        assert plan.strategy.name == "ddp" and plan.launcher == "external"
+        assert any(note.code == "script-strategy" for note in plan.notes)
+
+
+def test_a_worker_view_says_so_in_a_note() -> None:
+    view = worker_view(resolve(Request(accelerator="cpu", devices=2), cpu()), global_rank=1, local_rank=1, main_port=1)
+    assert any(note.code == "job-layout" for note in view.notes)

@@ -38,6 +38,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import attrs
 
 from trainplan.effects.world import join
+from trainplan.resolve.cluster import launched_by_trainplan
 from trainplan.resolve.world import nested_launch, unlaunchable, worker_environment, worker_view
 from trainplan.spec import tables
 from trainplan.spec.errors import TrainplanError
@@ -154,6 +155,7 @@ def run_worker(
             global_rank=spec.global_rank,
             local_rank=spec.local_rank,
             main_port=spec.main_port,
+            started_by=spec.variables.get(LAUNCHED_VARIABLE, ""),
         )
         with join(plan):
             value = fn(*args, **kwargs)
@@ -784,15 +786,19 @@ def worker_plan(environ: Mapping[str, str] | None = None) -> Plan | None:
     this worker's ranks and port, its GPUs as CUDA_VISIBLE_DEVICES shows them); None elsewhere."""
     environ = os.environ if environ is None else environ
     text = environ.get(PLAN_VARIABLE)
-    if text is None or LAUNCHED_VARIABLE not in environ:
+    if text is None or not launched_by_trainplan(environ):
         return None
     plan = plan_from_json_text(text)
     try:
         rank, local_rank = int(environ["RANK"]), int(environ["LOCAL_RANK"])
-        port = int(environ["MASTER_PORT"])
+        port, world = int(environ["MASTER_PORT"]), int(environ["WORLD_SIZE"])
     except (KeyError, ValueError):
         return None
-    return worker_view(plan, global_rank=rank, local_rank=local_rank, main_port=port)
+    if world != plan.world_size:
+        return None  # the variables describe another world than the launcher's plan: resolve from them instead
+    return worker_view(
+        plan, global_rank=rank, local_rank=local_rank, main_port=port, started_by=environ[LAUNCHED_VARIABLE]
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -881,7 +887,7 @@ def launch_script(
                 environment = {
                     **os.environ,
                     **spec.environment(),
-                    "TORCHELASTIC_RUN_ID": f"trainplan-{spec.main_port}",
+                    "TORCHELASTIC_RUN_ID": f"{tables.TRAINPLAN_RUN_ID_PREFIX}{spec.main_port}",
                     "PYTHONUNBUFFERED": "1",
                 }
                 try:

@@ -17,7 +17,7 @@ import socket
 from types import TracebackType
 from typing import Any
 
-from trainplan.resolve.world import STARTING_LAUNCHERS, process_group_timeout
+from trainplan.resolve.world import STARTING_LAUNCHERS, job_of, process_group_timeout
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import BackendName
 from trainplan.spec.plan import Plan
@@ -110,6 +110,7 @@ def join(plan: Plan) -> World:
                 "it inside the process the job started (trainplan.resolve() there reads them)"
             )
         rank, local_rank = cluster.global_rank, cluster.local_rank
+        _check_this_process(plan, rank)
     else:
         rank, local_rank = 0, 0
     device = plan.device_for(local_rank if local_rank < plan.processes_per_node else 0)
@@ -147,6 +148,29 @@ def join(plan: Plan) -> World:
             timeout=delta,
         )
     return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=True, timeout_seconds=timeout)
+
+
+def _check_this_process(plan: Plan, rank: int) -> None:
+    """An external plan names one rank of one job: it must be this process's (its launcher's variables say)."""
+    job = job_of(os.environ)
+    if job is None:
+        raise JoinError(
+            f"The plan is rank {rank}'s of a world of {plan.world_size}, but no launcher started this process (none "
+            "of torchrun's, SLURM's, MPI's, LSF's, Kubeflow's or trainplan's variables are set). Join from the "
+            "processes the job started, each with the plan trainplan.resolve() gives there"
+        )
+    if job.world_size is not None and job.world_size != plan.world_size:
+        raise WorldMismatch(
+            what="world size",
+            plan_value=plan.world_size,
+            group_value=job.world_size,
+            fix="Resolve the plan inside this job (trainplan.resolve() takes its layout)",
+        )
+    if job.global_rank is not None and job.global_rank != rank:
+        raise JoinError(
+            f"The plan is rank {rank}'s, but {job.started_by} started this process as rank {job.global_rank}. "
+            "Resolve the plan in this process (trainplan.resolve()), not in another rank's"
+        )
 
 
 def _check_existing_group(plan: Plan, rank: int) -> None:

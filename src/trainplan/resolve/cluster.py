@@ -23,6 +23,7 @@ from trainplan.spec.tables import (
     SLURM_DEFAULT_PORT,
     SLURM_INTERACTIVE_JOB_NAMES,
     SLURM_PORT_BASE,
+    TRAINPLAN_RUN_ID_PREFIX,
     lookup,
 )
 
@@ -46,6 +47,11 @@ class ClusterFacts:
     reason: str
     notes: tuple[Note, ...] = ()
     launched: bool = False  # this process is a worker trainplan's launcher started
+
+    @property
+    def started_by(self) -> str:
+        """Who started this job's processes, for messages."""
+        return "trainplan's launcher" if self.launched else self.kind
 
 
 def detect(flag: ClusterFlag, variables: Mapping[str, str]) -> ClusterFacts:
@@ -76,8 +82,16 @@ _DETECTION_ORDER = tuple(
 )
 
 
+def launched_by_trainplan(variables: Mapping[str, str]) -> bool:
+    """Whether trainplan's launcher started this process: its marker is set, and no torchrun started inside
+    that worker has since given this process a world of its own (torchrun's run id is then not trainplan's)."""
+    if LAUNCHED_MARKER not in variables:
+        return False
+    return variables.get("TORCHELASTIC_RUN_ID", TRAINPLAN_RUN_ID_PREFIX).startswith(TRAINPLAN_RUN_ID_PREFIX)
+
+
 def _detected(variables: Mapping[str, str]) -> ClusterName:
-    if not variables or LAUNCHED_MARKER in variables:
+    if not variables or launched_by_trainplan(variables):
         return "local"
     for rule in _DETECTION_ORDER:
         if rule.name == "slurm" and variables.get("SLURM_JOB_NAME", "") in SLURM_INTERACTIVE_JOB_NAMES:
@@ -161,7 +175,7 @@ class _Variables:
 
 
 def _local(variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
-    if LAUNCHED_MARKER in variables:
+    if launched_by_trainplan(variables):
         return _launched(variables)
     read = _Variables("local", variables)
     node_rank_name = "NODE_RANK" if "NODE_RANK" in variables else "GROUP_RANK"

@@ -259,6 +259,22 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         notes.extend(device_notes)
 
     strategy_name, reasons["strategy"] = _choose_strategy(fields.strategy, accelerator, devices, num_nodes, env)
+    if (facts.creates_processes or facts.launched) and strategy_name in SCRIPT_STRATEGY_FOR:
+        # The job already started every process: a strategy that would start them from a function joins
+        # as its script counterpart, under every launcher alike.
+        instead = SCRIPT_STRATEGY_FOR[strategy_name]
+        notes.append(
+            Note(
+                code="script-strategy",
+                level="warning",
+                message=(
+                    f"strategy={strategy_name!r} starts its workers from a function, but {facts.started_by} already "
+                    f"started every process of this job: this process joins it as strategy={instead!r}"
+                ),
+            )
+        )
+        reasons["strategy"] = f"{reasons['strategy']}; inside a started job it runs as {instead!r}"
+        strategy_name = instead
     if fields.strategy == "auto":
         notes.append(Note(code="strategy-auto", level="info", message=f"strategy='auto' chose {strategy_name!r}"))
     rule = lookup(STRATEGIES, strategy_name, name="STRATEGIES")
@@ -645,7 +661,7 @@ def _job_processes_per_node(facts: ClusterFacts, num_nodes: int, nodes_known: bo
         return facts.world_size // num_nodes
     world = facts.world_size if facts.world_size is not None else "?"
     raise incompatible(
-        "job-layout-unknown", {"devices": "auto"}, cluster=facts.kind, world_size=world, detail=facts.detail
+        "job-layout-unknown", {"devices": "auto"}, cluster=facts.started_by, world_size=world, detail=facts.detail
     )
 
 
@@ -670,7 +686,7 @@ def _select_devices_in_job(
             raise incompatible(
                 "job-gpus",
                 {"devices": "auto"},
-                cluster=facts.kind,
+                cluster=facts.started_by,
                 processes_per_node=per_node,
                 visible=env.cuda_device_count,
             )
@@ -907,17 +923,9 @@ def _choose_launcher(
     launcher = rule.launcher
     launcher_rule = lookup(LAUNCHERS, launcher, name="LAUNCHERS")
     starts_workers = family.has_process_group and launcher in ("subprocess", "spawn", "fork")
-    if facts.launched and starts_workers:
-        # A worker of trainplan's own launcher: whichever way it was started, it joins; it never starts more.
-        return "external"
-    if facts.creates_processes and launcher in ("spawn", "fork"):
-        raise incompatible(
-            "external-launcher",
-            {"strategy": name, "cluster": facts.kind},
-            launcher=launcher,
-            instead=lookup(SCRIPT_STRATEGY_FOR, name, name="SCRIPT_STRATEGY_FOR"),
-        )
-    if facts.creates_processes and starts_workers:
+    if (facts.launched or facts.creates_processes) and starts_workers:
+        # A process of a started job joins it; it never starts more (spawn and fork strategies were turned
+        # into their script counterparts above).
         return "external"
     if env.interactive and not launcher_rule.interactive_compatible:
         instead = FORK_STRATEGY_FOR.get(name)
@@ -972,11 +980,14 @@ def _place_in_cluster(
             elif facts.world_size is not None and facts.world_size % num_nodes == 0:
                 suggestion = f", or ask for devices={facts.world_size // num_nodes} per node"
             hint = facts.launch_hint.format(**layout)
+            started = f"{facts.world_size if facts.world_size is not None else '?'} processes"
+            if facts.num_nodes is not None and facts.processes_per_node is not None:
+                started += f" as {facts.num_nodes} node(s) × {facts.processes_per_node}"
             raise incompatible(
                 "cluster-world-size",
                 values,
-                cluster=facts.kind,
-                cluster_world_size=facts.world_size if facts.world_size is not None else "?",
+                cluster=facts.started_by,
+                started=started,
                 detail=facts.detail,
                 processes_per_node=processes_per_node,
                 world_size=world_size,

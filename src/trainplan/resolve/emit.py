@@ -14,9 +14,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from trainplan.resolve.world import script_strategy_note
+from trainplan.resolve.world import carried_request, script_strategy_note
 from trainplan.spec.plan import Plan
-from trainplan.spec.tables import SELECTED_DEVICES_VARIABLE, SLURM_PORT_BASE
+from trainplan.spec.tables import REQUEST_VARIABLE, SELECTED_DEVICES_VARIABLE, SLURM_PORT_BASE
 
 DEFAULT_SCRIPT: tuple[str, ...] = ("train.py",)
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -27,6 +27,8 @@ def _command(command: Sequence[str]) -> list[str]:
     words = list(command) or list(DEFAULT_SCRIPT)
     if words[0] == "-m":
         return ["-m", *words[1:]]
+    if words[0] == "-c":
+        return ["--no-python", "python", *words]  # torchrun has no -c: run the interpreter as the program
     if not words[0].endswith(".py"):
         return ["--no-python", *words]
     return words
@@ -91,7 +93,11 @@ def emit_torchrun(plan: Plan, command: Sequence[str] = ()) -> str:
         words = _torchrun(plan, command, address=address, port=port, run_id="trainplan")
     else:
         words = _torchrun(plan, command, address="", port="", run_id="")
-    environment = "".join(f"{key}={value} " for key, value in _gpu_selection(plan).items())
+    variables = _gpu_selection(plan)
+    carried = carried_request(plan)
+    if carried is not None:
+        variables[REQUEST_VARIABLE] = carried
+    environment = "".join(f"{key}={shlex.quote(value)} " for key, value in variables.items())
     return "\n".join([*_notes(plan), environment + _quote(words)])
 
 
@@ -109,6 +115,12 @@ def emit_slurm(plan: Plan, command: Sequence[str] = ()) -> str:
         lines.append(f"#SBATCH --gpus-per-node={wanted}")
     lines.append("#SBATCH --job-name=train")
     lines += [*_notes(plan), ""]
+    carried = carried_request(plan)
+    if carried is not None:
+        lines += [
+            "# The request's choices beyond the layout (precision, strategy, options): trainplan.resolve() reads them.",
+            f"export {REQUEST_VARIABLE}={shlex.quote(carried)}",
+        ]
     lines += [
         f"# One task per node runs torchrun, which starts the node's {plan.processes_per_node} worker(s) with",
         "# torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): plain env:// scripts",

@@ -20,7 +20,7 @@ from trainplan.spec.errors import Incompatible, TrainplanError
 from trainplan.spec.names import LauncherName
 from trainplan.spec.notes import Note
 from trainplan.spec.options import DDPOptions
-from trainplan.spec.plan import Plan
+from trainplan.spec.plan import Plan, request_to_dict
 from trainplan.spec.request import Request
 from trainplan.spec.tables import (
     DEFAULT_PROCESS_GROUP_TIMEOUT,
@@ -78,7 +78,7 @@ def worker_environment(
     return variables
 
 
-def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int) -> Plan:
+def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int, started_by: str = "") -> Plan:
     """`plan` as one of the workers its launcher started sees it: launcher `external`, this worker's ranks and
     port, and on CUDA the devices renumbered 0..n-1 (the launcher narrowed CUDA_VISIBLE_DEVICES to them;
     `physical_devices` still names the physical GPUs)."""
@@ -90,9 +90,19 @@ def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int
     devices = tuple(range(len(plan.devices))) if plan.accelerator == "cuda" else plan.devices
     launcher: LauncherName = "external" if plan.launcher in STARTING_LAUNCHERS else plan.launcher
     reasons = dict(plan.reasons)
+    notes = list(plan.notes)
+    who = f"trainplan's {started_by or plan.launcher!r} launcher"
     if launcher != plan.launcher:
-        reasons["launcher"] = (
-            f"this process is a worker that the {plan.launcher!r} launcher started; it joins the world"
+        reasons["launcher"] = f"this process is a worker that {who} started; it joins the world"
+        notes.append(
+            Note(
+                code="job-layout",
+                level="info",
+                message=(
+                    f"inside a started job: {plan.num_nodes} node(s) × {plan.processes_per_node} process(es) as "
+                    f"{who} started them; this process (rank {global_rank}) joins it (launcher 'external')"
+                ),
+            )
         )
     if devices != plan.devices:
         reasons["devices"] = (
@@ -110,6 +120,7 @@ def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int
             main_port=main_port,
         ),
         reasons=reasons,
+        notes=tuple(notes),
     )
 
 
@@ -152,6 +163,24 @@ def unlaunchable(plan: Plan) -> Incompatible | None:
     return None
 
 
+_LAYOUT_FIELDS = ("devices", "num_nodes", "cluster", "select_usable_gpus", "notes")
+
+
+def carried_request(plan: Plan) -> str | None:
+    """The request an emitted job carries to its script (JSON for TRAINPLAN_REQUEST), when it chose more than
+    the layout the job itself gives (an accelerator, strategy, precision, backend, options); else None."""
+    request = plan.request
+    default = Request()
+    chosen = [
+        name
+        for name in attrs.fields_dict(Request)
+        if name not in _LAYOUT_FIELDS and getattr(request, name) != getattr(default, name)
+    ]
+    if not chosen:
+        return None
+    return json.dumps(request_to_dict(request), separators=(",", ":"))
+
+
 def script_strategy_note(strategy: str) -> Note | None:
     """The note for running a function-launching strategy (spawn, fork, notebook) as a script, or None."""
     instead = SCRIPT_STRATEGY_FOR.get(strategy)  # type: ignore[call-overload]
@@ -181,6 +210,7 @@ def script_request(request: Request) -> Request:
 
 __all__ = [
     "STARTING_LAUNCHERS",
+    "carried_request",
     "job_of",
     "nested_launch",
     "process_group_timeout",

@@ -275,6 +275,13 @@ def strategy_options(value: object) -> StrategyOptions | None:
         return None
     if isinstance(value, DDPOptions):
         _positive("strategy_options.timeout_seconds", value.timeout_seconds)
+        if value.timeout_seconds > MAX_PROCESS_GROUP_TIMEOUT:
+            raise InvalidRequest(
+                field="strategy_options.timeout_seconds",
+                value=value.timeout_seconds,
+                reason=f"torch.distributed counts it in int32 milliseconds: at most {MAX_PROCESS_GROUP_TIMEOUT}",
+                fix="Write a timeout in seconds up to about 24 days, e.g. timeout_seconds=1800",
+            )
         for name in ("find_unused_parameters", "static_graph", "gradient_as_bucket_view"):
             _bool(f"strategy_options.{name}", getattr(value, name))
         return value
@@ -315,6 +322,10 @@ def strategy_options(value: object) -> StrategyOptions | None:
 def _bool(field: str, value: object) -> None:
     if not isinstance(value, bool):
         raise InvalidRequest(field=field, value=value, reason="it must be True or False", allowed=(True, False))
+
+
+MAX_PROCESS_GROUP_TIMEOUT: Final[int] = (2**31 - 1) // 1000
+"""Seconds: a process-group timeout travels as int32 milliseconds."""
 
 
 def _positive(field: str, value: object) -> None:

@@ -448,6 +448,20 @@ def _num_nodes_from(read: _Reader) -> NumNodes:
     return read.field("num_nodes", int)
 
 
+def request_from_json_text(text: str, *, source: str = "request") -> Request:
+    """A request from the JSON text `request_to_dict` wrote (as emitted jobs carry it); `PlanFormatError` names
+    the bad path."""
+    import json
+
+    if not isinstance(text, str):
+        raise PlanFormatError(path=source, reason=f"expected JSON text, found {type(text).__name__}")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise PlanFormatError(path=source, reason=f"not JSON ({error})") from None
+    return _request_from_dict(_Reader(data, source))
+
+
 def plan_from_json_text(text: str) -> Plan:
     """A plan from its JSON text (as `json.dumps(plan.to_dict())` wrote it)."""
     import json
@@ -466,4 +480,5 @@ __all__ = [
     "Plan",
     "StrategyChoice",
     "plan_from_json_text",
+    "request_from_json_text",
 ]

@@ -652,7 +652,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             description="torchrun / torch.distributed.elastic",
             detect_variables=(frozenset({"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}),),
             # torchrun can run inside a SLURM allocation, so it is checked first (as Lightning does).
-            detect_priority=5,
+            detect_priority=6,
             creates_processes=True,
         ),
         ClusterRule(
@@ -660,7 +660,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             description="SLURM, processes started by srun",
             # Interactive allocations (SLURM_JOB_NAME bash/interactive) are excluded: see SLURM_INTERACTIVE_JOB_NAMES.
             detect_variables=(frozenset({"SLURM_NTASKS"}),),
-            detect_priority=4,
+            detect_priority=5,
             creates_processes=True,
         ),
         ClusterRule(
@@ -687,8 +687,10 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             name="kubeflow",
             description="Kubeflow PyTorchJob: one process per pod",
             detect_variables=(frozenset({"KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}),),
-            # Too generic to detect safely (every pod has KUBERNETES_PORT); Lightning does not detect it either.
-            detect_priority=None,
+            # Every pod has KUBERNETES_PORT, but with RANK, WORLD_SIZE and MASTER_ADDR/PORT beside it the pod is one
+            # rank of a PyTorchJob (torchrun inside a pod sets LOCAL_RANK too and is found first, as torchelastic).
+            # Lightning never detects it (its detect() raises): a deliberate difference.
+            detect_priority=4,
             creates_processes=True,
         ),
         ClusterRule(
@@ -718,9 +720,17 @@ LAUNCHED_MARKER: Final[str] = "TRAINPLAN_LAUNCHED"
 LOCAL_RANK, GROUP_RANK, LOCAL_WORLD_SIZE) for scripts that expect them; the marker tells the resolver that
 trainplan, not torchrun, started them, so the plan keeps its own launcher and gains the worker's ranks."""
 
+TRAINPLAN_RUN_ID_PREFIX: Final[str] = "trainplan-"
+"""`trainplan launch` sets TORCHELASTIC_RUN_ID=trainplan-<port> (for frameworks that look for torchelastic); another
+run id in a process that carries trainplan's marker means a torchrun inside a trainplan worker started it."""
+
 PLAN_VARIABLE: Final[str] = "TRAINPLAN_PLAN"
 """Holds the launcher's plan as JSON in every worker trainplan starts (`trainplan.resolve()` there returns it,
 seen from that worker)."""
+
+REQUEST_VARIABLE: Final[str] = "TRAINPLAN_REQUEST"
+"""Set by emitted jobs (torchrun line, sbatch script) when the request chose more than the layout (a precision, a
+strategy, its options): `trainplan.resolve()` with no arguments resolves that request inside the job."""
 
 SELECTED_DEVICES_VARIABLE: Final[str] = "TRAINPLAN_SELECTED_DEVICES"
 """Set beside CUDA_VISIBLE_DEVICES by trainplan's launchers: the device indices the launcher was asked for (as the
@@ -840,14 +850,6 @@ RULES: Final[Mapping[str, Rule]] = {
             fix="Use strategy={instead!r}, or run the code as a script",
         ),
         Rule(
-            id="external-launcher",
-            reason=(
-                "strategy {strategy!r} starts its own processes ({launcher}), but {cluster} already started "
-                "every process of this run"
-            ),
-            fix="Use strategy={instead!r}: each process started by {cluster} then joins the same world",
-        ),
-        Rule(
             id="backend-accelerator",
             reason="process_group_backend={backend!r} cannot serve accelerator {accelerator!r}: {why}",
             fix="Use process_group_backend={instead!r} (the default for {accelerator!r}), or leave it unset",
@@ -875,7 +877,7 @@ RULES: Final[Mapping[str, Rule]] = {
         Rule(
             id="cluster-world-size",
             reason=(
-                "{cluster} started {cluster_world_size} processes ({detail}), but num_nodes={num_nodes} × "
+                "{cluster} started {started} ({detail}), but the request asks for num_nodes={num_nodes} × "
                 "{processes_per_node} processes per node = {world_size}"
             ),
             fix="{fix}",
@@ -975,9 +977,10 @@ RULES: Final[Mapping[str, Rule]] = {
 
 DIFFERENCES: Final[Mapping[str, str]] = {
     "ddp-under-cluster-with-spawn": (
-        "ddp_spawn / ddp_fork / ddp_notebook inside SLURM or torchrun: Lightning starts extra processes inside "
-        "each task; trainplan refuses and points to strategy='ddp', because the cluster already started every "
-        "process."
+        "ddp_spawn / ddp_fork / ddp_notebook inside SLURM, torchrun or trainplan launch: Lightning starts extra "
+        "processes inside each task; trainplan runs the process as the strategy's script counterpart "
+        "(strategy='ddp'), joining the world the job started, with a note, so the same script runs under every "
+        "launcher."
     ),
     "cluster-world-size": (
         "A cluster whose world disagrees with num_nodes × devices: trainplan refuses it while planning, naming "
@@ -1008,6 +1011,11 @@ DIFFERENCES: Final[Mapping[str, str]] = {
     "mps-ddp": (
         "strategy='ddp' with accelerator='mps': Lightning refuses DDP-family strategies only when MPS is "
         "available; trainplan refuses the pair on any machine, and lets accelerator='cpu' use DDP on a Mac."
+    ),
+    "kubeflow-detected": (
+        "A Kubeflow PyTorchJob pod (KUBERNETES_PORT with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT) is detected "
+        "as a started job; Lightning detects it only when asked for (its KubeflowEnvironment cannot detect itself), "
+        "so there each pod would plan a world of its own."
     ),
     "auto-adopts-job": (
         "devices='auto' and num_nodes='auto' inside a started job (torchrun, srun, mpirun, jsrun, trainplan "
