@@ -36,6 +36,7 @@ from trainplan.spec.names import (
     STRATEGY_FLAGS,
     StartMethod,
 )
+from trainplan.spec.numbers import whole_number
 from trainplan.spec.plan import request_to_dict
 from trainplan.spec.request import Request
 
@@ -151,9 +152,10 @@ def _yes(fact: str, value: str | None) -> bool:
 
 
 def _count(fact: str, value: str | None) -> int:
-    if value is None or not value.strip().isdigit():
+    number = None if value is None else whole_number(value.strip())
+    if number is None:
         raise CliError(f"--assume {fact}={value}: write a whole number, e.g. --assume {fact}=8")
-    return int(value)
+    return number
 
 
 def _assume(env: Environment, assumption: str) -> Environment:
@@ -181,9 +183,10 @@ def _assume(env: Environment, assumption: str) -> Environment:
 
 def _indices(fact: str, value: str | None) -> tuple[int, ...]:
     parts = [part.strip() for part in (value or "").split(",") if part.strip()]
-    if not all(part.isdigit() for part in parts):
+    numbers = [whole_number(part) for part in parts]
+    if any(number is None for number in numbers):
         raise CliError(f"--assume {fact}={value}: write device indices, e.g. --assume {fact}=0,2")
-    return tuple(int(part) for part in parts)
+    return tuple(number for number in numbers if number is not None)
 
 
 def _methods(value: str | None) -> tuple[StartMethod, ...]:
@@ -205,9 +208,11 @@ def _package(value: str | None) -> str:
 
 def _read_env_file(path: Path) -> dict[str, str]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise CliError(f"--env-file {path}: cannot read it ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise CliError(f"--env-file {path}: it is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     variables: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
@@ -268,8 +273,8 @@ def _strategy_options(items: list[str]) -> dict[str, object] | None:
         value: object = text.strip()
         if lowered in ("true", "false"):
             value = lowered == "true"
-        elif lowered.isdigit():
-            value = int(lowered)
+        elif whole_number(lowered) is not None:
+            value = whole_number(lowered)
         options[key.strip()] = value
     return options
 
@@ -343,9 +348,10 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
 def _run_gpus(arguments: argparse.Namespace) -> int:
     wanted: int | None = None
     if arguments.count is not None:
-        if not str(arguments.count).isdigit():
+        counted = whole_number(str(arguments.count))
+        if counted is None:
             raise CliError(f"trainplan gpus {arguments.count}: give a whole number of GPUs, e.g. trainplan gpus 2")
-        wanted = int(arguments.count)
+        wanted = counted
     if not (math.isfinite(arguments.timeout) and arguments.timeout > 0):
         raise CliError("--timeout must be a finite, positive number of seconds")
     statuses = gpu_statuses(timeout=arguments.timeout)

@@ -22,6 +22,7 @@ from trainplan.spec.environment import Environment
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.gpus import GpuFacts
 from trainplan.spec.names import START_METHODS, StartMethod
+from trainplan.spec.numbers import whole_number
 from trainplan.spec.tables import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
 OPTIONAL_PACKAGES = ("deepspeed", "torch_xla", "transformer_engine", "torchmetrics", "mpi4py", "pynvml")
@@ -132,8 +133,9 @@ def _xla_device_count(environ: Mapping[str, str], packages: frozenset[str]) -> i
     if "torch_xla" not in packages:
         return 0
     declared = environ.get("TPU_NUM_DEVICES", "").strip()
-    if declared.isdigit():
-        return int(declared)
+    count = whole_number(declared)
+    if count is not None:
+        return count
     try:
         return sum(1 for name in os.listdir("/dev") if name.startswith("accel"))
     except OSError:

@@ -7,14 +7,17 @@ the world size) and reports garbage as `ClusterEnvironmentError` naming the vari
 
 from __future__ import annotations
 
+import ipaddress
+import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import attrs
 
 from trainplan.spec.errors import ClusterEnvironmentError, Unavailable
 from trainplan.spec.names import ClusterFlag, ClusterName
 from trainplan.spec.notes import Note
+from trainplan.spec.numbers import whole_number
 from trainplan.spec.tables import (
     CLUSTERS,
     DEFAULT_MAIN_PORT,
@@ -82,6 +85,24 @@ _DETECTION_ORDER = tuple(
 )
 
 
+_HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,252})", flags=re.ASCII)
+
+
+def host_address(text: str) -> str | None:
+    """`text` as a host to meet at (a name, an IPv4 or an IPv6 address; `[::1]` loses its brackets), or None
+    for anything else: a port glued on (`host:1234`), control characters, spaces, shell metacharacters."""
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+        if ":" not in text:
+            return None
+    if ":" in text:
+        try:
+            return str(ipaddress.IPv6Address(text.split("%", 1)[0])) if text.count(":") >= 2 else None
+        except ValueError:
+            return None
+    return text if _HOST_NAME.fullmatch(text) else None
+
+
 def launched_by_trainplan(variables: Mapping[str, str]) -> bool:
     """Whether trainplan's launcher started this process: its marker is set, and no torchrun started inside
     that worker has since given this process a world of its own (torchrun's run id is then not trainplan's)."""
@@ -140,10 +161,11 @@ class _Variables:
                     fix=f"Start the processes with the {self.cluster} launcher, which sets it, or set it by hand",
                 )
             return default
-        text = raw.strip()
-        if not (text.isascii() and (text.isdigit() or (text.startswith("-") and text[1:].isdigit()))):
-            raise self.error(name, "it is not a whole number", "Unset it, or set it to a whole number")
-        value = int(text)
+        value = whole_number(raw.strip(), signed=True)
+        if value is None:
+            raise self.error(
+                name, "it is not a whole number (ASCII digits, at most 18)", "Unset it, or set it to a whole number"
+            )
         if value < minimum:
             raise self.error(name, f"it must be at least {minimum}", f"Set it to a number ≥ {minimum}")
         return value
@@ -160,10 +182,14 @@ class _Variables:
         raw = self.variables.get(name)
         if raw is None:
             return None
-        text = raw.strip()
-        if not text or any(character.isspace() for character in text):
-            raise self.error(name, "it is not a host name or address", "Set it to the host of rank 0, e.g. node001")
-        return text
+        host = host_address(raw.strip())
+        if host is None:
+            raise self.error(
+                name,
+                "it is not a host name or an IP address (letters, digits, '.', '-', '_'; an IPv6 address)",
+                "Set it to the host of rank 0, e.g. node001 or 10.0.0.1, without a port",
+            )
+        return host
 
     def below(self, name: str, value: int | None, limit: int | None, limit_name: str) -> None:
         if value is not None and limit is not None and value >= limit:
@@ -318,17 +344,16 @@ def _slurm(variables: Mapping[str, str], how: str) -> ClusterFacts:
             address = "127.0.0.1"
         else:
             try:
-                hosts = expand_hostlist(nodelist)
+                address = first_host(nodelist)
             except ValueError as error:
                 raise read.error(
                     nodelist_name, str(error), "Check the job's node list; set MASTER_ADDR to override it"
                 ) from None
-            address = hosts[0]
     port = read.port("MASTER_PORT")
     if port is None:
         job_id = variables.get("SLURM_JOB_ID", "").strip()
         if job_id:
-            if not (job_id.isascii() and job_id.isdigit()):
+            if whole_number(job_id) is None:
                 raise read.error(
                     "SLURM_JOB_ID", "it is not a job number", "Set MASTER_PORT to choose the port yourself"
                 )
@@ -357,9 +382,9 @@ def _slurm_tasks_per_node(read: _Variables, variables: Mapping[str, str]) -> int
     if raw is None:
         return None
     # "4" or "4(x2)" (four tasks on each of two nodes); uneven layouts ("4(x2),2") have no single value.
-    match = re.fullmatch(r"\s*(\d+)(?:\(x\d+\))?\s*", raw)
+    match = re.fullmatch(r"\s*(\d{1,18})(?:\(x\d{1,18}\))?\s*", raw, flags=re.ASCII)
     if match is None:
-        if re.fullmatch(r"[\d(x),]+", raw.strip()):
+        if re.fullmatch(r"[\d(x),]+", raw.strip(), flags=re.ASCII):
             raise read.error(
                 "SLURM_NTASKS_PER_NODE",
                 "the job has a different number of tasks on different nodes",
@@ -372,18 +397,42 @@ def _slurm_tasks_per_node(read: _Variables, variables: Mapping[str, str]) -> int
     return value
 
 
+MAX_HOSTS = 100_000
+"""`expand_hostlist` refuses lists that name more hosts than this (resolving needs the first alone)."""
+
+_Segment = tuple[str, tuple[tuple[int, int, int], ...]]  # a literal, then the ranges of one bracket group
+
+
 def expand_hostlist(text: str) -> list[str]:
     """Expand a SLURM host list: `node[001-004,7],gpu2` → node001 … node004, node7, gpu2.
 
     Zero padding of ranges is kept, several bracket groups in one name multiply out, and a malformed
-    list raises `ValueError` saying where.
+    list raises `ValueError` saying where; so does a list of more than `MAX_HOSTS` names (nothing is
+    expanded before the whole list has been checked and counted).
     """
-    hosts: list[str] = []
-    for item in _split_top_level(text.strip()):
-        hosts.extend(_expand_one(item))
-    if not hosts:
+    items = _parse_hostlist(text)
+    total = sum(_count(segments) for segments in items)
+    if total > MAX_HOSTS:
+        raise ValueError(f"the host list names more than {MAX_HOSTS} hosts")
+    return [name for segments in items for name in _names(segments)]
+
+
+def first_host(text: str) -> str:
+    """The first host of a SLURM host list (the main address), after checking the whole list; no expansion."""
+    items = _parse_hostlist(text)
+    host = next(_names(items[0]))
+    if host_address(host) is None:
+        raise ValueError(f"its first host {host[:40]!r} is not a host name")
+    return host
+
+
+def _parse_hostlist(text: str) -> list[list[_Segment]]:
+    if len(text) > 100_000:
+        raise ValueError("the host list is implausibly long")
+    items = [_parse_item(item) for item in _split_top_level(text.strip())]
+    if not items:
         raise ValueError("the host list is empty")
-    return hosts
+    return items
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -410,32 +459,67 @@ def _split_top_level(text: str) -> list[str]:
     return [item.strip() for item in items if item.strip()]
 
 
-def _expand_one(item: str) -> list[str]:
-    match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", item)
-    if match is None:
-        if any(character.isspace() for character in item):
+_HOST_CHARACTERS = re.compile(r"[A-Za-z0-9._-]*", flags=re.ASCII)
+
+
+def _parse_item(item: str) -> list[_Segment]:
+    """`name[1-3]x[07,9]` as segments ("name", ranges), ("x", ranges), ("", ()) — checked, not expanded."""
+    segments: list[_Segment] = []
+    rest = item
+    while True:
+        match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", rest)
+        literal = rest if match is None else match.group(1)
+        if not _HOST_CHARACTERS.fullmatch(literal):
             raise ValueError(f"{item!r} is not a host name")
-        return [item]
-    prefix, ranges, rest = match.groups()
-    suffixes = _expand_one(rest) if rest else [""]
-    names: list[str] = []
-    for raw_part in ranges.split(","):
+        if match is None:
+            segments.append((literal, ()))
+            return segments
+        segments.append((literal, _parse_ranges(match.group(2), item)))
+        rest = match.group(3)
+        if not rest:
+            return segments
+
+
+def _parse_ranges(text: str, item: str) -> tuple[tuple[int, int, int], ...]:
+    ranges = []
+    for raw_part in text.split(","):
         part = raw_part.strip()
-        if re.fullmatch(r"\d+", part):
-            numbers = [part]
-        else:
-            bounds = re.fullmatch(r"(\d+)-(\d+)", part)
-            if bounds is None:
-                raise ValueError(f"{part!r} in {item!r} is not a number or a range like 001-004")
-            low, high = bounds.groups()
-            if int(high) < int(low):
-                raise ValueError(f"the range {part!r} in {item!r} runs backwards")
-            if int(high) - int(low) > 100_000:
-                raise ValueError(f"the range {part!r} in {item!r} is implausibly large")
-            width = len(low) if low.startswith("0") else 0
-            numbers = [str(number).zfill(width) for number in range(int(low), int(high) + 1)]
-        names.extend(prefix + number + suffix for number in numbers for suffix in suffixes)
-    return names
+        bounds = re.fullmatch(r"(\d{1,18})(?:-(\d{1,18}))?", part, flags=re.ASCII)
+        if bounds is None:
+            raise ValueError(f"{part!r} in {item!r} is not a number or a range like 001-004")
+        low_text, high_text = bounds.group(1), bounds.group(2) or bounds.group(1)
+        low, high = int(low_text), int(high_text)
+        if high < low:
+            raise ValueError(f"the range {part!r} in {item!r} runs backwards")
+        if high - low > MAX_HOSTS:
+            raise ValueError(f"the range {part!r} in {item!r} is implausibly large")
+        width = len(low_text) if low_text.startswith("0") else 0
+        ranges.append((low, high, width))
+    return tuple(ranges)
+
+
+def _count(segments: list[_Segment]) -> int:
+    total = 1
+    for _, ranges in segments:
+        if ranges:
+            total *= sum(high - low + 1 for low, high, _ in ranges)
+            if total > MAX_HOSTS:
+                return total  # enough to refuse; never multiply further
+    return total
+
+
+def _names(segments: list[_Segment]) -> Iterator[str]:
+    choices: list[Iterable[str]] = []
+    for literal, ranges in segments:
+        choices.append([literal])
+        if ranges:
+            choices.append(_numbers(ranges))
+    for parts in itertools.product(*choices):
+        yield "".join(parts)
+
+
+def _numbers(ranges: tuple[tuple[int, int, int], ...]) -> Iterable[str]:
+    return [str(number).zfill(width) for low, high, width in ranges for number in range(low, high + 1)]
 
 
 def _lsf(variables: Mapping[str, str], how: str) -> ClusterFacts:
@@ -474,7 +558,7 @@ def _lsf_hosts(read: _Variables, variables: Mapping[str, str]) -> list[str]:
     if raw is None:
         return []
     words = raw.split()
-    if len(words) % 2 != 0 or not all(count.isdigit() for count in words[1::2]):
+    if len(words) % 2 != 0 or not all(whole_number(count) is not None for count in words[1::2]):
         raise read.error("LSB_MCPU_HOSTS", "it is not a list of 'host count' pairs", "Unset it, or set MASTER_ADDR")
     hosts = words[0::2]
     # The first entry is the launch (batch) node, which runs no rank under jsrun (Lightning skips it too).

@@ -47,6 +47,9 @@ from trainplan.spec.tables import (
     FORK_STRATEGY_FOR,
     GPU_ACCELERATORS,
     LAUNCHERS,
+    MAX_CPU_COUNT,
+    MAX_DEVICES_PER_NODE,
+    MAX_WORLD_SIZE,
     PRECISIONS,
     RULES,
     SCRIPT_STRATEGY_FOR,
@@ -286,6 +289,15 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
 
     processes_per_node = len(devices) if family.multi_process else 1
     world_size = num_nodes * processes_per_node
+    if world_size > MAX_WORLD_SIZE:
+        report(
+            InvalidRequest(
+                field="num_nodes",
+                value=num_nodes,
+                reason=f"{num_nodes} × {processes_per_node} processes is beyond torch's {MAX_WORLD_SIZE} ranks",
+                fix="Ask for fewer nodes or processes per node",
+            )
+        )
     reasons["layout"] = f"{family.description}; nodes: {nodes_reason}"
 
     no_launcher: LauncherName = "none"
@@ -397,11 +409,17 @@ def _plainly_valid(env: Environment) -> bool:
     counts: tuple[object, ...] = (env.cuda_device_count, env.xla_device_count, env.cpu_count)
     flags: tuple[object, ...] = (env.cuda_initialized, env.mps_available, env.interactive)
     usable: object = env.usable_cuda_devices
+    variables: object = env.variables
+    methods: object = env.start_methods
+    packages: object = env.packages
     return (
         all(type(count) is int for count in counts)
-        and env.cuda_device_count >= 0
-        and env.xla_device_count >= 0
-        and env.cpu_count >= 1
+        and 0 <= env.cuda_device_count <= MAX_DEVICES_PER_NODE
+        and 0 <= env.xla_device_count <= MAX_DEVICES_PER_NODE
+        and 1 <= env.cpu_count <= MAX_CPU_COUNT
+        and isinstance(variables, Mapping)
+        and isinstance(methods, tuple)
+        and isinstance(packages, frozenset)
         and all(type(flag) is bool for flag in flags)
         and usable is None
         and all(method in START_METHODS for method in env.start_methods)
@@ -429,10 +447,15 @@ def _check_environment(env: Environment, report: Report) -> bool:
         return True
     # The record's types say what each fact is; values written by hand at runtime may still be anything.
     facts: dict[str, object] = {name: getattr(env, name) for name in _ENVIRONMENT_FACTS}
-    for field, minimum in (("cuda_device_count", 0), ("xla_device_count", 0), ("cpu_count", 1)):
+    limits = (
+        ("cuda_device_count", 0, MAX_DEVICES_PER_NODE),
+        ("xla_device_count", 0, MAX_DEVICES_PER_NODE),
+        ("cpu_count", 1, MAX_CPU_COUNT),
+    )
+    for field, minimum, maximum in limits:
         value = facts[field]
-        if type(value) is not int or value < minimum:
-            bad(field, value, f"it must be a whole number ≥ {minimum}")
+        if type(value) is not int or not minimum <= value <= maximum:
+            bad(field, value, f"it must be a whole number from {minimum} to {maximum}")
     for field in ("cuda_initialized", "mps_available", "interactive"):
         if type(facts[field]) is not bool:
             bad(field, facts[field], "it must be True or False")
@@ -441,7 +464,7 @@ def _check_environment(env: Environment, report: Report) -> bool:
         bad("start_methods", methods, f"start methods are among {START_METHODS}")
     packages = facts["packages"]
     if not isinstance(packages, frozenset) or not all(isinstance(name, str) for name in packages):
-        bad("packages", packages, "package names are strings")
+        bad("packages", packages, "packages is a set of package names, e.g. {'deepspeed'}")
     variables = facts["variables"]
     if not isinstance(variables, Mapping) or not all(
         isinstance(key, str) and isinstance(value, str) for key, value in variables.items()
@@ -768,7 +791,8 @@ def _select_usable_devices(
             ),
         )
     total = env.cuda_device_count
-    busy = [index for index in range(total) if index not in usable]
+    usable_set = set(usable)
+    busy = [index for index in range(total) if index not in usable_set]
     if isinstance(spec, int) and spec != -1:
         wanted = spec
     else:
@@ -894,7 +918,10 @@ def _merge_options(name: StrategyName, family: FamilyRule, given: StrategyOption
     base = {"ddp": "ddp", "fsdp": "fsdp", "deepspeed": "deepspeed"}[family.family]
     for option, preset in rule.preset.items():
         current = getattr(merged, option)
-        if given is not None and current != preset and current != getattr(defaults, option):
+        # An option written explicitly that the preset name contradicts is a conflict, even when it equals the
+        # default; one left at its default takes the preset's value.
+        written = given is not None and option in given.given
+        if given is not None and current != preset and (written or current != getattr(defaults, option)):
             raise incompatible(
                 "strategy-preset",
                 {"strategy": name, "strategy_options": given},

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainplan.spec.numbers import DIGITS, whole_number
+
 
 class AmbiguousDevice(ValueError):
     """A UUID prefix in CUDA_VISIBLE_DEVICES matches more than one device."""
@@ -18,14 +20,15 @@ def _leading_integer(text: str) -> int:
     """The integer an entry starts with (as C's strtoul reads it), or -1 when there is none."""
     end = 0
     for position, character in enumerate(text):
-        if character.isdigit() or (position == 0 and character in "+-"):
+        if character in DIGITS or (position == 0 and character in "+-"):
             end = position + 1
         else:
             break
     digits = text[:end]
     if not digits or digits in ("+", "-"):
         return -1
-    return int(digits)
+    number = whole_number(digits.lstrip("+"), signed=True)
+    return -1 if number is None else number  # more digits than any device count: out of range, so cut
 
 
 def visible_device_order(value: str | None, uuids: Sequence[str]) -> tuple[int, ...]:

@@ -6,20 +6,28 @@ from collections.abc import Mapping
 
 import attrs
 
-from trainplan.spec.frozen import FrozenMap, freeze_map
+from trainplan.spec.frozen import FrozenMap, freeze_map, freeze_sequence
 from trainplan.spec.names import StartMethod
+
+# Converters never raise: a value of the wrong shape is kept as given, and `resolve` refuses it by name.
 
 
 def _freeze_packages(value: frozenset[str] | set[str] | tuple[str, ...] | list[str]) -> frozenset[str]:
-    return frozenset(value)
+    given: object = value
+    if isinstance(given, (set, frozenset, tuple, list)):
+        try:
+            return frozenset(given)
+        except TypeError:  # unhashable members
+            pass
+    return given  # type: ignore[return-value]
 
 
 def _freeze_start_methods(value: tuple[StartMethod, ...] | list[StartMethod]) -> tuple[StartMethod, ...]:
-    return tuple(value)
+    return freeze_sequence(value)  # type: ignore[return-value]
 
 
 def _freeze_indices(value: tuple[int, ...] | list[int] | None) -> tuple[int, ...] | None:
-    return None if value is None else tuple(value)
+    return None if value is None else freeze_sequence(value)  # type: ignore[return-value]
 
 
 @attrs.frozen(kw_only=True)

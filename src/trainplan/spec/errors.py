@@ -12,12 +12,25 @@ from collections.abc import Iterable, Mapping
 
 
 def did_you_mean(value: object, allowed: Iterable[object]) -> str | None:
-    """The closest allowed name to a misspelt one, or None when nothing is close."""
-    if not isinstance(value, str):
+    """The closest allowed name to a misspelt one, or None when nothing is close (or it is the value itself)."""
+    if not isinstance(value, str) or len(value) > 64:
         return None
     names = {str(name).lower(): str(name) for name in allowed}
     matches = difflib.get_close_matches(value.lower(), list(names), n=1, cutoff=0.6)
-    return names[matches[0]] if matches else None
+    if not matches or names[matches[0]] == value:
+        return None
+    return names[matches[0]]
+
+
+def shown(value: object, limit: int = 160) -> str:
+    """`repr(value)` for a message, cut short when long (a 100,000-character value says how long it was)."""
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__ must not hide the real error
+        text = f"<{type(value).__name__}>"
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters)"
 
 
 class TrainplanError(Exception):
@@ -60,14 +73,16 @@ class InvalidRequest(TrainplanError, ValueError):
         self.reason = reason
         self.allowed = tuple(allowed)
         self.suggestion = suggestion if suggestion is not None else did_you_mean(value, self.allowed)
-        parts = [f"{field}={value!r} is not accepted: {reason}."]
+        if self.suggestion is not None and self.suggestion == str(value):
+            self.suggestion = None  # suggesting the refused value itself helps nobody
+        parts = [f"{field}={shown(value)} is not accepted: {reason}."]
         if self.suggestion is not None:
             parts.append(f"Did you mean {field}={self.suggestion!r}?")
         if fix is not None:
             parts.append(fix if fix.endswith(".") else fix + ".")
         elif self.allowed:
-            shown = ", ".join(repr(name) for name in self.allowed)
-            parts.append(f"Write one of: {shown}.")
+            names = ", ".join(repr(name) for name in self.allowed)
+            parts.append(f"Write one of: {names}.")
         self.fix = fix
         super().__init__(" ".join(parts))
 
@@ -80,7 +95,7 @@ class Incompatible(TrainplanError, ValueError):
         self.rule = rule
         self.reason = reason
         self.fix = fix
-        asked = ", ".join(f"{key}={value!r}" for key, value in self.values.items())
+        asked = ", ".join(f"{key}={shown(value)}" for key, value in self.values.items())
         verdict = "cannot work together" if len(self.values) > 1 else "cannot be used"
         super().__init__(f"{asked} {verdict}: {reason}. {_sentence(fix)}")
 
@@ -105,7 +120,7 @@ class ClusterEnvironmentError(TrainplanError, ValueError):
         self.reason = reason
         self.fix = fix
         super().__init__(
-            f"The {cluster} environment variable {variable}={value!r} cannot be used: {reason}. {_sentence(fix)}"
+            f"The {cluster} environment variable {variable}={shown(value)} cannot be used: {reason}. {_sentence(fix)}"
         )
 
 

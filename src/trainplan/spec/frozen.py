@@ -11,7 +11,8 @@ class FrozenMap(Mapping[str, str]):
     __slots__ = ("_hash", "_items")
 
     def __init__(self, items: Mapping[str, str] | None = None) -> None:
-        self._items: dict[str, str] = dict(sorted((items or {}).items()))
+        # Sorted by text, so keys of the wrong type (which resolve then reports) never make sorting raise.
+        self._items: dict[str, str] = dict(sorted((items or {}).items(), key=lambda item: (str(item[0]), repr(item))))
         self._hash: int | None = None
 
     def __getitem__(self, key: str) -> str:
@@ -41,7 +42,23 @@ class FrozenMap(Mapping[str, str]):
 
 
 def freeze_map(items: Mapping[str, str] | None) -> FrozenMap:
-    """Converter: any string mapping (or None) to a `FrozenMap`."""
+    """Converter: any string mapping (or None) to a `FrozenMap`. Anything else is kept as given, for the
+    resolver to refuse by name (a converter never raises)."""
     if isinstance(items, FrozenMap):
         return items
+    if items is not None and not isinstance(items, Mapping):
+        return items  # kept for resolve to reject by name
     return FrozenMap(items)
+
+
+def freeze_sequence(value: object) -> object:
+    """Converter helper: a list, tuple or set becomes a tuple; anything else (a string, a number) is kept as
+    given, for the resolver to refuse by name."""
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    if isinstance(value, (set, frozenset)):
+        try:
+            return tuple(sorted(value))
+        except TypeError:
+            return tuple(value)
+    return value

@@ -136,11 +136,20 @@ _DEVICE_FLAGS: Final[Mapping[str, tuple[AcceleratorFlag, str]]] = {
 """The old per-hardware device flags: the accelerator each one implied, and why devices= replaced it."""
 
 
+def _means_no_gpu(raw: object) -> bool:
+    """gpus=0, "0", [] or (): no GPU. Compared by type first, so array-likes never compare element-wise."""
+    if type(raw) is int:
+        return raw == 0
+    if isinstance(raw, str):
+        return raw.strip() == "0"
+    return isinstance(raw, (list, tuple)) and len(raw) == 0
+
+
 def _device_flag(flag: str) -> Callable[[_Claims, object], None]:
     accelerator, why = _DEVICE_FLAGS[flag]
 
     def handle(claims: _Claims, raw: object) -> None:
-        if flag == "gpus" and raw in (0, "0", [], ()) and not isinstance(raw, bool):
+        if flag == "gpus" and _means_no_gpu(raw):
             claims.claim("accelerator", flag, raw, "cpu")
             claims.note(flag, f"gpus={raw!r}", "accelerator='cpu'", "gpus=0 meant no GPU; say where to run instead")
             return
@@ -388,8 +397,8 @@ def flag_spelling(request: Request) -> str:
             parts.append(f"{option} {','.join(str(index) for index in value)}")
         elif name == "strategy_options":
             defaults = type(value)()
-            for key in attrs.fields_dict(type(value)):
-                if getattr(value, key) != getattr(defaults, key):
+            for key, option in attrs.fields_dict(type(value)).items():
+                if option.init and getattr(value, key) != getattr(defaults, key):
                     parts.append(f"--strategy-option {key}={getattr(value, key)}")
         else:
             parts.append(f"{option} {value}")

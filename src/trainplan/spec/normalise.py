@@ -26,10 +26,13 @@ from trainplan.spec.names import (
     StrategyFlag,
 )
 from trainplan.spec.notes import Note
+from trainplan.spec.numbers import whole_number
 from trainplan.spec.options import OPTION_TYPES, DDPOptions, DeepSpeedOptions, FSDPOptions, StrategyOptions
 from trainplan.spec.request import Request
 from trainplan.spec.tables import (
     ACCELERATOR_ALIASES,
+    MAX_DEVICES_PER_NODE,
+    MAX_NODES,
     PRECISION_ALIASES,
     PRECISION_FLAG_ALIASES,
     STRATEGIES,
@@ -150,6 +153,13 @@ def num_nodes(value: object) -> int | Literal["auto"]:
             reason=f"it must be a positive integer, not {type(value).__name__}",
             fix="Write num_nodes='auto' (the job's nodes, else 1), or the number of machines, e.g. num_nodes=2",
         )
+    if value > MAX_NODES:
+        raise InvalidRequest(
+            field="num_nodes",
+            value=value,
+            reason=f"it is more machines than any cluster has (at most {MAX_NODES})",
+            fix="Write the number of machines, e.g. num_nodes=2",
+        )
     if value < 1:
         raise InvalidRequest(
             field="num_nodes",
@@ -204,13 +214,18 @@ def devices(value: object) -> DevicesSpec:
             parts = [part.strip() for part in text.split(",")]
             if parts and parts[-1] == "":
                 parts = parts[:-1]  # "1," names index 1, as in Lightning
-            if not parts or not all(_is_decimal(part) for part in parts):
+            numbers = [whole_number(part) for part in parts]
+            if not parts or any(number is None for number in numbers):
                 raise InvalidRequest(
-                    field="devices", value=value, reason="it is not a comma-separated list of indices", fix=_DEVICES_FIX
+                    field="devices",
+                    value=value,
+                    reason="it is not a comma-separated list of indices (ASCII digits, at most 18 each)",
+                    fix=_DEVICES_FIX,
                 )
-            return _device_indices(value, [int(part) for part in parts])
-        if _is_decimal(text) or (text.startswith("-") and _is_decimal(text[1:])):
-            return _device_count(value, int(text))
+            return _device_indices(value, [number for number in numbers if number is not None])
+        count = whole_number(text, signed=True)
+        if count is not None:
+            return _device_count(value, count)
         raise InvalidRequest(
             field="devices", value=value, reason="it is neither a number nor a list of indices", fix=_DEVICES_FIX
         )
@@ -232,10 +247,17 @@ def devices(value: object) -> DevicesSpec:
 
 
 def _is_decimal(text: str) -> bool:
-    return text.isascii() and text.isdigit()
+    return whole_number(text) is not None
 
 
 def _device_count(original: object, count: int) -> int:
+    if count > MAX_DEVICES_PER_NODE:
+        raise InvalidRequest(
+            field="devices",
+            value=original,
+            reason=f"it is more processes or devices than any one machine has (at most {MAX_DEVICES_PER_NODE})",
+            fix="Write the number per node, e.g. devices=8, and the machines as num_nodes",
+        )
     if count == -1 or count > 0:
         return count
     if count == 0:
@@ -250,6 +272,13 @@ def _device_indices(original: object, indices: list[int]) -> tuple[int, ...]:
         raise InvalidRequest(
             field="devices", value=original, reason="an empty list selects no device", fix=_DEVICES_FIX
         )
+    if len(indices) > MAX_DEVICES_PER_NODE or any(index >= MAX_DEVICES_PER_NODE for index in indices):
+        raise InvalidRequest(
+            field="devices",
+            value=original,
+            reason=f"it names more devices, or higher indices, than any machine has (at most {MAX_DEVICES_PER_NODE})",
+            fix=_DEVICES_FIX,
+        )
     negative = [index for index in indices if index < 0]
     if negative:
         raise InvalidRequest(
@@ -258,7 +287,11 @@ def _device_indices(original: object, indices: list[int]) -> tuple[int, ...]:
             reason=f"device indices cannot be negative ({negative[0]})",
             fix=_DEVICES_FIX,
         )
-    duplicates = sorted({index for index in indices if indices.count(index) > 1})
+    seen: set[int] = set()
+    repeated: set[int] = set()
+    for index in indices:
+        (repeated if index in seen else seen).add(index)
+    duplicates = sorted(repeated)
     if duplicates:
         raise InvalidRequest(
             field="devices",
@@ -357,6 +390,14 @@ REQUEST_FIELDS: Final[tuple[str, ...]] = (
 
 def request_from_config(config: Mapping[str, object]) -> Request:
     """See `Request.from_config`."""
+    given: object = config
+    if not isinstance(given, Mapping):
+        raise InvalidRequest(
+            field="config",
+            value=config,
+            reason=f"from_config takes a mapping of field names to values, not a {type(given).__name__}",
+            fix="Pass a dict, e.g. Request.from_config({'accelerator': 'cpu', 'devices': 2})",
+        )
     unknown = [key for key in config if key not in REQUEST_FIELDS]
     if unknown:
         raise InvalidRequest(
@@ -368,8 +409,8 @@ def request_from_config(config: Mapping[str, object]) -> Request:
         )
     strategy_name = strategy(config.get("strategy", "auto"))
     nodes = config.get("num_nodes", "auto")
-    if isinstance(nodes, str) and _is_decimal(nodes.strip()):
-        nodes = int(nodes.strip())
+    if isinstance(nodes, str) and whole_number(nodes.strip()) is not None:
+        nodes = whole_number(nodes.strip())
     batchnorm = _loose_bool(config.get("sync_batchnorm", False))
     usable = _loose_bool(config.get("select_usable_gpus", False))
     normal_devices = devices(config.get("devices", "auto"))
@@ -417,6 +458,6 @@ def _options_from_config(strategy_name: StrategyFlag, value: object) -> Strategy
             field="strategy_options",
             value=dict(value),
             reason=f"{options_type.__name__} does not take these options ({error})",
-            allowed=tuple(attribute.name for attribute in options_type.__attrs_attrs__),
+            allowed=tuple(attribute.name for attribute in options_type.__attrs_attrs__ if attribute.init),
         ) from None
     return strategy_options(built)

@@ -25,5 +25,9 @@ class Note:
 
 
 def freeze_notes(notes: Iterable[Note]) -> tuple[Note, ...]:
-    """Converter: any iterable of notes to a tuple, so records holding notes stay hashable values."""
-    return tuple(notes)
+    """Converter: a list or tuple of notes to a tuple, so records holding notes stay hashable values; anything
+    else is kept as given (the resolver ignores what is not a note)."""
+    given: object = notes
+    if isinstance(given, (list, tuple)):
+        return tuple(given)
+    return given  # type: ignore[return-value]  # kept as given: never raise in a converter

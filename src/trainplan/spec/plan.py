@@ -8,7 +8,7 @@ from typing import Literal, TypeAlias, TypeVar
 import attrs
 
 from trainplan.spec.errors import PlanFormatError
-from trainplan.spec.frozen import FrozenMap, freeze_map
+from trainplan.spec.frozen import FrozenMap, freeze_map, freeze_sequence
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     ACCELERATORS,
@@ -45,7 +45,7 @@ _REDUCES_ON: dict[ReducesOn, str] = {
 
 
 def _freeze_strings(value: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    return tuple(value)
+    return freeze_sequence(value)  # type: ignore[return-value]
 
 
 @attrs.frozen(kw_only=True)
@@ -244,7 +244,17 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: object) -> Plan:
-        """Read `to_dict`'s output back; anything else raises `PlanFormatError` naming the bad path."""
+        """Read `to_dict`'s output back; anything else raises `PlanFormatError` naming the bad path.
+
+        A plan read back is as valid as one resolved (workers trust it): ranges and consistency are checked
+        (world size = nodes × processes, one device per process, ranks inside the world, a real port, options
+        and request fields that resolve would accept)."""
+        plan = cls._read(data)
+        _check_plan(plan)
+        return plan
+
+    @classmethod
+    def _read(cls, data: object) -> Plan:
         read = _Reader(data, "plan")
         version = read.field("version", int)
         if version != 1:
@@ -384,7 +394,8 @@ def _options_to_dict(options: StrategyOptions | None) -> dict[str, object] | Non
     if options is None:
         return None
     kind = {DDPOptions: "ddp", FSDPOptions: "fsdp", DeepSpeedOptions: "deepspeed"}[type(options)]
-    return {"kind": kind, **attrs.asdict(options)}
+    values = attrs.asdict(options, filter=lambda attribute, _: attribute.init)
+    return {"kind": kind, **values, "given": sorted(options.given)}
 
 
 def _options_from_dict(read: _Reader, key: str) -> StrategyOptions | None:
@@ -392,11 +403,18 @@ def _options_from_dict(read: _Reader, key: str) -> StrategyOptions | None:
         return None
     options = read.child(key)
     kind = options.choice("kind", tuple(_OPTION_KINDS))
-    values = {name: value for name, value in options.data.items() if name != "kind"}
+    values = {name: value for name, value in options.data.items() if name not in ("kind", "given")}
     try:
-        return _OPTION_KINDS[kind](**values)
+        record = _OPTION_KINDS[kind](**values)
     except TypeError as error:
         raise PlanFormatError(path=options.path, reason=str(error)) from None
+    if "given" in options.data:
+        given = options.string_list("given")
+        unknown = sorted(set(given) - set(values))
+        if unknown:
+            raise PlanFormatError(path=f"{options.path}.given", reason=f"{unknown} are not options of {kind}")
+        object.__setattr__(record, "given", frozenset(given))
+    return record
 
 
 def request_to_dict(request: Request) -> dict[str, object]:
@@ -448,6 +466,78 @@ def _num_nodes_from(read: _Reader) -> NumNodes:
     return read.field("num_nodes", int)
 
 
+def _check_plan(plan: Plan) -> None:
+    """Ranges and consistency of a plan read from JSON; `PlanFormatError` names the first bad path."""
+    from trainplan.spec import normalise
+    from trainplan.spec.errors import InvalidRequest
+    from trainplan.spec.options import OPTION_TYPES
+    from trainplan.spec.tables import FAMILIES, MAX_DEVICES_PER_NODE, MAX_NODES, STRATEGIES
+
+    def bad(path: str, reason: str) -> PlanFormatError:
+        return PlanFormatError(path=f"plan.{path}", reason=reason)
+
+    if not 1 <= plan.num_nodes <= MAX_NODES:
+        raise bad("num_nodes", f"it must be from 1 to {MAX_NODES}, not {plan.num_nodes}")
+    if not 1 <= plan.processes_per_node <= MAX_DEVICES_PER_NODE:
+        raise bad("processes_per_node", f"it must be from 1 to {MAX_DEVICES_PER_NODE}, not {plan.processes_per_node}")
+    if plan.world_size != plan.num_nodes * plan.processes_per_node:
+        raise bad(
+            "world_size",
+            f"it is {plan.world_size}, but num_nodes × processes_per_node = {plan.num_nodes * plan.processes_per_node}",
+        )
+    rule = STRATEGIES[plan.strategy.name]
+    if plan.strategy.family != rule.family:
+        raise bad("strategy.family", f"strategy {plan.strategy.name!r} is of family {rule.family!r}")
+    family = FAMILIES[rule.family]
+    devices = plan.devices
+    if len(set(devices)) != len(devices) or any(not 0 <= index < MAX_DEVICES_PER_NODE for index in devices):
+        raise bad("devices", "device indices are distinct, from 0 to the node's device count")
+    if family.multi_process and len(devices) != plan.processes_per_node:
+        raise bad(
+            "devices",
+            f"{family.family} runs one process per device: {len(devices)} devices, "
+            f"{plan.processes_per_node} processes per node",
+        )
+    if not family.multi_process and (plan.processes_per_node != 1 or not devices):
+        raise bad("processes_per_node", f"{family.family} runs one process over its devices")
+    if plan.physical_devices and len(plan.physical_devices) != len(devices):
+        raise bad("physical_devices", "it names one physical GPU per device")
+    cluster = plan.cluster
+    address = cluster.main_address
+    if not address or len(address) > 253 or any(character.isspace() or ord(character) < 32 for character in address):
+        raise bad("cluster.main_address", "it is not a host name or address")
+    if cluster.main_port is not None and not 1 <= cluster.main_port <= 65535:
+        raise bad("cluster.main_port", "a TCP port is from 1 to 65535")
+    if not 0 <= cluster.node_rank < plan.num_nodes:
+        raise bad("cluster.node_rank", f"it must be from 0 to {plan.num_nodes - 1}")
+    if cluster.global_rank is not None and not 0 <= cluster.global_rank < plan.world_size:
+        raise bad("cluster.global_rank", f"it must be from 0 to {plan.world_size - 1}")
+    if cluster.local_rank is not None and not 0 <= cluster.local_rank < plan.processes_per_node:
+        raise bad("cluster.local_rank", f"it must be from 0 to {plan.processes_per_node - 1}")
+    expected = OPTION_TYPES.get(family.family)
+    options = plan.strategy.options
+    if (expected is None) != (options is None) or (expected is not None and not isinstance(options, expected)):
+        raise bad("strategy.options", f"family {family.family!r} takes {expected.__name__ if expected else 'none'}")
+    request = plan.request
+    checks: dict[str, Callable[[], object]] = {
+        "strategy.options": lambda: normalise.strategy_options(options),
+        "request.accelerator": lambda: normalise.accelerator(request.accelerator),
+        "request.strategy": lambda: normalise.strategy(request.strategy),
+        "request.devices": lambda: normalise.devices(request.devices),
+        "request.num_nodes": lambda: normalise.num_nodes(request.num_nodes),
+        "request.precision": lambda: normalise.precision(request.precision),
+        "request.process_group_backend": lambda: normalise.backend(request.process_group_backend),
+        "request.cluster": lambda: normalise.cluster(request.cluster),
+        "request.metrics_store": lambda: normalise.metrics_store(request.metrics_store),
+        "request.strategy_options": lambda: normalise.strategy_options(request.strategy_options),
+    }
+    for path, check in checks.items():
+        try:
+            check()
+        except InvalidRequest as error:
+            raise bad(path, error.reason) from None
+
+
 def request_from_json_text(text: str, *, source: str = "request") -> Request:
     """A request from the JSON text `request_to_dict` wrote (as emitted jobs carry it); `PlanFormatError` names
     the bad path."""
@@ -466,10 +556,13 @@ def plan_from_json_text(text: str) -> Plan:
     """A plan from its JSON text (as `json.dumps(plan.to_dict())` wrote it)."""
     import json
 
+    given: object = text
+    if not isinstance(given, (str, bytes, bytearray)):
+        raise PlanFormatError(path="plan", reason=f"expected JSON text, found {type(given).__name__}")
     try:
         data = json.loads(text)
-    except ValueError as error:
-        raise PlanFormatError(path="plan", reason=f"not JSON ({error})") from None
+    except (ValueError, RecursionError) as error:
+        raise PlanFormatError(path="plan", reason=f"not JSON, or nested too deeply ({error})") from None
     return Plan.from_dict(data)
 
 

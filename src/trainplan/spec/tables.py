@@ -720,6 +720,18 @@ LAUNCHED_MARKER: Final[str] = "TRAINPLAN_LAUNCHED"
 LOCAL_RANK, GROUP_RANK, LOCAL_WORLD_SIZE) for scripts that expect them; the marker tells the resolver that
 trainplan, not torchrun, started them, so the plan keeps its own launcher and gains the worker's ranks."""
 
+MAX_DEVICES_PER_NODE: Final[int] = 4096
+"""More processes or devices on one node than any machine has: refused rather than planned (and allocated)."""
+
+MAX_NODES: Final[int] = 1_000_000
+"""More nodes than any cluster has."""
+
+MAX_WORLD_SIZE: Final[int] = 2**31 - 1
+"""torch.distributed ranks are int32."""
+
+MAX_CPU_COUNT: Final[int] = 1 << 20
+"""An Environment's cpu_count beyond this is not a machine."""
+
 TRAINPLAN_RUN_ID_PREFIX: Final[str] = "trainplan-"
 """`trainplan launch` sets TORCHELASTIC_RUN_ID=trainplan-<port> (for frameworks that look for torchelastic); another
 run id in a process that carries trainplan's marker means a torchrun inside a trainplan worker started it."""

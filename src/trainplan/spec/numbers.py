@@ -1,0 +1,31 @@
+"""Reading whole numbers from text, safely: ASCII digits only, and never more than fit a plan.
+
+`"²".isdigit()` and `"٣".isdigit()` are true, `int("9" * 5000)` raises past Python's digit limit, and
+`int("1" * 4000)` is a number no machine has; every place that reads a count, an index, a rank or a port
+from text goes through `whole_number`, which answers None for all of those.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+MAX_DIGITS: Final[int] = 18
+"""More digits than this is no count, index, rank or port of any real machine (and stays within int64)."""
+
+DIGITS: Final[frozenset[str]] = frozenset("0123456789")
+
+
+def is_ascii_digits(text: str) -> bool:
+    """Non-empty and made of ASCII digits only."""
+    return bool(text) and all(character in DIGITS for character in text)
+
+
+def whole_number(text: str, *, signed: bool = False) -> int | None:
+    """The integer `text` spells in ASCII digits (an optional leading '-' when `signed`), or None."""
+    body = text[1:] if signed and text.startswith("-") else text
+    if not is_ascii_digits(body) or len(body) > MAX_DIGITS:
+        return None
+    return int(text)
+
+
+__all__ = ["DIGITS", "MAX_DIGITS", "is_ascii_digits", "whole_number"]
