@@ -153,7 +153,7 @@ class TestRecordsAndReaders:
 
     @pytest.mark.parametrize("gpus", [torch.tensor([0, 1]), torch.tensor(2), torch.zeros(0)])
     def test_from_legacy_refuses_tensors_by_name(self, gpus: Any) -> None:
-        with pytest.raises(InvalidRequest, match="gpus|devices"):
+        with pytest.raises(InvalidRequest, match=r"gpus|devices"):
             Request.from_legacy(gpus=gpus)
 
     def test_from_legacy_refuses_numpy_values_by_name(self) -> None:

@@ -397,8 +397,8 @@ def flag_spelling(request: Request) -> str:
             parts.append(f"{option} {','.join(str(index) for index in value)}")
         elif name == "strategy_options":
             defaults = type(value)()
-            for key, option in attrs.fields_dict(type(value)).items():
-                if option.init and getattr(value, key) != getattr(defaults, key):
+            for key, field in attrs.fields_dict(type(value)).items():
+                if field.init and getattr(value, key) != getattr(defaults, key):
                     parts.append(f"--strategy-option {key}={getattr(value, key)}")
         else:
             parts.append(f"{option} {value}")
