@@ -156,3 +156,11 @@ def listening_addresses() -> list[str]:
 
 def sigterm_handler_is_default() -> bool:
     return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def launch_the_same_request_inside() -> list[int]:
+    """Inside a worker: resolve the launcher's own request again and launch it: it must run here, in place."""
+    import trainplan
+
+    plan = trainplan.resolve(trainplan.Request(accelerator="cpu", strategy="ddp_spawn", devices=2))
+    return trainplan.launch(plan, os.getpid)

@@ -213,6 +213,8 @@ def _read_env_file(path: Path) -> dict[str, str]:
         raise CliError(f"--env-file {path}: cannot read it ({error.strerror})") from None
     except UnicodeDecodeError as error:
         raise CliError(f"--env-file {path}: it is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
+    except ValueError as error:  # a path with a NUL byte, say
+        raise CliError(f"--env-file {str(path)!r}: not a usable path ({error})") from None
     variables: dict[str, str] = {}
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()

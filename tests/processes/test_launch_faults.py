@@ -215,3 +215,9 @@ def test_the_rendezvous_store_listens_on_loopback_only(strategy: str) -> None:
 
 def test_a_forked_worker_does_not_inherit_the_launchers_sigterm_handler() -> None:
     assert tp.launch(cpu_plan("ddp_fork"), workers.sigterm_handler_is_default) == [True, True]
+
+
+@pytest.mark.parametrize("strategy", ["ddp_fork", "ddp_spawn"])
+def test_launching_the_same_request_inside_a_worker_runs_in_place(strategy: str) -> None:
+    inner = tp.launch(cpu_plan(strategy), workers.launch_the_same_request_inside)
+    assert [len(pids) for pids in inner] == [1, 1], "each worker ran the function once, itself"
