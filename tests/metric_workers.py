@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from trainplan import MetricKeyMismatch, metric_store, resolve
+from trainplan import MetricKeyMismatch, PlainValue, metric_store, resolve
 
 # Per rank: (value, weight) pairs for a weighted mean, uneven in length and weight.
 MEAN_DATA = {0: [(1.0, 3), (2.0, 1)], 1: [(10.0, 7), (4.0, 2), (0.5, 5)]}
@@ -55,7 +55,7 @@ def mismatched_keys() -> str:
     return "no error"
 
 
-def many_keys(count: int) -> tuple[dict[str, object], int]:
+def many_keys(count: int) -> tuple[dict[str, PlainValue], int]:
     store = metric_store(resolve())
     for index in range(count):
         store.log(f"mean_{index}", float(index), weight=1 + index % 3)
@@ -64,7 +64,7 @@ def many_keys(count: int) -> tuple[dict[str, object], int]:
     return values, store.collectives_in_last_sync
 
 
-def stateful_mean() -> dict[str, object]:
+def stateful_mean() -> dict[str, PlainValue]:
     from torchmetrics import MeanMetric
 
     rank = torch.distributed.get_rank()

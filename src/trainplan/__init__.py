@@ -54,6 +54,13 @@ from trainplan.spec import (
 )
 
 if TYPE_CHECKING:
+    from trainplan.effects.adapters import (
+        MissingExtra,
+        accelerate_launch_flags,
+        accelerator_arguments,
+        fabric_arguments,
+        lightning_trainer_arguments,
+    )
     from trainplan.effects.gpus import find_usable_cuda_devices, gpu_statuses
     from trainplan.effects.launching import (
         LaunchError,
@@ -71,9 +78,11 @@ if TYPE_CHECKING:
         MetricOverflow,
         MetricStore,
         NotInWorld,
+        PlainValue,
         metric_store,
     )
     from trainplan.effects.probing import probe
+    from trainplan.effects.runtime import NotWrappable, Runtime, runtime
     from trainplan.effects.world import JoinError, World, WorldMismatch, join
 
 __version__ = "0.1.0"
@@ -97,11 +106,20 @@ _LAZY = {
     "MetricOverflow": "trainplan.effects.metrics",
     "MetricStore": "trainplan.effects.metrics",
     "metric_store": "trainplan.effects.metrics",
+    "PlainValue": "trainplan.effects.metrics",
     "NotInWorld": "trainplan.effects.metrics",
     "JoinError": "trainplan.effects.world",
     "World": "trainplan.effects.world",
     "WorldMismatch": "trainplan.effects.world",
     "join": "trainplan.effects.world",
+    "Runtime": "trainplan.effects.runtime",
+    "NotWrappable": "trainplan.effects.runtime",
+    "runtime": "trainplan.effects.runtime",
+    "MissingExtra": "trainplan.effects.adapters",
+    "accelerate_launch_flags": "trainplan.effects.adapters",
+    "accelerator_arguments": "trainplan.effects.adapters",
+    "fabric_arguments": "trainplan.effects.adapters",
+    "lightning_trainer_arguments": "trainplan.effects.adapters",
 }
 
 
@@ -184,16 +202,20 @@ __all__ = [
     "MetricSlot",
     "MetricStore",
     "MetricsStore",
+    "MissingExtra",
     "MissingRule",
     "NestedLaunch",
     "NotImportable",
     "NotInWorld",
+    "NotWrappable",
     "Note",
+    "PlainValue",
     "Plan",
     "PlanFormatError",
     "PrecisionFlag",
     "PrecisionName",
     "Request",
+    "Runtime",
     "StrategyChoice",
     "StrategyFamily",
     "StrategyFlag",
@@ -205,14 +227,19 @@ __all__ = [
     "World",
     "WorldMismatch",
     "__version__",
+    "accelerate_launch_flags",
+    "accelerator_arguments",
     "check",
+    "fabric_arguments",
     "find_usable_cuda_devices",
     "gpu_statuses",
     "join",
     "launch",
     "launch_with",
+    "lightning_trainer_arguments",
     "metric_store",
     "place_metric",
     "probe",
     "resolve",
+    "runtime",
 ]

@@ -48,6 +48,13 @@ with trainplan.join(plan) as world:
     assert_type(world.rank, int)
     assert_type(world.device, str)
     assert_type(world.backend, BackendName | None)
+with trainplan.runtime(plan) as rt:
+    assert_type(rt, trainplan.Runtime)
+    assert_type(rt.rank, int)
+    assert_type(rt.world_size, int)
+    assert_type(rt.is_main, bool)
+    assert_type(rt.metric_store().compute(), dict[str, trainplan.PlainValue])
+assert_type(trainplan.accelerate_launch_flags(plan), list[str])
 Request(num_nodes="auto")
 Request(num_nodes="all")  # type: ignore[arg-type]
 

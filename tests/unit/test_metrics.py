@@ -145,8 +145,10 @@ def test_nan_is_defined_locally() -> None:
     store.log("vector", torch.tensor([1.0, math.nan]), reduce="min")
     store.log("mean", math.nan)
     values = store.compute()
-    assert math.isnan(values["max"]) and math.isnan(values["mean"])  # type: ignore[arg-type]
-    first, second = values["vector"]  # type: ignore[misc]
+    peak, mean, vector = values["max"], values["mean"], values["vector"]
+    assert isinstance(peak, float) and isinstance(mean, float) and isinstance(vector, list)
+    assert math.isnan(peak) and math.isnan(mean)
+    first, second = vector
     assert first == 1.0 and math.isnan(second)
 
 

@@ -45,3 +45,12 @@ def test_the_readmes_emitted_jobs_are_what_trainplan_prints(capsys: pytest.Captu
             printed += capsys.readouterr().out.splitlines()
         elif line != "...":
             assert line in printed, f"the README shows {line!r}, which trainplan does not print"
+
+
+def test_the_readme_loop_is_the_tested_script() -> None:
+    text = README.read_text()
+    block = text[text.index("<!-- loop:start -->") : text.index("<!-- loop:end -->")]
+    code = block[block.index("```python\n") + len("```python\n") : block.rindex("```")]
+    script = (README.parent / "tests" / "scripts" / "readme_loop.py").read_text()
+    assert script.startswith(code), "the README's loop and tests/scripts/readme_loop.py differ"
+    assert len(code.strip().splitlines()) <= 25

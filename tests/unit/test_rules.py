@@ -6,6 +6,7 @@ A meta-test checks that every rule in `tables.RULES` is exercised here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -394,8 +395,29 @@ def test_every_rule_in_the_table_is_exercised() -> None:
             exercised.add(error.rule)
         except TrainplanError:
             pass
-    exercised |= _world_rules()
+    exercised |= _world_rules() | _training_rules()
     assert exercised | {"metric-stateful-cpu"} == set(RULES)
+
+
+def _training_rules() -> set[str]:
+    """The rules `resolve.training` applies when a plan becomes torch or framework objects."""
+    from trainplan.resolve.training import accelerate_arguments, deepspeed_config, lightning_arguments
+
+    deepspeed = resolve(Request(strategy="deepspeed", devices=2), cuda(2, packages={"deepspeed"}))
+    dp = resolve(Request(strategy="dp", devices=2), cuda(2))
+    attempts: list[Callable[[], object]] = [
+        lambda: deepspeed_config(dp),
+        lambda: deepspeed_config(deepspeed, micro_batch_size=0),
+        lambda: lightning_arguments(dp),
+        lambda: accelerate_arguments(resolve(Request(precision="bf16-true"), cuda(1))),
+        lambda: accelerate_arguments(dp),
+    ]
+    rules = set()
+    for attempt in attempts:
+        with pytest.raises(Incompatible) as caught:
+            attempt()
+        rules.add(caught.value.rule)
+    return rules
 
 
 def _world_rules() -> set[str]:

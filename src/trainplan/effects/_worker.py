@@ -50,6 +50,27 @@ def main() -> None:
         raise SystemExit(1) from None
     _send(connection, run_worker(spec, fn, args, kwargs))
     connection.close()
+    _exit_as_multiprocessing_does()
+
+
+def _exit_as_multiprocessing_does() -> None:
+    """End the worker as multiprocessing ends its own: wait for non-daemon threads, run the atexit handlers,
+    flush, then `os._exit`. A full interpreter teardown after a DDP run sometimes aborts in torch's C++
+    destructors ("terminate called without an active exception", SIGABRT) although the result was sent;
+    multiprocessing's workers never tear down, and neither do these."""
+    import atexit
+    import contextlib
+    import os
+    import threading
+
+    shutdown = getattr(threading, "_shutdown", None)
+    if callable(shutdown):
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 ReduceOp: TypeAlias = Literal["mean", "sum", "max", "min"]
 CollectiveOp: TypeAlias = Literal["sum", "max", "min"]
 REDUCE_OPS: tuple[ReduceOp, ...] = ("mean", "sum", "max", "min")
-PlainValue: TypeAlias = float | int | list[Any] | object
+PlainValue: TypeAlias = float | int | list[Any] | dict[str, Any]
+"""A computed metric: a number for a scalar key, a (nested) list for an n-d tensor key, a dict for a stateful
+metric that computes several values (a torchmetrics MetricCollection, say)."""
 
 
 class MetricError(TrainplanError, RuntimeError):
@@ -686,7 +688,13 @@ def _plain(value: object) -> PlainValue:
         tensor: Any = value
         plain: PlainValue = tensor.item() if tensor.dim() == 0 else tensor.tolist()
         return plain
-    return value
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, (int, float)):
+        return value
+    return float(value)  # type: ignore[arg-type]  # numpy scalars and the like
 
 
 def _compute_stateful(metric: Any, *, sync: bool) -> Any:
@@ -716,6 +724,7 @@ __all__ = [
     "MetricOverflow",
     "MetricStore",
     "NotInWorld",
+    "PlainValue",
     "ReduceOp",
     "TorchCollective",
     "Transfer",

@@ -11,7 +11,7 @@ PyTorch Lightning 2.x's accelerator connector; deliberate differences are listed
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, TypeVar
+from typing import Final, Literal, TypeAlias, TypeVar
 
 import attrs
 
@@ -632,6 +632,134 @@ BACKENDS: Final[Mapping[BackendName, BackendRule]] = {
 
 
 # --------------------------------------------------------------------------------------------------
+# From plan to loop: how each precision and each strategy family becomes torch objects, and other frameworks'
+# arguments (read by `resolve.training` and the effects' runtime and adapters).
+
+DtypeName: TypeAlias = Literal["float64", "float32", "float16", "bfloat16"]
+WrapperName: TypeAlias = Literal["move", "data_parallel", "ddp", "fsdp", "deepspeed", "xla"]
+AccelerateMixedPrecision: TypeAlias = Literal["no", "fp16", "bf16", "fp8"]
+
+
+@attrs.frozen(kw_only=True)
+class PrecisionRecipe:
+    name: PrecisionName
+    autocast_dtype: DtypeName | None  # mixed precision: the dtype torch.autocast computes in; None: no autocast
+    parameter_dtype: DtypeName  # the dtype the model's parameters are cast to
+    grad_scaler_on: frozenset[AcceleratorName]  # where the loss must be scaled (fp16 AMP on CUDA)
+    accelerate: AccelerateMixedPrecision | None  # Accelerate's mixed_precision; None: Accelerate has no such mode
+    engine: Literal["torch", "transformer_engine"]
+
+
+PRECISION_RECIPES: Final[Mapping[PrecisionName, PrecisionRecipe]] = {
+    recipe.name: recipe
+    for recipe in (
+        PrecisionRecipe(
+            name="64-true",
+            autocast_dtype=None,
+            parameter_dtype="float64",
+            grad_scaler_on=frozenset(),
+            accelerate=None,
+            engine="torch",
+        ),
+        PrecisionRecipe(
+            name="32-true",
+            autocast_dtype=None,
+            parameter_dtype="float32",
+            grad_scaler_on=frozenset(),
+            accelerate="no",
+            engine="torch",
+        ),
+        # float16 gradients underflow without loss scaling; CUDA AMP is where torch (and Lightning) scale.
+        PrecisionRecipe(
+            name="16-mixed",
+            autocast_dtype="float16",
+            parameter_dtype="float32",
+            grad_scaler_on=frozenset({"cuda"}),
+            accelerate="fp16",
+            engine="torch",
+        ),
+        PrecisionRecipe(
+            name="bf16-mixed",
+            autocast_dtype="bfloat16",
+            parameter_dtype="float32",
+            grad_scaler_on=frozenset(),
+            accelerate="bf16",
+            engine="torch",
+        ),
+        PrecisionRecipe(
+            name="16-true",
+            autocast_dtype=None,
+            parameter_dtype="float16",
+            grad_scaler_on=frozenset(),
+            accelerate=None,
+            engine="torch",
+        ),
+        PrecisionRecipe(
+            name="bf16-true",
+            autocast_dtype=None,
+            parameter_dtype="bfloat16",
+            grad_scaler_on=frozenset(),
+            accelerate=None,
+            engine="torch",
+        ),
+        PrecisionRecipe(
+            name="transformer-engine",
+            autocast_dtype=None,
+            parameter_dtype="bfloat16",
+            grad_scaler_on=frozenset(),
+            accelerate="fp8",
+            engine="transformer_engine",
+        ),
+        PrecisionRecipe(
+            name="transformer-engine-float16",
+            autocast_dtype=None,
+            parameter_dtype="float16",
+            grad_scaler_on=frozenset(),
+            accelerate="fp8",
+            engine="transformer_engine",
+        ),
+    )
+}
+
+
+@attrs.frozen(kw_only=True)
+class FamilyRecipe:
+    family: StrategyFamily
+    wrapper: WrapperName  # how the runtime places and wraps the model
+    lightning_strategy: str | None  # the Lightning/Fabric strategy class built from the options; None: none
+    accelerate_launch: tuple[str, ...]  # `accelerate launch` flags for this family (several processes)
+
+
+FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
+    recipe.family: recipe
+    for recipe in (
+        FamilyRecipe(
+            family="single_device", wrapper="move", lightning_strategy="SingleDeviceStrategy", accelerate_launch=()
+        ),
+        # Lightning 2.0 removed DataParallel; Accelerate has no counterpart either.
+        FamilyRecipe(family="dp", wrapper="data_parallel", lightning_strategy=None, accelerate_launch=()),
+        FamilyRecipe(family="ddp", wrapper="ddp", lightning_strategy="DDPStrategy", accelerate_launch=()),
+        FamilyRecipe(
+            family="fsdp", wrapper="fsdp", lightning_strategy="FSDPStrategy", accelerate_launch=("--use_fsdp",)
+        ),
+        FamilyRecipe(
+            family="deepspeed",
+            wrapper="deepspeed",
+            lightning_strategy="DeepSpeedStrategy",
+            accelerate_launch=("--use_deepspeed",),
+        ),
+        FamilyRecipe(family="xla", wrapper="xla", lightning_strategy="XLAStrategy", accelerate_launch=("--tpu",)),
+        FamilyRecipe(
+            family="single_xla",
+            wrapper="xla",
+            lightning_strategy="SingleDeviceXLAStrategy",
+            accelerate_launch=("--tpu",),
+        ),
+    )
+}
+
+
+# --------------------------------------------------------------------------------------------------
 # Cluster environments
 
 
@@ -971,6 +1099,27 @@ RULES: Final[Mapping[str, Rule]] = {
                 "would never meet"
             ),
             fix="Export the same MASTER_PORT (e.g. MASTER_PORT=29500) and MASTER_ADDR on every node before launching",
+        ),
+        Rule(
+            id="deepspeed-config",
+            reason="only a DeepSpeed plan has a DeepSpeed config",
+            fix="Resolve a plan with strategy='deepspeed' (or a deepspeed_stage_* preset)",
+        ),
+        Rule(id="deepspeed-count", reason="{name} counts samples or steps", fix="Write {name}=1 or more"),
+        Rule(
+            id="lightning-strategy",
+            reason="Lightning has no strategy for it (Lightning 2.0 removed DataParallel)",
+            fix="Use strategy='ddp' (one process per GPU), which Lightning and trainplan both run",
+        ),
+        Rule(
+            id="accelerate-precision",
+            reason="Accelerate has no mode that casts the whole model; its mixed_precision is no, fp16, bf16 or fp8",
+            fix="Use precision='32-true' with Accelerate and cast the model yourself, or a '-mixed' precision",
+        ),
+        Rule(
+            id="accelerate-strategy",
+            reason="Accelerate runs one process per device; it has no DataParallel mode",
+            fix="Use strategy='ddp'",
         ),
         Rule(
             id="metric-stateful-cpu",

@@ -1,0 +1,109 @@
+"""Adapters: a plan handed to PyTorch Lightning, Lightning Fabric or Hugging Face Accelerate, nothing lost.
+
+    trainer = pytorch_lightning.Trainer(**trainplan.lightning_trainer_arguments(plan), max_epochs=3)
+    fabric = lightning_fabric.Fabric(**trainplan.fabric_arguments(plan))
+    accelerator = accelerate.Accelerator(**trainplan.accelerator_arguments(plan))
+
+The mapping is decided in `resolve.training` (pure, tested from plans alone); this module imports the
+framework only when its adapter is called, and builds the framework's own objects from that mapping: a real
+strategy object carrying the plan's options (DDP's flags and timeout, FSDP's sharding and offload,
+DeepSpeed's stage and offload), Accelerate's kwargs handlers. A framework that is not installed is a
+`MissingExtra` naming what to install.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import importlib.util
+from types import ModuleType
+from typing import Any
+
+from trainplan.resolve.training import accelerate_arguments, lightning_arguments
+from trainplan.spec.errors import TrainplanError
+from trainplan.spec.plan import Plan
+
+
+class MissingExtra(TrainplanError, ImportError):
+    """An adapter's framework is not installed."""
+
+    def __init__(self, *, framework: str, install: str) -> None:
+        self.framework = framework
+        self.install = install
+        super().__init__(f"This adapter needs {framework}, which is not installed. Install it: pip install {install}")
+
+
+def _framework(module: str, install: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtra(framework=module, install=install) from None
+
+
+def _strategy(plan: Plan, strategies: ModuleType) -> object:
+    """The Lightning/Fabric strategy object for the plan, built in `strategies` (either framework's)."""
+    mapped = lightning_arguments(plan).strategy
+    arguments: dict[str, Any] = dict(mapped.arguments)
+    if "timeout_seconds" in arguments:
+        arguments["timeout"] = datetime.timedelta(seconds=arguments.pop("timeout_seconds"))
+    if mapped.class_name == "SingleDeviceStrategy":
+        import torch
+
+        arguments["device"] = torch.device(plan.device_for(0))
+    if mapped.class_name in ("XLAStrategy", "SingleDeviceXLAStrategy"):
+        return "xla" if mapped.class_name == "XLAStrategy" else "single_xla"
+    cls = getattr(strategies, mapped.class_name)
+    if mapped.class_name == "DeepSpeedStrategy" and importlib.util.find_spec("deepspeed") is None:
+        raise MissingExtra(framework="deepspeed (for Lightning's DeepSpeedStrategy)", install="deepspeed")
+    return cls(**arguments)
+
+
+def _arguments(plan: Plan, strategies: ModuleType) -> dict[str, Any]:
+    mapped = lightning_arguments(plan)
+    return {
+        "accelerator": mapped.accelerator,
+        "devices": mapped.devices,
+        "num_nodes": mapped.num_nodes,
+        "precision": mapped.precision,
+        "strategy": _strategy(plan, strategies),
+    }
+
+
+def lightning_trainer_arguments(plan: Plan) -> dict[str, Any]:
+    """`pytorch_lightning.Trainer(**...)` arguments for the plan, with a real strategy object."""
+    strategies = _framework("pytorch_lightning.strategies", "pytorch-lightning")
+    arguments = _arguments(plan, strategies)
+    arguments["sync_batchnorm"] = lightning_arguments(plan).sync_batchnorm
+    return arguments
+
+
+def fabric_arguments(plan: Plan) -> dict[str, Any]:
+    """`lightning_fabric.Fabric(**...)` arguments for the plan, with a real strategy object."""
+    return _arguments(plan, _framework("lightning_fabric.strategies", "lightning-fabric"))
+
+
+def accelerator_arguments(plan: Plan) -> dict[str, Any]:
+    """`accelerate.Accelerator(**...)` arguments for the plan: cpu, mixed_precision, and kwargs handlers with the
+    DDP options and the process group's backend and timeout."""
+    utils = _framework("accelerate.utils", "accelerate")
+    mapped = accelerate_arguments(plan)
+    process_group = dict(mapped.process_group)
+    timeout = datetime.timedelta(seconds=float(str(process_group.pop("timeout_seconds"))))
+    handlers: list[object] = [utils.InitProcessGroupKwargs(timeout=timeout, **process_group)]
+    if mapped.ddp:
+        handlers.append(utils.DistributedDataParallelKwargs(**mapped.ddp))
+    return {"cpu": mapped.cpu, "mixed_precision": mapped.mixed_precision, "kwargs_handlers": handlers}
+
+
+def accelerate_launch_flags(plan: Plan) -> list[str]:
+    """The `accelerate launch` flags that start this plan's processes (pure; needs no Accelerate)."""
+    return list(accelerate_arguments(plan).launch_flags)
+
+
+__all__ = [
+    "MissingExtra",
+    "accelerate_launch_flags",
+    "accelerator_arguments",
+    "fabric_arguments",
+    "lightning_trainer_arguments",
+]

@@ -1,0 +1,262 @@
+"""The runtime of this process, from its plan: the torch objects a custom training loop needs.
+
+    with trainplan.runtime() as rt:              # the job's plan, joined (tp.join): device bound, group up
+        model = rt.wrap(model)                   # moved, cast for *-true, wrapped as the strategy says
+        loader = DataLoader(data, batch_size=8, sampler=rt.sampler(data))
+        for x, y in loader:
+            with rt.autocast():                  # the plan's autocast (nothing for *-true precisions)
+                loss = loss_fn(model(x.to(rt.device)), y.to(rt.device))
+            rt.step(loss, optimizer)             # backward (scaled for fp16 AMP on CUDA), step, zero_grad
+        store = rt.metric_store()
+
+Every decision comes from the plan and `resolve.training` (the precision recipe, the family's wrapper);
+this module only builds the torch objects. The torch constructors sit behind `ModelWrappers`, a small seam
+that tests replace to check the CUDA-only families (FSDP, DataParallel, DDP with device ids) without a GPU.
+The process-level view is typed for a strict downstream loop: `rank`, `local_rank`, `world_size` are ints,
+`device` is a `torch.device`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sized
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from trainplan.effects.metrics import MetricStore
+from trainplan.effects.world import World, join
+from trainplan.resolve.training import deepspeed_config, family_recipe, needs_grad_scaler, precision_recipe
+from trainplan.spec.errors import TrainplanError
+from trainplan.spec.options import DDPOptions, FSDPOptions
+from trainplan.spec.plan import Plan
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data.distributed import DistributedSampler
+
+
+class NotWrappable(TrainplanError, RuntimeError):
+    """The plan's strategy or precision wraps models another way (DeepSpeed, XLA, Transformer Engine): the
+    message says how."""
+
+
+class ModelWrappers(Protocol):
+    """How models are placed and wrapped. The default builds torch's own objects; tests pass fakes."""
+
+    def place(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype | None) -> torch.nn.Module:
+        """The model on `device`, its floating parameters cast to `dtype` when given."""
+
+    def data_parallel(self, model: torch.nn.Module, device_ids: list[int]) -> torch.nn.Module:
+        """`torch.nn.DataParallel` over the given visible CUDA indices."""
+
+    def ddp(self, model: torch.nn.Module, device_ids: list[int] | None, options: DDPOptions) -> torch.nn.Module:
+        """`DistributedDataParallel` with the plan's DDP options (device_ids on CUDA, None on CPU)."""
+
+    def fsdp(self, model: torch.nn.Module, device: torch.device, options: FSDPOptions) -> torch.nn.Module:
+        """torch's FSDP with the options' sharding strategy and CPU offload."""
+
+    def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
+        """BatchNorm layers converted to SyncBatchNorm."""
+
+
+class TorchWrappers:
+    """`ModelWrappers` with torch's own classes."""
+
+    def place(self, model: torch.nn.Module, device: torch.device, dtype: torch.dtype | None) -> torch.nn.Module:
+        return model.to(device=device, dtype=dtype) if dtype is not None else model.to(device=device)
+
+    def data_parallel(self, model: torch.nn.Module, device_ids: list[int]) -> torch.nn.Module:
+        import torch
+
+        return torch.nn.DataParallel(model, device_ids=device_ids, output_device=device_ids[0])
+
+    def ddp(self, model: torch.nn.Module, device_ids: list[int] | None, options: DDPOptions) -> torch.nn.Module:
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(
+            model,
+            device_ids=device_ids,
+            find_unused_parameters=options.find_unused_parameters,
+            static_graph=options.static_graph,
+            gradient_as_bucket_view=options.gradient_as_bucket_view,
+        )
+
+    def fsdp(self, model: torch.nn.Module, device: torch.device, options: FSDPOptions) -> torch.nn.Module:
+        from torch.distributed.fsdp import CPUOffload, ShardingStrategy
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+        return FSDP(
+            model,
+            sharding_strategy=ShardingStrategy[options.sharding_strategy],
+            cpu_offload=CPUOffload(offload_params=options.cpu_offload),
+            device_id=device,
+        )
+
+    def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
+        import torch
+
+        convert: Any = torch.nn.SyncBatchNorm.convert_sync_batchnorm  # untyped in torch
+        converted: torch.nn.Module = convert(model)
+        return converted
+
+
+class Runtime:
+    """This process's view of its plan, joined: its ranks, its device, and the torch objects of its loop."""
+
+    def __init__(self, plan: Plan, world: World, *, wrappers: ModelWrappers | None = None) -> None:
+        import torch
+
+        self.plan = plan
+        self.world = world
+        self.rank: int = world.rank
+        self.local_rank: int = world.local_rank
+        self.world_size: int = world.world_size
+        self.is_main: bool = world.rank == 0
+        """Rank 0 (where to save checkpoints and print)."""
+        self.device: torch.device = torch.device(world.device)
+        self._wrappers: ModelWrappers = TorchWrappers() if wrappers is None else wrappers
+        recipe = precision_recipe(plan)
+        self.parameter_dtype: torch.dtype = getattr(torch, recipe.parameter_dtype)
+        """The dtype `wrap` gives the model's parameters (float32 for mixed precisions)."""
+        self.autocast_dtype: torch.dtype | None = (
+            None if recipe.autocast_dtype is None else getattr(torch, recipe.autocast_dtype)
+        )
+        """The dtype `autocast()` computes in; None for the *-true precisions."""
+        self.grad_scaler: torch.amp.GradScaler | None = (
+            torch.amp.GradScaler(self.device.type) if needs_grad_scaler(plan) else None
+        )
+        """A GradScaler where the plan needs one (fp16 AMP on CUDA), else None; `step` uses it."""
+
+    # -- the model ------------------------------------------------------------------------------------
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """`model` placed on this process's device (cast for *-true precisions) and wrapped as the strategy says:
+        one device: moved; dp: DataParallel; DDP family: DDP with the plan's options; FSDP: torch's FSDP."""
+        recipe = family_recipe(self.plan)
+        precision = precision_recipe(self.plan)
+        if precision.engine != "torch":
+            raise NotWrappable(
+                f"precision={self.plan.precision!r} runs through NVIDIA Transformer Engine: wrap the model's layers "
+                "with transformer_engine.pytorch modules and run them under te.fp8_autocast; rt.wrap places "
+                "torch models only"
+            )
+        dtype = self.parameter_dtype if self.autocast_dtype is None else None
+        if recipe.wrapper == "xla":
+            raise NotWrappable(
+                "The plan runs on XLA: torch_xla places and wraps models itself (torch_xla.launch, "
+                "xm.xla_device()); use the plan's precision there"
+            )
+        if recipe.wrapper == "deepspeed":
+            raise NotWrappable(
+                "DeepSpeed wraps the model together with its optimizer: call deepspeed.initialize(model=model, "
+                "optimizer=optimizer, config=rt.deepspeed_config(micro_batch_size=...)) instead of rt.wrap"
+            )
+        placed = self._wrappers.place(model, self.device, dtype)
+        if recipe.wrapper == "move":
+            return placed
+        if recipe.wrapper == "data_parallel":
+            return self._wrappers.data_parallel(placed, list(self.plan.devices))
+        if self.plan.request.sync_batchnorm is True and self.world_size > 1:
+            placed = self._wrappers.sync_batchnorm(placed)
+        options = self.plan.strategy.options
+        if recipe.wrapper == "ddp" and isinstance(options, DDPOptions):
+            device_ids = [self.device.index or 0] if self.device.type == "cuda" else None
+            return self._wrappers.ddp(placed, device_ids, options)
+        if recipe.wrapper == "fsdp" and isinstance(options, FSDPOptions):
+            return self._wrappers.fsdp(placed, self.device, options)
+        raise NotWrappable(f"strategy {self.plan.strategy.name!r} has no options of its family to wrap with")
+
+    def deepspeed_config(self, *, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1) -> dict[str, object]:
+        """The DeepSpeed config for this plan (see `resolve.training.deepspeed_config`)."""
+        return deepspeed_config(
+            self.plan, micro_batch_size=micro_batch_size, gradient_accumulation_steps=gradient_accumulation_steps
+        )
+
+    # -- precision ------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        """The plan's autocast (device type and dtype) for the forward pass; nothing for *-true precisions."""
+        if self.autocast_dtype is None:
+            yield
+            return
+        import torch
+
+        with torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype):
+            yield
+
+    def step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+        """Backward, optimizer step and zero_grad; the loss scaled and unscaled where the plan needs it."""
+        backward: Any  # Tensor.backward is untyped in torch
+        if self.grad_scaler is None:
+            backward = loss.backward
+            backward()
+            optimizer.step()
+        else:
+            backward = self.grad_scaler.scale(loss).backward
+            backward()
+            self.grad_scaler.step(optimizer)
+            self.grad_scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    # -- data, synchronisation, metrics -----------------------------------------------------------------
+
+    def sampler(
+        self, dataset: Sized, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False
+    ) -> DistributedSampler[Any]:
+        """This rank's share of `dataset` (a DistributedSampler over the plan's world; the whole of it for one
+        process). Call `sampler.set_epoch(epoch)` each epoch when shuffling."""
+        from torch.utils.data.distributed import DistributedSampler
+
+        return DistributedSampler(
+            dataset,  # type: ignore[arg-type]  # any sized dataset: DistributedSampler only takes len()
+            num_replicas=self.world_size,
+            rank=self.rank,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+        )
+
+    def barrier(self) -> None:
+        """Wait for every rank (nothing to wait for with one process)."""
+        if self.world_size > 1:
+            from torch import distributed
+
+            distributed.barrier()
+
+    def metric_store(self, **options: Any) -> MetricStore:
+        """A metric store for this plan, reduced over this world."""
+        return MetricStore(self.plan, **options)
+
+    # -- leaving --------------------------------------------------------------------------------------
+
+    def leave(self) -> None:
+        """Leave the world (destroys the process group if joining created it)."""
+        self.world.leave()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.leave()
+
+    def __repr__(self) -> str:
+        return (
+            f"Runtime(rank={self.rank}, world_size={self.world_size}, device={self.device}, "
+            f"strategy={self.plan.strategy.name!r}, precision={self.plan.precision!r})"
+        )
+
+
+def runtime(plan: Plan | None = None, *, wrappers: ModelWrappers | None = None) -> Runtime:
+    """Join `plan`'s world (default: `trainplan.resolve()`, the plan of the job this process is in) and return
+    this process's runtime. Use it as a context manager to leave the world at the end."""
+    if plan is None:
+        import trainplan
+
+        plan = trainplan.resolve()
+    return Runtime(plan, join(plan), wrappers=wrappers)
+
+
+__all__ = ["ModelWrappers", "NotWrappable", "Runtime", "TorchWrappers", "runtime"]
