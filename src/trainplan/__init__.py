@@ -152,7 +152,7 @@ def resolve(request: Request | None = None, env: Environment | None = None) -> P
 
         from trainplan.effects.launching import worker_plan
         from trainplan.spec.plan import request_from_json_text
-        from trainplan.spec.tables import REQUEST_VARIABLE
+        from trainplan.spec.tables import PLAN_VARIABLE, REQUEST_VARIABLE
 
         launched = worker_plan()
         if launched is not None:
@@ -160,6 +160,14 @@ def resolve(request: Request | None = None, env: Environment | None = None) -> P
         carried = os.environ.get(REQUEST_VARIABLE)
         if carried is not None:  # inside an emitted job: the request it was emitted for
             request = request_from_json_text(carried, source=f"the environment variable {REQUEST_VARIABLE}")
+        elif PLAN_VARIABLE in os.environ:
+            # A job started inside a trainplan worker (torchrun there): the outer plan's choices, the job's layout.
+            import attrs
+
+            from trainplan.spec.plan import plan_from_json_text
+
+            outer = plan_from_json_text(os.environ[PLAN_VARIABLE]).request
+            request = attrs.evolve(outer, devices="auto", num_nodes="auto", cluster="auto", select_usable_gpus=False)
     request = Request() if request is None else request
     if env is None:
         # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.

@@ -221,3 +221,9 @@ def test_a_forked_worker_does_not_inherit_the_launchers_sigterm_handler() -> Non
 def test_launching_the_same_request_inside_a_worker_runs_in_place(strategy: str) -> None:
     inner = tp.launch(cpu_plan(strategy), workers.launch_the_same_request_inside)
     assert [len(pids) for pids in inner] == [1, 1], "each worker ran the function once, itself"
+
+
+def test_launching_something_that_is_not_a_function_is_refused() -> None:
+    for plan in (cpu_plan("ddp_fork"), resolve(tp.Request(accelerator="cpu"), tp.Environment())):
+        with pytest.raises(LaunchError, match="not callable"):
+            tp.launch(plan, 5)  # type: ignore[arg-type]

@@ -162,3 +162,21 @@ def test_the_request_beyond_the_layout_travels_with_the_job() -> None:
 def test_code_given_with_dash_c_runs_through_the_interpreter() -> None:
     plan = resolve(Request(accelerator="cpu", devices=2), Environment(cpu_count=4))
     assert emit_torchrun(plan, ["-c", "print(1)"]).endswith("--no-python python -c 'print(1)'")
+
+
+def test_the_scripts_own_words_are_never_expanded_by_the_shell() -> None:
+    plan = resolve(Request(accelerator="cpu", devices=2, num_nodes=2), Environment(cpu_count=4))
+    line = emit_torchrun(plan, ["train.py", "--p", "cost$HOME", "--t", "`echo pwned`$"])
+    assert "'cost$HOME'" in line and "'`echo pwned`$'" in line
+    assert shlex.split(line)[-4:] == ["--p", "cost$HOME", "--t", "`echo pwned`$"]
+
+
+def test_interpreter_options_run_through_the_interpreter() -> None:
+    plan = resolve(Request(accelerator="cpu", devices=2), Environment(cpu_count=4))
+    assert emit_torchrun(plan, ["-u", "train.py"]).endswith("--no-python python -u train.py")
+
+
+def test_the_carried_request_leaves_the_cluster_to_the_job() -> None:
+    plan = resolve(Request(accelerator="cpu", devices=2, cluster="local", precision="bf16-mixed"), Environment())
+    carried = dict(word.split("=", 1) for word in shlex.split(emit_torchrun(plan)) if "TRAINPLAN_REQUEST=" in word)
+    assert request_from_json_text(carried["TRAINPLAN_REQUEST"]).cluster == "auto"

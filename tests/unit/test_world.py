@@ -468,3 +468,39 @@ def test_a_spawn_strategy_inside_any_job_joins_as_its_script_counterpart() -> No
 def test_a_worker_view_says_so_in_a_note() -> None:
     view = worker_view(resolve(Request(accelerator="cpu", devices=2), cpu()), global_rank=1, local_rank=1, main_port=1)
     assert any(note.code == "job-layout" for note in view.notes)
+
+
+def test_join_refuses_a_plan_from_another_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    old = resolve(Request(accelerator="cpu"), cpu(variables=LAUNCHED_1_OF_2))
+    for key, value in {**LAUNCHED_1_OF_2, "MASTER_PORT": "29556"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(JoinError, match="meets at port 29555, but this job meets at 29556"):
+        join(old)
+
+
+def test_a_busy_rendezvous_port_is_a_typed_error_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        variables = {**LAUNCHED_1_OF_2, "RANK": "0", "LOCAL_RANK": "0", "MASTER_PORT": port}
+        for key, value in variables.items():
+            monkeypatch.setenv(key, value)
+        plan = resolve(Request(accelerator="cpu"), cpu(variables=variables))
+        with pytest.raises(JoinError, match=r"cannot listen on 127\.0\.0\.1"):
+            join(plan)
+
+
+def test_a_torchrun_inside_a_trainplan_worker_keeps_the_outer_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainplan
+
+    outer = resolve(Request(accelerator="cpu", devices=1, precision="bf16-mixed"), cpu())
+    stale = worker_environment(
+        outer, local_rank=0, main_port=29400, visible_devices=None, visible_count=0, launcher="trainplan launch"
+    )
+    for key, value in {**stale, **TORCHRUN_2x2, "TORCHELASTIC_RUN_ID": "inner"}.items():
+        monkeypatch.setenv(key, value)
+    plan = trainplan.resolve()
+    assert (plan.precision, plan.world_size, plan.cluster.kind) == ("bf16-mixed", 4, "torchelastic")

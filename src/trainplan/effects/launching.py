@@ -643,6 +643,8 @@ def launch_with(
             f"launch takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve(...)"
         )
     _check_times(timeout, grace_period)
+    if not callable(fn):
+        raise LaunchError(f"launch runs a function on each worker, and {fn!r} is not callable")
     given_args: object = args
     given_kwargs: object = kwargs
     if not isinstance(given_args, (tuple, list)):

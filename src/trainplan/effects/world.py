@@ -166,6 +166,11 @@ def _check_this_process(plan: Plan, rank: int) -> None:
             group_value=job.world_size,
             fix="Resolve the plan inside this job (trainplan.resolve() takes its layout)",
         )
+    if job.main_port is not None and plan.cluster.main_port != job.main_port:
+        raise JoinError(
+            f"The plan meets at port {plan.cluster.main_port}, but this job meets at {job.main_port} (MASTER_PORT): "
+            "the plan comes from another run. Resolve the plan in this process (trainplan.resolve())"
+        )
     if job.global_rank is not None and job.global_rank != rank:
         raise JoinError(
             f"The plan is rank {rank}'s, but {job.started_by} started this process as rank {job.global_rank}. "
@@ -223,15 +228,14 @@ def _loopback_store(address: str, port: int, *, rank: int, world_size: int, time
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((host, port))
         listener.listen()
-    except BaseException:
+    except OSError as error:
         listener.close()
-        raise
-    descriptor = listener.detach()  # the store owns the socket from here on
-    try:
-        return TCPStore(host, port, world_size, True, timeout, master_listen_fd=descriptor)
-    except BaseException:
-        os.close(descriptor)
-        raise
+        raise JoinError(
+            f"Rank 0 cannot listen on {host}:{port} for the world's rendezvous ({error.strerror}: address already "
+            "in use, or not this machine's). Choose another MASTER_PORT, or let the launcher choose a free one"
+        ) from None
+    descriptor = listener.detach()  # the store owns the socket from here on, even when it fails: never close it
+    return TCPStore(host, port, world_size, True, timeout, master_listen_fd=descriptor)
 
 
 def _host_for_url(address: str) -> str:

@@ -303,6 +303,8 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
     no_launcher: LauncherName = "none"
     launcher = _attempt(report, lambda: _choose_launcher(strategy_name, family, facts, env, accelerator), no_launcher)
     reasons["launcher"] = lookup(LAUNCHERS, launcher, name="LAUNCHERS").description
+    if launcher == "external" and facts.launched:
+        reasons["launcher"] = "trainplan's launcher already started every process; join its world"
 
     cluster = _attempt(
         report,

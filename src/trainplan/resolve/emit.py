@@ -27,8 +27,9 @@ def _command(command: Sequence[str]) -> list[str]:
     words = list(command) or list(DEFAULT_SCRIPT)
     if words[0] == "-m":
         return ["-m", *words[1:]]
-    if words[0] == "-c":
-        return ["--no-python", "python", *words]  # torchrun has no -c: run the interpreter as the program
+    if words[0].startswith("-"):
+        # torchrun takes no interpreter options (-c, -u, -X ...): run the interpreter itself as the program.
+        return ["--no-python", "python", *words]
     if not words[0].endswith(".py"):
         return ["--no-python", *words]
     return words
@@ -42,30 +43,32 @@ def _notes(plan: Plan) -> list[str]:
     return [f"# note: {note.message}" for note in notes]
 
 
-def _torchrun(plan: Plan, command: Sequence[str], *, address: str, port: str, run_id: str) -> list[str]:
-    parts = ["torchrun"]
+def _torchrun(plan: Plan, command: Sequence[str], *, address: str, port: str, run_id: str) -> list[_Word]:
+    parts: list[_Word] = [_Word("torchrun")]
     if plan.num_nodes == 1:
-        parts += ["--standalone", "--nnodes=1"]
+        parts += [_Word("--standalone"), _Word("--nnodes=1")]
     else:
         parts += [
-            f"--nnodes={plan.num_nodes}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={address}:{port}",
-            f"--rdzv-id={run_id}",
+            _Word(f"--nnodes={plan.num_nodes}"),
+            _Word("--rdzv-backend=c10d"),
+            _Word(f"--rdzv-endpoint={address}:{port}", expand=True),
+            _Word(f"--rdzv-id={run_id}", expand=True),
         ]
-    parts.append(f"--nproc-per-node={plan.processes_per_node}")
-    return parts + _command(command)
+    parts.append(_Word(f"--nproc-per-node={plan.processes_per_node}"))
+    return parts + [_Word(word) for word in _command(command)]
 
 
-def _quote(words: Sequence[str]) -> str:
-    """shlex.join, but `${...}` / `$(...)` placeholders stay expandable (inside double quotes)."""
-    out = []
-    for word in words:
-        if "$" in word:
-            out.append('"' + word.replace('"', '\\"') + '"')
-        else:
-            out.append(shlex.quote(word))
-    return " ".join(out)
+class _Word:
+    """A word of an emitted line: the script's own words are quoted literally; only trainplan's placeholders
+    (`${MASTER_ADDR:?…}`, `$SLURM_JOB_ID`) stay expandable, inside double quotes."""
+
+    def __init__(self, text: str, *, expand: bool = False) -> None:
+        self.text = text
+        self.expand = expand
+
+
+def _quote(words: Sequence[_Word]) -> str:
+    return " ".join(f'"{word.text}"' if word.expand and "$" in word.text else shlex.quote(word.text) for word in words)
 
 
 def _gpu_selection(plan: Plan) -> dict[str, str]:

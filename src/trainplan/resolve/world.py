@@ -91,7 +91,11 @@ def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int
     launcher: LauncherName = "external" if plan.launcher in STARTING_LAUNCHERS else plan.launcher
     reasons = dict(plan.reasons)
     notes = list(plan.notes)
-    who = f"trainplan's {started_by or plan.launcher!r} launcher"
+    who = (
+        "`trainplan launch`"
+        if started_by == "trainplan launch"
+        else f"trainplan's {started_by or plan.launcher!r} launcher"
+    )
     if launcher != plan.launcher:
         reasons["launcher"] = f"this process is a worker that {who} started; it joins the world"
         notes.append(
@@ -178,7 +182,9 @@ def carried_request(plan: Plan) -> str | None:
     ]
     if not chosen:
         return None
-    return json.dumps(request_to_dict(request), separators=(",", ":"))
+    # The job is the cluster now, and its own GPUs are the selection: neither choice travels.
+    inside = attrs.evolve(request, cluster="auto", select_usable_gpus=False)
+    return json.dumps(request_to_dict(inside), separators=(",", ":"))
 
 
 def script_strategy_note(strategy: str) -> Note | None:
