@@ -544,8 +544,8 @@ def _await_exits(
     limit = time.monotonic() + grace + EXIT_ALLOWANCE
     if deadline is not None:
         limit = min(limit, deadline)
-    while any(worker.exitcode() is None for worker in workers) and time.monotonic() < limit:
-        time.sleep(_STOP_POLL)
+    for worker in workers:  # each wait returns as soon as that worker exits
+        worker.wait(max(0.0, limit - time.monotonic()))
     for worker in workers:
         code = worker.exitcode()
         if code is None:
