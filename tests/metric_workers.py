@@ -114,3 +114,17 @@ def hostile_metrics() -> dict[str, object]:
     torch.distributed.all_reduce(final)
     report["final_collective"] = final.item()
     return report
+
+
+def stateful_in_either_order() -> dict[str, PlainValue]:
+    """Rank 0 logs two stateful metrics a, b; rank 1 logs b, a: they must still be reduced pairwise."""
+    from torchmetrics import MaxMetric
+
+    rank = torch.distributed.get_rank()
+    first, second = MaxMetric(), MaxMetric()
+    first.update(torch.tensor(1.0 + rank))
+    second.update(torch.tensor(100.0 + rank))
+    store = metric_store(resolve())
+    for name, metric in [("a", first), ("b", second)] if rank == 0 else [("b", second), ("a", first)]:
+        store.log(name, metric)
+    return store.compute()

@@ -164,3 +164,23 @@ def launch_the_same_request_inside() -> list[int]:
 
     plan = trainplan.resolve(trainplan.Request(accelerator="cpu", strategy="ddp_spawn", devices=2))
     return trainplan.launch(plan, os.getpid)
+
+
+def _exit_seven() -> object:
+    raise SystemExit(7)
+
+
+class ExitsWhenLoaded:
+    """Pickles in the worker; unpickling it in the caller calls sys.exit."""
+
+    def __reduce__(self) -> tuple[object, tuple[()]]:
+        return (_exit_seven, ())
+
+
+def return_exits_when_loaded() -> ExitsWhenLoaded:
+    return ExitsWhenLoaded()
+
+
+class RefusesToPickle:
+    def __reduce__(self) -> tuple[object, ...]:
+        raise ValueError("no pickling for me")

@@ -8,8 +8,10 @@ and exits 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,6 +43,7 @@ from trainplan.spec.plan import request_to_dict
 from trainplan.spec.request import Request
 
 EXIT_USAGE = 2
+ENV_FILE_LIMIT = 1 << 20
 
 SUBCOMMANDS = ("plan", "probe", "matrix", "migrate", "gpus", "launch")
 
@@ -208,6 +211,12 @@ def _package(value: str | None) -> str:
 
 def _read_env_file(path: Path) -> dict[str, str]:
     try:
+        if not path.exists():
+            raise CliError(f"--env-file {path}: cannot read it (no such file)")
+        if not path.is_file():
+            raise CliError(f"--env-file {path}: cannot read it: not a regular file (a FIFO or a device is never read)")
+        if path.stat().st_size > ENV_FILE_LIMIT:
+            raise CliError(f"--env-file {path}: larger than {ENV_FILE_LIMIT} bytes; an environment file is small")
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise CliError(f"--env-file {path}: cannot read it ({error.strerror})") from None
@@ -397,6 +406,25 @@ def _jsonable(value: object) -> object:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `trainplan` console script."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):  # a value that the terminal's encoding cannot show is escaped, not fatal
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`trainplan matrix | head`): stop quietly, as other command-line tools do.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
+    except OSError as error:  # stdout is /dev/full, or closed
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            print(f"trainplan: error: cannot write the output ({error.strerror or error})", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     arguments_list = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
     if "--" in arguments_list:

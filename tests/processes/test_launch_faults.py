@@ -227,3 +227,84 @@ def test_launching_something_that_is_not_a_function_is_refused() -> None:
     for plan in (cpu_plan("ddp_fork"), resolve(tp.Request(accelerator="cpu"), tp.Environment())):
         with pytest.raises(LaunchError, match="not callable"):
             tp.launch(plan, 5)  # type: ignore[arg-type]
+
+
+def test_a_result_whose_loading_exits_is_a_worker_failure() -> None:
+    with pytest.raises(tp.WorkerFailed, match="could not be read back"):
+        tp.launch(cpu_plan("ddp_fork"), workers.return_exits_when_loaded)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_an_argument_whose_pickling_raises_is_not_importable(strategy: str) -> None:
+    with pytest.raises(NotImportable, match="no pickling for me"):
+        tp.launch_with(cpu_plan(strategy), workers.add, args=(workers.RefusesToPickle(), 1))
+
+
+def test_spawned_workers_never_import_from_the_working_directory(tmp_path: Path) -> None:
+    if sys.version_info < (3, 11):
+        pytest.skip("PYTHONSAFEPATH arrived in Python 3.11")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "multiprocessing.py").write_text(f"open({str(tmp_path / 'PWNED')!r}, 'a').write('imported\\n')\n")
+    caller = tmp_path / "caller.py"
+    caller.write_text(
+        "import os, trainplan as tp\n"
+        "if __name__ == '__main__':\n"
+        "    plan = tp.resolve(tp.Request(accelerator='cpu', devices=2, strategy='ddp_spawn'))\n"
+        "    pids = tp.launch(plan, os.getpid)\n"
+        "    print(len(pids), os.environ.get('PYTHONSAFEPATH'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(caller)],
+        cwd=shared,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert result.returncode == 0 and result.stdout.split() == ["2", "None"], result.stderr[-2000:]
+    assert not (tmp_path / "PWNED").exists(), "a spawned worker imported multiprocessing.py from the working directory"
+
+
+def test_progress_bars_and_endless_lines_are_passed_on_bounded(tmp_path: Path) -> None:
+    code = "import sys\nfor i in range(3): sys.stdout.write(f'step {i}\\r')\nsys.stdout.write('x' * 200000)\n"
+    out = tmp_path / "out"
+    with out.open("w") as sink:
+        from trainplan.effects.launching import launch_script
+
+        plan = resolve(tp.Request(accelerator="cpu"), tp.Environment())
+        assert launch_script(plan, ["-c", code], stdout=sink) == 0
+    lines = out.read_text().splitlines()
+    assert lines[:3] == ["[rank 0] step 0", "[rank 0] step 1", "[rank 0] step 2"]
+    assert all(len(line) <= 65536 + 20 for line in lines) and sum(line.count("x") for line in lines) == 200000
+
+
+def test_a_hangup_stops_trainplan_launch_and_its_workers(tmp_path: Path) -> None:
+    record = tmp_path / "pids"
+    script = str(ROOT / "tests" / "scripts" / "stubborn_workers.py")
+    command = [sys.executable, "-m", "trainplan.cli", "launch", "--devices", "2", "--grace-period", "1"]
+    caller = subprocess.Popen(
+        [*command, "--", script, str(record), "cli-inner"],
+        env=_environment(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pids = _pids_from(record, 2)
+    caller.send_signal(signal.SIGHUP)
+    assert caller.wait(timeout=30) != 0
+    for _ in range(100):
+        if not any(alive(pid) for pid in pids):
+            break
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("shell", ["trainplan matrix | head -c 10", "trainplan matrix > /dev/full"])
+def test_the_cli_survives_a_closed_or_full_stdout(shell: str) -> None:
+    command = shell.replace("trainplan", f"{sys.executable} -m trainplan.cli")
+    result = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=60, env=_environment(), cwd=ROOT, check=False
+    )
+    assert "Traceback" not in result.stderr, result.stderr

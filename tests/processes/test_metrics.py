@@ -115,3 +115,8 @@ def test_hostile_metric_cases_in_a_real_world() -> None:
         for name in ("python", "tensor"):
             assert str(report[f"overflow_{name}"]).startswith("MetricOverflow: "), report
         assert report["final_collective"] == 2.0
+
+
+def test_stateful_metrics_logged_in_another_order_reduce_pairwise() -> None:
+    pytest.importorskip("torchmetrics")
+    assert launch(world(), metric_workers.stateful_in_either_order) == [{"a": 2.0, "b": 101.0}] * 2

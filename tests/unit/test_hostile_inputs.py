@@ -186,6 +186,13 @@ class TestRecordsAndReaders:
             ("request.devices", "garbage"),
             ("request.num_nodes", -4),
             ("cluster.global_rank", 7),
+            ("launcher", "none"),
+            ("launcher", "fork"),
+            ("process_group_backend", "nccl"),
+            ("process_group_backend", None),
+            ("metrics.reduces_on", "device"),
+            ("precision", "transformer-engine"),
+            ("accelerator", "mps"),
         ],
     )
     def test_plan_from_dict_checks_ranges_and_consistency(self, path: str, value: object) -> None:
@@ -304,3 +311,33 @@ def test_cuda_visible_devices_with_foreign_digits_in_the_cli(
     for arguments in (["plan"], ["probe", "--json"], ["gpus"]):
         assert cli_main(arguments) == 0
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_duplicate_physical_gpus_in_json() -> None:
+    data = resolve(Request(devices=[0, 2]), cuda(4)).to_dict()
+    data["physical_devices"] = ["2", "2"]
+    with pytest.raises(PlanFormatError, match="physical_devices"):
+        Plan.from_dict(data)
+
+
+def test_values_whose_repr_cannot_be_made_are_refused_by_name() -> None:
+    deep: Any = [0]
+    for _ in range(100_000):
+        deep = [deep]
+    assert isinstance(refused(Request(devices=deep), cpu()), InvalidRequest)
+    with pytest.raises(InvalidRequest):
+        Request.from_config({"devices": deep})
+    huge = DDPOptions(timeout_seconds=10**5000)
+    assert isinstance(refused(Request(accelerator="cpu", strategy="ddp", strategy_options=huge), cpu()), InvalidRequest)
+
+
+def test_probe_takes_a_stub_module_for_installed() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, types; sys.modules['deepspeed'] = types.ModuleType('deepspeed')\n"
+        "import trainplan as tp; print('deepspeed' in tp.probe().packages)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert result.stdout.strip() == "True", result.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -234,3 +235,42 @@ def test_tensors_without_plain_storage_are_refused(kind: str, tensor: torch.Tens
     with pytest.raises(InvalidMetric, match=kind):
         store.log("odd", tensor, reduce="sum")
     assert store.keys() == ["kept"] and store.compute() == {"kept": 2.0}
+
+
+class TestSecondReview:
+    """Faults a second adversarial review found: each held by a test that failed before its fix."""
+
+    def test_key_names_cannot_make_two_signatures_spell_alike(self) -> None:
+        two_keys = MetricStore(ONE_PROCESS_PLAN)
+        two_keys.log("x", 1.0)
+        two_keys.log("y", 1.0)
+        one_key = MetricStore(ONE_PROCESS_PLAN)
+        one_key.log("x=mean|float|None\ny", 1.0)
+        assert two_keys._signature() != one_key._signature()
+        assert json.dumps(two_keys._signature()) != json.dumps(one_key._signature())
+
+    def test_uint64_beyond_int64_is_refused(self) -> None:
+        store = MetricStore(ONE_PROCESS_PLAN)
+        with pytest.raises(InvalidMetric, match="uint64"):
+            store.log("v", torch.tensor([2**63 + 5], dtype=torch.uint64), reduce="sum")
+        store.log("u", torch.tensor([5], dtype=torch.uint64), reduce="sum")
+        assert store.compute() == {"u": [5]}
+
+    def test_a_float_key_takes_integer_tensors(self) -> None:
+        store = MetricStore(ONE_PROCESS_PLAN)
+        store.log("k", torch.tensor([1.0]), reduce="sum")
+        store.log("k", torch.tensor([1]), reduce="sum")
+        assert store.compute() == {"k": [2.0]}
+
+    def test_integer_sums_that_fit_are_never_called_an_overflow(self) -> None:
+        store = MetricStore(CPU_PLAN, collective=MirrorCollective())
+        store.log("n", 2**62 - 1, reduce="sum")
+        store.log("t", torch.tensor([2**62 - 1]), reduce="sum")
+        assert store.compute() == {"n": 2**63 - 2, "t": [2**63 - 2]}
+
+    def test_a_total_weight_past_float64_is_refused(self) -> None:
+        store = MetricStore(ONE_PROCESS_PLAN)
+        store.log("w", 1.0, weight=1e308)
+        with pytest.raises(InvalidMetric, match="total weight"):
+            store.log("w", 1.0, weight=1e308)
+        assert store.compute() == {"w": 1.0}

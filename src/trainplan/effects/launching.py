@@ -171,6 +171,9 @@ def _send(connection: Connection, outcome: _Outcome) -> None:
         connection.send(_Outcome("error", None, "The return value could not be sent back:\n" + traceback.format_exc()))
 
 
+_SAFE_PATH_ADDED = "TRAINPLAN_SAFE_PATH_ADDED"
+
+
 def _multiprocessing_entry(
     spec: WorkerSpec,
     fn: Callable[..., object],
@@ -180,6 +183,10 @@ def _multiprocessing_entry(
 ) -> None:
     # A forked worker inherits the caller's handlers (the launcher's own SIGTERM handler among them).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if os.environ.pop(_SAFE_PATH_ADDED, None) is not None:
+        os.environ.pop("PYTHONSAFEPATH", None)  # only the bootstrap needed it; the worker's own children do not
     _own_process_group()
     _send(connection, run_worker(spec, fn, args, kwargs))
     connection.close()
@@ -325,15 +332,25 @@ def _start_multiprocessing(
             )
             try:
                 # A spawned interpreter starts with this environment: give it the worker's (its GPUs above all)
-                # before it imports anything, as torchrun would.
-                with _temporary_environment(spec.variables if method == "spawn" else {}):
+                # before it imports anything, as torchrun would; PYTHONSAFEPATH keeps multiprocessing's
+                # `python -c` bootstrap from putting the working directory first on sys.path (Python 3.11+).
+                spawned: dict[str, str] = {}
+                if method == "spawn":
+                    spawned = {**spec.variables, "PYTHONSAFEPATH": "1"}
+                    if "PYTHONSAFEPATH" not in os.environ:
+                        spawned[_SAFE_PATH_ADDED] = "1"  # the worker takes it out of its own environment again
+                with _temporary_environment(spawned):
                     process.start()
-            except (pickle.PicklingError, AttributeError, TypeError) as error:
+            except BaseException as error:
+                if process.pid is not None:  # started, then interrupted while being fed: stop it too
+                    workers.append(_ProcessWorker(spec.local_rank, receive, process))
+                if not isinstance(error, Exception) or isinstance(error, NotImportable):
+                    raise
                 receive.close()
                 send.close()
                 raise NotImportable(
-                    f"The spawn launcher could not send {getattr(fn, '__qualname__', fn)!r} or its arguments to a "
-                    f"new interpreter ({error}). {_IMPORTABLE_FIX}"
+                    f"The {method} launcher could not send {getattr(fn, '__qualname__', fn)!r} or its arguments to a "
+                    f"new interpreter ({type(error).__name__}: {error}). {_IMPORTABLE_FIX}"
                 ) from None
             send.close()  # the worker holds the only writing end: its death closes the pipe
             workers.append(_ProcessWorker(spec.local_rank, receive, process))
@@ -365,7 +382,7 @@ def _start_subprocesses(
         for spec in specs:
             try:
                 body = pickle.dumps((spec, module, qualname, script, tuple(args), dict(kwargs)))
-            except (pickle.PicklingError, TypeError, AttributeError) as error:
+            except Exception as error:  # PicklingError, TypeError, a __reduce__ that raises, a graph too deep
                 raise NotImportable(
                     f"The subprocess launcher could not send the arguments of {qualname!r} to a new interpreter "
                     f"({error}). Pass picklable arguments (numbers, strings, plain data), or build the object inside "
@@ -382,11 +399,12 @@ def _start_subprocesses(
                 start_new_session=True,
             )
             os.close(write_end)
+            # Tracked before it is fed its (possibly large) arguments, so an interruption meanwhile stops it too.
+            workers.append(_PopenWorker(process, local_rank=spec.local_rank, connection=Connection(read_end)))
             assert process.stdin is not None
             with contextlib.suppress(BrokenPipeError):
                 process.stdin.write(payload)
                 process.stdin.close()
-            workers.append(_PopenWorker(process, local_rank=spec.local_rank, connection=Connection(read_end)))
     except BaseException:
         _stop(workers, grace=DEFAULT_GRACE_PERIOD)
         raise
@@ -455,6 +473,10 @@ def _stop(workers: Sequence[Stoppable], *, grace: float) -> None:
                 _signal_worker(worker, kill)
         for worker in workers:
             worker.wait(10.0)
+        # SIGKILL is delivered, not yet acted on: wait (bounded) until every group is empty.
+        settle = time.monotonic() + 10.0
+        while any(_group_alive(worker) for worker in workers) and time.monotonic() < settle:
+            time.sleep(0.01)
     finally:
         for number, handler in previous.items():
             with contextlib.suppress(ValueError, OSError):
@@ -476,13 +498,19 @@ def _signal_name(exitcode: int | None) -> str | None:
 
 
 def _supervise(
-    workers: Sequence[WorkerHandle], specs: Sequence[WorkerSpec], *, timeout: float | None, grace: float
+    workers: Sequence[WorkerHandle],
+    specs: Sequence[WorkerSpec],
+    *,
+    timeout: float | None,
+    grace: float,
+    begun: float | None = None,
 ) -> list[object]:
     by_connection = {id(worker.connection): worker for worker in workers}
     rank_of = {spec.local_rank: spec.global_rank for spec in specs}
     results: dict[int, object] = {}
     pending = list(workers)
-    deadline = None if timeout is None else time.monotonic() + timeout
+    # The deadline counts from the launch's start: starting the workers (spawn feeds each one) is inside it.
+    deadline = None if timeout is None else (time.monotonic() if begun is None else begun) + timeout
     failure: LaunchError | None = None
     try:
         while pending and failure is None:
@@ -495,7 +523,7 @@ def _supervise(
                     outcome: _Outcome | None = connection.recv()
                 except (EOFError, OSError):
                     outcome = None
-                except Exception:  # it was sent, but cannot be rebuilt here (a class only the worker imported)
+                except (Exception, SystemExit):  # sent, but not rebuilt here (a class only the worker imported)
                     outcome = _Outcome(
                         "error",
                         None,
@@ -591,13 +619,17 @@ def _sigterm_stops_workers() -> Iterator[None]:
     def handler(signal_number: int, frame: object) -> None:
         raise _Terminated()
 
+    hangup = getattr(signal, "SIGHUP", None)
     previous = signal.signal(signal.SIGTERM, handler)
+    previous_hangup = signal.signal(hangup, handler) if hangup is not None else None
     try:
         yield
     except _Terminated:
         raise SystemExit(128 + signal.SIGTERM) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if hangup is not None:
+            signal.signal(hangup, previous_hangup)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -670,6 +702,7 @@ def launch_with(
     for attempt in range(attempts):
         port = plan.cluster.main_port or choose_port(plan.cluster.main_address)
         specs = _specs(plan, port=port, launcher=plan.launcher)
+        begun = time.monotonic()
         try:
             with _sigterm_stops_workers():
                 if plan.launcher == "subprocess":
@@ -677,7 +710,9 @@ def launch_with(
                 else:
                     method: Literal["spawn", "fork"] = "fork" if plan.launcher == "fork" else "spawn"
                     workers = _start_multiprocessing(method, specs, fn, args, kwargs)
-                return _supervise(workers, specs, timeout=timeout, grace=grace_period)  # type: ignore[return-value]
+                return _supervise(  # type: ignore[return-value]
+                    workers, specs, timeout=timeout, grace=grace_period, begun=begun
+                )
         except WorkerFailed as failure:
             if failure.port_clash and attempt + 1 < attempts:
                 continue  # another process took the port between choosing and binding it: choose again
@@ -827,7 +862,7 @@ class _Sink:
 
     def write(self, text: str) -> None:
         with self.lock:
-            if self.broken:
+            if self.broken or self.stream is None:  # no stdout at all (`>&-`): nothing to show
                 return
             try:
                 self.stream.write(text)
@@ -836,11 +871,32 @@ class _Sink:
                 self.broken = True
 
 
+_LINE_LIMIT = 1 << 16
+"""A worker's output is passed on by line, or every 64 KiB without one: memory stays bounded."""
+
+
 def _pump(stream: Any, prefix: str, sink: _Sink) -> None:
+    """Pass a worker's output on, prefixed by its rank, a line at a time. A carriage return ends a line too, so
+    progress bars show as they move; a run without any line end is cut every 64 KiB."""
+    pending = b""
     try:
-        for raw in iter(stream.readline, b""):
-            line = raw.decode("utf-8", "replace")
-            sink.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
+        while True:
+            chunk = stream.read1(_LINE_LIMIT) if hasattr(stream, "read1") else stream.read(_LINE_LIMIT)
+            if not chunk:
+                break
+            pending += chunk
+            while True:
+                ends = [index for index in (pending.find(b"\n"), pending.find(b"\r")) if index >= 0]
+                if not ends:
+                    break
+                cut = min(ends) + 1
+                line, pending = pending[:cut], pending[cut:]
+                sink.write(prefix + line.decode("utf-8", "replace").rstrip("\r\n") + "\n")
+            if len(pending) >= _LINE_LIMIT:
+                sink.write(prefix + pending.decode("utf-8", "replace") + "\n")
+                pending = b""
+        if pending:
+            sink.write(prefix + pending.decode("utf-8", "replace") + "\n")
     except (OSError, ValueError):
         pass  # the pipe was closed under us while stopping
     finally:

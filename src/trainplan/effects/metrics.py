@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import sys
 from collections.abc import Mapping
@@ -308,9 +309,21 @@ class MetricStore:
             )
         return entry
 
+    def _check_weight(self, name: str, weight: float) -> None:
+        entry = self._entries.get(name)
+        if entry is not None and not math.isfinite(entry.weight + weight):
+            raise InvalidMetric(
+                field="weight",
+                value=weight,
+                reason=f"the total weight of {name!r} would overflow a float64",
+                fix="Use smaller weights (relative ones are enough for a mean)",
+            )
+
     def _log_number(self, name: str, value: float | int, op: ReduceOp, weight: float) -> None:
         kind: Literal["float", "int"] = "int" if isinstance(value, int) and op != "mean" else "float"
         entry = self._existing(name, op, kind, None)
+        if op == "mean":
+            self._check_weight(name, weight)
         number: float | int
         if kind == "int" and (entry is None or entry.kind == "int"):
             number = value
@@ -378,12 +391,24 @@ class MetricStore:
                 fix="Log a dense tensor (value.to_dense(), value.dequantize(), or one tensor per component)",
             )
         kind: Literal["float", "int"] = "float" if value.is_floating_point() or op == "mean" else "int"
+        known = self._entries.get(name)
+        if kind == "int" and known is not None and known.kind == "float":
+            kind = "float"  # a float key takes integer tensors as floats, as it takes Python ints
+        if kind == "int" and value.dtype == torch.uint64 and bool((value.view(torch.int64) < 0).any()):
+            raise InvalidMetric(
+                field=name,
+                value="a uint64 tensor beyond int64",
+                reason="integer metrics are accumulated and reduced as int64",
+                fix="Log it as a float tensor, or smaller counts",
+            )
         shape = tuple(value.shape)
         slot = place_metric(self.plan, "tensor", store_on_cpu)
         device = (
             "cpu" if slot.store_device == "cpu" else str(value.device if value.device.type != "cpu" else self._device)
         )
         entry = self._existing(name, op, kind, shape)
+        if op == "mean":
+            self._check_weight(name, weight)
         if entry is not None and entry.device != device:
             raise InvalidMetric(
                 field="store_on_cpu",
@@ -470,7 +495,7 @@ class MetricStore:
         else:
             reduced = {name: _local_state(entry) for name, entry in self._entries.items()}
         values: dict[str, PlainValue] = {name: _finish(self._entries[name], state) for name, state in reduced.items()}
-        for name, stateful in self._stateful.items():
+        for name, stateful in sorted(self._stateful.items()):  # every rank reduces them in the same order
             values[name] = _plain(_compute_stateful(stateful, sync=world > 1))
         return dict(sorted(values.items()))
 
@@ -497,10 +522,10 @@ class MetricStore:
             )
         return group
 
-    def _signature(self) -> list[str]:
+    def _signature(self) -> list[tuple[str, str]]:
         return sorted(
-            [f"{name}={entry.spec()}" for name, entry in self._entries.items()]
-            + [f"{name}=stateful|{type(stateful).__name__}" for name, stateful in self._stateful.items()]
+            [(name, entry.spec()) for name, entry in self._entries.items()]
+            + [(name, f"stateful|{type(stateful).__name__}") for name, stateful in self._stateful.items()]
         )
 
     def _check_same_keys(self) -> None:
@@ -508,7 +533,9 @@ class MetricStore:
         import torch
 
         signature = self._signature()
-        digest = int.from_bytes(hashlib.blake2b("\n".join(signature).encode(), digest_size=7).digest(), "big")
+        # JSON of (name, spec) pairs: no key name can make two different signatures spell the same text.
+        text = json.dumps(signature, ensure_ascii=True)
+        digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "big")
         check = torch.tensor([digest, -digest], dtype=torch.int64)
         if self.plan.metrics.reduces_on == "device":
             check = self._transfer(check, self._device)
@@ -520,7 +547,7 @@ class MetricStore:
         # The rare path: find out who lacks what, then every rank raises the same error.
         everyone = self._collective.all_gather_object(signature)
         self.collectives_in_last_sync += 1
-        specs = [dict(str(item).split("=", 1) for item in ranks) for ranks in everyone if isinstance(ranks, list)]
+        specs = [{str(name): str(spec) for name, spec in ranks} for ranks in everyone if isinstance(ranks, list)]
         missing: dict[str, list[int]] = {}
         differing: dict[str, list[int]] = {}
         for key in sorted(set().union(*specs)):
@@ -609,7 +636,11 @@ class MetricStore:
                     size = 1
                     reduced[name][part] = host[offset]
                 offset += size
-        overflowed = sorted(name for name, parts in reduced.items() if _beyond_int64(parts.pop("shadow", 0.0)))
+        overflowed = sorted(
+            name
+            for name, parts in reduced.items()
+            if "shadow" in parts and _wrapped(parts.pop("shadow"), parts["total"])
+        )
         if overflowed:
             raise MetricOverflow(keys=overflowed)
         return reduced
@@ -618,10 +649,16 @@ class MetricStore:
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _beyond_int64(shadow: Any) -> bool:
+_WRAP_GAP = 2.0**40
+"""An int64 sum that wrapped differs from its float64 shadow by about 2**64; one that did not, by float rounding
+(far below this gap, for any world size torch can run)."""
+
+
+def _wrapped(shadow: Any, total: Any) -> bool:
+    """Whether a reduced int64 sum wrapped: it disagrees with the float64 sum of the same values."""
     if _is_tensor(shadow):
-        return bool((shadow.abs() >= 2.0**63).any())
-    return bool(abs(shadow) >= 2.0**63)
+        return bool(((shadow - total.to(shadow.dtype)).abs() > _WRAP_GAP).any())
+    return bool(abs(float(shadow) - float(total)) > _WRAP_GAP)
 
 
 def _finite_float(value: object, *, allow_nonfinite: bool = False) -> float | None:

@@ -109,7 +109,7 @@ def _static_facts() -> _StaticFacts:
     available = multiprocessing.get_all_start_methods()
     return _StaticFacts(
         gpus=default_nvml().gpus() or [],
-        packages=frozenset(name for name in OPTIONAL_PACKAGES if importlib.util.find_spec(name) is not None),
+        packages=frozenset(name for name in OPTIONAL_PACKAGES if _installed(name)),
         start_methods=tuple(method for method in START_METHODS if method in available),
     )
 
@@ -127,6 +127,14 @@ def _mps_available() -> bool:
     if torch is not None:
         return bool(torch.backends.mps.is_available())
     return True  # every Apple-silicon Mac on a supported macOS has the MPS device
+
+
+def _installed(name: str) -> bool:
+    """Whether an optional package can be imported (a stub module in sys.modules without a spec counts)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ValueError, ImportError):  # `sys.modules[name]` is a stub with no __spec__, or a broken parent
+        return name in sys.modules
 
 
 def _xla_device_count(environ: Mapping[str, str], packages: frozenset[str]) -> int:

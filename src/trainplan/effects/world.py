@@ -129,7 +129,11 @@ def join(plan: Plan) -> World:
         _check_existing_group(plan, rank)
         return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=False, timeout_seconds=timeout)
     port = plan.cluster.main_port
-    assert port is not None  # external plans were checked above; others have one process
+    if port is None:
+        raise JoinError(
+            f"The plan's world has {plan.world_size} processes but no main port to meet at: resolve it inside the "
+            "job (trainplan.resolve()), which reads MASTER_PORT"
+        )
     address = plan.cluster.main_address
     delta = datetime.timedelta(seconds=timeout)
     if _is_loopback(address) and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":

@@ -77,9 +77,10 @@ def resolve(request: Request, env: Environment) -> Plan:
     try:
         key = (request, request.notes, env, _type_signature(request, env))
         return _resolve_cached(*key)
-    except TypeError:
-        # Unhashable garbage in a field (a dict for `devices`, say): resolve it without the cache,
-        # which reports it as an InvalidRequest.
+    except (TypeError, ValueError, RecursionError):
+        # Unhashable garbage in a field (a dict for `devices`, say), or a value whose repr cannot be made (an
+        # integer past Python's digit limit, a structure nested too deep): resolve it without the cache, which
+        # reports it as an InvalidRequest.
         return resolve_uncached(request, env)
 
 

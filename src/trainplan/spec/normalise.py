@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Literal, TypeAlias
 
-from trainplan.spec.errors import InvalidRequest, did_you_mean
+from trainplan.spec.errors import InvalidRequest, did_you_mean, shown
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
@@ -236,7 +236,7 @@ def devices(value: object) -> DevicesSpec:
                 raise InvalidRequest(
                     field="devices",
                     value=value,
-                    reason=f"device indices must be integers, and {item!r} is a {type(item).__name__}",
+                    reason=f"device indices must be integers, and {shown(item, 40)} is a {type(item).__name__}",
                     fix=_DEVICES_FIX,
                 )
             items.append(item)

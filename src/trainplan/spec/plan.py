@@ -471,7 +471,7 @@ def _check_plan(plan: Plan) -> None:
     from trainplan.spec import normalise
     from trainplan.spec.errors import InvalidRequest
     from trainplan.spec.options import OPTION_TYPES
-    from trainplan.spec.tables import FAMILIES, MAX_DEVICES_PER_NODE, MAX_NODES, STRATEGIES
+    from trainplan.spec.tables import BACKENDS, FAMILIES, MAX_DEVICES_PER_NODE, MAX_NODES, PRECISIONS, STRATEGIES
 
     def bad(path: str, reason: str) -> PlanFormatError:
         return PlanFormatError(path=f"plan.{path}", reason=reason)
@@ -500,8 +500,33 @@ def _check_plan(plan: Plan) -> None:
         )
     if not family.multi_process and (plan.processes_per_node != 1 or not devices):
         raise bad("processes_per_node", f"{family.family} runs one process over its devices")
-    if plan.physical_devices and len(plan.physical_devices) != len(devices):
-        raise bad("physical_devices", "it names one physical GPU per device")
+    if plan.physical_devices and (
+        len(plan.physical_devices) != len(devices) or len(set(plan.physical_devices)) != len(devices)
+    ):
+        raise bad("physical_devices", "it names one distinct physical GPU per device")
+    if plan.accelerator not in family.accelerators:
+        raise bad("accelerator", f"strategy family {family.family!r} does not run on {plan.accelerator!r}")
+    if plan.launcher not in (rule.launcher, "external") or (
+        plan.launcher == "external" and not family.has_process_group
+    ):
+        raise bad("launcher", f"strategy {plan.strategy.name!r} is started by {rule.launcher!r} (or joins: 'external')")
+    backend = plan.process_group_backend
+    if family.has_process_group != (backend is not None):
+        raise bad(
+            "process_group_backend",
+            f"family {family.family!r} {'needs' if family.has_process_group else 'has'} "
+            f"{'a process-group backend' if family.has_process_group else 'no process group'}",
+        )
+    if backend is not None and plan.accelerator not in BACKENDS[backend].accelerators:
+        raise bad("process_group_backend", f"{backend!r} does not reduce {plan.accelerator!r} tensors")
+    if plan.precision not in family.precisions or plan.accelerator not in PRECISIONS[plan.precision].accelerators:
+        raise bad("precision", f"{plan.precision!r} does not run with {plan.strategy.name!r} on {plan.accelerator!r}")
+    if plan.world_size == 1 or backend is None:
+        reduces_on = "nowhere"
+    else:
+        reduces_on = "device" if BACKENDS[backend].needs_device_tensors else "where_stored"
+    if plan.metrics.reduces_on != reduces_on:
+        raise bad("metrics.reduces_on", f"this plan's metrics are {reduces_on!r}")
     cluster = plan.cluster
     address = cluster.main_address
     if not address or len(address) > 253 or any(character.isspace() or ord(character) < 32 for character in address):
