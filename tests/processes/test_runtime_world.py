@@ -79,4 +79,5 @@ def test_a_missing_framework_is_a_typed_error_naming_what_to_install(monkeypatch
     monkeypatch.setitem(sys.modules, "accelerate.utils", None)
     with pytest.raises(tp.MissingExtra, match="pip install accelerate"):
         tp.accelerator_arguments(plan)
-    assert tp.accelerate_launch_flags(plan)[:2] == ["--num_processes", "2"], "the flags need no Accelerate"
+    one = tp.resolve(tp.Request(accelerator="cpu"))
+    assert tp.accelerate_launch_flags(one)[:2] == ["--num_processes", "1"], "the flags need no Accelerate"

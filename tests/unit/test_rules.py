@@ -401,7 +401,13 @@ def test_every_rule_in_the_table_is_exercised() -> None:
 
 def _training_rules() -> set[str]:
     """The rules `resolve.training` applies when a plan becomes torch or framework objects."""
-    from trainplan.resolve.training import accelerate_arguments, deepspeed_config, lightning_arguments
+    from trainplan.resolve.training import (
+        accelerate_arguments,
+        accelerate_launch_flags,
+        deepspeed_config,
+        framework_sync_batchnorm,
+        lightning_arguments,
+    )
 
     deepspeed = resolve(Request(strategy="deepspeed", devices=2), cuda(2, packages={"deepspeed"}))
     dp = resolve(Request(strategy="dp", devices=2), cuda(2))
@@ -411,6 +417,9 @@ def _training_rules() -> set[str]:
         lambda: lightning_arguments(dp),
         lambda: accelerate_arguments(resolve(Request(precision="bf16-true"), cuda(1))),
         lambda: accelerate_arguments(dp),
+        lambda: accelerate_launch_flags(resolve(Request(accelerator="cpu", devices=2), cpu())),
+        lambda: framework_sync_batchnorm(resolve(Request(devices=2, sync_batchnorm=True), cuda(2)), "Fabric"),
+        lambda: resolve(Request(accelerator="cpu", devices=2, sync_batchnorm=True), cpu()),
     ]
     rules = set()
     for attempt in attempts:

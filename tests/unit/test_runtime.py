@@ -24,7 +24,9 @@ from trainplan.effects.world import World
 from trainplan.resolve import resolve
 from trainplan.resolve.training import (
     accelerate_arguments,
+    accelerate_launch_flags,
     deepspeed_config,
+    framework_sync_batchnorm,
     lightning_arguments,
     needs_grad_scaler,
     precision_recipe,
@@ -52,8 +54,10 @@ class FakeWrappers:
         self.calls.append(("ddp", {"device_ids": device_ids, "options": options}))
         return model
 
-    def fsdp(self, model: torch.nn.Module, device: torch.device, options: FSDPOptions) -> torch.nn.Module:
-        self.calls.append(("fsdp", {"device": str(device), "options": options}))
+    def fsdp(
+        self, model: torch.nn.Module, device: torch.device, options: FSDPOptions, mesh_shape: tuple[int, int]
+    ) -> torch.nn.Module:
+        self.calls.append(("fsdp", {"device": str(device), "options": options, "mesh": mesh_shape}))
         return model
 
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -143,7 +147,7 @@ class TestWrapping:
         options = FSDPOptions(sharding_strategy="SHARD_GRAD_OP", cpu_offload=True)
         rt, fakes = runtime_for(resolve(Request(strategy="fsdp", devices=2, strategy_options=options), cuda(2)))
         rt.wrap(torch.nn.Linear(2, 2))
-        assert fakes.calls[-1] == ("fsdp", {"device": "cuda:0", "options": options})
+        assert fakes.calls[-1] == ("fsdp", {"device": "cuda:0", "options": options, "mesh": (1, 2)})
 
     def test_deepspeed_gets_its_config_and_a_pointer(self) -> None:
         options = DeepSpeedOptions(stage=3, offload_optimizer=True, offload_parameters=True, offload_device="nvme")
@@ -156,8 +160,8 @@ class TestWrapping:
         config = rt.deepspeed_config(micro_batch_size=4)
         assert config["zero_optimization"] == {
             "stage": 3,
-            "offload_optimizer": {"device": "nvme", "pin_memory": True},
-            "offload_param": {"device": "nvme", "pin_memory": True},
+            "offload_optimizer": {"device": "nvme", "pin_memory": True, "nvme_path": "/local_nvme"},
+            "offload_param": {"device": "nvme", "pin_memory": True, "nvme_path": "/local_nvme"},
         }
         assert config["bf16"] == {"enabled": True} and config["fp16"] == {"enabled": False}
         assert config["train_micro_batch_size_per_gpu"] == 4
@@ -211,11 +215,90 @@ class TestFrameworkMappings:
         flags = mapped.launch_flags
         assert flags[:6] == ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "fp16"]
         assert "--multi_gpu" in flags and flags[flags.index("--gpu_ids") + 1] == "0,2"
-        deepspeed = accelerate_arguments(resolve(Request(strategy="deepspeed_stage_2", devices=2), DEEPSPEED))
-        assert "--use_deepspeed" in deepspeed.launch_flags and "2" in deepspeed.launch_flags
+        deepspeed = accelerate_arguments(resolve(Request(strategy="deepspeed_stage_3_offload", devices=2), DEEPSPEED))
+        assert deepspeed.deepspeed == {
+            "zero_stage": 3,
+            "offload_optimizer_device": "cpu",
+            "offload_param_device": "cpu",
+        }
+        assert " ".join(deepspeed.launch_flags).endswith(
+            "--use_deepspeed --zero_stage 3 --offload_optimizer_device cpu --offload_param_device cpu"
+        )
+        fsdp = accelerate_arguments(resolve(Request(strategy="fsdp_cpu_offload", devices=2), cuda(2)))
+        assert fsdp.fsdp == {"sharding_strategy": "FULL_SHARD", "cpu_offload": True}
+        assert " ".join(fsdp.launch_flags).endswith(
+            "--use_fsdp --fsdp_sharding_strategy FULL_SHARD --fsdp_offload_params true"
+        )
+
+    def test_accelerate_launch_refuses_several_cpu_processes(self) -> None:
+        with pytest.raises(Incompatible, match="mpirun_hostfile"):
+            accelerate_launch_flags(resolve(Request(accelerator="cpu", devices=2), cpu()))
+        assert accelerate_launch_flags(resolve(Request(accelerator="cpu"), cpu())) == [
+            "--num_processes",
+            "1",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--cpu",
+        ]
+
+    def test_hybrid_shard_meshes_nodes_by_processes(self) -> None:
+        options = FSDPOptions(sharding_strategy="HYBRID_SHARD")
+        variables = {"MASTER_ADDR": "head", "MASTER_PORT": "29500", "NODE_RANK": "0"}
+        plan = resolve(
+            Request(strategy="fsdp", devices=2, num_nodes=2, strategy_options=options), cuda(2, variables=variables)
+        )
+        assert lightning_arguments(plan).strategy.arguments["device_mesh"] == (2, 2)
+        rt, fakes = runtime_for(plan)
+        rt.wrap(torch.nn.Linear(2, 2))
+        assert fakes.calls[-1][1]["mesh"] == (2, 2)
+
+    def test_fsdp_fp16_scales_with_the_sharded_scaler(self) -> None:
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        rt, _ = runtime_for(resolve(Request(strategy="fsdp", devices=2, precision="16-mixed"), cuda(2)))
+        assert isinstance(rt.grad_scaler, ShardedGradScaler)
+
+    def test_xla_on_all_cores_is_a_count_for_lightning(self) -> None:
+        plan = resolve(Request(accelerator="xla", devices=8), Environment(xla_device_count=8))
+        assert lightning_arguments(plan).devices == 8
+
+    def test_sync_batchnorm_is_never_lost(self) -> None:
+        with pytest.raises(Incompatible, match="SyncBatchNorm synchronises batch statistics across CUDA"):
+            resolve(Request(accelerator="cpu", devices=2, sync_batchnorm=True), cpu())
+        plan = resolve(Request(devices=2, sync_batchnorm=True), cuda(2))
+        assert lightning_arguments(plan).sync_batchnorm is True
+        for framework in ("Fabric", "Accelerate"):
+            with pytest.raises(Incompatible, match=f"{framework} has no sync_batchnorm setting"):
+                framework_sync_batchnorm(plan, framework)
 
     @pytest.mark.parametrize("precision", ["16-true", "bf16-true", "64-true"])
     def test_accelerate_has_no_true_half_precision(self, precision: str) -> None:
         plan = resolve(Request(precision=precision, devices=1), cuda(1))  # type: ignore[arg-type]
         with pytest.raises(Incompatible, match="casts the whole model"):
             accelerate_arguments(plan)
+
+
+class TestRefusals:
+    """What a loop can get wrong is a typed error with the fix, never a raw torch error."""
+
+    def test_wrap_takes_a_module(self) -> None:
+        rt, _ = runtime_for(resolve(Request(accelerator="cpu"), cpu()))
+        for thing in (None, lambda x: x, torch.zeros(2)):
+            with pytest.raises(NotWrappable, match=r"takes a torch\.nn\.Module"):
+                rt.wrap(thing)  # type: ignore[arg-type]
+
+    def test_step_takes_a_scalar_loss_that_requires_grad(self) -> None:
+        rt, _ = runtime_for(resolve(Request(accelerator="cpu"), cpu()))
+        optimizer = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+        for loss in (torch.tensor(1.0), torch.ones(2, requires_grad=True), 1.0):
+            with pytest.raises(NotWrappable, match="scalar loss"):
+                rt.step(loss, optimizer)  # type: ignore[arg-type]
+
+    def test_a_runtime_after_leaving_says_so(self) -> None:
+        rt, _ = runtime_for(resolve(Request(accelerator="cpu"), cpu()))
+        rt.leave()
+        for use in (lambda: rt.wrap(torch.nn.Linear(2, 2)), rt.barrier, rt.__enter__):
+            with pytest.raises(NotWrappable, match="after leaving the world"):
+                use()

@@ -19,7 +19,8 @@ import importlib.util
 from types import ModuleType
 from typing import Any
 
-from trainplan.resolve.training import accelerate_arguments, lightning_arguments
+from trainplan.resolve.training import accelerate_arguments, framework_sync_batchnorm, lightning_arguments
+from trainplan.resolve.training import accelerate_launch_flags as _launch_flags
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.plan import Plan
 
@@ -36,8 +37,11 @@ class MissingExtra(TrainplanError, ImportError):
 def _framework(module: str, install: str) -> ModuleType:
     try:
         return importlib.import_module(module)
-    except ImportError:
-        raise MissingExtra(framework=module, install=install) from None
+    except ImportError as error:
+        root = module.partition(".")[0]
+        if isinstance(error, ModuleNotFoundError) and (error.name or "").partition(".")[0] == root:
+            raise MissingExtra(framework=module, install=install) from error
+        raise  # installed, but broken inside: its own error says why
 
 
 def _strategy(plan: Plan, strategies: ModuleType) -> object:
@@ -79,12 +83,14 @@ def lightning_trainer_arguments(plan: Plan) -> dict[str, Any]:
 
 def fabric_arguments(plan: Plan) -> dict[str, Any]:
     """`lightning_fabric.Fabric(**...)` arguments for the plan, with a real strategy object."""
+    framework_sync_batchnorm(plan, "Fabric")
     return _arguments(plan, _framework("lightning_fabric.strategies", "lightning-fabric"))
 
 
 def accelerator_arguments(plan: Plan) -> dict[str, Any]:
     """`accelerate.Accelerator(**...)` arguments for the plan: cpu, mixed_precision, and kwargs handlers with the
     DDP options and the process group's backend and timeout."""
+    framework_sync_batchnorm(plan, "Accelerate")
     utils = _framework("accelerate.utils", "accelerate")
     mapped = accelerate_arguments(plan)
     process_group = dict(mapped.process_group)
@@ -92,12 +98,23 @@ def accelerator_arguments(plan: Plan) -> dict[str, Any]:
     handlers: list[object] = [utils.InitProcessGroupKwargs(timeout=timeout, **process_group)]
     if mapped.ddp:
         handlers.append(utils.DistributedDataParallelKwargs(**mapped.ddp))
-    return {"cpu": mapped.cpu, "mixed_precision": mapped.mixed_precision, "kwargs_handlers": handlers}
+    arguments: dict[str, Any] = {
+        "cpu": mapped.cpu,
+        "mixed_precision": mapped.mixed_precision,
+        "kwargs_handlers": handlers,
+    }
+    if mapped.fsdp is not None:
+        arguments["fsdp_plugin"] = utils.FullyShardedDataParallelPlugin(
+            sharding_strategy=mapped.fsdp["sharding_strategy"], cpu_offload=mapped.fsdp["cpu_offload"]
+        )
+    if mapped.deepspeed is not None:
+        arguments["deepspeed_plugin"] = utils.DeepSpeedPlugin(**mapped.deepspeed)
+    return arguments
 
 
 def accelerate_launch_flags(plan: Plan) -> list[str]:
     """The `accelerate launch` flags that start this plan's processes (pure; needs no Accelerate)."""
-    return list(accelerate_arguments(plan).launch_flags)
+    return _launch_flags(plan)
 
 
 __all__ = [

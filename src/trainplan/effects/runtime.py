@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from trainplan.effects.metrics import MetricStore
 from trainplan.effects.world import World, join
-from trainplan.resolve.training import deepspeed_config, family_recipe, needs_grad_scaler, precision_recipe
+from trainplan.resolve.training import (
+    deepspeed_config,
+    family_recipe,
+    fsdp_mesh_shape,
+    needs_grad_scaler,
+    precision_recipe,
+)
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.options import DDPOptions, FSDPOptions
 from trainplan.spec.plan import Plan
@@ -52,8 +58,11 @@ class ModelWrappers(Protocol):
     def ddp(self, model: torch.nn.Module, device_ids: list[int] | None, options: DDPOptions) -> torch.nn.Module:
         """`DistributedDataParallel` with the plan's DDP options (device_ids on CUDA, None on CPU)."""
 
-    def fsdp(self, model: torch.nn.Module, device: torch.device, options: FSDPOptions) -> torch.nn.Module:
-        """torch's FSDP with the options' sharding strategy and CPU offload."""
+    def fsdp(
+        self, model: torch.nn.Module, device: torch.device, options: FSDPOptions, mesh_shape: tuple[int, int]
+    ) -> torch.nn.Module:
+        """torch's FSDP with the options' sharding strategy and CPU offload (HYBRID_SHARD over a 2-D mesh of
+        `mesh_shape` = (nodes, processes per node): replicated across nodes, sharded within one)."""
 
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
         """BatchNorm layers converted to SyncBatchNorm."""
@@ -81,15 +90,23 @@ class TorchWrappers:
             gradient_as_bucket_view=options.gradient_as_bucket_view,
         )
 
-    def fsdp(self, model: torch.nn.Module, device: torch.device, options: FSDPOptions) -> torch.nn.Module:
+    def fsdp(
+        self, model: torch.nn.Module, device: torch.device, options: FSDPOptions, mesh_shape: tuple[int, int]
+    ) -> torch.nn.Module:
         from torch.distributed.fsdp import CPUOffload, ShardingStrategy
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
+        mesh: Any = None
+        if options.sharding_strategy == "HYBRID_SHARD":
+            from torch.distributed.device_mesh import init_device_mesh
+
+            mesh = init_device_mesh(device.type, mesh_shape, mesh_dim_names=("replicate", "shard"))
         return FSDP(
             model,
             sharding_strategy=ShardingStrategy[options.sharding_strategy],
             cpu_offload=CPUOffload(offload_params=options.cpu_offload),
             device_id=device,
+            device_mesh=mesh,
         )
 
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -122,16 +139,30 @@ class Runtime:
             None if recipe.autocast_dtype is None else getattr(torch, recipe.autocast_dtype)
         )
         """The dtype `autocast()` computes in; None for the *-true precisions."""
-        self.grad_scaler: torch.amp.GradScaler | None = (
-            torch.amp.GradScaler(self.device.type) if needs_grad_scaler(plan) else None
-        )
-        """A GradScaler where the plan needs one (fp16 AMP on CUDA), else None; `step` uses it."""
+        self.grad_scaler: torch.amp.GradScaler | None = None
+        """A GradScaler where the plan needs one (fp16 AMP on CUDA; FSDP's sharded one under FSDP), else None;
+        `step` uses it."""
+        if needs_grad_scaler(plan):
+            if family_recipe(plan).sharded_grad_scaler:
+                from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+                self.grad_scaler = ShardedGradScaler(self.device.type)
+            else:
+                self.grad_scaler = torch.amp.GradScaler(self.device.type)
 
     # -- the model ------------------------------------------------------------------------------------
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """`model` placed on this process's device (cast for *-true precisions) and wrapped as the strategy says:
         one device: moved; dp: DataParallel; DDP family: DDP with the plan's options; FSDP: torch's FSDP."""
+        self._check_joined("wrap")
+        import torch
+
+        given: object = model
+        if not isinstance(given, torch.nn.Module):
+            raise NotWrappable(
+                f"rt.wrap takes a torch.nn.Module, not a {type(given).__name__}: wrap the model, then call it"
+            )
         recipe = family_recipe(self.plan)
         precision = precision_recipe(self.plan)
         if precision.engine != "torch":
@@ -163,7 +194,7 @@ class Runtime:
             device_ids = [self.device.index or 0] if self.device.type == "cuda" else None
             return self._wrappers.ddp(placed, device_ids, options)
         if recipe.wrapper == "fsdp" and isinstance(options, FSDPOptions):
-            return self._wrappers.fsdp(placed, self.device, options)
+            return self._wrappers.fsdp(placed, self.device, options, fsdp_mesh_shape(self.plan))
         raise NotWrappable(f"strategy {self.plan.strategy.name!r} has no options of its family to wrap with")
 
     def deepspeed_config(self, *, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1) -> dict[str, object]:
@@ -187,6 +218,23 @@ class Runtime:
 
     def step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
         """Backward, optimizer step and zero_grad; the loss scaled and unscaled where the plan needs it."""
+        import torch
+
+        given: object = loss
+        if not isinstance(given, torch.Tensor) or given.numel() != 1 or not given.requires_grad:
+            what = (
+                type(given).__name__
+                if not isinstance(given, torch.Tensor)
+                else (
+                    f"a tensor of shape {tuple(given.shape)}"
+                    if given.numel() != 1
+                    else "a tensor that does not require grad"
+                )
+            )
+            raise NotWrappable(
+                f"rt.step takes the scalar loss of this step, a tensor that requires grad; this is {what}. "
+                "Compute it from the model's output (and reduce it to one number, e.g. .mean())"
+            )
         backward: Any  # Tensor.backward is untyped in torch
         if self.grad_scaler is None:
             backward = loss.backward
@@ -219,28 +267,37 @@ class Runtime:
 
     def barrier(self) -> None:
         """Wait for every rank (nothing to wait for with one process)."""
+        self._check_joined("barrier")
         if self.world_size > 1:
             from torch import distributed
 
             distributed.barrier()
 
-    def metric_store(self, **options: Any) -> MetricStore:
+    def metric_store(self) -> MetricStore:
         """A metric store for this plan, reduced over this world."""
-        return MetricStore(self.plan, **options)
+        return MetricStore(self.plan)
 
     # -- leaving --------------------------------------------------------------------------------------
 
-    def leave(self) -> None:
-        """Leave the world (destroys the process group if joining created it)."""
-        self.world.leave()
+    def leave(self, *, wait_for_peers: bool = True) -> None:
+        """Leave the world (destroys the process group if joining created it; see `World.leave`)."""
+        self.world.leave(wait_for_peers=wait_for_peers)
+
+    def _check_joined(self, what: str) -> None:
+        if self.world.left:
+            raise NotWrappable(
+                f"rt.{what} after leaving the world: this runtime's process group is gone. Start a new one with "
+                "trainplan.runtime(plan), and keep the loop inside its `with` block"
+            )
 
     def __enter__(self) -> Runtime:
+        self._check_joined("__enter__")
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        self.leave()
+        self.leave(wait_for_peers=kind is None)
 
     def __repr__(self) -> str:
         return (

@@ -10,6 +10,7 @@ used as it is; it is then left for its owner to destroy. `trainplan.launch` join
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
@@ -59,8 +60,15 @@ class World:
         self.timeout_seconds = timeout_seconds
         self._left = False
 
-    def leave(self) -> None:
-        """Destroy the process group if joining created it (idempotent)."""
+    @property
+    def left(self) -> bool:
+        """Whether this process has left the world."""
+        return self._left
+
+    def leave(self, *, wait_for_peers: bool = True) -> None:
+        """Destroy the process group if joining created it (idempotent). Leaving normally first waits for the
+        other ranks (a barrier): tearing a group down while a peer still talks to it can abort the process
+        at exit; leaving on an error does not wait, since the peers may never come."""
         if self._left:
             return
         self._left = True
@@ -69,6 +77,9 @@ class World:
         from torch import distributed
 
         if distributed.is_available() and distributed.is_initialized():
+            if wait_for_peers and self.world_size > 1:
+                with contextlib.suppress(RuntimeError):  # a peer that died: nothing left to wait for
+                    distributed.barrier()
             distributed.destroy_process_group()
 
     def __enter__(self) -> World:
@@ -77,7 +88,7 @@ class World:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        self.leave()
+        self.leave(wait_for_peers=kind is None)
 
     def __repr__(self) -> str:
         return (

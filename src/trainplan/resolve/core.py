@@ -56,6 +56,7 @@ from trainplan.spec.tables import (
     SELECTED_DEVICES_VARIABLE,
     SPAWN_STRATEGY_FOR,
     STRATEGIES,
+    SYNC_BATCHNORM_ACCELERATORS,
     FamilyRule,
     lookup,
 )
@@ -350,6 +351,13 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         precision = fields.precision
     reasons["precision"] = lookup(PRECISIONS, precision, name="PRECISIONS").description
 
+    if (
+        fields.sync_batchnorm
+        and world_size > 1
+        and family.has_process_group
+        and accelerator not in SYNC_BATCHNORM_ACCELERATORS
+    ):
+        report(incompatible("sync-batchnorm-device", {"sync_batchnorm": True, "accelerator": accelerator}))
     metrics = _metric_placement(fields.metrics_store, accelerator, backend, world_size)
     reasons["metrics"] = metrics.explanation
     notes.extend(_advice(fields, accelerator, family, world_size))

@@ -35,6 +35,15 @@ def _refusal(rule_id: str, values: dict[str, object], **fields: object) -> Incom
     )
 
 
+NVME_PATH = "/local_nvme"
+"""Where DeepSpeed offloads to NVMe when the options do not say (Lightning's default too)."""
+
+
+def fsdp_mesh_shape(plan: Plan) -> tuple[int, int]:
+    """HYBRID_SHARD's device mesh: (replicas, shards) = (nodes, processes per node)."""
+    return (plan.num_nodes, plan.processes_per_node)
+
+
 def precision_recipe(plan: Plan) -> PrecisionRecipe:
     """How the plan's precision runs: autocast dtype (mixed), parameter dtype (true), loss scaling."""
     return lookup(PRECISION_RECIPES, plan.precision, name="PRECISION_RECIPES")
@@ -65,10 +74,13 @@ def deepspeed_config(
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise _refusal("deepspeed-count", {name: value}, name=name)
     zero: dict[str, object] = {"stage": options.stage}
+    offload: dict[str, object] = {"device": options.offload_device, "pin_memory": True}
+    if options.offload_device == "nvme":
+        offload["nvme_path"] = NVME_PATH
     if options.offload_optimizer:
-        zero["offload_optimizer"] = {"device": options.offload_device, "pin_memory": True}
+        zero["offload_optimizer"] = dict(offload)
     if options.offload_parameters:
-        zero["offload_param"] = {"device": options.offload_device, "pin_memory": True}
+        zero["offload_param"] = dict(offload)
     recipe = precision_recipe(plan)
     return {
         "train_micro_batch_size_per_gpu": micro_batch_size,
@@ -126,6 +138,8 @@ def lightning_arguments(plan: Plan) -> LightningArguments:
             arguments["start_method"] = start_method
     elif isinstance(options, FSDPOptions):
         arguments.update(sharding_strategy=options.sharding_strategy, cpu_offload=options.cpu_offload)
+        if options.sharding_strategy == "HYBRID_SHARD":
+            arguments["device_mesh"] = fsdp_mesh_shape(plan)  # replicate across nodes, shard within one
     elif isinstance(options, DeepSpeedOptions):
         arguments.update(
             stage=options.stage,
@@ -135,9 +149,16 @@ def lightning_arguments(plan: Plan) -> LightningArguments:
             offload_params_device=options.offload_device,
             offload_optimizer_device=options.offload_device,
         )
+        if options.offload_device == "nvme":
+            arguments["nvme_path"] = NVME_PATH
     if plan.process_group_backend is not None and recipe.wrapper in ("ddp", "fsdp"):
         arguments["process_group_backend"] = plan.process_group_backend
-    devices: list[int] | int = list(plan.devices) if plan.accelerator in ("cuda", "xla") else plan.processes_per_node
+    # Lightning takes GPU indices as a list; XLA as a count (all cores) or a one-index list; CPU as a count.
+    devices: list[int] | int = plan.processes_per_node
+    if plan.accelerator == "cuda":
+        devices = list(plan.devices)
+    elif plan.accelerator == "xla":
+        devices = list(plan.devices) if len(plan.devices) == 1 else len(plan.devices)
     return LightningArguments(
         accelerator=_LIGHTNING_ACCELERATORS[plan.accelerator],
         devices=devices,
@@ -161,6 +182,8 @@ class AccelerateArguments:
     mixed_precision: Literal["no", "fp16", "bf16", "fp8"]
     ddp: dict[str, object]  # DistributedDataParallelKwargs
     process_group: dict[str, object]  # InitProcessGroupKwargs (backend, timeout seconds)
+    fsdp: dict[str, object] | None  # FullyShardedDataParallelPlugin
+    deepspeed: dict[str, object] | None  # DeepSpeedPlugin
     launch_flags: list[str]
 
 
@@ -183,6 +206,23 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
     process_group: dict[str, object] = {"timeout_seconds": timeout}
     if plan.process_group_backend is not None:
         process_group["backend"] = plan.process_group_backend
+    fsdp: dict[str, object] | None = None
+    deepspeed: dict[str, object] | None = None
+    extra: list[str] = []
+    if isinstance(options, FSDPOptions):
+        fsdp = {"sharding_strategy": options.sharding_strategy, "cpu_offload": options.cpu_offload}
+        extra += ["--fsdp_sharding_strategy", options.sharding_strategy]
+        extra += ["--fsdp_offload_params", "true" if options.cpu_offload else "false"]
+    if isinstance(options, DeepSpeedOptions):
+        optimizer_device = options.offload_device if options.offload_optimizer else "none"
+        param_device = options.offload_device if options.offload_parameters else "none"
+        deepspeed = {
+            "zero_stage": options.stage,
+            "offload_optimizer_device": optimizer_device,
+            "offload_param_device": param_device,
+        }
+        extra += ["--zero_stage", str(options.stage)]
+        extra += ["--offload_optimizer_device", optimizer_device, "--offload_param_device", param_device]
     flags = ["--num_processes", str(plan.world_size), "--num_machines", str(plan.num_nodes)]
     flags += ["--mixed_precision", recipe.accelerate]
     if plan.accelerator == "cpu":
@@ -191,9 +231,7 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
         flags += ["--gpu_ids", ",".join(str(index) for index in plan.devices)]
         if plan.world_size > 1 and plan.strategy.family == "ddp":
             flags.append("--multi_gpu")
-    flags += list(family_recipe(plan).accelerate_launch)
-    if isinstance(options, DeepSpeedOptions):
-        flags += ["--zero_stage", str(options.stage)]
+    flags += list(family_recipe(plan).accelerate_launch) + extra
     if plan.num_nodes > 1:
         flags += ["--machine_rank", str(plan.cluster.node_rank), "--main_process_ip", plan.cluster.main_address]
         if plan.cluster.main_port is not None:
@@ -203,8 +241,24 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
         mixed_precision=recipe.accelerate,
         ddp=ddp,
         process_group=process_group,
+        fsdp=fsdp,
+        deepspeed=deepspeed,
         launch_flags=flags,
     )
+
+
+def accelerate_launch_flags(plan: Plan) -> list[str]:
+    """The `accelerate launch` flags that start this plan's processes; several CPU processes are refused
+    (accelerate launch starts those only through MPI)."""
+    if plan.accelerator == "cpu" and plan.world_size > 1:
+        raise _refusal("accelerate-cpu-processes", {"accelerator": "cpu", "world_size": plan.world_size})
+    return list(accelerate_arguments(plan).launch_flags)
+
+
+def framework_sync_batchnorm(plan: Plan, framework: str) -> None:
+    """Fabric and Accelerate have no sync_batchnorm setting: refuse to lose the plan's, with the fix."""
+    if plan.request.sync_batchnorm is True and plan.world_size > 1:
+        raise _refusal("sync-batchnorm-framework", {"sync_batchnorm": True}, framework=framework)
 
 
 __all__ = [
@@ -212,8 +266,11 @@ __all__ = [
     "LightningArguments",
     "LightningStrategy",
     "accelerate_arguments",
+    "accelerate_launch_flags",
     "deepspeed_config",
     "family_recipe",
+    "framework_sync_batchnorm",
+    "fsdp_mesh_shape",
     "lightning_arguments",
     "needs_grad_scaler",
     "precision_recipe",

@@ -728,6 +728,7 @@ class FamilyRecipe:
     wrapper: WrapperName  # how the runtime places and wraps the model
     lightning_strategy: str | None  # the Lightning/Fabric strategy class built from the options; None: none
     accelerate_launch: tuple[str, ...]  # `accelerate launch` flags for this family (several processes)
+    sharded_grad_scaler: bool = False  # each rank holds a shard: inf checks must agree across ranks
 
 
 FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
@@ -740,7 +741,11 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
         FamilyRecipe(family="dp", wrapper="data_parallel", lightning_strategy=None, accelerate_launch=()),
         FamilyRecipe(family="ddp", wrapper="ddp", lightning_strategy="DDPStrategy", accelerate_launch=()),
         FamilyRecipe(
-            family="fsdp", wrapper="fsdp", lightning_strategy="FSDPStrategy", accelerate_launch=("--use_fsdp",)
+            family="fsdp",
+            wrapper="fsdp",
+            lightning_strategy="FSDPStrategy",
+            accelerate_launch=("--use_fsdp",),
+            sharded_grad_scaler=True,
         ),
         FamilyRecipe(
             family="deepspeed",
@@ -863,6 +868,9 @@ MAX_CPU_COUNT: Final[int] = 1 << 20
 TRAINPLAN_RUN_ID_PREFIX: Final[str] = "trainplan-"
 """`trainplan launch` sets TORCHELASTIC_RUN_ID=trainplan-<port> (for frameworks that look for torchelastic); another
 run id in a process that carries trainplan's marker means a torchrun inside a trainplan worker started it."""
+
+SYNC_BATCHNORM_ACCELERATORS: Final[frozenset[AcceleratorName]] = frozenset({"cuda"})
+"""Where torch.nn.SyncBatchNorm runs ("SyncBatchNorm layers only work with GPU modules")."""
 
 PLAN_VARIABLE: Final[str] = "TRAINPLAN_PLAN"
 """Holds the launcher's plan as JSON in every worker trainplan starts (`trainplan.resolve()` there returns it,
@@ -1099,6 +1107,21 @@ RULES: Final[Mapping[str, Rule]] = {
                 "would never meet"
             ),
             fix="Export the same MASTER_PORT (e.g. MASTER_PORT=29500) and MASTER_ADDR on every node before launching",
+        ),
+        Rule(
+            id="sync-batchnorm-device",
+            reason="torch's SyncBatchNorm synchronises batch statistics across CUDA devices only, not {accelerator!r}",
+            fix="Drop sync_batchnorm (each process then normalises its own batch), or run on CUDA GPUs",
+        ),
+        Rule(
+            id="sync-batchnorm-framework",
+            reason="{framework} has no sync_batchnorm setting, so the plan's sync_batchnorm=True would be lost",
+            fix="Convert the model before handing it over: torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)",
+        ),
+        Rule(
+            id="accelerate-cpu-processes",
+            reason="`accelerate launch` starts several CPU processes only through MPI (--mpirun_hostfile)",
+            fix="Start the processes with trainplan launch or torchrun, and build the Accelerator inside each one",
         ),
         Rule(
             id="deepspeed-config",
