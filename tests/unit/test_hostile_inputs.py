@@ -193,6 +193,11 @@ class TestRecordsAndReaders:
             ("metrics.reduces_on", "device"),
             ("precision", "transformer-engine"),
             ("accelerator", "mps"),
+            ("accelerator", "cuda"),
+            ("precision", "16-mixed"),
+            ("request.sync_batchnorm", True),
+            ("metrics.device_type", "cuda"),
+            ("metrics.cpu_values_move_for_reduction", True),
         ],
     )
     def test_plan_from_dict_checks_ranges_and_consistency(self, path: str, value: object) -> None:

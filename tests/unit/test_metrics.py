@@ -274,3 +274,11 @@ class TestSecondReview:
         with pytest.raises(InvalidMetric, match="total weight"):
             store.log("w", 1.0, weight=1e308)
         assert store.compute() == {"w": 1.0}
+
+    def test_weights_that_overflow_once_added_across_ranks_are_an_overflow(self) -> None:
+        from trainplan import MetricOverflow
+
+        store = MetricStore(CPU_PLAN, collective=MirrorCollective())
+        store.log("w", 1.0, weight=1e308)
+        with pytest.raises(MetricOverflow, match="total weight"):
+            store.compute()

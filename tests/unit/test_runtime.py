@@ -302,3 +302,11 @@ class TestRefusals:
         for use in (lambda: rt.wrap(torch.nn.Linear(2, 2)), rt.barrier, rt.__enter__):
             with pytest.raises(NotWrappable, match="after leaving the world"):
                 use()
+
+    def test_step_takes_an_optimizer_and_sampler_a_sized_dataset(self) -> None:
+        rt, _ = runtime_for(resolve(Request(accelerator="cpu"), cpu()))
+        loss = torch.nn.Linear(2, 1)(torch.ones(1, 2)).sum()
+        with pytest.raises(NotWrappable, match="optimizer"):
+            rt.step(loss, None)  # type: ignore[arg-type]
+        with pytest.raises(NotWrappable, match="a dataset with a length"):
+            rt.sampler(5)  # type: ignore[arg-type]

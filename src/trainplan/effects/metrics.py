@@ -66,8 +66,9 @@ class MetricOverflow(MetricError):
     def __init__(self, *, keys: list[str]) -> None:
         self.keys = keys
         super().__init__(
-            f"The integer sum of {', '.join(repr(key) for key in keys)} over all ranks leaves int64, so it cannot be "
-            "reduced exactly. Log these keys as floats, or reset() them more often"
+            f"Reducing {', '.join(repr(key) for key in keys)} over all ranks overflows (an integer sum past int64, or "
+            "a mean's total weight past float64), so it cannot be reduced exactly. Log smaller values or weights, "
+            "integers as floats, or reset() these keys more often"
         )
 
 
@@ -639,7 +640,8 @@ class MetricStore:
         overflowed = sorted(
             name
             for name, parts in reduced.items()
-            if "shadow" in parts and _wrapped(parts.pop("shadow"), parts["total"])
+            if ("shadow" in parts and _wrapped(parts.pop("shadow"), parts["total"]))
+            or ("weight" in parts and not math.isfinite(float(parts["weight"])))
         )
         if overflowed:
             raise MetricOverflow(keys=overflowed)

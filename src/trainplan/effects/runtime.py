@@ -235,6 +235,10 @@ class Runtime:
                 f"rt.step takes the scalar loss of this step, a tensor that requires grad; this is {what}. "
                 "Compute it from the model's output (and reduce it to one number, e.g. .mean())"
             )
+        if not (callable(getattr(optimizer, "step", None)) and callable(getattr(optimizer, "zero_grad", None))):
+            raise NotWrappable(
+                f"rt.step takes the optimizer to step, not {type(optimizer).__name__}: e.g. torch.optim.SGD(...)"
+            )
         backward: Any  # Tensor.backward is untyped in torch
         if self.grad_scaler is None:
             backward = loss.backward
@@ -256,6 +260,12 @@ class Runtime:
         process). Call `sampler.set_epoch(epoch)` each epoch when shuffling."""
         from torch.utils.data.distributed import DistributedSampler
 
+        given: object = dataset
+        if not isinstance(given, Sized):
+            raise NotWrappable(
+                f"rt.sampler takes a dataset with a length (a map-style Dataset), not a {type(given).__name__}; "
+                "an iterable dataset shards itself (torch.utils.data.get_worker_info, the rank)"
+            )
         return DistributedSampler(
             dataset,  # type: ignore[arg-type]  # any sized dataset: DistributedSampler only takes len()
             num_replicas=self.world_size,

@@ -162,7 +162,26 @@ def join(plan: Plan) -> World:
             world_size=plan.world_size,
             timeout=delta,
         )
+    _collect_before_teardown()
     return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=True, timeout_seconds=timeout)
+
+
+_COLLECTING = False
+
+
+def _collect_before_teardown() -> None:
+    """Once per process: collect garbage at exit, before the interpreter tears itself down. DDP's hooks and
+    autograd state sit in reference cycles; left to the final teardown, torch's C++ objects are destroyed out
+    of order and the process sometimes aborts ("terminate called without an active exception", SIGABRT)
+    after its work is done. Collected while the interpreter still stands, they go quietly."""
+    global _COLLECTING
+    if _COLLECTING:
+        return
+    _COLLECTING = True
+    import atexit
+    import gc
+
+    atexit.register(gc.collect)
 
 
 def _check_this_process(plan: Plan, rank: int) -> None:

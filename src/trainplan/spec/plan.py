@@ -471,7 +471,16 @@ def _check_plan(plan: Plan) -> None:
     from trainplan.spec import normalise
     from trainplan.spec.errors import InvalidRequest
     from trainplan.spec.options import OPTION_TYPES
-    from trainplan.spec.tables import BACKENDS, FAMILIES, MAX_DEVICES_PER_NODE, MAX_NODES, PRECISIONS, STRATEGIES
+    from trainplan.spec.tables import (
+        ACCELERATORS,
+        BACKENDS,
+        FAMILIES,
+        MAX_DEVICES_PER_NODE,
+        MAX_NODES,
+        PRECISIONS,
+        STRATEGIES,
+        SYNC_BATCHNORM_ACCELERATORS,
+    )
 
     def bad(path: str, reason: str) -> PlanFormatError:
         return PlanFormatError(path=f"plan.{path}", reason=reason)
@@ -521,12 +530,26 @@ def _check_plan(plan: Plan) -> None:
         raise bad("process_group_backend", f"{backend!r} does not reduce {plan.accelerator!r} tensors")
     if plan.precision not in family.precisions or plan.accelerator not in PRECISIONS[plan.precision].accelerators:
         raise bad("precision", f"{plan.precision!r} does not run with {plan.strategy.name!r} on {plan.accelerator!r}")
+    if plan.accelerator in PRECISIONS[plan.precision].fallback:
+        raise bad("precision", f"{plan.precision!r} runs as its fallback on {plan.accelerator!r}")
+    device_type = ACCELERATORS[plan.accelerator].device_type
+    if plan.metrics.device_type != device_type:
+        raise bad("metrics.device_type", f"the plan's accelerator {plan.accelerator!r} has device type {device_type!r}")
+    if (
+        plan.request.sync_batchnorm is True
+        and plan.world_size > 1
+        and plan.accelerator not in SYNC_BATCHNORM_ACCELERATORS
+    ):
+        raise bad("request.sync_batchnorm", f"SyncBatchNorm does not run on {plan.accelerator!r}")
     if plan.world_size == 1 or backend is None:
         reduces_on = "nowhere"
     else:
         reduces_on = "device" if BACKENDS[backend].needs_device_tensors else "where_stored"
     if plan.metrics.reduces_on != reduces_on:
         raise bad("metrics.reduces_on", f"this plan's metrics are {reduces_on!r}")
+    moves = reduces_on == "device" and device_type != "cpu"
+    if plan.metrics.cpu_values_move_for_reduction != moves:
+        raise bad("metrics.cpu_values_move_for_reduction", f"it is {moves} for this backend and device")
     cluster = plan.cluster
     address = cluster.main_address
     if not address or len(address) > 253 or any(character.isspace() or ord(character) < 32 for character in address):
