@@ -308,3 +308,11 @@ def test_the_cli_survives_a_closed_or_full_stdout(shell: str) -> None:
         ["bash", "-c", command], capture_output=True, text=True, timeout=60, env=_environment(), cwd=ROOT, check=False
     )
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_worker_output_that_cannot_be_written_is_reported() -> None:
+    command = f"{sys.executable} -m trainplan.cli launch --no-probe --devices 1 -- -c 'print(1)' > /dev/full"
+    result = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, timeout=60, env=_environment(), cwd=ROOT, check=False
+    )
+    assert result.returncode == 2 and "could not be written" in result.stderr

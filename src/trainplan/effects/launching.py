@@ -859,6 +859,8 @@ class _Sink:
         self.stream = stream
         self.lock = threading.Lock()
         self.broken = False
+        self.failure: str | None = None
+        """Why writing failed, when it was not the reader going away (a full disk, say)."""
 
     def write(self, text: str) -> None:
         with self.lock:
@@ -867,8 +869,11 @@ class _Sink:
             try:
                 self.stream.write(text)
                 self.stream.flush()
-            except (BrokenPipeError, ValueError, OSError):
+            except BrokenPipeError:
+                self.broken = True  # the reader left (`| head`): what follows is not wanted
+            except (ValueError, OSError) as error:
                 self.broken = True
+                self.failure = getattr(error, "strerror", None) or str(error)
 
 
 _LINE_LIMIT = 1 << 16
@@ -991,4 +996,9 @@ def launch_script(
         _stop([_ScriptWorker(process) for _, process in processes], grace=grace_period)
         for pump in pumps:
             pump.join(5.0)
+    if sink.failure is not None:
+        # The workers ran, but their output was lost: say so, and do not report plain success.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            print(f"trainplan: error: the workers' output could not be written ({sink.failure})", file=sys.stderr)
+        return code or 2
     return code
