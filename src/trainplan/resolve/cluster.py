@@ -211,7 +211,7 @@ def _local(variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
     reason = (
         "cluster='local' was asked for"
         if requested
-        else "no cluster manager's variables were found (torchelastic, SLURM, LSF, MPI)"
+        else "no cluster manager's variables were found (torchelastic, SLURM, Kubeflow, LSF, MPI)"
     )
     notes: tuple[Note, ...] = ()
     if (
