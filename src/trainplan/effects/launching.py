@@ -39,7 +39,14 @@ import attrs
 
 from trainplan.effects.world import join
 from trainplan.resolve.cluster import launched_by_trainplan
-from trainplan.resolve.world import nested_launch, unlaunchable, worker_environment, worker_view
+from trainplan.resolve.world import (
+    global_rank_of,
+    nested_launch,
+    torchrun_variables,
+    unlaunchable,
+    worker_environment,
+    worker_view,
+)
 from trainplan.spec import tables
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.plan import Plan, plan_from_json_text
@@ -758,7 +765,7 @@ def _check_startable(plan: Plan) -> None:
 
 def _specs(plan: Plan, *, port: int, launcher: str) -> list[WorkerSpec]:
     """One spec per local rank; on CUDA the node's selected GPUs are made visible (torchrun's convention)."""
-    text = json.dumps(plan.to_dict())
+    text = json.dumps(plan.to_dict())  # once, for every worker
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     count = max(plan.devices, default=0) + 1
     specs = []
@@ -770,10 +777,11 @@ def _specs(plan: Plan, *, port: int, launcher: str) -> list[WorkerSpec]:
             visible_devices=visible,
             visible_count=count,
             launcher=launcher,
+            plan_json=text,
         )
         specs.append(
             WorkerSpec(
-                global_rank=plan.cluster.node_rank * plan.processes_per_node + local_rank,
+                global_rank=global_rank_of(plan, local_rank),
                 local_rank=local_rank,
                 main_port=port,
                 plan_json=text,
@@ -781,20 +789,6 @@ def _specs(plan: Plan, *, port: int, launcher: str) -> list[WorkerSpec]:
             )
         )
     return specs
-
-
-def _torchrun_variables(plan: Plan, *, rank: int, local_rank: int, port: int) -> dict[str, str]:
-    """torchrun's variables for this process (srun and mpirun set none of them; an inline run has one rank)."""
-    return {
-        "RANK": str(rank),
-        "LOCAL_RANK": str(local_rank),
-        "WORLD_SIZE": str(plan.world_size),
-        "LOCAL_WORLD_SIZE": str(plan.processes_per_node),
-        "NODE_RANK": str(plan.cluster.node_rank),
-        "GROUP_RANK": str(plan.cluster.node_rank),
-        "MASTER_ADDR": plan.cluster.main_address,
-        "MASTER_PORT": str(port),
-    }
 
 
 def _run_here(
@@ -809,9 +803,9 @@ def _run_here(
     variables: dict[str, str] = {}
     if plan.launcher == "none":
         port = cluster.main_port or choose_port(cluster.main_address)
-        variables = _torchrun_variables(plan, rank=0, local_rank=0, port=port)
+        variables = torchrun_variables(plan, rank=0, local_rank=0, port=port)
     elif cluster.global_rank is not None and cluster.local_rank is not None and cluster.main_port is not None:
-        variables = _torchrun_variables(
+        variables = torchrun_variables(
             plan, rank=cluster.global_rank, local_rank=cluster.local_rank, port=cluster.main_port
         )  # otherwise join refuses the plan, with the reason
     with _temporary_environment(variables), join(plan):
@@ -935,7 +929,7 @@ def launch_script(
         # This process is already one rank of a started job: run the script once, as that rank.
         port = plan.cluster.main_port or choose_port(plan.cluster.main_address)
         rank = plan.cluster.global_rank or 0
-        variables = _torchrun_variables(plan, rank=rank, local_rank=plan.cluster.local_rank or 0, port=port)
+        variables = torchrun_variables(plan, rank=rank, local_rank=plan.cluster.local_rank or 0, port=port)
         specs = [WorkerSpec(global_rank=rank, local_rank=0, main_port=port, plan_json="", variables=variables)]
     else:
         _check_startable(plan)

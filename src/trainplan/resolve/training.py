@@ -11,29 +11,17 @@ from typing import Literal
 
 import attrs
 
-from trainplan.spec.errors import Incompatible
+from trainplan.resolve.core import incompatible
 from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions
 from trainplan.spec.plan import Plan
 from trainplan.spec.tables import (
     DEFAULT_PROCESS_GROUP_TIMEOUT,
     FAMILY_RECIPES,
     PRECISION_RECIPES,
-    RULES,
     FamilyRecipe,
     PrecisionRecipe,
     lookup,
 )
-
-
-def _refusal(rule_id: str, values: dict[str, object], **fields: object) -> Incompatible:
-    rule = lookup(RULES, rule_id, name="RULES")
-    return Incompatible(
-        values=values,
-        rule=rule.id,
-        reason=rule.reason.format(**values, **fields),
-        fix=rule.fix.format(**values, **fields),
-    )
-
 
 NVME_PATH = "/local_nvme"
 """Where DeepSpeed offloads to NVMe when the options do not say (Lightning's default too)."""
@@ -65,14 +53,14 @@ def deepspeed_config(
     """The DeepSpeed config for the plan's `DeepSpeedOptions` and precision, ready for `deepspeed.initialize`."""
     options = plan.strategy.options
     if not isinstance(options, DeepSpeedOptions):
-        raise _refusal("deepspeed-config", {"strategy": plan.strategy.name})
+        raise incompatible("deepspeed-config", {"strategy": plan.strategy.name})
     counts: tuple[tuple[str, object], ...] = (
         ("micro_batch_size", micro_batch_size),
         ("gradient_accumulation_steps", gradient_accumulation_steps),
     )
     for name, value in counts:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _refusal("deepspeed-count", {name: value}, name=name)
+            raise incompatible("deepspeed-count", {name: value}, name=name)
     zero: dict[str, object] = {"stage": options.stage}
     offload: dict[str, object] = {"device": options.offload_device, "pin_memory": True}
     if options.offload_device == "nvme":
@@ -123,7 +111,7 @@ def lightning_arguments(plan: Plan) -> LightningArguments:
     strategy object's arguments (DDP's flags and timeout, FSDP's sharding and offload, DeepSpeed's stage)."""
     recipe = family_recipe(plan)
     if recipe.lightning_strategy is None:
-        raise _refusal("lightning-strategy", {"strategy": plan.strategy.name})
+        raise incompatible("lightning-strategy", {"strategy": plan.strategy.name})
     arguments: dict[str, object] = {}
     options = plan.strategy.options
     if isinstance(options, DDPOptions):
@@ -191,9 +179,9 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
     """The plan as Accelerate's `Accelerator` arguments and `accelerate launch` flags."""
     recipe = precision_recipe(plan)
     if recipe.accelerate is None:
-        raise _refusal("accelerate-precision", {"precision": plan.precision})
+        raise incompatible("accelerate-precision", {"precision": plan.precision})
     if family_recipe(plan).wrapper == "data_parallel":
-        raise _refusal("accelerate-strategy", {"strategy": plan.strategy.name})
+        raise incompatible("accelerate-strategy", {"strategy": plan.strategy.name})
     options = plan.strategy.options
     ddp: dict[str, object] = {}
     if isinstance(options, DDPOptions):
@@ -251,14 +239,14 @@ def accelerate_launch_flags(plan: Plan) -> list[str]:
     """The `accelerate launch` flags that start this plan's processes; several CPU processes are refused
     (accelerate launch starts those only through MPI)."""
     if plan.accelerator == "cpu" and plan.world_size > 1:
-        raise _refusal("accelerate-cpu-processes", {"accelerator": "cpu", "world_size": plan.world_size})
+        raise incompatible("accelerate-cpu-processes", {"accelerator": "cpu", "world_size": plan.world_size})
     return list(accelerate_arguments(plan).launch_flags)
 
 
 def framework_sync_batchnorm(plan: Plan, framework: str) -> None:
     """Fabric and Accelerate have no sync_batchnorm setting: refuse to lose the plan's, with the fix."""
     if plan.request.sync_batchnorm is True and plan.world_size > 1:
-        raise _refusal("sync-batchnorm-framework", {"sync_batchnorm": True}, framework=framework)
+        raise incompatible("sync-batchnorm-framework", {"sync_batchnorm": True}, framework=framework)
 
 
 __all__ = [

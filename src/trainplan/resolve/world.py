@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import attrs
 
 from trainplan.resolve.cluster import ClusterFacts, detect
+from trainplan.resolve.core import incompatible
 from trainplan.resolve.visible import narrowed_visible_devices
 from trainplan.spec.errors import Incompatible, TrainplanError
 from trainplan.spec.names import LauncherName
@@ -26,10 +27,8 @@ from trainplan.spec.tables import (
     DEFAULT_PROCESS_GROUP_TIMEOUT,
     LAUNCHED_MARKER,
     PLAN_VARIABLE,
-    RULES,
     SCRIPT_STRATEGY_FOR,
     SELECTED_DEVICES_VARIABLE,
-    lookup,
 )
 
 STARTING_LAUNCHERS: tuple[LauncherName, ...] = ("subprocess", "spawn", "fork")
@@ -44,6 +43,25 @@ def process_group_timeout(plan: Plan) -> int:
     return DEFAULT_PROCESS_GROUP_TIMEOUT
 
 
+def global_rank_of(plan: Plan, local_rank: int) -> int:
+    """The global rank of local rank `local_rank` on this plan's node."""
+    return plan.cluster.node_rank * plan.processes_per_node + local_rank
+
+
+def torchrun_variables(plan: Plan, *, rank: int, local_rank: int, port: int) -> dict[str, str]:
+    """torchrun's variables for one process of the plan's world (what env:// scripts and frameworks read)."""
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local_rank),
+        "WORLD_SIZE": str(plan.world_size),
+        "LOCAL_WORLD_SIZE": str(plan.processes_per_node),
+        "NODE_RANK": str(plan.cluster.node_rank),
+        "GROUP_RANK": str(plan.cluster.node_rank),
+        "MASTER_ADDR": plan.cluster.main_address,
+        "MASTER_PORT": str(port),
+    }
+
+
 def worker_environment(
     plan: Plan,
     *,
@@ -52,24 +70,18 @@ def worker_environment(
     visible_devices: str | None,
     visible_count: int,
     launcher: str,
+    plan_json: str | None = None,
 ) -> dict[str, str]:
     """The environment a launcher gives worker `local_rank` of this node: torchrun's variables (so env://
-    scripts run unchanged), the plan as JSON, trainplan's marker and, on CUDA, the node's selected GPUs
-    through CUDA_VISIBLE_DEVICES (narrowed from the launcher's own `visible_devices`)."""
-    node = plan.cluster.node_rank
-    rank = node * plan.processes_per_node + local_rank
+    scripts run unchanged), the plan as JSON (`plan_json`, when the caller serialised it once for every
+    worker), trainplan's marker and, on CUDA, the node's selected GPUs through CUDA_VISIBLE_DEVICES (narrowed
+    from the launcher's own `visible_devices`)."""
+    rank = global_rank_of(plan, local_rank)
     variables = {
-        "RANK": str(rank),
-        "LOCAL_RANK": str(local_rank),
-        "WORLD_SIZE": str(plan.world_size),
-        "LOCAL_WORLD_SIZE": str(plan.processes_per_node),
-        "NODE_RANK": str(node),
-        "GROUP_RANK": str(node),
+        **torchrun_variables(plan, rank=rank, local_rank=local_rank, port=main_port),
         "ROLE_RANK": str(rank),
         "ROLE_WORLD_SIZE": str(plan.world_size),
-        "MASTER_ADDR": plan.cluster.main_address,
-        "MASTER_PORT": str(main_port),
-        PLAN_VARIABLE: json.dumps(plan.to_dict()),
+        PLAN_VARIABLE: json.dumps(plan.to_dict()) if plan_json is None else plan_json,
         LAUNCHED_MARKER: launcher,
     }
     if plan.accelerator == "cuda":
@@ -147,23 +159,14 @@ def nested_launch(plan: Plan, variables: Mapping[str, str]) -> Incompatible | No
     started_by = "trainplan's launcher" if job.launched else job.kind
     rank = "?" if job.global_rank is None else job.global_rank
     world = "?" if job.world_size is None else job.world_size
-    rule = lookup(RULES, "nested-launch", name="RULES")
     values = {"launcher": plan.launcher, "world_size": plan.world_size}
-    fields = {"started_by": started_by, "rank": rank, "world": world}
-    return Incompatible(
-        values=values,
-        rule=rule.id,
-        reason=rule.reason.format(**values, **fields),
-        fix=rule.fix.format(**values, **fields),
-    )
+    return incompatible("nested-launch", values, started_by=started_by, rank=rank, world=world)
 
 
 def unlaunchable(plan: Plan) -> Incompatible | None:
     """Why this plan's workers cannot be started here, or None: several nodes need one agreed main port."""
     if plan.num_nodes > 1 and plan.cluster.main_port is None and plan.launcher in STARTING_LAUNCHERS:
-        rule = lookup(RULES, "multi-node-port", name="RULES")
-        values = {"num_nodes": plan.num_nodes}
-        return Incompatible(values=values, rule=rule.id, reason=rule.reason.format(**values), fix=rule.fix)
+        return incompatible("multi-node-port", {"num_nodes": plan.num_nodes})
     return None
 
 
