@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import attrs
 
-from trainplan.effects.world import WorldMismatch
+from trainplan.effects.world import check_group
 from trainplan.resolve import place_metric
 from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.plan import Plan
@@ -506,21 +506,15 @@ class MetricStore:
         expected = self.plan.world_size
         if group == 1 and expected > 1:
             raise NotInWorld(world_size=expected)
-        if group != expected:
-            raise WorldMismatch(
-                what="world size",
-                plan_value=expected,
-                group_value=group,
-                fix="Create the store from the plan of this job (trainplan.resolve() inside it takes its layout)",
-            )
-        rank = self.plan.cluster.global_rank
-        if group > 1 and rank is not None and self._collective.rank != rank:
-            raise WorldMismatch(
-                what="rank",
-                plan_value=rank,
-                group_value=self._collective.rank,
-                fix="Create the store from this process's own plan (trainplan.resolve() in this process)",
-            )
+        plan_rank = self.plan.cluster.global_rank
+        check_group(
+            self.plan,
+            size=group,
+            group_rank=self._collective.rank if group > 1 else 0,
+            rank=plan_rank if group > 1 else None,
+            size_fix="Create the store from the plan of this job (trainplan.resolve() inside it takes its layout)",
+            rank_fix="Create the store from this process's own plan (trainplan.resolve() in this process)",
+        )
         return group
 
     def _signature(self) -> list[tuple[str, str]]:

@@ -221,23 +221,24 @@ def _check_existing_group(plan: Plan, rank: int) -> None:
 
     if not (distributed.is_available() and distributed.is_initialized()):
         return
-    size = distributed.get_world_size()
+    check_group(
+        plan,
+        size=distributed.get_world_size(),
+        group_rank=distributed.get_rank(),
+        rank=rank,
+        size_fix="Resolve the plan inside the job (trainplan.resolve() takes the job's layout), or ask for the "
+        "layout the job started",
+        rank_fix="Resolve the plan in this process (its RANK), not in another rank's",
+    )
+
+
+def check_group(plan: Plan, *, size: int, group_rank: int, rank: int | None, size_fix: str, rank_fix: str) -> None:
+    """The process group this process is in must be the plan's world: its size, and this process at the plan's
+    rank (`rank`; None: not checked). `WorldMismatch` otherwise, with the fix the caller knows."""
     if size != plan.world_size:
-        raise WorldMismatch(
-            what="world size",
-            plan_value=plan.world_size,
-            group_value=size,
-            fix="Resolve the plan inside the job (trainplan.resolve() takes the job's layout), or ask for the "
-            "layout the job started",
-        )
-    group_rank = distributed.get_rank()
-    if group_rank != rank:
-        raise WorldMismatch(
-            what="rank",
-            plan_value=rank,
-            group_value=group_rank,
-            fix="Resolve the plan in this process (its RANK), not in another rank's",
-        )
+        raise WorldMismatch(what="world size", plan_value=plan.world_size, group_value=size, fix=size_fix)
+    if rank is not None and group_rank != rank:
+        raise WorldMismatch(what="rank", plan_value=rank, group_value=group_rank, fix=rank_fix)
 
 
 def _is_loopback(address: str) -> bool:
@@ -276,4 +277,4 @@ def _host_for_url(address: str) -> str:
     return f"[{address}]" if ":" in address and not address.startswith("[") else address
 
 
-__all__ = ["JoinError", "World", "WorldMismatch", "join"]
+__all__ = ["JoinError", "World", "WorldMismatch", "check_group", "join"]
