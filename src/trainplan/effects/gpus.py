@@ -21,7 +21,6 @@ least makes the loser fail at once instead of sharing.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from trainplan.resolve.gpus import judge, visible_gpus
 from trainplan.resolve.visible import AmbiguousDevice
 from trainplan.spec.errors import InvalidRequest, TrainplanError, Unavailable
 from trainplan.spec.gpus import GpuFacts, GpuStatus
+from trainplan.spec.numbers import real_number
 
 DEFAULT_TIMEOUT = 15.0
 """Seconds a confirming probe may take (interpreter start, torch import, context creation) before its GPU
@@ -167,12 +167,8 @@ def probe_in_parallel(
 
 def _check_timeout(timeout: object) -> None:
     """A probe timeout is a finite number of seconds > 0 (NaN would disable the hang guard)."""
-    seconds = timeout if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None
-    try:
-        finite = seconds is not None and math.isfinite(seconds) and seconds > 0
-    except OverflowError:
-        finite = False
-    if not finite:
+    seconds = real_number(timeout)
+    if seconds is None or not seconds > 0:
         raise InvalidRequest(
             field="timeout", value=timeout, reason="it must be a finite, positive number of seconds", fix="timeout=15"
         )

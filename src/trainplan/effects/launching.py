@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import multiprocessing
 import os
 import pickle
@@ -49,6 +48,7 @@ from trainplan.resolve.world import (
 )
 from trainplan.spec import tables
 from trainplan.spec.errors import TrainplanError
+from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan, plan_from_json_text
 
 R = TypeVar("R")
@@ -740,13 +740,8 @@ def _check_times(timeout: object, grace_period: object) -> None:
 def _finite_number(
     value: object, *, minimum_exclusive: float | None = None, minimum_inclusive: float | None = None
 ) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        number = float(value)
-    except OverflowError:
-        return False
-    if not math.isfinite(number):
+    number = real_number(value)
+    if number is None:
         return False
     if minimum_exclusive is not None and not number > minimum_exclusive:
         return False

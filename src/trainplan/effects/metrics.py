@@ -39,6 +39,7 @@ import attrs
 from trainplan.effects.world import check_group
 from trainplan.resolve import place_metric
 from trainplan.spec.errors import InvalidRequest, TrainplanError
+from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan
 
 if TYPE_CHECKING:
@@ -250,7 +251,7 @@ class MetricStore:
                 reason="it must be True, False or None",
                 allowed=(True, False, None),
             )
-        weight_value = _finite_float(given_weight)
+        weight_value = real_number(given_weight)
         if weight_value is None or not weight_value > 0:
             raise InvalidMetric(
                 field="weight", value=weight, reason="a weight is a finite number > 0", fix="weight=batch_size"
@@ -336,7 +337,7 @@ class MetricStore:
                     fix="Log it as a float (float(value)), or log smaller counts",
                 )
         else:
-            converted = _finite_float(value, allow_nonfinite=True)
+            converted = real_number(value, finite=False)
             if converted is None:
                 raise InvalidMetric(
                     field=name, value=value, reason="it is too large for a float64", fix="Log a float in range"
@@ -655,19 +656,6 @@ def _wrapped(shadow: Any, total: Any) -> bool:
     if _is_tensor(shadow):
         return bool(((shadow - total.to(shadow.dtype)).abs() > _WRAP_GAP).any())
     return bool(abs(float(shadow) - float(total)) > _WRAP_GAP)
-
-
-def _finite_float(value: object, *, allow_nonfinite: bool = False) -> float | None:
-    """`value` as a float when it is a real number a float64 can hold (finite unless allowed), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        converted = float(value)
-    except OverflowError:
-        return None
-    if not allow_nonfinite and not math.isfinite(converted):
-        return None
-    return converted
 
 
 def _unusual_tensor(value: Any) -> str | None:

@@ -7,6 +7,7 @@ from text goes through `whole_number`, which answers None for all of those.
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 MAX_DIGITS: Final[int] = 18
@@ -28,4 +29,18 @@ def whole_number(text: str, *, signed: bool = False) -> int | None:
     return int(text)
 
 
-__all__ = ["DIGITS", "MAX_DIGITS", "is_ascii_digits", "whole_number"]
+def real_number(value: object, *, finite: bool = True) -> float | None:
+    """`value` as a float when it is a real number (an int or a float, not a bool) that a float64 holds, and
+    finite unless `finite=False`; else None. `10**400` and NaN (with `finite`) are None, never an error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    if finite and not math.isfinite(number):
+        return None
+    return number
+
+
+__all__ = ["DIGITS", "MAX_DIGITS", "is_ascii_digits", "real_number", "whole_number"]
