@@ -282,10 +282,11 @@ def _strategy_options(items: list[str]) -> dict[str, object] | None:
             raise CliError(f"--strategy-option {item!r}: write KEY=VALUE, e.g. --strategy-option stage=3")
         lowered = text.strip().lower()
         value: object = text.strip()
+        number = whole_number(lowered)
         if lowered in ("true", "false"):
             value = lowered == "true"
-        elif whole_number(lowered) is not None:
-            value = whole_number(lowered)
+        elif number is not None:
+            value = number
         options[key.strip()] = value
     return options
 

@@ -37,6 +37,7 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.normalise import DevicesSpec
 from trainplan.spec.notes import Note
+from trainplan.spec.numbers import whole_number
 from trainplan.spec.options import OPTION_TYPES, DeepSpeedOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
 from trainplan.spec.request import NumNodes, Request
@@ -762,9 +763,9 @@ def _job_selection(env: Environment) -> tuple[tuple[int, ...] | None, str]:
         raw = env.variables.get(variable)
         if raw is None:
             continue
-        parts = [part.strip() for part in raw.split(",")]
-        if parts and all(part.isascii() and part.isdigit() and len(part) <= 6 for part in parts):
-            return tuple(int(part) for part in parts), variable
+        numbers = [whole_number(part.strip()) for part in raw.split(",")]
+        if all(number is not None for number in numbers):
+            return tuple(number for number in numbers if number is not None), variable
         if variable == SELECTED_DEVICES_VARIABLE:
             raise InvalidRequest(
                 field=f"environment variable {variable}",

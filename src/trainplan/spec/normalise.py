@@ -246,10 +246,6 @@ def devices(value: object) -> DevicesSpec:
     )
 
 
-def _is_decimal(text: str) -> bool:
-    return whole_number(text) is not None
-
-
 def _device_count(original: object, count: int) -> int:
     if count > MAX_DEVICES_PER_NODE:
         raise InvalidRequest(
@@ -409,8 +405,9 @@ def request_from_config(config: Mapping[str, object]) -> Request:
         )
     strategy_name = strategy(config.get("strategy", "auto"))
     nodes = config.get("num_nodes", "auto")
-    if isinstance(nodes, str) and whole_number(nodes.strip()) is not None:
-        nodes = whole_number(nodes.strip())
+    if isinstance(nodes, str):
+        counted = whole_number(nodes.strip())
+        nodes = nodes if counted is None else counted
     batchnorm = _loose_bool(config.get("sync_batchnorm", False))
     usable = _loose_bool(config.get("select_usable_gpus", False))
     normal_devices = devices(config.get("devices", "auto"))
