@@ -311,8 +311,8 @@ class MetricStore:
             )
         return entry
 
-    def _check_weight(self, name: str, weight: float) -> None:
-        entry = self._entries.get(name)
+    @staticmethod
+    def _check_weight(entry: _Entry | None, name: str, weight: float) -> None:
         if entry is not None and not math.isfinite(entry.weight + weight):
             raise InvalidMetric(
                 field="weight",
@@ -325,7 +325,7 @@ class MetricStore:
         kind: Literal["float", "int"] = "int" if isinstance(value, int) and op != "mean" else "float"
         entry = self._existing(name, op, kind, None)
         if op == "mean":
-            self._check_weight(name, weight)
+            self._check_weight(entry, name, weight)
         number: float | int
         if kind == "int" and (entry is None or entry.kind == "int"):
             number = value
@@ -410,7 +410,7 @@ class MetricStore:
         )
         entry = self._existing(name, op, kind, shape)
         if op == "mean":
-            self._check_weight(name, weight)
+            self._check_weight(entry, name, weight)
         if entry is not None and entry.device != device:
             raise InvalidMetric(
                 field="store_on_cpu",
