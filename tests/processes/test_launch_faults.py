@@ -316,3 +316,28 @@ def test_worker_output_that_cannot_be_written_is_reported() -> None:
         ["bash", "-c", command], capture_output=True, text=True, timeout=60, env=_environment(), cwd=ROOT, check=False
     )
     assert result.returncode == 2 and "could not be written" in result.stderr
+
+
+@pytest.mark.parametrize("chunk", [1000, 65535, 65536, 65537, 131073])
+def test_a_line_without_end_is_cut_at_the_limit_whatever_the_pipe_hands_over(chunk: int) -> None:
+    import io
+
+    from trainplan.effects.launching import _LINE_LIMIT, _pump, _Sink
+
+    text = ("é" * 50001 + "x" * 77777 + "€" * 40000).encode()
+
+    class Pipe(io.RawIOBase):
+        """A pipe that hands over `chunk` bytes at a time, as a busy worker's would."""
+
+        def __init__(self) -> None:
+            self.data = memoryview(text)
+
+        def read1(self, size: int = -1) -> bytes:
+            piece, self.data = bytes(self.data[: min(size, chunk)]), self.data[min(size, chunk) :]
+            return piece
+
+    out = io.StringIO()
+    _pump(Pipe(), "[rank 0] ", _Sink(out))
+    lines = out.getvalue().splitlines()
+    assert all(len(line.encode()) <= _LINE_LIMIT + len("[rank 0] ") for line in lines)
+    assert "".join(line.removeprefix("[rank 0] ") for line in lines) == text.decode()  # no character split

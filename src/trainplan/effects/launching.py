@@ -886,9 +886,12 @@ def _pump(stream: Any, prefix: str, sink: _Sink) -> None:
                 cut = min(ends) + 1
                 line, pending = pending[:cut], pending[cut:]
                 sink.write(prefix + line.decode("utf-8", "replace").rstrip("\r\n") + "\n")
-            if len(pending) >= _LINE_LIMIT:
-                sink.write(prefix + pending.decode("utf-8", "replace") + "\n")
-                pending = b""
+            while len(pending) > _LINE_LIMIT:
+                cut = _LINE_LIMIT
+                while cut > _LINE_LIMIT - 3 and pending[cut] & 0xC0 == 0x80:
+                    cut -= 1  # never split a UTF-8 character across two lines
+                sink.write(prefix + pending[:cut].decode("utf-8", "replace") + "\n")
+                pending = pending[cut:]
         if pending:
             sink.write(prefix + pending.decode("utf-8", "replace") + "\n")
     except (OSError, ValueError):
