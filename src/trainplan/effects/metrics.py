@@ -6,13 +6,16 @@
     values = store.compute()                       # {"loss": 0.42, "acc": 0.91}: synced over all ranks
     store.reset()
 
-- Memory is O(1) per key: a running weighted sum and weight (mean), a running sum, min or max, with a
-  count of NaNs. Values are detached. Floats accumulate in float64 (float32 on MPS, which has no
-  float64) and integers in int64, so sums are exact and a weighted mean equals the mean over every
-  rank's data, even with uneven weights (integer batch sizes are never truncated).
+- Memory is O(1) per key: a running weighted sum and weight (mean), a running sum, min or max. Values are
+  detached. A tensor key's state is a slice of one flat tensor shared by the keys of its (op, kind, device),
+  so compute() moves, reduces and reads all of them with one tensor operation each. Floats accumulate in
+  float64 (float32 on MPS, which has no float64) and integers in int64, so sums are exact and a weighted
+  mean equals the mean over every rank's data, even with uneven weights (integer batch sizes are never
+  truncated).
 - At `compute(sync=True)`, keys are bucketed by (collective op, dtype, device) and each bucket is
   reduced with one collective, whatever the number of keys; a weighted mean's values and weights
-  travel in the same buffer. Before that, one small collective checks that every rank logged the
+  travel in the same buffer, and each bucket comes to the host with one transfer (on CUDA, K keys cost
+  one device synchronisation per bucket, not K). Before that, one small collective checks that every rank logged the
   same keys the same way; if not, every rank raises `MetricKeyMismatch` naming the keys and the ranks
   that lack them, instead of hanging. One process (world size 1) skips collectives entirely.
 - Placement comes from the plan (`plan.metrics`, `place_metric`): under NCCL, CPU-stored keys are
@@ -28,10 +31,9 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import attrs
@@ -94,7 +96,7 @@ class MetricKeyMismatch(MetricError):
         self.differing = dict(differing)
         parts = [f"{key!r} is missing on rank(s) {ranks}" for key, ranks in sorted(self.missing.items())]
         parts += [
-            f"{key!r} is logged with another reduce op, dtype or shape on rank(s) {ranks}"
+            f"{key!r} is logged with another reduce op, kind, shape or store_on_cpu on rank(s) {ranks}"
             for key, ranks in sorted(self.differing.items())
         ]
         super().__init__(
@@ -173,19 +175,203 @@ def _to_device(tensor: torch.Tensor, device: str) -> torch.Tensor:
 
 @attrs.define
 class _Entry:
-    """The running state of one key. Python numbers stay Python numbers (cheap); tensors stay tensors."""
+    """The running state of one key. Python numbers stay Python numbers (cheap); a tensor key's state is a
+    view of its slab (see `_Slab`), so that compute() takes every key of a slab with one tensor operation."""
 
     op: ReduceOp
     kind: Literal["float", "int"]
     shape: tuple[int, ...] | None  # None: logged as Python numbers (a scalar)
     device: str  # where the state is stored ("python" for Python numbers)
-    total: Any  # weighted sum (mean), sum, or running max/min
+    total: Any  # weighted sum (mean), sum, or running max/min (a tensor key's NaNs stay in it)
     weight: float = 0.0  # sum of weights (mean)
-    nans: Any = 0  # NaNs seen (max/min): a count, or a tensor of counts per element
+    nans: int = 0  # NaNs logged (max/min of Python numbers)
     count: int = 0
+    slab: _Slab | None = None
 
     def spec(self) -> str:
-        return f"{self.op}|{self.kind}|{self.shape}"
+        where = "python" if self.device == "python" else "cpu" if self.device == "cpu" else "device"
+        return f"{self.op}|{self.kind}|{self.shape}|{where}"
+
+
+_SHARED_SLAB_LIMIT = 1 << 16
+"""Keys of up to this many elements share their slab; a larger key gets a slab of its own, so that adding a
+key never copies a large accumulator."""
+
+
+class _Slab:
+    """The accumulators of the tensor keys with one (op, kind, device), as slices of one flat tensor.
+
+    A key's state is a view of its slice, so `log()` accumulates in place as into a tensor of its own, and
+    compute() moves, reduces and reads every key of the slab with one operation each. The flat tensor grows
+    by doubling (the views are pointed at the new one), so adding K keys costs O(K) in all.
+    """
+
+    def __init__(self, op: ReduceOp, kind: Literal["float", "int"], device: str, dtype: Any, *, size: int) -> None:
+        import torch
+
+        self.op, self.kind, self.device, self.dtype = op, kind, device, dtype
+        self.values: torch.Tensor = torch.empty(size, dtype=dtype, device=device)
+        self.used = 0
+        self.entries: list[_Entry] = []
+        self.names: list[str] = []
+        self.offsets: list[int] = []
+        self.sizes: list[int] = []
+        self.scalars_only = True
+
+    @property
+    def identity(self) -> float | int:
+        """The value a fresh slot starts from: nothing accumulated yet."""
+        if self.op in ("mean", "sum"):
+            return 0
+        if self.kind == "float":
+            return -math.inf if self.op == "max" else math.inf
+        return _INT64_MIN if self.op == "max" else _INT64_MAX
+
+    def add(self, name: str, entry: _Entry, shape: tuple[int, ...]) -> Any:
+        """A new slot for `entry`, filled with the identity: its view."""
+        size = math.prod(shape)
+        if self.used + size > self.values.numel():
+            self._grow(max(2 * self.values.numel(), self.used + size, 16))
+        offset = self.used
+        self.used += size
+        self.entries.append(entry)
+        self.names.append(name)
+        self.offsets.append(offset)
+        self.sizes.append(size)
+        self.scalars_only = self.scalars_only and shape == ()
+        view = self.values[offset : offset + size]
+        view.fill_(self.identity)
+        return view.view(shape)
+
+    def _grow(self, capacity: int) -> None:
+        import torch
+
+        values = torch.empty(capacity, dtype=self.dtype, device=self.device)
+        values[: self.used].copy_(self.values[: self.used])
+        self.values = values
+        self._point_views()
+
+    def _point_views(self) -> None:
+        for entry, offset, size in zip(self.entries, self.offsets, self.sizes, strict=True):
+            entry.total = self.values[offset : offset + size].view(entry.shape or ())
+
+    def sort(self) -> None:
+        """Lay the keys out in name order (what every rank agrees on, whatever order each logged them in)."""
+        import torch
+
+        order = sorted(range(len(self.names)), key=self.names.__getitem__)
+        if order == list(range(len(order))):
+            return
+        pieces = [self.values[self.offsets[index] : self.offsets[index] + self.sizes[index]] for index in order]
+        self.values = torch.cat([*pieces, self.values[self.used :]]) if pieces else self.values
+        self.entries = [self.entries[index] for index in order]
+        self.names = [self.names[index] for index in order]
+        self.sizes = [self.sizes[index] for index in order]
+        self.offsets = list(_running_offsets(self.sizes))
+        self._point_views()
+
+    def state(self) -> Any:
+        """The accumulated values of every key, flat, in slot order (a view: never written to)."""
+        return self.values[: self.used]
+
+
+def _running_offsets(sizes: list[int]) -> Iterator[int]:
+    offset = 0
+    for size in sizes:
+        yield offset
+        offset += size
+
+
+def _nest(flat: list[Any], shape: tuple[int, ...]) -> Any:
+    """`flat` (row-major) as nested lists of `shape`, as `tensor.tolist()` would give them."""
+    if not shape:
+        return flat[0]
+    if 0 in shape:
+        return _empty(shape)
+    items = flat
+    for size in reversed(shape[1:]):
+        items = [items[index : index + size] for index in range(0, len(items), size)]
+    return items
+
+
+def _empty(shape: tuple[int, ...]) -> list[Any]:
+    if len(shape) == 1 or shape[0] == 0:
+        return []
+    return [_empty(shape[1:]) for _ in range(shape[0])]
+
+
+class _Bucket:
+    """The parts reduced by one collective: (collective op, dtype, device)."""
+
+    def __init__(self, op: CollectiveOp, dtype: Any, device: str) -> None:
+        self.op, self.dtype, self.device = op, dtype, device
+        self.segments: list[Any] = []
+        self.length = 0
+        self.flat: Any = None
+        self.host: list[Any] = []
+
+    def add(self, part: Any) -> int:
+        """Append a part (a tensor of this dtype, or a list of Python numbers); its offset in the bucket."""
+        if isinstance(part, list):
+            import torch
+
+            part = torch.tensor(part, dtype=self.dtype, device=self.device)
+        offset = self.length
+        self.segments.append(part)
+        self.length += part.numel()
+        return offset
+
+    def join(self) -> None:
+        """One flat tensor of every part: always a copy, so that nothing done to it reaches an accumulator."""
+        import torch
+
+        self.flat = torch.cat(self.segments) if len(self.segments) > 1 else self.segments[0].clone()
+
+    def part(self, offset: int, length: int) -> Any:
+        return self.flat[offset : offset + length]
+
+
+class _Buckets:
+    """The buckets of one compute(), keyed by (collective op, dtype, device)."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[CollectiveOp, str, str], _Bucket] = {}
+
+    def __call__(self, op: CollectiveOp, dtype: Any, device: str) -> _Bucket:
+        key = (op, str(dtype).removeprefix("torch."), device)
+        bucket = self.by_key.get(key)
+        if bucket is None:
+            bucket = self.by_key[key] = _Bucket(op, dtype, device)
+        return bucket
+
+
+@attrs.define
+class _Group:
+    """Where one slab's (or one group of Python-number keys') parts sit in the buckets of a compute()."""
+
+    op: ReduceOp
+    names: list[str]
+    total: tuple[_Bucket, int]
+    count: int  # elements of the total
+    weight: tuple[_Bucket, int] | None = None  # mean: one weight per key
+    nans: tuple[_Bucket, int] | None = None  # float max/min, synced: NaN counts per element
+    shadow: tuple[_Bucket, int] | None = None  # integer sum, synced: the same sum in floating point
+    slab: _Slab | None = None  # None: Python-number keys, all scalars
+
+
+def _floating(device: str) -> Any:
+    import torch
+
+    return torch.float32 if device.startswith("mps") else torch.float64
+
+
+def _finish_number(entry: _Entry) -> PlainValue:
+    """A Python-number key's value, on this rank alone."""
+    if entry.op == "mean":
+        return entry.total / entry.weight if entry.total is not None else math.nan
+    if entry.op in ("max", "min") and entry.nans:
+        return math.nan
+    return _scalar_total(entry)
 
 
 def _is_tensor(value: object) -> bool:
@@ -219,7 +405,13 @@ class MetricStore:
         rank = plan.cluster.local_rank if local_rank is None else local_rank
         self._device = plan.device_for(rank if rank is not None and rank < plan.processes_per_node else 0)
         self._entries: dict[str, _Entry] = {}
+        self._numbers: dict[tuple[ReduceOp, str], dict[str, _Entry]] = {}  # Python-number keys by (op, kind)
+        self._slabs: dict[tuple[ReduceOp, str, str, bool], _Slab] = {}  # tensor keys by (op, kind, device, 0-d)
+        self._own_slabs: list[_Slab] = []  # tensor keys too large to share a slab
         self._stateful: dict[str, Any] = {}  # name → the metric object (it keeps its own states)
+        self._stores_on_cpu: dict[bool | None, bool] = {}  # store_on_cpu → whether tensors are kept on CPU
+        self._set_digest = 0  # every key's (name, spec), in any order
+        self._order_digest = 0  # the keys in the order they were created (the layout of slabs and buckets)
         self.collectives_in_last_sync = 0
         """How many collectives the last `compute(sync=True)` issued (0 for one process)."""
 
@@ -356,6 +548,8 @@ class MetricStore:
         if entry is None:
             entry = _Entry(op=op, kind=kind, shape=None, device="python", total=None)
             self._entries[name] = entry
+            self._numbers.setdefault((op, kind), {})[name] = entry
+            self._created(name, entry.spec(), ordered=True)
         if op == "mean":
             entry.total = (entry.total or 0.0) + float(number) * weight
             entry.weight += weight
@@ -404,10 +598,13 @@ class MetricStore:
                 fix="Log it as a float tensor, or smaller counts",
             )
         shape = tuple(value.shape)
-        slot = place_metric(self.plan, "tensor", store_on_cpu)
-        device = (
-            "cpu" if slot.store_device == "cpu" else str(value.device if value.device.type != "cpu" else self._device)
-        )
+        stores_on_cpu = self._stores_on_cpu.get(store_on_cpu)
+        if stores_on_cpu is None:  # the plan decides once per choice of store_on_cpu (the plan never changes)
+            stores_on_cpu = self._stores_on_cpu[store_on_cpu] = (
+                place_metric(self.plan, "tensor", store_on_cpu).store_device == "cpu"
+            )
+        tensor_device = value.device
+        device = "cpu" if stores_on_cpu else str(tensor_device if tensor_device.type != "cpu" else self._device)
         entry = self._existing(name, op, kind, shape)
         if op == "mean":
             self._check_weight(entry, name, weight)
@@ -420,41 +617,62 @@ class MetricStore:
             )
         dtype = (torch.float32 if device.startswith("mps") else torch.float64) if kind == "float" else torch.int64
         incoming = value.detach().to(device=device, dtype=dtype)
+        summed = None
+        if op == "sum" and kind == "int" and entry is not None:
+            summed = entry.total + incoming
+            # int64 addition overflowed where both operands share a sign that the result lacks.
+            if bool((((entry.total ^ summed) & (incoming ^ summed)) < 0).any()):
+                raise InvalidMetric(
+                    field=name,
+                    value="an integer tensor",
+                    reason=f"the running sum of {name!r} would overflow int64; it is reduced as int64",
+                    fix="Log this key as floats from the start, or reset() it more often",
+                )
+        # Everything is checked: only now is anything changed.
         if entry is None:
-            entry = _Entry(op=op, kind=kind, shape=shape, device=device, total=None)
+            entry = self._new_tensor_entry(name, op, kind, shape, device, dtype)
+        total = entry.total
         if op == "mean":
-            contribution = incoming * weight
-            entry.total = contribution if entry.total is None else entry.total.add_(contribution)
+            total.add_(incoming, alpha=weight)
             entry.weight += weight
         elif op == "sum":
-            if entry.total is None:
-                entry.total = incoming.clone()
-            elif kind == "int":
-                total = entry.total + incoming
-                # int64 addition overflowed where both operands share a sign that the result lacks.
-                if bool((((entry.total ^ total) & (incoming ^ total)) < 0).any()):
-                    raise InvalidMetric(
-                        field=name,
-                        value="an integer tensor",
-                        reason=f"the running sum of {name!r} would overflow int64; it is reduced as int64",
-                        fix="Log this key as floats from the start, or reset() it more often",
-                    )
-                entry.total = total
+            if summed is None:
+                total.add_(incoming)
             else:
-                entry.total = entry.total.add_(incoming)
+                total.copy_(summed)
+        elif op == "max":
+            torch.maximum(total, incoming, out=total)  # NaN stays NaN (counted only when reduced)
         else:
-            if kind == "float":
-                nan = torch.isnan(incoming)
-                entry.nans = nan.to(incoming.dtype) + entry.nans  # per element
-                incoming = torch.where(nan, torch.full_like(incoming, -math.inf if op == "max" else math.inf), incoming)
-            if entry.total is None:
-                entry.total = incoming.clone()
-            else:
-                entry.total = (
-                    torch.maximum(entry.total, incoming) if op == "max" else torch.minimum(entry.total, incoming)
-                )
+            torch.minimum(total, incoming, out=total)
         entry.count += 1
+
+    def _new_tensor_entry(
+        self, name: str, op: ReduceOp, kind: Literal["float", "int"], shape: tuple[int, ...], device: str, dtype: Any
+    ) -> _Entry:
+        entry = _Entry(op=op, kind=kind, shape=shape, device=device, total=None)
+        size = math.prod(shape)
+        slab: _Slab | None
+        if size > _SHARED_SLAB_LIMIT:
+            slab = _Slab(op, kind, device, dtype, size=size)
+            self._own_slabs.append(slab)
+        else:
+            # Scalar keys and n-d keys have slabs of their own: a slab of scalars is finished elementwise.
+            slab_key = (op, kind, device, shape == ())
+            slab = self._slabs.get(slab_key)
+            if slab is None:
+                slab = self._slabs[slab_key] = _Slab(op, kind, device, dtype, size=0)
+        entry.slab = slab
+        entry.total = slab.add(name, entry, shape)
         self._entries[name] = entry
+        self._created(name, entry.spec(), ordered=True)
+        return entry
+
+    def _created(self, name: str, spec: str, *, ordered: bool) -> None:
+        """Fold a new key into the digests the key check compares across ranks (O(1), not O(keys))."""
+        key_hash = _hash(f"{len(name)}:{name}{spec}".encode())
+        self._set_digest = (self._set_digest + key_hash) % _DIGEST_MODULUS
+        if ordered:
+            self._order_digest = _hash(self._order_digest.to_bytes(8, "big") + key_hash.to_bytes(8, "big"))
 
     def _log_stateful(self, name: str, metric: Any, store_on_cpu: bool | None) -> None:
         place_metric(self.plan, "stateful", store_on_cpu)  # raises for CPU-stored metrics under NCCL
@@ -465,6 +683,8 @@ class MetricStore:
             raise InvalidMetric(
                 field="name", value=name, reason="it holds another metric object", fix="Log one metric object per name"
             )
+        if known is None:
+            self._created(name, f"stateful|{type(metric).__name__}", ordered=False)
         self._stateful[name] = metric
 
     # -- reading ------------------------------------------------------------------------------------
@@ -478,7 +698,11 @@ class MetricStore:
         for stateful in self._stateful.values():
             stateful.reset()
         self._entries.clear()
+        self._numbers.clear()
+        self._slabs.clear()
+        self._own_slabs.clear()
         self._stateful.clear()
+        self._set_digest = self._order_digest = 0
 
     def compute(self, sync: bool = True) -> dict[str, PlainValue]:
         """Plain values per key: floats and ints for scalars, lists for n-d tensors.
@@ -492,11 +716,7 @@ class MetricStore:
             self._check_same_keys()
         if not self._entries and not self._stateful:
             return {}
-        if world > 1:
-            reduced = self._reduce_buckets()
-        else:
-            reduced = {name: _local_state(entry) for name, entry in self._entries.items()}
-        values: dict[str, PlainValue] = {name: _finish(self._entries[name], state) for name, state in reduced.items()}
+        values = self._values(synced=world > 1)
         for name, stateful in sorted(self._stateful.items()):  # every rank reduces them in the same order
             values[name] = _plain(_compute_stateful(stateful, sync=world > 1))
         return dict(sorted(values.items()))
@@ -525,22 +745,23 @@ class MetricStore:
         )
 
     def _check_same_keys(self) -> None:
-        """One collective on two integers: every rank's key signature hashed, max and (negated) min."""
+        """One collective on four integers: the digests of every rank's keys (as a set, and in the order they
+        were created), max and (negated) min. Same set, another order: every rank lays its keys out by name."""
         import torch
 
-        signature = self._signature()
-        # JSON of (name, spec) pairs: no key name can make two different signatures spell the same text.
-        text = json.dumps(signature, ensure_ascii=True)
-        digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=7).digest(), "big")
-        check = torch.tensor([digest, -digest], dtype=torch.int64)
+        digests = (self._set_digest, self._order_digest)
+        check = torch.tensor([digests[0], -digests[0], digests[1], -digests[1]], dtype=torch.int64)
         if self.plan.metrics.reduces_on == "device":
             check = self._transfer(check, self._device)
         self._collective.all_reduce(check, "max")
         self.collectives_in_last_sync += 1
-        high, negated_low = (int(item) for item in check.tolist())
+        high, negated_low, order_high, order_negated_low = (int(item) for item in check.tolist())
         if high == -negated_low:
+            if order_high != -order_negated_low:
+                self._lay_out_by_name()
             return
         # The rare path: find out who lacks what, then every rank raises the same error.
+        signature = self._signature()
         everyone = self._collective.all_gather_object(signature)
         self.collectives_in_last_sync += 1
         specs = [{str(name): str(spec) for name, spec in ranks} for ranks in everyone if isinstance(ranks, list)]
@@ -555,107 +776,176 @@ class MetricStore:
                 differing[key] = [rank for rank, spec in enumerate(specs) if spec[key] != reference]
         raise MetricKeyMismatch(missing=missing, differing=differing)
 
-    def _reduce_buckets(self) -> dict[str, dict[str, Any]]:
-        """One collective per (op, dtype, device) bucket; returns the reduced state of every key.
+    def _lay_out_by_name(self) -> None:
+        """Every slab and group of keys in name order: the layout every rank reaches alike."""
+        for slab in self._slabs.values():
+            slab.sort()
+        self._own_slabs.sort(key=lambda slab: slab.names[0])
+        for group_key, group in self._numbers.items():
+            self._numbers[group_key] = dict(sorted(group.items()))
+        self._order_digest = _hash(b"by name" + self._set_digest.to_bytes(8, "big"))
 
-        Parts that are Python numbers (values logged as numbers, weights, NaN counts) enter a bucket as
-        one tensor built from a list, and leave it as Python numbers through one `tolist()`; tensor
-        parts are flattened in and sliced out.
+    def _values(self, *, synced: bool) -> dict[str, PlainValue]:
+        """Every logged key's value (stateful metrics aside): reduced over the ranks when `synced`.
+
+        Keys are bucketed by (collective op, dtype, device); each bucket is one flat tensor built with one
+        operation per slab (whatever its number of keys), reduced with one collective, finished in place (a
+        mean divided by its weights, a max or min made NaN where any rank logged NaN, an integer sum checked
+        against its floating-point shadow) and brought to the host with one `tolist()`. What is left per key
+        is O(1) Python: reading its value out of that list.
         """
-        import torch
-
-        buckets: dict[tuple[CollectiveOp, str, str], list[tuple[str, str, Any]]] = {}
-
-        def add(op: CollectiveOp, dtype: str, device: str, name: str, part: str, value: Any) -> None:
-            buckets.setdefault((op, dtype, device), []).append((name, part, value))
-
-        for name in sorted(self._entries):
-            entry = self._entries[name]
-            device = "cpu" if entry.device == "python" else entry.device
-            floating = "float32" if device.startswith("mps") else "float64"
-            dtype = floating if entry.kind == "float" else "int64"
-            total = entry.total if entry.device != "python" else _scalar_total(entry)
-            if entry.op == "mean":
-                add("sum", dtype, device, name, "total", total)
-                add("sum", dtype, device, name, "weight", float(entry.weight))
-            elif entry.op == "sum":
-                add("sum", dtype, device, name, "total", total)
-                if entry.kind == "int":
-                    # A float64 shadow of an integer sum tells, on every rank alike, whether int64 overflowed.
-                    plain: Any = total
-                    shadow = plain.to(getattr(torch, floating)) if _is_tensor(plain) else float(plain)
-                    add("sum", floating, device, name, "shadow", shadow)
-            else:
-                add(entry.op, dtype, device, name, "total", total)
-                # NaN counts travel in a sum bucket (a max/min collective may drop NaNs).
-                add("sum", floating, device, name, "nans", entry.nans if _is_tensor(entry.nans) else float(entry.nans))
-        reduced: dict[str, dict[str, Any]] = {name: {} for name in self._entries}
+        values: dict[str, PlainValue] = {}
+        slabs = [self._slabs[key] for key in sorted(self._slabs)] + self._own_slabs
+        if not synced:
+            for numbers in self._numbers.values():
+                values.update((name, _finish_number(entry)) for name, entry in numbers.items())
+            if not slabs:
+                return values  # a store of Python numbers alone needs no torch
+        buckets = _Buckets()
+        groups = [_slab_group(slab, buckets, synced=synced) for slab in slabs]
+        if synced:
+            groups += [
+                _number_group(op, kind, entries, buckets) for (op, kind), entries in sorted(self._numbers.items())
+            ]
+        ordered = [buckets.by_key[key] for key in sorted(buckets.by_key)]  # the same order on every rank
         move = self.plan.metrics.reduces_on == "device"
-        for (op, dtype, device), parts in sorted(buckets.items()):
-            torch_dtype = getattr(torch, dtype)
-            segments: list[Any] = []
-            scalars: list[float | int] = []
-            for _, _, value in parts:
-                if _is_tensor(value):
-                    if scalars:
-                        segments.append(torch.tensor(scalars, dtype=torch_dtype, device=device))
-                        scalars = []
-                    segments.append(value.reshape(-1).to(torch_dtype))
-                else:
-                    scalars.append(value)
-            if scalars:
-                segments.append(torch.tensor(scalars, dtype=torch_dtype, device=device))
-            # A bucket of one tensor segment would be a view of a key's accumulator: reduce a copy, so that
-            # compute() never changes the accumulated state.
-            if len(segments) > 1:
-                flat = torch.cat(segments)
-            elif _is_tensor(parts[0][2]):
-                flat = segments[0].clone()
-            else:
-                flat = segments[0]  # built from Python numbers just now
-            target = self._device if move and device == "cpu" else device
-            if target != device:
-                flat = self._transfer(flat, target)
-            self._collective.all_reduce(flat, op)
-            self.collectives_in_last_sync += 1
-            if target != device:
-                flat = self._transfer(flat, device)
-            host: list[Any] | None = None
-            offset = 0
-            for name, part, value in parts:
-                if _is_tensor(value):
-                    size = value.numel()
-                    reduced[name][part] = flat[offset : offset + size].reshape(value.shape)
-                else:
-                    if host is None:
-                        host = flat.tolist()
-                    size = 1
-                    reduced[name][part] = host[offset]
-                offset += size
-        overflowed = sorted(
-            name
-            for name, parts in reduced.items()
-            if ("shadow" in parts and _wrapped(parts.pop("shadow"), parts["total"]))
-            or ("weight" in parts and not math.isfinite(float(parts["weight"])))
-        )
+        for bucket in ordered:
+            bucket.join()
+            if synced and bucket.length:
+                target = self._device if move and bucket.device == "cpu" else bucket.device
+                flat = bucket.flat if target == bucket.device else self._transfer(bucket.flat, target)
+                self._collective.all_reduce(flat, bucket.op)
+                self.collectives_in_last_sync += 1
+                bucket.flat = flat if target == bucket.device else self._transfer(flat, bucket.device)
+        for group in groups:
+            _finish_group(group)
+        for bucket in ordered:
+            bucket.host = bucket.flat.tolist()  # the one host transfer of each bucket
+        overflowed: list[str] = []
+        for group in groups:
+            overflowed += _overflowed(group)
+            _read_group(group, values)
         if overflowed:
-            raise MetricOverflow(keys=overflowed)
-        return reduced
+            raise MetricOverflow(keys=sorted(overflowed))
+        return values
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DIGEST_MODULUS = 2**56
 
+
+def _hash(data: bytes) -> int:
+    """56 bits of BLAKE2b: the same on every rank (unlike hash()), and an int64 that negates safely."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=7).digest(), "big")
+
+
+_COLLECTIVE_OF: dict[ReduceOp, CollectiveOp] = {"mean": "sum", "sum": "sum", "max": "max", "min": "min"}
+"""The collective that reduces each op's totals (a mean's weighted sum and its weights are sums)."""
 
 _WRAP_GAP = 2.0**40
 """An int64 sum that wrapped differs from its float64 shadow by about 2**64; one that did not, by float rounding
 (far below this gap, for any world size torch can run)."""
 
 
-def _wrapped(shadow: Any, total: Any) -> bool:
-    """Whether a reduced int64 sum wrapped: it disagrees with the float64 sum of the same values."""
-    if _is_tensor(shadow):
-        return bool(((shadow - total.to(shadow.dtype)).abs() > _WRAP_GAP).any())
-    return bool(abs(float(shadow) - float(total)) > _WRAP_GAP)
+def _slab_group(slab: _Slab, buckets: _Buckets, *, synced: bool) -> _Group:
+    """Put a slab's parts in their buckets: one tensor operation per part, whatever the number of keys."""
+    import torch
+
+    state = slab.state()
+    floating = _floating(slab.device)
+    if slab.op in ("max", "min") and slab.kind == "float" and synced:
+        # Collectives' max/min may drop NaNs: they travel as counts in a sum, the values as the identity.
+        bucket = buckets(slab.op, slab.dtype, slab.device)
+        total = bucket.add(torch.nan_to_num(state, nan=slab.identity, posinf=math.inf, neginf=-math.inf))
+        sums = buckets("sum", floating, slab.device)
+        group = _Group(slab.op, slab.names, (bucket, total), slab.used, slab=slab)
+        group.nans = (sums, sums.add(state.isnan().to(floating)))
+        return group
+    bucket = buckets(_COLLECTIVE_OF[slab.op], slab.dtype, slab.device)
+    group = _Group(slab.op, slab.names, (bucket, bucket.add(state)), slab.used, slab=slab)
+    if slab.op == "mean":
+        group.weight = (bucket, bucket.add([entry.weight for entry in slab.entries]))
+    elif slab.op == "sum" and slab.kind == "int" and synced:
+        sums = buckets("sum", floating, slab.device)
+        group.shadow = (sums, sums.add(state.to(floating)))
+    return group
+
+
+def _number_group(op: ReduceOp, kind: str, entries: Mapping[str, _Entry], buckets: _Buckets) -> _Group:
+    """Put the Python-number keys of one (op, kind) in their buckets, as one tensor per part."""
+    import torch
+
+    names = list(entries)
+    integer = kind == "int"
+    dtype = torch.int64 if integer else torch.float64
+    bucket = buckets(_COLLECTIVE_OF[op], dtype, "cpu")
+    totals = [_scalar_total(entry) for entry in entries.values()]
+    group = _Group(op, names, (bucket, bucket.add(totals)), len(names))
+    if op == "mean":
+        group.weight = (bucket, bucket.add([entry.weight for entry in entries.values()]))
+    elif op == "sum" and integer:
+        sums = buckets("sum", torch.float64, "cpu")
+        group.shadow = (sums, sums.add([float(total) for total in totals]))
+    elif op in ("max", "min") and not integer:
+        sums = buckets("sum", torch.float64, "cpu")
+        group.nans = (sums, sums.add([float(entry.nans) for entry in entries.values()]))
+    return group
+
+
+def _finish_group(group: _Group) -> None:
+    """In place, on the reduced bucket: divide means, poison NaN maxima and minima, flag wrapped integer sums."""
+    bucket, offset = group.total
+    total = bucket.part(offset, group.count)
+    if group.weight is not None:
+        weights = group.weight[0].part(group.weight[1], len(group.names))
+        slab = group.slab
+        if slab is None or slab.scalars_only:
+            total.div_(weights)
+        else:  # n-d keys: one division per key (repeat_interleave would run a parallel region, which hangs
+            # in a forked worker of a parent that used torch's thread pool)
+            for index, (start, size) in enumerate(zip(slab.offsets, slab.sizes, strict=True)):
+                total[start : start + size].div_(weights[index : index + 1])
+    if group.nans is not None:
+        total.masked_fill_(group.nans[0].part(group.nans[1], group.count) > 0, math.nan)
+    if group.shadow is not None:
+        shadow = group.shadow[0].part(group.shadow[1], group.count)
+        shadow.copy_((shadow - total.to(shadow.dtype)).abs() > _WRAP_GAP)
+
+
+def _overflowed(group: _Group) -> list[str]:
+    """The keys of a finished group whose reduction overflowed (read from the host copy: no transfer)."""
+    names: list[str] = []
+    if group.weight is not None:
+        bucket, offset = group.weight
+        weights = bucket.host[offset : offset + len(group.names)]
+        if weights and max(weights) == math.inf:
+            names += [name for name, weight in zip(group.names, weights, strict=True) if not math.isfinite(weight)]
+    if group.shadow is not None:
+        bucket, offset = group.shadow
+        flags = bucket.host[offset : offset + group.count]
+        if any(flags):
+            if group.slab is None:
+                names += [name for name, flag in zip(group.names, flags, strict=True) if flag]
+            else:
+                slab = group.slab
+                names += [
+                    name
+                    for name, start, size in zip(slab.names, slab.offsets, slab.sizes, strict=True)
+                    if any(flags[start : start + size])
+                ]
+    return names
+
+
+def _read_group(group: _Group, values: dict[str, PlainValue]) -> None:
+    """Each key's value out of its bucket's host copy: O(1) per scalar key."""
+    bucket, offset = group.total
+    host = bucket.host
+    slab = group.slab
+    if slab is None or slab.scalars_only:
+        values.update(zip(group.names, host[offset : offset + group.count], strict=True))
+        return
+    for name, entry, start, size in zip(slab.names, slab.entries, slab.offsets, slab.sizes, strict=True):
+        values[name] = _nest(host[offset + start : offset + start + size], entry.shape or ())
 
 
 def _unusual_tensor(value: Any) -> str | None:
@@ -680,28 +970,6 @@ def _scalar_total(entry: _Entry) -> float | int:
     if entry.op == "min":
         return math.inf if entry.kind == "float" else 0
     return 0
-
-
-def _local_state(entry: _Entry) -> dict[str, Any]:
-    return {"total": entry.total, "weight": entry.weight, "nans": entry.nans}
-
-
-def _finish(entry: _Entry, state: Mapping[str, Any]) -> PlainValue:
-    total, nans = state["total"], state.get("nans", 0)
-    if entry.op == "mean":
-        weight = state["weight"]
-        weight = float(weight.item()) if _is_tensor(weight) else float(weight)
-        return _plain(total / weight if total is not None else math.nan)
-    if entry.op in ("max", "min"):
-        if _is_tensor(nans):
-            import torch
-
-            if bool((nans > 0).any()):
-                poisoned = torch.where(nans > 0, torch.full_like(nans, math.nan), total.to(nans.dtype))
-                return _plain(poisoned)
-        elif nans:
-            return math.nan
-    return _plain(total)
 
 
 def _plain(value: object) -> PlainValue:
