@@ -257,6 +257,8 @@ class TestPynvml:
             "NVML_DEVICE_MIG_ENABLE": 1,
             "nvmlInit": lambda: None,
             "nvmlShutdown": lambda: None,
+            "nvmlSystemGetDriverVersion": lambda: "550.54.15",
+            "nvmlSystemGetCudaDriverVersion": lambda: 12040,
             "nvmlDeviceGetCount": lambda: 2,
             "nvmlDeviceGetHandleByIndex": lambda index: index,
             "nvmlDeviceGetUUID": lambda handle: devices[handle]["uuid"],
