@@ -25,7 +25,7 @@ from trainplan.spec.names import START_METHODS, StartMethod
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.tables import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
-OPTIONAL_PACKAGES = ("deepspeed", "torch_xla", "transformer_engine", "torchmetrics", "mpi4py", "pynvml")
+OPTIONAL_PACKAGES = ("deepspeed", "torch_xla", "transformer_engine", "torchmetrics", "mpi4py")
 """Packages whose presence changes what a plan may use; looked up without importing them."""
 
 
