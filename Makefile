@@ -10,8 +10,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned: this machine holds the 2.13.0 CPU build locally; a bare `torch` would pull a CUDA build.
+	# trainplan itself needs no torch; its `torch` extra (launch, metrics, runtime) and the tests do.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[dev,lightning]"
+	$(BIN)/python -m pip install --quiet -e ".[torch,dev,lightning]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -36,7 +37,7 @@ unit: $(STAMP)
 test: lint typecheck layers unit
 
 $(VENV)/.bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[torch,dev,bench]"
 	touch $(VENV)/.bench
 
 bench: $(VENV)/.bench

@@ -14,6 +14,7 @@ import importlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from trainplan._version import __version__
 from trainplan.resolve import check as _check
 from trainplan.resolve import place_metric
 from trainplan.resolve import resolve as _resolve
@@ -55,12 +56,12 @@ from trainplan.spec import (
 
 if TYPE_CHECKING:
     from trainplan.effects.adapters import (
-        MissingExtra,
         accelerate_launch_flags,
         accelerator_arguments,
         fabric_arguments,
         lightning_trainer_arguments,
     )
+    from trainplan.effects.extras import MissingExtra
     from trainplan.effects.gpus import find_usable_cuda_devices, gpu_statuses
     from trainplan.effects.launching import (
         LaunchError,
@@ -85,7 +86,6 @@ if TYPE_CHECKING:
     from trainplan.effects.runtime import NotWrappable, Runtime, runtime
     from trainplan.effects.world import JoinError, World, WorldMismatch, join
 
-__version__ = "0.1.0"
 
 # The effects layer loads on first use: `import trainplan` stays light (no subprocess, socket or
 # multiprocessing machinery until something launches or probes).
@@ -115,7 +115,7 @@ _LAZY = {
     "Runtime": "trainplan.effects.runtime",
     "NotWrappable": "trainplan.effects.runtime",
     "runtime": "trainplan.effects.runtime",
-    "MissingExtra": "trainplan.effects.adapters",
+    "MissingExtra": "trainplan.effects.extras",
     "accelerate_launch_flags": "trainplan.effects.adapters",
     "accelerator_arguments": "trainplan.effects.adapters",
     "fabric_arguments": "trainplan.effects.adapters",

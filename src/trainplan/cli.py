@@ -1,14 +1,15 @@
-"""The `trainplan` command: plan, probe, matrix.
+"""The `trainplan` command (also `python -m trainplan`): plan, probe, matrix, migrate, gpus, env, launch.
 
 `trainplan` with no subcommand is `trainplan plan`: it probes this machine and prints the plan for
 an all-"auto" request with its explanation. Bad input prints the error's message (no traceback)
-and exits 2.
+and exits 2. Every command but `launch` works without torch installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import math
 import os
@@ -18,13 +19,18 @@ from pathlib import Path
 from typing import NoReturn
 
 import attrs
+import dotenv.parser
 
+from trainplan._version import __version__
+from trainplan.effects.extras import require_torch
 from trainplan.effects.gpus import gpu_statuses
 from trainplan.effects.launching import launch_script
 from trainplan.effects.probing import probe
+from trainplan.effects.report import bug_report
 from trainplan.resolve import check, resolve
 from trainplan.resolve.emit import emit_slurm, emit_torchrun
 from trainplan.resolve.matrix import render_matrix
+from trainplan.resolve.report import render_report, report_to_dict
 from trainplan.resolve.world import script_request
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import InvalidRequest, TrainplanError, did_you_mean
@@ -45,7 +51,8 @@ from trainplan.spec.request import Request
 EXIT_USAGE = 2
 ENV_FILE_LIMIT = 1 << 20
 
-SUBCOMMANDS = ("plan", "probe", "matrix", "migrate", "gpus", "launch")
+SUBCOMMANDS = ("plan", "probe", "matrix", "migrate", "gpus", "env", "launch")
+TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
 
 class CliError(TrainplanError):
@@ -57,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="trainplan",
         description="Decide how a PyTorch training run is laid out on this machine (or a what-if one).",
     )
+    parser.add_argument("--version", action="version", version=f"trainplan {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     plan = commands.add_parser("plan", help="resolve a request and print the plan (the default command)")
     _add_request_flags(plan)
@@ -96,6 +104,10 @@ def _parser() -> argparse.ArgumentParser:
     gpus.add_argument("count", nargs="?", default=None, help="exit 2 unless at least this many are usable")
     gpus.add_argument("--json", action="store_true", help="print the GPUs as JSON")
     gpus.add_argument("--timeout", type=float, default=15.0, help="seconds a confirming probe may take")
+    env = commands.add_parser(
+        "env", help="print a copy-paste block for bug reports: versions, driver and GPUs, facts, variables, packages"
+    )
+    env.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -137,7 +149,9 @@ def _add_environment_flags(parser: argparse.ArgumentParser) -> None:
             "start-methods=spawn,forkserver, package=NAME"
         ),
     )
-    group.add_argument("--env-file", type=Path, help="environment variables, one KEY=VALUE per line")
+    group.add_argument(
+        "--env-file", type=Path, help="environment variables as a .env file (KEY=VALUE lines; export, quotes, comments)"
+    )
     group.add_argument("--set-env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable")
 
 
@@ -224,16 +238,16 @@ def _read_env_file(path: Path) -> dict[str, str]:
         raise CliError(f"--env-file {path}: it is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     except ValueError as error:  # a path with a NUL byte, say
         raise CliError(f"--env-file {str(path)!r}: not a usable path ({error})") from None
+    # Read as a .env file, by python-dotenv's parser: `export`, quotes, escapes and comments as a shell would
+    # take them (`export X="a b" # note` is `a b`). `${VAR}` is kept as written: a what-if never reads this
+    # machine's environment.
     variables: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        line = line.removeprefix("export ").strip()
-        key, separator, value = line.partition("=")
-        if not separator or not key.strip():
-            raise CliError(f"--env-file {path}, line {number}: expected KEY=VALUE, found {raw!r}")
-        variables[key.strip()] = value.strip().strip("'\"")
+    for binding in dotenv.parser.parse_stream(io.StringIO(text)):
+        found = binding.original.string.strip()
+        if binding.error or (binding.key is not None and binding.value is None):
+            raise CliError(f"--env-file {path}, line {binding.original.line}: expected KEY=VALUE, found {found!r}")
+        if binding.key is not None and binding.value is not None:
+            variables[binding.key] = binding.value
     return variables
 
 
@@ -383,6 +397,12 @@ def _run_gpus(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _run_env(arguments: argparse.Namespace) -> int:
+    report = bug_report()
+    print(json.dumps(report_to_dict(report), indent=2) if arguments.json else render_report(report))
+    return 0
+
+
 def _run_probe(arguments: argparse.Namespace) -> int:
     env = _environment(arguments)
     facts = {attribute.name: _jsonable(getattr(env, attribute.name)) for attribute in attrs.fields(Environment)}
@@ -435,7 +455,7 @@ def _main(argv: Sequence[str] | None) -> int:
         guess = did_you_mean(arguments_list[0], SUBCOMMANDS)
         hint = f"did you mean `trainplan {guess}`? " if guess else ""
         _fail(f"unknown command {arguments_list[0]!r}; {hint}commands: {', '.join(SUBCOMMANDS)}")
-    if not arguments_list or (arguments_list[0] not in SUBCOMMANDS and arguments_list[0] not in ("-h", "--help")):
+    if not arguments_list or (arguments_list[0] not in SUBCOMMANDS and arguments_list[0] not in TOP_LEVEL_FLAGS):
         arguments_list.insert(0, "plan")
     arguments = _parser().parse_args(arguments_list)
     try:
@@ -448,7 +468,10 @@ def _main(argv: Sequence[str] | None) -> int:
             return _run_migrate(arguments)
         if arguments.command == "gpus":
             return _run_gpus(arguments)
+        if arguments.command == "env":
+            return _run_env(arguments)
         if arguments.command == "launch":
+            require_torch("trainplan launch")  # its workers join a torch process group; the planning commands need none
             return _run_launch(arguments, command)
         if command and not arguments.emit:
             raise CliError(f"unexpected arguments after --: {' '.join(command)} (they are for --emit or launch)")

@@ -112,3 +112,47 @@ def test_an_emitted_job_is_a_script_even_from_a_notebook(capsys: pytest.CaptureF
     arguments = ["--no-probe", "--assume", "cpu=4", "--assume", "interactive", "--accelerator", "cpu"]
     code, out, _ = run(capsys, *arguments, "--strategy", "ddp_notebook", "--devices", "2", "--emit", "torchrun")
     assert code == 0 and "torchrun --standalone" in out and "# note: strategy='ddp_notebook'" in out
+
+
+def test_env_file_is_read_as_a_dotenv_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    env_file = tmp_path / "job.env"
+    env_file.write_text(
+        'export SLURM_JOB_NAME="my job" # the job\'s name\n'
+        "SLURM_JOB_PARTITION='gpu queue'\n"
+        'SLURM_JOB_COMMENT="quoted \\"inner\\""\n'
+        "SLURM_JOB_ACCOUNT=${ACCOUNT}\n"
+        "\n# a comment\n"
+    )
+    code, out, _ = run(capsys, "probe", "--no-probe", "--json", "--env-file", str(env_file))
+    variables = json.loads(out)["variables"]
+    assert code == 0
+    assert variables["SLURM_JOB_NAME"] == "my job", "the quotes and the comment are not part of the value"
+    assert variables["SLURM_JOB_PARTITION"] == "gpu queue"
+    assert variables["SLURM_JOB_COMMENT"] == 'quoted "inner"'
+    assert variables["SLURM_JOB_ACCOUNT"] == "${ACCOUNT}", "a what-if never reads this machine's variables"
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"), [("JUST_A_NAME", "'JUST_A_NAME'"), ('A="never closed', "'A=\"never closed'")]
+)
+def test_env_file_line_that_is_no_assignment_is_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, line: str, shown: str
+) -> None:
+    env_file = tmp_path / "bad.env"
+    env_file.write_text(f"GOOD=1\n{line}\n")
+    code, _, err = run(capsys, "probe", "--no-probe", "--env-file", str(env_file))
+    assert code == 2 and f"line 2: expected KEY=VALUE, found {shown}" in err and "Traceback" not in err
+
+
+def test_version_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    import trainplan
+
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"trainplan {trainplan.__version__}"
+
+
+def test_python_dash_m_trainplan_is_the_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trainplan", "matrix"], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == 0 and "| `ddp` | ddp | subprocess |" in result.stdout

@@ -257,6 +257,8 @@ class TestPynvml:
             "NVML_DEVICE_MIG_ENABLE": 1,
             "nvmlInit": lambda: None,
             "nvmlShutdown": lambda: None,
+            "nvmlSystemGetDriverVersion": lambda: "550.54.15",
+            "nvmlSystemGetCudaDriverVersion": lambda: 12040,
             "nvmlDeviceGetCount": lambda: 2,
             "nvmlDeviceGetHandleByIndex": lambda index: index,
             "nvmlDeviceGetUUID": lambda handle: devices[handle]["uuid"],
@@ -338,3 +340,20 @@ def test_gpus_command_without_gpus(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["gpus", "2"])
     assert exit_.value.code == 2 and "asked for 2 usable GPU(s)" in capsys.readouterr().err
+
+
+def test_driver_facts_from_pynvml() -> None:
+    driver = PynvmlQuery(TestPynvml().fake_module()).driver()
+    assert driver.available and (driver.driver_version, driver.cuda_driver_version) == ("550.54.15", "12.4")
+    assert [gpu.uuid for gpu in driver.gpus] == ["GPU-0", "GPU-1"]
+
+
+def test_driver_facts_say_why_nvml_cannot_answer() -> None:
+    module = TestPynvml().fake_module()
+
+    def fail() -> None:
+        raise module.NVMLError("NVML Shared Library Not Found")
+
+    module.nvmlInit = fail  # type: ignore[attr-defined]
+    driver = PynvmlQuery(module).driver()
+    assert not driver.available and driver.reason == "no NVIDIA driver here: NVML Shared Library Not Found"

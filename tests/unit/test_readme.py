@@ -1,15 +1,57 @@
-"""The README stays true: its compatibility tables are exactly what `trainplan matrix` prints."""
+"""The README stays true: every Python block and every shell line in it runs as shown on a CPU-only machine
+(Sybil, with the rules in `tests/readme_examples.py`), its compatibility tables are what `trainplan matrix`
+prints, and the blocks that other tests run are still theirs."""
 
 from __future__ import annotations
 
-import shlex
+import re
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sybil import Example
 
+from tests.readme_examples import Session, parse
 from trainplan.resolve.matrix import render_matrix
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+SESSION = Session(
+    elsewhere={
+        # The same script under torchrun, trainplan launch and tp.launch, each rank's line checked.
+        "scaling-out:script": (
+            ROOT / "tests/processes/test_one_world.py",
+            '_readme_block("<!-- scaling-out:script -->")',
+        ),
+        "scaling-out:commands": (
+            ROOT / "tests/processes/test_one_world.py",
+            '_readme_block("<!-- scaling-out:commands -->")',
+        ),
+        # The loop is tests/scripts/readme_loop.py (test_the_readme_loop_is_the_tested_script), run in one and two
+        # processes there.
+        "loop:start": (ROOT / "tests/processes/test_runtime_world.py", "readme_loop.train"),
+    }
+)
+DOCUMENT = parse(README, SESSION)
+EXAMPLES = list(DOCUMENT)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    SESSION.prepare(DOCUMENT, tmp_path_factory.mktemp("readme"))
+    yield SESSION
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[f"line-{example.line}" for example in EXAMPLES])
+def test_the_readme_example_runs_as_shown(session: Session, example: Example) -> None:
+    example.evaluate()
+
+
+def test_the_readme_has_examples_of_both_kinds() -> None:
+    languages = [example.parsed.language for example in EXAMPLES if hasattr(example.parsed, "language")]
+    assert languages.count("python") >= 8 and languages.count("sh") >= 10
 
 
 def test_readme_matrix_is_generated_from_the_rules() -> None:
@@ -32,25 +74,81 @@ def test_readme_lists_every_deliberate_difference() -> None:
         assert f"- **{key}:** {reason}" in text, f"README lacks the difference {key!r}"
 
 
-def test_the_readmes_emitted_jobs_are_what_trainplan_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    from trainplan.cli import main
-
-    text = README.read_text()
-    block = text[text.index("### Emitted jobs") :]
-    block = block[block.index("```sh\n") + len("```sh\n") : block.index("\n```", block.index("```sh\n"))]
-    printed: list[str] = []
-    for line in block.splitlines():
-        if line.startswith("$ trainplan "):
-            assert main(shlex.split(line.removeprefix("$ trainplan "))) == 0
-            printed += capsys.readouterr().out.splitlines()
-        elif line != "...":
-            assert line in printed, f"the README shows {line!r}, which trainplan does not print"
-
-
 def test_the_readme_loop_is_the_tested_script() -> None:
     text = README.read_text()
     block = text[text.index("<!-- loop:start -->") : text.index("<!-- loop:end -->")]
     code = block[block.index("```python\n") + len("```python\n") : block.rindex("```")]
-    script = (README.parent / "tests" / "scripts" / "readme_loop.py").read_text()
+    script = (ROOT / "tests" / "scripts" / "readme_loop.py").read_text()
     assert script == code, "the README's loop and tests/scripts/readme_loop.py differ"
     assert len([line for line in code.splitlines() if line.strip()]) <= 25
+
+
+# --------------------------------------------------------------------------------------------------
+# The runner itself: a wrong README fails it.
+
+BROKEN = {
+    "a wrong output": ("```python\n1 + 1\n# 3\n```\n", "shown 3, got 2"),
+    "a failing script": ("<!-- file: boom.py -->\n```python\nraise SystemExit(3)\n```\n", "python boom.py exited 3"),
+    "a missing print": ("<!-- file: quiet.py -->\n```python\nprint('a')  # b\n```\n", "never printed 'b'"),
+    "a guard outside a file": ("```python\nif __name__ == '__main__':\n    pass\n```\n", "is a script"),
+    "a failing command": ("```sh\ntrainplan plan --accelerator gpux\n```\n", "exited 2, the README says 0"),
+    "a wrong exit code": ("```sh\ntrainplan matrix   # exits 2\n```\n", "exited 0, the README says 2"),
+    "a line never printed": ("```sh\n$ trainplan matrix\n| `ddp` | nonsense |\n```\n", "never printed '| `ddp`"),
+    "an unknown fence": ("```bash\ntrainplan matrix\n```\n", "a ```bash block is never run"),
+    "a stale run-elsewhere": ("<!-- elsewhere:gone -->\n```sh\ntrainplan matrix\n```\n", "no longer runs this"),
+}
+
+
+@pytest.mark.parametrize(("markdown", "complaint"), BROKEN.values(), ids=BROKEN.keys())
+def test_the_runner_fails_a_wrong_readme(tmp_path: Path, markdown: str, complaint: str) -> None:
+    document_path = tmp_path / "BROKEN.md"
+    document_path.write_text(markdown)
+    session = Session(elsewhere={"elsewhere:gone": (document_path, "a text this file lacks")})
+    document = parse(document_path, session)
+    session.prepare(document, tmp_path)
+    (example,) = list(document)
+    with pytest.raises(AssertionError, match=re.escape(complaint)):
+        example.evaluate()
+
+
+def test_the_runner_passes_what_it_should(tmp_path: Path) -> None:
+    markdown = textwrap.dedent(
+        """
+        <!-- file: hello.py -->
+        ```python
+        print("hello", 2 + 2)  # hello 4
+        ```
+
+        ```python
+        import trainplan as tp
+        tp.Request.from_config({"devices": "0,2"}).devices
+        # (0, 2)
+        "x" * 50
+        # 'xxx...xxx'
+        ```
+
+        ```sh
+        $ trainplan matrix
+        | strategy | family | launcher | ... |
+        ...
+        $ trainplan plan --accelerator gpux     # exits 2
+        trainplan: error: ... Did you mean accelerator='gpu'? ...
+        $ python hello.py
+        hello 4
+        $ make demo
+        this line is never checked: make is not run
+        ```
+
+        ```text
+        not code
+        ```
+        """
+    )
+    document_path = tmp_path / "GOOD.md"
+    document_path.write_text(markdown)
+    session = Session(elsewhere={})
+    document = parse(document_path, session)
+    session.prepare(document, tmp_path)
+    for example in document:
+        example.evaluate()
+    assert (session.outputs_checked, session.commands_run) == (6, 3)

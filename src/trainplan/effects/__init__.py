@@ -7,6 +7,7 @@ Thin by rule: it gathers facts and carries out a plan's decisions, and decides n
 from __future__ import annotations
 
 # `import trainplan` stays light: it loads this package only when something probes, launches or logs.
+from trainplan.effects.extras import MissingExtra, require_torch
 from trainplan.effects.gpus import (
     GpuProbeError,
     ProbeLauncher,
@@ -38,13 +39,12 @@ from trainplan.effects.metrics import (
     TorchCollective,
     metric_store,
 )
-from trainplan.effects.nvml import CtypesNvmlQuery, NvmlQuery, PynvmlQuery, default_nvml
+from trainplan.effects.nvml import NvmlQuery, PynvmlQuery, default_nvml
 from trainplan.effects.probing import ProbeError, probe
 from trainplan.effects.world import JoinError, World, WorldMismatch, join
 
 __all__ = [
     "Collective",
-    "CtypesNvmlQuery",
     "GpuProbeError",
     "InvalidMetric",
     "JoinError",
@@ -54,6 +54,7 @@ __all__ = [
     "MetricKeyMismatch",
     "MetricOverflow",
     "MetricStore",
+    "MissingExtra",
     "NestedLaunch",
     "NotImportable",
     "NotInWorld",
@@ -77,5 +78,6 @@ __all__ = [
     "launch_with",
     "metric_store",
     "probe",
+    "require_torch",
     "worker_plan",
 ]

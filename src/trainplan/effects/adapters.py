@@ -19,27 +19,18 @@ import importlib.util
 from types import ModuleType
 from typing import Any
 
+from trainplan.effects.extras import MissingExtra, is_missing, require_torch
 from trainplan.resolve.training import accelerate_arguments, framework_sync_batchnorm, lightning_arguments
 from trainplan.resolve.training import accelerate_launch_flags as _launch_flags
-from trainplan.spec.errors import TrainplanError
 from trainplan.spec.plan import Plan
 
 
-class MissingExtra(TrainplanError, ImportError):
-    """An adapter's framework is not installed."""
-
-    def __init__(self, *, framework: str, install: str) -> None:
-        self.framework = framework
-        self.install = install
-        super().__init__(f"This adapter needs {framework}, which is not installed. Install it: pip install {install}")
-
-
 def _framework(module: str, install: str) -> ModuleType:
+    require_torch(f"The adapter for {module.partition('.')[0]}")  # every framework runs on torch
     try:
         return importlib.import_module(module)
     except ImportError as error:
-        root = module.partition(".")[0]
-        if isinstance(error, ModuleNotFoundError) and (error.name or "").partition(".")[0] == root:
+        if is_missing(error, module.partition(".")[0]):
             raise MissingExtra(framework=module, install=install) from error
         raise  # installed, but broken inside: its own error says why
 

@@ -4,11 +4,10 @@ Replaces Lightning's `auto_select_gpus`, which created a CUDA context on each GP
 8-GPU machine), left those contexts and their memory in the caller, made later forking impossible, and
 could only say "occupied". Here:
 
-1. The fast path asks NVML (nvidia-ml-py, the `nvml` extra): compute mode, processes holding each GPU,
+1. The fast path asks NVML (through nvidia-ml-py, a dependency): compute mode, processes holding each GPU,
    MIG. No CUDA context is created anywhere; the decision itself is `trainplan.resolve.gpus.judge`.
-2. Where NVML cannot answer (nvidia-ml-py is not installed and only the driver library answers, or it
-   cannot list the processes on an exclusive GPU),
-   each such GPU is confirmed by a real allocation in a fresh interpreter (never a fork of the caller),
+2. Where NVML cannot answer (a compute mode it cannot read, or the processes on an exclusive GPU it cannot
+   list), each such GPU is confirmed by a real allocation in a fresh interpreter (never a fork of the caller),
    all of them at once, each with a timeout: a GPU whose probe hangs is reported unresponsive.
 
 The caller's process never initialises CUDA, so `ddp_fork`/notebooks still work after the call.
@@ -80,6 +79,12 @@ import json, sys
 index = int(sys.argv[1])
 try:
     import torch
+except ImportError as error:
+    missing = isinstance(error, ModuleNotFoundError) and (error.name or "").partition(".")[0] == "torch"
+    reason = "torch is not installed, so no allocation could confirm this GPU (pip install 'trainplan[torch]')"
+    print(json.dumps({"ok": False, "error": reason if missing else f"cannot import torch: {error}"}))
+    raise SystemExit(0)
+try:
     torch.empty(1, device=torch.device("cuda", index))
     torch.cuda.synchronize(index)
     print(json.dumps({"ok": True}))

@@ -36,6 +36,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import attrs
 
+from trainplan.effects.extras import require_torch
 from trainplan.effects.world import join
 from trainplan.resolve.cluster import launched_by_trainplan
 from trainplan.resolve.world import (
@@ -704,6 +705,7 @@ def launch_with(
         )
     if plan.launcher in ("none", "external"):
         return [_run_here(plan, fn, args, kwargs, choose_port)]
+    require_torch(f"trainplan.launch (starting {plan.processes_per_node} workers that join one process group)")
     _check_startable(plan)
     attempts = PORT_ATTEMPTS if plan.cluster.main_port is None else 1
     for attempt in range(attempts):

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import attrs
 
+from trainplan.effects.extras import require_torch
 from trainplan.effects.world import check_group
 from trainplan.resolve import place_metric
 from trainplan.spec.errors import InvalidRequest, TrainplanError
@@ -129,20 +130,27 @@ class Collective(Protocol):
         """Every rank's `value`, in rank order (used only to explain a key mismatch)."""
 
 
+def _process_group() -> Any:
+    """torch.distributed when its default process group exists, else None. A group can exist only once
+    torch.distributed was imported, so this never imports torch (a one-process store of numbers needs none)."""
+    distributed: Any = sys.modules.get("torch.distributed")
+    if distributed is None or not (distributed.is_available() and distributed.is_initialized()):
+        return None
+    return distributed
+
+
 class TorchCollective:
     """`Collective` over torch.distributed's default process group (world size 1 when there is none)."""
 
     @property
     def world_size(self) -> int:
-        from torch import distributed
-
-        return distributed.get_world_size() if distributed.is_available() and distributed.is_initialized() else 1
+        distributed = _process_group()
+        return 1 if distributed is None else int(distributed.get_world_size())
 
     @property
     def rank(self) -> int:
-        from torch import distributed
-
-        return distributed.get_rank() if distributed.is_available() and distributed.is_initialized() else 0
+        distributed = _process_group()
+        return 0 if distributed is None else int(distributed.get_rank())
 
     def all_reduce(self, tensor: torch.Tensor, op: CollectiveOp) -> None:
         from torch import distributed
@@ -726,6 +734,7 @@ class MetricStore:
         group = self._collective.world_size
         expected = self.plan.world_size
         if group == 1 and expected > 1:
+            require_torch(f"A metric store reducing over the plan's {expected} processes")
             raise NotInWorld(world_size=expected)
         plan_rank = self.plan.cluster.global_rank
         check_group(

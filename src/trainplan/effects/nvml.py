@@ -1,19 +1,20 @@
 """NVML access: the driver's facts about each GPU, without CUDA and without torch.
 
-Two implementations of one seam (`NvmlQuery`): nvidia-ml-py's `pynvml` (the `nvml` extra) gives compute
-modes, holding processes and MIG devices; without it, the driver library is read through ctypes for the
-GPUs' UUIDs alone, and usability is then confirmed by probes (see `trainplan.effects.gpus`).
+One seam (`NvmlQuery`), implemented over nvidia-ml-py's `pynvml` (a dependency of trainplan: pure Python, it
+loads the driver's own library): compute modes, holding processes, MIG devices, and for bug reports the
+driver's version. A machine without the NVIDIA driver answers None at once. Where NVML cannot say whether a
+GPU can take a process, usability is confirmed by probes (see `trainplan.effects.gpus`).
 """
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 from functools import partial
 from types import ModuleType
 from typing import Protocol
 
 from trainplan.spec.gpus import ComputeMode, GpuFacts
+from trainplan.spec.report import DriverFacts
 
 
 class NvmlQuery(Protocol):
@@ -42,24 +43,37 @@ class PynvmlQuery:
         return pynvml
 
     def gpus(self) -> list[GpuFacts] | None:
+        driver = self.driver()
+        return list(driver.gpus) if driver.available else None
+
+    def driver(self) -> DriverFacts:
+        """The driver's version and every physical GPU, or why NVML cannot answer here."""
         nvml = self._pynvml()
         if nvml is None:
-            return None
+            return DriverFacts(available=False, reason="nvidia-ml-py is not installed: pip install nvidia-ml-py")
         try:
             nvml.nvmlInit()
-        except nvml.NVMLError:
-            return None  # no driver
+        except nvml.NVMLError as error:
+            return DriverFacts(available=False, reason=f"no NVIDIA driver here: {_error_text(error)}")
         try:
-            return [self._facts(nvml, nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(nvml.nvmlDeviceGetCount())]
+            version = _text(_attempt(nvml, nvml.nvmlSystemGetDriverVersion))
+            cuda = _attempt(nvml, nvml.nvmlSystemGetCudaDriverVersion)
+            count = nvml.nvmlDeviceGetCount()
+            gpus = [self._facts(nvml, nvml.nvmlDeviceGetHandleByIndex(index)) for index in range(count)]
+        except nvml.NVMLError as error:
+            return DriverFacts(available=False, reason=f"NVML failed: {_error_text(error)}")
         finally:
             nvml.nvmlShutdown()
+        return DriverFacts(
+            available=True,
+            driver_version=version,
+            cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) and cuda > 0 else None,
+            gpus=gpus,
+        )
 
     def _facts(self, nvml: ModuleType, handle: object, *, allow_mig: bool = True) -> GpuFacts:
         def attempt(call: Callable[[], object]) -> object | None:
-            try:
-                return call()
-            except nvml.NVMLError:
-                return None
+            return _attempt(nvml, call)
 
         memory = attempt(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
         mode = attempt(lambda: nvml.nvmlDeviceGetComputeMode(handle))
@@ -87,65 +101,24 @@ class PynvmlQuery:
         )
 
 
+def _attempt(nvml: ModuleType, call: Callable[[], object]) -> object | None:
+    """The call's answer, or None where this driver or device cannot say (NVML_ERROR_NOT_SUPPORTED, ...)."""
+    try:
+        return call()
+    except nvml.NVMLError:
+        return None
+
+
+def _error_text(error: BaseException) -> str:
+    return str(error) or type(error).__name__
+
+
 def _text(value: object) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value if isinstance(value, str) else None
 
 
-class CtypesNvmlQuery:
-    """`NvmlQuery` through the driver library itself (ctypes): UUIDs and names only, no package needed."""
-
-    _LIBRARIES = ("libnvidia-ml.so.1", "libnvidia-ml.so", "nvml.dll")
-
-    def gpus(self) -> list[GpuFacts] | None:
-        library = self._load()
-        if library is None or library.nvmlInit_v2() != 0:
-            return None
-        try:
-            count = ctypes.c_uint(0)
-            if library.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
-                return None
-            found: list[GpuFacts] = []
-            for index in range(count.value):
-                handle = ctypes.c_void_p()
-                if library.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
-                    break
-                uuid = ctypes.create_string_buffer(96)
-                name = ctypes.create_string_buffer(96)
-                uuid_ok = library.nvmlDeviceGetUUID(handle, uuid, 96) == 0
-                name_ok = library.nvmlDeviceGetName(handle, name, 96) == 0
-                found.append(
-                    GpuFacts(
-                        uuid=uuid.value.decode("ascii", "replace") if uuid_ok else f"GPU-unknown-{index}",
-                        name=name.value.decode("utf-8", "replace") if name_ok else "",
-                    )
-                )
-            return found
-        finally:
-            library.nvmlShutdown()
-
-    def _load(self) -> ctypes.CDLL | None:
-        for name in self._LIBRARIES:
-            try:
-                return ctypes.CDLL(name)
-            except OSError:
-                continue
-        return None
-
-
-class _FirstAvailable:
-    def __init__(self, *queries: NvmlQuery) -> None:
-        self.queries = queries
-
-    def gpus(self) -> list[GpuFacts] | None:
-        for query in self.queries:
-            found = query.gpus()
-            if found is not None:
-                return found
-        return None
-
-
-def default_nvml() -> NvmlQuery:
-    """pynvml when installed, else the driver library through ctypes."""
-    return _FirstAvailable(PynvmlQuery(), CtypesNvmlQuery())
+def default_nvml() -> PynvmlQuery:
+    """NVML through nvidia-ml-py (a dependency of trainplan); it answers None where there is no driver."""
+    return PynvmlQuery()

@@ -1,6 +1,6 @@
 """`probe()`: gather the facts of this machine into an `Environment`, quickly and without touching CUDA.
 
-GPUs are counted through NVML (the driver's management library, loaded with ctypes), so neither
+GPUs are counted through NVML (the driver's management library, through nvidia-ml-py), so neither
 torch nor a CUDA context is needed; CUDA_VISIBLE_DEVICES is applied with CUDA's own rules. On a
 machine without the NVIDIA driver the library is absent and the count is 0 at once.
 """
@@ -25,7 +25,7 @@ from trainplan.spec.names import START_METHODS, StartMethod
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.tables import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
-OPTIONAL_PACKAGES = ("deepspeed", "torch_xla", "transformer_engine", "torchmetrics", "mpi4py", "pynvml")
+OPTIONAL_PACKAGES = ("deepspeed", "torch_xla", "transformer_engine", "torchmetrics", "mpi4py")
 """Packages whose presence changes what a plan may use; looked up without importing them."""
 
 
@@ -63,7 +63,7 @@ def probe(
 ) -> Environment:
     """The facts of this machine and process. Never initialises CUDA and does not import torch.
 
-    `environ` defaults to `os.environ` and `nvml` to the driver (pynvml, else ctypes); tests pass their
+    `environ` defaults to `os.environ` and `nvml` to the driver (through nvidia-ml-py); tests pass their
     own. Facts that cannot change while a process runs (the GPUs the driver lists, installed packages,
     start methods) are read once per process; environment variables, CUDA's state and the session on
     every call. `usable_gpus=True` also finds which visible GPUs can take a new process now

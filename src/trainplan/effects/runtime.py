@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sized
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from trainplan.effects.extras import require_torch
 from trainplan.effects.metrics import MetricStore
 from trainplan.effects.world import World, join
 from trainplan.resolve.training import (
@@ -319,6 +320,7 @@ class Runtime:
 def runtime(plan: Plan | None = None, *, wrappers: ModelWrappers | None = None) -> Runtime:
     """Join `plan`'s world (default: `trainplan.resolve()`, the plan of the job this process is in) and return
     this process's runtime. Use it as a context manager to leave the world at the end."""
+    require_torch("trainplan.runtime")  # its device, wrappers, autocast and sampler are torch's
     if plan is None:
         import trainplan
 

@@ -18,6 +18,7 @@ import socket
 from types import TracebackType
 from typing import Any
 
+from trainplan.effects.extras import require_torch
 from trainplan.resolve.world import STARTING_LAUNCHERS, job_of, process_group_timeout
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import BackendName
@@ -125,6 +126,8 @@ def join(plan: Plan) -> World:
     else:
         rank, local_rank = 0, 0
     device = plan.device_for(local_rank if local_rank < plan.processes_per_node else 0)
+    if plan.accelerator == "cuda" or (plan.process_group_backend is not None and plan.world_size > 1):
+        require_torch(f"Joining a world of {plan.world_size} process(es) on {plan.accelerator}")
     if plan.accelerator == "cuda":
         import torch
 
@@ -215,8 +218,8 @@ def _check_this_process(plan: Plan, rank: int) -> None:
 def _check_existing_group(plan: Plan, rank: int) -> None:
     import sys
 
-    if "torch" not in sys.modules:
-        return  # without torch loaded there can be no process group
+    if sys.modules.get("torch.distributed") is None:
+        return  # without torch.distributed loaded there can be no process group
     from torch import distributed
 
     if not (distributed.is_available() and distributed.is_initialized()):

@@ -131,6 +131,7 @@ GPU_ACCELERATORS: Final[tuple[AcceleratorName, ...]] = ("cuda", "mps")
 class LauncherRule:
     name: LauncherName
     description: str
+    """A verb phrase, read as "launcher: <it>" in explain() and as "strategy X would <it>" in a refusal."""
     starts_processes: bool
     interactive_compatible: bool
     start_method: StartMethod | None
@@ -171,14 +172,14 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
         ),
         LauncherRule(
             name="xla",
-            description="torch_xla's multiprocessing launcher",
+            description="start the workers through torch_xla's multiprocessing launcher",
             starts_processes=True,
             interactive_compatible=True,  # torch_xla forks its workers
             start_method="fork",
         ),
         LauncherRule(
             name="external",
-            description="the cluster manager already started every process; join its world",
+            description="join the world the cluster manager already started (it started every process)",
             starts_processes=False,
             interactive_compatible=True,
             start_method=None,
@@ -992,7 +993,7 @@ RULES: Final[Mapping[str, Rule]] = {
         Rule(
             id="interactive-launcher",
             reason=(
-                "strategy {strategy!r} starts workers by {launcher_description}, which an interactive session "
+                "strategy {strategy!r} would {launcher_description}, which an interactive session "
                 "(notebook, REPL) cannot do"
             ),
             fix="Use strategy={instead!r}, or run the code as a script",

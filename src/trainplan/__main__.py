@@ -1,0 +1,5 @@
+"""`python -m trainplan`: the `trainplan` command."""
+
+from trainplan.cli import main
+
+raise SystemExit(main())
