@@ -184,3 +184,32 @@ def return_exits_when_loaded() -> ExitsWhenLoaded:
 class RefusesToPickle:
     def __reduce__(self) -> tuple[object, ...]:
         raise ValueError("no pickling for me")
+
+
+CALLER_STATE = "as imported"
+"""A module global the caller changes before launching: a spawn-class worker must see it as imported."""
+
+
+def how_i_was_started(variable: str) -> dict[str, object]:
+    """What a spawn-class worker sees of its start: its parent, CUDA, the caller's state and environment."""
+    import sys
+
+    import torch
+
+    return {
+        "parent": os.getppid(),
+        "cuda_initialised": torch.cuda.is_initialized(),  # type: ignore[no-untyped-call]
+        "caller_state": CALLER_STATE,
+        "variable": os.environ.get(variable),
+        "main_module": sys.modules["__main__"].__name__,
+        "rank": os.environ["RANK"],
+    }
+
+
+def large_tensor_operations() -> float:
+    """Operations large enough to run in torch's thread pool (they hang in a forked child of a parent that used
+    the pool, unless the child runs them on one thread)."""
+    import torch
+
+    joined = torch.cat([torch.ones(200_000), torch.ones(200_000)])
+    return float(joined.sum().item() + torch.tensor([1.0, 2.0]).repeat_interleave(torch.tensor([2, 3])).sum().item())

@@ -341,3 +341,45 @@ def test_a_line_without_end_is_cut_at_the_limit_whatever_the_pipe_hands_over(chu
     lines = out.getvalue().splitlines()
     assert all(len(line.encode()) <= _LINE_LIMIT + len("[rank 0] ") for line in lines)
     assert "".join(line.removeprefix("[rank 0] ") for line in lines) == text.decode()  # no character split
+
+
+class TestForkserver:
+    """Spawn plans start their workers from a forkserver: spawn's guarantees, torch imported once."""
+
+    def test_workers_fork_from_a_fresh_server_and_see_the_callers_environment_of_now(self) -> None:
+        import multiprocessing
+
+        if "forkserver" not in multiprocessing.get_all_start_methods():
+            pytest.skip("this platform has no forkserver: spawn plans start plain spawn workers")
+        workers.CALLER_STATE = "changed by the caller"  # a fresh interpreter must not see this
+        try:
+            first = tp.launch(cpu_plan("ddp_spawn"), workers.how_i_was_started, "TRAINPLAN_TEST_LATER")
+            os.environ["TRAINPLAN_TEST_LATER"] = "set after the server started"
+            second = tp.launch(cpu_plan("ddp_spawn"), workers.how_i_was_started, "TRAINPLAN_TEST_LATER")
+        finally:
+            workers.CALLER_STATE = "as imported"
+            os.environ.pop("TRAINPLAN_TEST_LATER", None)
+        parents = {report["parent"] for report in first + second}
+        assert len(parents) == 1 and os.getpid() not in parents, "every worker forks from one server, not the caller"
+        for report in first + second:
+            assert report["cuda_initialised"] is False and report["caller_state"] == "as imported"
+            assert report["main_module"] == "__mp_main__" or report["main_module"] == "__main__"
+        assert [report["rank"] for report in first] == ["0", "1"]
+        assert {report["variable"] for report in first} == {None}
+        assert {report["variable"] for report in second} == {"set after the server started"}
+
+    def test_without_a_forkserver_spawn_plans_spawn(self) -> None:
+        from trainplan.resolve.world import worker_start_method
+
+        spawn, fork, script = cpu_plan("ddp_spawn"), cpu_plan("ddp_fork"), cpu_plan("ddp")
+        assert worker_start_method(spawn, ["fork", "spawn", "forkserver"]) == "forkserver"
+        assert worker_start_method(spawn, ["spawn"]) == "spawn"
+        assert worker_start_method(fork, ["fork", "spawn", "forkserver"]) == "fork"
+        assert worker_start_method(script, ["fork", "spawn", "forkserver"]) is None
+
+
+def test_forked_workers_run_large_operations_after_the_caller_used_torchs_thread_pool() -> None:
+    import torch
+
+    assert float(torch.ones(1_000_000).mul(2).sum()) == 2_000_000.0  # the caller's pool is now in use
+    assert tp.launch_with(cpu_plan("ddp_fork"), workers.large_tensor_operations, timeout=60) == [400_008.0] * 2

@@ -116,7 +116,7 @@ def world(draw: st.DrawFn) -> tuple[dict[str, tuple[str, str, tuple[int, ...]]],
 def reference(op: str, form: str, shape: tuple[int, ...], calls: list[tuple[Any, float]]) -> Any:
     """What the store must give for one key, from every logged (value, weight), in plain Python."""
     size = math.prod(shape)
-    columns = [[] for _ in range(size)] if size else []
+    columns: list[list[Any]] = [[] for _ in range(size)]
     weights = [weight for _, weight in calls]
     for item, _ in calls:
         flat = [item] if not isinstance(item, torch.Tensor) else item.reshape(-1).tolist()
@@ -206,6 +206,6 @@ def test_ranks_that_created_their_keys_in_other_orders_agree_on_the_layout() -> 
         [(name, torch.tensor(float(index)), 1.0) for index, name in enumerate(names)],
         [(name, torch.tensor(float(index) * 10), 1.0) for index, name in reversed(list(enumerate(names)))],
     ]
-    specs = {name: ("sum", "tensor-float", ()) for name in names}
+    specs: dict[str, tuple[str, str, tuple[int, ...]]] = {name: ("sum", "tensor-float", ()) for name in names}
     synced, _ = run_world(logs, specs)
     assert synced[0] == synced[1] == {name: float(index) * 11 for index, name in enumerate(names)}

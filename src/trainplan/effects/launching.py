@@ -45,10 +45,12 @@ from trainplan.resolve.world import (
     torchrun_variables,
     unlaunchable,
     worker_environment,
+    worker_start_method,
     worker_view,
 )
 from trainplan.spec import tables
 from trainplan.spec.errors import TrainplanError
+from trainplan.spec.names import StartMethod
 from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan, plan_from_json_text
 
@@ -188,13 +190,26 @@ def _multiprocessing_entry(
     args: Sequence[object],
     kwargs: Mapping[str, Any],
     connection: Connection,
+    method: StartMethod = "spawn",
+    environment: Mapping[str, str] | None = None,
 ) -> None:
     # A forked worker inherits the caller's handlers (the launcher's own SIGTERM handler among them).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    if os.environ.pop(_SAFE_PATH_ADDED, None) is not None:
+    if environment is not None:
+        # Forked from the forkserver: take the caller's environment of now (the worker's variables included),
+        # not the one the server started with.
+        os.environ.clear()
+        os.environ.update(environment)
+    elif os.environ.pop(_SAFE_PATH_ADDED, None) is not None:
         os.environ.pop("PYTHONSAFEPATH", None)  # only the bootstrap needed it; the worker's own children do not
+    torch = sys.modules.get("torch")
+    if method == "fork" and torch is not None:
+        # The caller's OpenMP thread pool does not survive fork: a parallel region in the child (any large
+        # tensor operation) would wait forever for threads that are not there. One intra-op thread per worker,
+        # torchrun's OMP_NUM_THREADS=1 default for several workers per node.
+        torch.set_num_threads(1)
     _own_process_group()
     _send(connection, run_worker(spec, fn, args, kwargs))
     connection.close()
@@ -320,21 +335,40 @@ def _temporary_environment(variables: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
+def _forkserver_context() -> Any:
+    """multiprocessing's forkserver context, its server running with torch imported (`FORKSERVER_PRELOAD`).
+
+    The server is a fresh interpreter (nothing of the caller's state, CUDA's above all), started once per
+    caller and reused by every later launch; PYTHONSAFEPATH keeps its `python -c` bootstrap from importing
+    modules out of the working directory. Preloads the caller asked for itself are kept.
+    """
+    from multiprocessing import forkserver
+
+    context: Any = multiprocessing.get_context("forkserver")
+    asked = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or [])
+    context.set_forkserver_preload([*asked, *(name for name in tables.FORKSERVER_PRELOAD if name not in asked)])
+    with _temporary_environment({"PYTHONSAFEPATH": "1"}):
+        forkserver.ensure_running()
+    return context
+
+
 def _start_multiprocessing(
-    method: Literal["spawn", "fork"],
+    method: StartMethod,
     specs: Sequence[WorkerSpec],
     fn: Callable[..., object],
     args: Sequence[object],
     kwargs: Mapping[str, Any],
 ) -> list[WorkerHandle]:
-    context: Any = multiprocessing.get_context(method)
+    context: Any = _forkserver_context() if method == "forkserver" else multiprocessing.get_context(method)
+    launcher = "spawn" if method == "forkserver" else method
     workers: list[WorkerHandle] = []
     try:
         for spec in specs:
             receive, send = context.Pipe(duplex=False)
+            environment = {**os.environ, **spec.variables} if method == "forkserver" else None
             process = context.Process(
                 target=_multiprocessing_entry,
-                args=(spec, fn, args, kwargs, send),
+                args=(spec, fn, args, kwargs, send, method, environment),
                 name=f"trainplan-worker-{spec.global_rank}",
                 daemon=False,
             )
@@ -357,7 +391,7 @@ def _start_multiprocessing(
                 receive.close()
                 send.close()
                 raise NotImportable(
-                    f"The {method} launcher could not send {getattr(fn, '__qualname__', fn)!r} or its arguments to a "
+                    f"The {launcher} launcher could not send {getattr(fn, '__qualname__', fn)!r} or its arguments to a "
                     f"new interpreter ({type(error).__name__}: {error}). {_IMPORTABLE_FIX}"
                 ) from None
             send.close()  # the worker holds the only writing end: its death closes the pipe
@@ -717,8 +751,8 @@ def launch_with(
                 if plan.launcher == "subprocess":
                     workers = _start_subprocesses(specs, fn, args, kwargs, interactive=interactive)
                 else:
-                    method: Literal["spawn", "fork"] = "fork" if plan.launcher == "fork" else "spawn"
-                    workers = _start_multiprocessing(method, specs, fn, args, kwargs)
+                    method = worker_start_method(plan, multiprocessing.get_all_start_methods())
+                    workers = _start_multiprocessing(method or "spawn", specs, fn, args, kwargs)
                 return _supervise(  # type: ignore[return-value]
                     workers, specs, timeout=timeout, grace=grace_period, begun=begun
                 )

@@ -10,7 +10,7 @@ plan's request inside the worker gives the same layout (a property test holds th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -18,7 +18,7 @@ from trainplan.resolve.cluster import ClusterFacts, detect
 from trainplan.resolve.core import incompatible
 from trainplan.resolve.visible import narrowed_visible_devices
 from trainplan.spec.errors import Incompatible, TrainplanError
-from trainplan.spec.names import LauncherName
+from trainplan.spec.names import LauncherName, StartMethod
 from trainplan.spec.notes import Note
 from trainplan.spec.options import DDPOptions
 from trainplan.spec.plan import Plan, request_to_dict
@@ -26,13 +26,27 @@ from trainplan.spec.request import Request
 from trainplan.spec.tables import (
     DEFAULT_PROCESS_GROUP_TIMEOUT,
     LAUNCHED_MARKER,
+    LAUNCHERS,
     PLAN_VARIABLE,
     SCRIPT_STRATEGY_FOR,
     SELECTED_DEVICES_VARIABLE,
+    SERVED_START_METHODS,
 )
 
 STARTING_LAUNCHERS: tuple[LauncherName, ...] = ("subprocess", "spawn", "fork")
 """Launchers that start a plan's workers from this process."""
+
+
+def worker_start_method(plan: Plan, available: Sequence[str]) -> StartMethod | None:
+    """The multiprocessing start method this process uses for the plan's workers: the launcher's served method
+    (`tables.SERVED_START_METHODS`: a forkserver for spawn) where the platform offers it (`available`, as
+    `multiprocessing.get_all_start_methods()` lists them), else the launcher's own; None for a launcher that
+    starts no multiprocessing workers."""
+    method = LAUNCHERS[plan.launcher].start_method
+    if method is None:
+        return None
+    served = SERVED_START_METHODS.get(plan.launcher)
+    return served if served is not None and served in available else method
 
 
 def process_group_timeout(plan: Plan) -> int:

@@ -188,6 +188,15 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
 }
 
 
+SERVED_START_METHODS: Final[Mapping[LauncherName, StartMethod]] = {"spawn": "forkserver"}
+"""How a launcher's workers are started fastest with its guarantees kept, where the platform offers the method:
+spawn's workers fork from a forkserver, itself a fresh interpreter that imported torch once (no CUDA state and
+nothing of the caller's but what is pickled, as with spawn; torch is imported once, not once per worker)."""
+
+FORKSERVER_PRELOAD: Final[tuple[str, ...]] = ("torch", "torch.distributed", "trainplan.effects.launching")
+"""What the forkserver imports before it forks a worker: what every worker imports anyway."""
+
+
 # --------------------------------------------------------------------------------------------------
 # Strategies
 
