@@ -21,6 +21,7 @@ from trainplan.spec.names import (
     ClusterFlag,
     ClusterName,
     LauncherName,
+    MeshDimension,
     MetricKind,
     MetricsStore,
     NoteLevel,
@@ -31,8 +32,9 @@ from trainplan.spec.names import (
     StrategyFlag,
     StrategyName,
 )
+from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.notes import Note
-from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, StrategyOptions
+from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
 from trainplan.spec.request import Devices, Request
 from trainplan.spec.tables import MissingRule
@@ -57,11 +59,14 @@ __all__ = [
     "Incompatible",
     "InvalidRequest",
     "LauncherName",
+    "MeshDimension",
+    "MeshLayout",
     "MetricKind",
     "MetricPlacement",
     "MetricSlot",
     "MetricsStore",
     "MissingRule",
+    "ModelParallelOptions",
     "Note",
     "NoteLevel",
     "Plan",
