@@ -201,7 +201,7 @@ class Runtime:
         from torch import distributed
         from torch.distributed import HashStore  # type: ignore[attr-defined]  # re-exported at runtime
 
-        if not distributed.is_initialized():
+        if self.world_size == 1 and not distributed.is_initialized():
             # A world of one: joining made no process group (there is no one to meet), and a mesh needs one.
             distributed.init_process_group(self.plan.process_group_backend, store=HashStore(), rank=0, world_size=1)
             self._mesh_group = True

@@ -178,7 +178,7 @@ def lightning_sizes(mesh: MeshLayout) -> dict[str, int]:
     `Incompatible` when Lightning's two dimensions cannot hold it (pipeline or context parallelism, or replicas and
     shards both above 1)."""
     sizes = {size.argument: 1 for size in LIGHTNING_SIZES}
-    joined: dict[str, list[str]] = {argument: [] for argument in sizes}
+    joined: dict[str, dict[str, int]] = {argument: {} for argument in sizes}
     for name in MESH_DIMENSIONS:
         degree, rule = mesh.size(name), MESH_RULES[name]
         if degree == 1:
@@ -191,13 +191,14 @@ def lightning_sizes(mesh: MeshLayout) -> dict[str, int]:
                 fix=f"Use {name}=1 with Lightning, or run the plan's own mesh through trainplan.runtime (rt.mesh)",
             )
         sizes[rule.lightning_size] *= degree
-        joined[rule.lightning_size].append(f"{name}={degree}")
-    for argument, names in joined.items():
-        if len(names) > 1:
+        joined[rule.lightning_size][name] = degree
+    for argument, degrees in joined.items():
+        if len(degrees) > 1:
+            spelled = " × ".join(f"{name}={degree}" for name, degree in degrees.items())
             raise incompatible(
                 "lightning-mesh",
-                dict(name.split("=") for name in names),
-                lost=f"{' × '.join(names)} would become one {argument.removesuffix('_size')} dimension",
+                degrees,
+                lost=f"{spelled} would become one {argument.removesuffix('_size')} dimension",
                 fix=(
                     "Use one of them with Lightning (e.g. dp_shard alone: FSDP2 over the data-parallel dimension), or "
                     "run the plan's own mesh through trainplan.runtime (rt.mesh), which keeps both"

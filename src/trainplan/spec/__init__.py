@@ -14,6 +14,7 @@ from trainplan.spec.errors import (
 )
 from trainplan.spec.frozen import FrozenMap
 from trainplan.spec.gpus import ComputeMode, GpuFacts, GpuStatus
+from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import (
     AcceleratorFlag,
     AcceleratorName,
@@ -32,7 +33,6 @@ from trainplan.spec.names import (
     StrategyFlag,
     StrategyName,
 )
-from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.notes import Note
 from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
