@@ -138,12 +138,12 @@ class TestEveryLayoutOnCpu:
         assert plans and refusals
 
 
-_degree = st.one_of(st.sampled_from([1, 1, 2, 3, 4, 8]), st.just("auto"))
+_degree: st.SearchStrategy[Any] = st.one_of(st.sampled_from([1, 1, 2, 3, 4, 8]), st.just("auto"))
 
 
 @st.composite
 def mesh_requests(draw: st.DrawFn) -> tuple[Request, Environment]:
-    accelerator = draw(st.sampled_from(["cpu", "cuda"]))
+    accelerator: Any = draw(st.sampled_from(["cpu", "cuda"]))
     per_node = draw(st.sampled_from([1, 2, 3, 4, 6, 8]))
     nodes = draw(st.integers(min_value=1, max_value=4))
     if draw(st.integers(min_value=0, max_value=4)) == 0:
@@ -152,7 +152,8 @@ def mesh_requests(draw: st.DrawFn) -> tuple[Request, Environment]:
         )
     else:
         names = draw(st.lists(st.sampled_from(MESH_DIMENSIONS), unique=True, max_size=4))
-        options = ModelParallelOptions(**{name: draw(_degree) for name in names})
+        degrees: dict[str, Any] = {name: draw(_degree) for name in names}
+        options = ModelParallelOptions(**degrees)
     request = Request(
         accelerator=accelerator,
         strategy="model_parallel",
