@@ -442,3 +442,33 @@ class TestRuntime:
         finally:
             rt.leave()
         assert not distributed.is_initialized()
+
+
+class TestCommandLine:
+    def run(self, capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
+        from trainplan.cli import main
+
+        try:
+            code = main(list(arguments))
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    def test_plan_draws_the_mesh(self, capsys: pytest.CaptureFixture[str]) -> None:
+        flags = ["plan", "--no-probe", "--assume", "cpu=8", "--accelerator", "cpu", "--devices", "4"]
+        flags += ["--strategy", "model_parallel", "--strategy-option", "tp=2", "--strategy-option", "dp_shard=auto"]
+        code, out, _ = self.run(capsys, *flags)
+        assert code == 0 and "  node 0  [0 1] [2 3]" in out and "  dp_shard  {0,2} {1,3}" in out
+
+    def test_lightning_spelling_as_json(self, capsys: pytest.CaptureFixture[str]) -> None:
+        flags = ["plan", "--no-probe", "--assume", "cuda=4", "--devices", "4", "--strategy", "model_parallel"]
+        code, out, _ = self.run(capsys, *flags, "--strategy-option", "tensor_parallel_size=4", "--json")
+        data = json.loads(out)
+        assert code == 0 and data["mesh"]["shape"] == [1, 1, 1, 1, 4]
+        assert data["request"]["strategy_options"]["tensor_parallel_size"] == 4
+
+    def test_a_refusal_exits_2_naming_the_layout_that_fits(self, capsys: pytest.CaptureFixture[str]) -> None:
+        flags = ["plan", "--no-probe", "--assume", "cuda=4", "--devices", "4", "--strategy-option", "tp=8"]
+        code, _, err = self.run(capsys, *flags, "--strategy", "model_parallel")
+        assert code == 2 and "tp=8 needs 8 processes on one node" in err and "Use tp=4 or 2" in err

@@ -54,3 +54,16 @@ def test_the_readme_loop_is_the_tested_script() -> None:
     script = (README.parent / "tests" / "scripts" / "readme_loop.py").read_text()
     assert script == code, "the README's loop and tests/scripts/readme_loop.py differ"
     assert len([line for line in code.splitlines() if line.strip()]) <= 25
+
+
+def test_the_readmes_parallel_layout_example_runs_as_shown() -> None:
+    import doctest
+
+    text = README.read_text()
+    block = text[text.index("<!-- mesh:start -->") : text.index("<!-- mesh:end -->")]
+    code = block[block.index("```pycon\n") + len("```pycon\n") : block.rindex("```")]
+    test = doctest.DocTestParser().get_doctest(code, {}, "README parallel layouts", str(README), 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    failures: list[str] = []
+    runner.run(test, out=failures.append)
+    assert runner.failures == 0 and test.examples, "".join(failures)
