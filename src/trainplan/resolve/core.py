@@ -127,6 +127,9 @@ def _type_signature(request: Request, env: Environment) -> tuple[object, ...]:
         type(request.sync_batchnorm),
         type(request.select_usable_gpus),
         None if options is None else repr(options),
+        # Which options were written is not part of a record's value, but it decides: an explicit value a preset
+        # contradicts is refused, a default is not; a degree written 'auto' takes the rest, the default one not.
+        getattr(options, "given", None),
         type(env.cuda_device_count),
         type(env.cuda_initialized),
         type(env.mps_available),
