@@ -189,8 +189,11 @@ class TestThePlan:
         assert "  node 0  0 1 | 2 3   stages 0-1" in text
 
     def test_a_big_world_is_drawn_in_part(self) -> None:
-        text = mesh_plan(cuda(8), devices=8, num_nodes=64, strategy_options=MESH(tp=8)).explain()
-        assert "  … 56 more node(s)" in text and "… (64 groups)" in text
+        env = cuda(8, variables=TWO_NODES)
+        text = mesh_plan(env, devices=8, num_nodes=1_000_000, strategy_options=MESH(pp=4, tp=8)).explain()
+        assert "  … 999992 more node(s)" in text and "} … (1000000 groups)" in text
+        assert "  dp_shard  {0,8,16,24,32,40,48,56,64,72,80,88,96,104,112,120,… (250000 ranks)} {1,9," in text
+        assert len(text) < 5000
 
     def test_json_round_trip(self) -> None:
         plan = mesh_plan(cuda(4, variables=TWO_NODES), devices=4, num_nodes=2, strategy_options=MESH(pp=2, tp=2))

@@ -85,13 +85,24 @@ class MeshLayout:
             members.append(self.rank_at(tuple(position)))
         return tuple(members)
 
-    def groups(self, dimension: MeshDimension) -> tuple[tuple[int, ...], ...]:
-        """Every group along `dimension`, each in rank order, ordered by their first rank."""
+    def groups(
+        self, dimension: MeshDimension, limit: int | None = None, *, members: int | None = None
+    ) -> tuple[tuple[int, ...], ...]:
+        """Every group along `dimension`, each in rank order, ordered by their first rank; there are
+        `world_size // size(dimension)` in all. `limit` keeps the first groups only, `members` the first ranks of
+        each (for a drawing of a large world)."""
         axis = self._index(dimension)
+        size = self.shape[axis]
+        stride = math.prod(self.shape[axis + 1 :])
+        count = self.world_size // size if limit is None else min(limit, self.world_size // size)
+        shown = size if members is None else min(members, size)
         found: list[tuple[int, ...]] = []
-        for rank in range(self.world_size):
-            if self.coordinates(rank)[axis] == 0:
-                found.append(self.group(rank, dimension))
+        for block in range(self.world_size // (size * stride)):
+            for offset in range(stride):
+                if len(found) == count:
+                    return tuple(found)
+                first = block * size * stride + offset
+                found.append(tuple(first + index * stride for index in range(shown)))
         return tuple(found)
 
     def data_parallel(self, rank: int) -> tuple[int, int]:

@@ -275,9 +275,12 @@ class Plan:
             lines.append("groups (the ranks that share every other coordinate):")
             width = max(len(name) for name in dimensions)
             for name in dimensions:
-                groups = mesh.groups(name)
-                shown_groups = " ".join("{" + ",".join(map(str, group)) + "}" for group in groups[:_DRAWN_GROUPS])
-                more = f" … ({len(groups)} groups)" if len(groups) > _DRAWN_GROUPS else ""
+                size = mesh.size(name)
+                groups = mesh.groups(name, limit=_DRAWN_GROUPS, members=_DRAWN_MEMBERS)
+                cut = f",… ({size} ranks)" if size > _DRAWN_MEMBERS else ""
+                shown_groups = " ".join("{" + ",".join(map(str, group)) + cut + "}" for group in groups)
+                total = mesh.world_size // mesh.size(name)
+                more = f" … ({total} groups)" if total > _DRAWN_GROUPS else ""
                 lines.append(f"  {name.ljust(width)}  {shown_groups}{more}")
         coordinates = self.mesh_coordinates
         if coordinates is not None:
@@ -462,6 +465,7 @@ class _Reader:
 _DRAWN_NODES = 8
 _DRAWN_RANKS = 32
 _DRAWN_GROUPS = 8
+_DRAWN_MEMBERS = 16
 
 
 def _mesh_from(read: _Reader) -> MeshLayout | None:
