@@ -309,6 +309,8 @@ class TestFrameworks:
         plan = mesh_plan(cuda(4), devices=4, num_nodes=2, strategy_options=MESH(dp_replicate=2))
         config = tp.accelerate_parallelism_config(plan)
         assert (config.dp_replicate_size, config.dp_shard_size, config.tp_size, config.cp_size) == (2, 4, 1, 1)
+        arguments = tp.accelerator_arguments(plan)
+        assert arguments["fsdp_plugin"].fsdp_version == 2 and arguments["parallelism_config"].dp_replicate_size == 2
         sharded = mesh_plan(cuda(4), devices=4, num_nodes=2)
         with pytest.raises(Incompatible, match="fabric_arguments\\(plan, parallelize=fn\\)"):
             tp.fabric_arguments(sharded)
