@@ -15,6 +15,7 @@ from trainplan import (
     ModelParallelOptions,
     Note,
     Request,
+    StrategyName,
 )
 from trainplan.resolve import resolve, resolve_uncached
 
@@ -210,8 +211,9 @@ class TestMemo:
         assert resolve(Request(devices=4, strategy_options=one), cuda(4)).strategy.name == "model_parallel"
         with pytest.raises(Incompatible, match="both say 'auto'"):
             resolve(Request(devices=4, strategy_options=two), cuda(4))
-        preset = "ddp_find_unused_parameters_true"
-        assert resolve(Request(strategy=preset, devices=2, strategy_options=DDPOptions()), cuda(2))
+        preset: StrategyName = "ddp_find_unused_parameters_true"
+        plan = resolve(Request(strategy=preset, devices=2, strategy_options=DDPOptions()), cuda(2))
+        assert plan.strategy.options == DDPOptions(find_unused_parameters=True)
         with pytest.raises(Incompatible, match="already sets find_unused_parameters=True"):
             resolve(
                 Request(strategy=preset, devices=2, strategy_options=DDPOptions(find_unused_parameters=False)), cuda(2)
