@@ -21,7 +21,9 @@ How a block is read (the README follows these rules; `tests/unit/test_readme.py`
   command line equal to one of such a block's lines counts as that block's.
 - Sybil's `<!-- skip: next if(cuda_devices < 2, reason="needs 2 GPUs") -->` is for a block that truly needs a
   GPU (`cuda_devices` is in the namespace: 0 here, since the machine is made CPU-only).
-- Fences other than python, sh, text or none are refused, so no code goes unrun.
+- ```pycon blocks are interactive sessions (`>>> ` prompts and what they print), run by doctest with ELLIPSIS in
+  the same namespace.
+- Fences other than python, pycon, sh, text or none are refused, so no code goes unrun.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from sybil.parsers.markdown.lexers import FencedCodeBlockLexer
 from sybil.parsers.markdown.skip import SkipParser
 
 BIN = str(Path(sys.executable).parent)
-LANGUAGES = ("python", "sh")
+LANGUAGES = ("python", "pycon", "sh")
 TEXT_LANGUAGES = ("", "text")
 SKIPPED = {
     "make": "make builds .venv and then runs the whole suite, this test included",
@@ -133,13 +135,25 @@ class Session:
             path, needle = elsewhere
             assert needle in path.read_text(), f"{path.name} no longer runs this block (it lacks {needle!r})"
             return
-        if block.language == "python":
+        if block.language == "pycon":
+            self._run_doctest(block, example.namespace)
+        elif block.language == "python":
             if block.file is not None:
                 self._run_script(block)
             else:
                 self._run_in_session(block, example.namespace)
         elif block.file is None:  # a shell file (an env file, say) is written, not run
             self._run_shell(block)
+
+    def _run_doctest(self, block: Block, namespace: dict[str, object]) -> None:
+        """A ```pycon block: an interactive session, checked by doctest (ELLIPSIS on) in the session's namespace."""
+        test = doctest.DocTestParser().get_doctest(block.source, namespace, "README", "README.md", block.first_line)
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+        report: list[str] = []
+        with self.inside():
+            runner.run(test, out=report.append, clear_globs=False)
+        self.outputs_checked += len(test.examples)
+        assert test.examples and runner.failures == 0, f"line {block.first_line}: " + "".join(report)
 
     def _run_in_session(self, block: Block, namespace: dict[str, object]) -> None:
         assert "__main__" not in block.source, (

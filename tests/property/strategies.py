@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 from hypothesis import strategies as st
 
-from trainplan import DDPOptions, DeepSpeedOptions, Environment, FSDPOptions, Request
+from trainplan import DDPOptions, DeepSpeedOptions, Environment, FSDPOptions, ModelParallelOptions, Request
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
@@ -77,6 +77,13 @@ def options(*, wild: bool) -> st.SearchStrategy[Any]:
             offload_optimizer=st.booleans(),
             offload_parameters=st.booleans(),
         ),
+        st.builds(
+            ModelParallelOptions,
+            pp=st.sampled_from([1, 1, 2]),
+            tp=st.sampled_from([1, 2, 4, "auto"]),
+            cp=st.sampled_from([1, 1, 2]),
+        ),
+        st.builds(ModelParallelOptions, data_parallel_size=st.sampled_from([1, 2, "auto"])),
     )
     return st.one_of(tame, garbage) if wild else tame
 

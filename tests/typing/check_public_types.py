@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import assert_type
 
+from torch.distributed.device_mesh import DeviceMesh
+
 import trainplan
 from trainplan import (
     AcceleratorName,
@@ -54,6 +56,15 @@ with trainplan.runtime(plan) as rt:
     assert_type(rt.world_size, int)
     assert_type(rt.is_main, bool)
     assert_type(rt.metric_store().compute(), dict[str, trainplan.PlainValue])
+    assert_type(rt.mesh, DeviceMesh)
+    assert_type(rt.submesh("tp"), DeviceMesh)
+    assert_type(rt.fsdp_mesh, DeviceMesh)
+    assert_type(rt.data_parallel_rank, int)
+    rt.submesh("tensor")  # type: ignore[arg-type]
+assert_type(plan.mesh, trainplan.MeshLayout | None)
+assert_type(plan.mesh_coordinates, dict[trainplan.MeshDimension, int] | None)
+Request(strategy="model_parallel", strategy_options=trainplan.ModelParallelOptions(dp_shard="auto", tp=2))
+trainplan.ModelParallelOptions(tp="half")  # type: ignore[arg-type]
 assert_type(trainplan.accelerate_launch_flags(plan), list[str])
 Request(num_nodes="auto")
 Request(num_nodes="all")  # type: ignore[arg-type]
@@ -80,6 +91,8 @@ public_names = (
     trainplan.DDPOptions,
     trainplan.FSDPOptions,
     trainplan.DeepSpeedOptions,
+    trainplan.ModelParallelOptions,
+    trainplan.MeshLayout,
     trainplan.TrainplanError,
     trainplan.InvalidRequest,
     trainplan.Incompatible,

@@ -5,7 +5,18 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import cpu, cuda, plan_for
-from trainplan import DDPOptions, DeepSpeedOptions, Environment, FSDPOptions, InvalidRequest, Note, Request
+from trainplan import (
+    DDPOptions,
+    DeepSpeedOptions,
+    Environment,
+    FSDPOptions,
+    Incompatible,
+    InvalidRequest,
+    ModelParallelOptions,
+    Note,
+    Request,
+    StrategyName,
+)
 from trainplan.resolve import resolve, resolve_uncached
 
 
@@ -191,6 +202,22 @@ class TestMemo:
         plain = resolve(Request(devices=1), cuda(2))
         noted = resolve(Request(devices=1, notes=(note,)), cuda(2))
         assert note not in plain.notes and note in noted.notes
+
+    def test_which_options_were_written_is_part_of_the_key(self) -> None:
+        # Equal records: the default dp_shard='auto' yields to a written tp='auto'; two written 'auto's are refused.
+        one = ModelParallelOptions(tp="auto")
+        two = ModelParallelOptions(tp="auto", dp_shard="auto")
+        assert one == two
+        assert resolve(Request(devices=4, strategy_options=one), cuda(4)).strategy.name == "model_parallel"
+        with pytest.raises(Incompatible, match="both say 'auto'"):
+            resolve(Request(devices=4, strategy_options=two), cuda(4))
+        preset: StrategyName = "ddp_find_unused_parameters_true"
+        plan = resolve(Request(strategy=preset, devices=2, strategy_options=DDPOptions()), cuda(2))
+        assert plan.strategy.options == DDPOptions(find_unused_parameters=True)
+        with pytest.raises(Incompatible, match="already sets find_unused_parameters=True"):
+            resolve(
+                Request(strategy=preset, devices=2, strategy_options=DDPOptions(find_unused_parameters=False)), cuda(2)
+            )
 
     def test_unhashable_garbage_is_still_an_invalid_request(self) -> None:
         with pytest.raises(InvalidRequest):

@@ -32,6 +32,9 @@ SESSION = Session(
         # The loop is tests/scripts/readme_loop.py (test_the_readme_loop_is_the_tested_script), run in one and two
         # processes there.
         "loop:start": (ROOT / "tests/processes/test_runtime_world.py", "readme_loop.train"),
+        # The parallelize function is tests/scripts/mesh_world.py's (test_the_readme_parallelize_is_the_tested_one),
+        # run in 4 processes by tests/processes/test_mesh_world.py.
+        "mesh:parallelize": (ROOT / "tests/unit/test_readme.py", "def test_the_readme_parallelize_is_the_tested_one"),
     }
 )
 DOCUMENT = parse(README, SESSION)
@@ -95,6 +98,7 @@ BROKEN = {
     "a wrong exit code": ("```sh\ntrainplan matrix   # exits 2\n```\n", "exited 0, the README says 2"),
     "a line never printed": ("```sh\n$ trainplan matrix\n| `ddp` | nonsense |\n```\n", "never printed '| `ddp`"),
     "an unknown fence": ("```bash\ntrainplan matrix\n```\n", "a ```bash block is never run"),
+    "a wrong session": ("```pycon\n>>> 1 + 1\n3\n```\n", "Expected:\n    3\nGot:\n    2"),
     "a stale run-elsewhere": ("<!-- elsewhere:gone -->\n```sh\ntrainplan matrix\n```\n", "no longer runs this"),
 }
 
@@ -152,3 +156,10 @@ def test_the_runner_passes_what_it_should(tmp_path: Path) -> None:
     for example in document:
         example.evaluate()
     assert (session.outputs_checked, session.commands_run) == (6, 3)
+
+
+def test_the_readme_parallelize_is_the_tested_one() -> None:
+    text = README.read_text()
+    block = text[text.index("<!-- mesh:parallelize -->") :]
+    code = block[block.index("```python\n") + len("```python\n") : block.index("```\n", block.index("```python\n") + 3)]
+    assert code in (ROOT / "tests" / "scripts" / "mesh_world.py").read_text()

@@ -20,6 +20,7 @@ from trainplan import (
     FSDPOptions,
     Incompatible,
     InvalidRequest,
+    ModelParallelOptions,
     Request,
     TrainplanError,
     Unavailable,
@@ -357,6 +358,91 @@ CASES: dict[str, Case] = {
         "usable-needs-cuda",
         ("'cpu'",),
     ),
+    # device meshes (strategy model_parallel): every refusal names the numbers and a layout that fits
+    "mesh tp beyond a node": (
+        {"devices": 4, "strategy_options": ModelParallelOptions(tp=8)},
+        cuda(4),
+        Incompatible,
+        "mesh-inside-node",
+        ("tp=8 needs 8 processes on one node", "this node has 4", "Use tp=4 or 2"),
+    ),
+    "mesh cp around tp beyond a node": (
+        {"devices": 4, "num_nodes": 2, "strategy_options": ModelParallelOptions(cp=2, tp=4)},
+        cuda(4),
+        Incompatible,
+        "mesh-inside-node",
+        ("cp=2 × tp=4 needs 8 processes", "around the tensor-parallel groups", "Use cp=1", "e.g. dp_shard=2, tp=4"),
+    ),
+    "mesh product": (
+        {"devices": 4, "strategy_options": ModelParallelOptions(dp_shard=4, tp=2)},
+        cuda(4),
+        Incompatible,
+        "mesh-product",
+        ("multiply to 8 (dp_shard=4 × tp=2)", "the world has 4 processes", "e.g. dp_shard=2, tp=2"),
+    ),
+    "mesh remainder": (
+        {"devices": 4, "num_nodes": 3, "strategy_options": ModelParallelOptions(pp=5)},
+        cuda(4),
+        Incompatible,
+        "mesh-remainder",
+        ("dp_shard='auto' takes what the other degrees leave", "does not divide the world of 12", "e.g. pp=3"),
+    ),
+    "mesh two autos": (
+        {"devices": 4, "strategy_options": ModelParallelOptions(tp="auto", dp_shard="auto")},
+        cuda(4),
+        Incompatible,
+        "mesh-autos",
+        ("dp_shard and tp both say 'auto'", "e.g. dp_shard=4"),
+    ),
+    "mesh both spellings": (
+        {"devices": 4, "strategy_options": ModelParallelOptions(tp=2, tensor_parallel_size=2)},
+        cuda(4),
+        Incompatible,
+        "mesh-spellings",
+        ("Lightning's sizes", "trainplan's degrees (tp=2)", "Keep one spelling"),
+    ),
+    "mesh stage across a node boundary": (
+        {"devices": 3, "num_nodes": 2, "strategy_options": ModelParallelOptions(pp=3)},
+        cuda(3),
+        Incompatible,
+        "mesh-pipeline-nodes",
+        ("pp=3 makes stages of 2 processes on 2 nodes of 3", "Use pp=2 or 6", "e.g. pp=2, dp_shard=3"),
+    ),
+    "mesh context parallel on cpu": (
+        {"accelerator": "cpu", "devices": 4, "strategy_options": ModelParallelOptions(cp=2)},
+        cpu(),
+        Incompatible,
+        "mesh-accelerator",
+        ("cp=2 does not run on 'cpu'", "no ring variant", "e.g. dp_shard=4", "run on 'cuda'"),
+    ),
+    "mesh over mpi": (
+        {"accelerator": "cpu", "devices": 4, "process_group_backend": "mpi", "strategy": "model_parallel"},
+        cpu(),
+        Incompatible,
+        "mesh-backend",
+        ("runs over 'gloo'", "not 'mpi'", "process_group_backend='gloo'"),
+    ),
+    "mesh pipeline with fp16 amp": (
+        {"devices": 4, "precision": "16-mixed", "strategy_options": ModelParallelOptions(pp=2)},
+        cuda(4),
+        Incompatible,
+        "mesh-precision",
+        ("pp=2 does not run with precision='16-mixed'", "stages would skip different steps", "'bf16-mixed'"),
+    ),
+    "mesh on mps": (
+        {"accelerator": "mps", "strategy": "model_parallel"},
+        Environment(mps_available=True),
+        Incompatible,
+        "strategy-accelerator",
+        ("MPS has no device mesh", "accelerator='cpu'"),
+    ),
+    "mesh degree zero": (
+        {"devices": 4, "strategy_options": ModelParallelOptions(tp=0)},
+        cuda(4),
+        InvalidRequest,
+        None,
+        ("strategy_options.tp=0", "whole number of ranks", "'auto'"),
+    ),
     # bad values
     "misspelt accelerator": ({"accelerator": "gpux"}, cpu(), InvalidRequest, None, ("Did you mean", "'gpu'")),
     "misspelt strategy": ({"strategy": "ddp_spwn"}, cpu(), InvalidRequest, None, ("'ddp_spawn'",)),
@@ -401,9 +487,11 @@ def test_every_rule_in_the_table_is_exercised() -> None:
 
 def _training_rules() -> set[str]:
     """The rules `resolve.training` applies when a plan becomes torch or framework objects."""
+    from trainplan.effects.adapters import fabric_arguments
     from trainplan.resolve.training import (
         accelerate_arguments,
         accelerate_launch_flags,
+        accelerate_mesh_refusal,
         deepspeed_config,
         framework_sync_batchnorm,
         lightning_arguments,
@@ -421,12 +509,32 @@ def _training_rules() -> set[str]:
         lambda: framework_sync_batchnorm(resolve(Request(devices=2, sync_batchnorm=True), cuda(2)), "Fabric"),
         lambda: resolve(Request(accelerator="cpu", devices=2, sync_batchnorm=True), cpu()),
     ]
+    mesh = ModelParallelOptions
+    pipeline = resolve(Request(devices=4, strategy_options=mesh(pp=2)), cuda(4))
+    hybrid = resolve(Request(devices=4, strategy_options=mesh(dp_replicate=2, dp_shard=2)), cuda(4))
+    replicas_and_tp = resolve(Request(devices=4, strategy_options=mesh(dp_replicate=2, dp_shard=1, tp=2)), cuda(4))
+    fp16 = resolve(Request(devices=4, precision="16-mixed", strategy="model_parallel"), cuda(4))
+    on_cpu = resolve(Request(accelerator="cpu", devices=2, strategy="model_parallel"), cpu())
+    attempts += [
+        lambda: lightning_arguments(pipeline),
+        lambda: lightning_arguments(hybrid),
+        lambda: lightning_arguments(fp16),
+        lambda: accelerate_arguments(pipeline),
+        lambda: accelerate_arguments(replicas_and_tp),
+        lambda: _raise(accelerate_mesh_refusal(on_cpu)),
+        lambda: fabric_arguments(on_cpu),
+    ]
     rules = set()
     for attempt in attempts:
         with pytest.raises(Incompatible) as caught:
             attempt()
         rules.add(caught.value.rule)
     return rules
+
+
+def _raise(error: TrainplanError | None) -> None:
+    if error is not None:
+        raise error
 
 
 def _world_rules() -> set[str]:

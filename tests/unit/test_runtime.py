@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.distributed.device_mesh import DeviceMesh
 
 from tests.helpers import cpu, cuda
 from trainplan import (
@@ -63,6 +64,15 @@ class FakeWrappers:
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
         self.calls.append(("sync_batchnorm", {}))
         return model
+
+    def device_mesh(self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
+        raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
+
+    def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str) -> DeviceMesh:
+        raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
+
+    def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
+        raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
 
 
 def runtime_for(plan: Plan, local_rank: int = 0) -> tuple[Runtime, FakeWrappers]:

@@ -16,11 +16,18 @@ from __future__ import annotations
 import datetime
 import importlib
 import importlib.util
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from trainplan.effects.extras import MissingExtra, is_missing, require_torch
-from trainplan.resolve.training import accelerate_arguments, framework_sync_batchnorm, lightning_arguments
+from trainplan.resolve.refusal import incompatible
+from trainplan.resolve.training import (
+    accelerate_arguments,
+    accelerate_mesh_refusal,
+    framework_sync_batchnorm,
+    lightning_arguments,
+)
 from trainplan.resolve.training import accelerate_launch_flags as _launch_flags
 from trainplan.spec.plan import Plan
 
@@ -35,10 +42,13 @@ def _framework(module: str, install: str) -> ModuleType:
         raise  # installed, but broken inside: its own error says why
 
 
-def _strategy(plan: Plan, strategies: ModuleType) -> object:
-    """The Lightning/Fabric strategy object for the plan, built in `strategies` (either framework's)."""
+def _strategy(plan: Plan, strategies: ModuleType, parallelize: Callable[..., Any] | None = None) -> object:
+    """The Lightning/Fabric strategy object for the plan, built in `strategies` (either framework's); Fabric's
+    ModelParallelStrategy also takes the function that applies the mesh (`parallelize`)."""
     mapped = lightning_arguments(plan).strategy
     arguments: dict[str, Any] = dict(mapped.arguments)
+    if parallelize is not None:
+        arguments["parallelize_fn"] = parallelize
     if "timeout_seconds" in arguments:
         arguments["timeout"] = datetime.timedelta(seconds=arguments.pop("timeout_seconds"))
     if mapped.class_name == "SingleDeviceStrategy":
@@ -53,14 +63,14 @@ def _strategy(plan: Plan, strategies: ModuleType) -> object:
     return cls(**arguments)
 
 
-def _arguments(plan: Plan, strategies: ModuleType) -> dict[str, Any]:
+def _arguments(plan: Plan, strategies: ModuleType, parallelize: Callable[..., Any] | None = None) -> dict[str, Any]:
     mapped = lightning_arguments(plan)
     return {
         "accelerator": mapped.accelerator,
         "devices": mapped.devices,
         "num_nodes": mapped.num_nodes,
         "precision": mapped.precision,
-        "strategy": _strategy(plan, strategies),
+        "strategy": _strategy(plan, strategies, parallelize),
     }
 
 
@@ -72,16 +82,28 @@ def lightning_trainer_arguments(plan: Plan) -> dict[str, Any]:
     return arguments
 
 
-def fabric_arguments(plan: Plan) -> dict[str, Any]:
-    """`lightning_fabric.Fabric(**...)` arguments for the plan, with a real strategy object."""
+def fabric_arguments(plan: Plan, *, parallelize: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """`lightning_fabric.Fabric(**...)` arguments for the plan, with a real strategy object. A device mesh
+    (`model_parallel`) becomes Fabric's ModelParallelStrategy, which applies it through `parallelize(model,
+    device_mesh)`."""
     framework_sync_batchnorm(plan, "Fabric")
-    return _arguments(plan, _framework("lightning_fabric.strategies", "lightning-fabric"))
+    if plan.mesh is None and parallelize is not None:
+        raise TrainplanError(
+            f"fabric_arguments(parallelize=...) applies a device mesh, and strategy {plan.strategy.name!r} has none: "
+            "use strategy='model_parallel', or leave parallelize out"
+        )
+    if plan.mesh is not None and parallelize is None:
+        raise incompatible("fabric-parallelize", {"strategy": plan.strategy.name})
+    return _arguments(plan, _framework("lightning_fabric.strategies", "lightning-fabric"), parallelize)
 
 
 def accelerator_arguments(plan: Plan) -> dict[str, Any]:
     """`accelerate.Accelerator(**...)` arguments for the plan: cpu, mixed_precision, and kwargs handlers with the
     DDP options and the process group's backend and timeout."""
     framework_sync_batchnorm(plan, "Accelerate")
+    refusal = accelerate_mesh_refusal(plan)
+    if refusal is not None:
+        raise refusal
     utils = _framework("accelerate.utils", "accelerate")
     mapped = accelerate_arguments(plan)
     process_group = dict(mapped.process_group)
@@ -95,12 +117,29 @@ def accelerator_arguments(plan: Plan) -> dict[str, Any]:
         "kwargs_handlers": handlers,
     }
     if mapped.fsdp is not None:
-        arguments["fsdp_plugin"] = utils.FullyShardedDataParallelPlugin(
-            sharding_strategy=mapped.fsdp["sharding_strategy"], cpu_offload=mapped.fsdp["cpu_offload"]
-        )
+        arguments["fsdp_plugin"] = utils.FullyShardedDataParallelPlugin(**mapped.fsdp)
+    if mapped.parallelism is not None:
+        arguments["parallelism_config"] = accelerate_parallelism_config(plan)
     if mapped.deepspeed is not None:
         arguments["deepspeed_plugin"] = utils.DeepSpeedPlugin(**mapped.deepspeed)
     return arguments
+
+
+def accelerate_parallelism_config(plan: Plan) -> Any:
+    """Accelerate's `ParallelismConfig` with the sizes of the plan's device mesh (Accelerate 1.15 has one:
+    dp_replicate, dp_shard, tp and cp; no pipeline). Its `build_device_mesh(device_type)` gives Accelerate's own mesh
+    over the same ranks."""
+    sizes = accelerate_arguments(plan).parallelism
+    if sizes is None:
+        raise TrainplanError(
+            f"strategy {plan.strategy.name!r} has no device mesh, so there is no ParallelismConfig to build: resolve a "
+            "plan with strategy='model_parallel'"
+        )
+    module = _framework("accelerate.parallelism_config", "accelerate")
+    if sizes.get("tp_size", 1) > 1 and importlib.util.find_spec("transformers") is None:
+        # Accelerate applies tensor parallelism through a transformers model's tp_plan (TorchTensorParallelConfig).
+        raise MissingExtra(framework="transformers (for Accelerate's tensor parallelism)", install="transformers")
+    return module.ParallelismConfig(**sizes)
 
 
 def accelerate_launch_flags(plan: Plan) -> list[str]:
@@ -111,6 +150,7 @@ def accelerate_launch_flags(plan: Plan) -> list[str]:
 __all__ = [
     "MissingExtra",
     "accelerate_launch_flags",
+    "accelerate_parallelism_config",
     "accelerator_arguments",
     "fabric_arguments",
     "lightning_trainer_arguments",

@@ -9,6 +9,11 @@
             rt.step(loss, optimizer)             # backward (scaled for fp16 AMP on CUDA), step, zero_grad
         store = rt.metric_store()
 
+A `model_parallel` plan also gets its device mesh: `rt.mesh` is torch's `DeviceMesh`, built with
+`init_device_mesh` and the plan's dimension names (`pp, dp_replicate, dp_shard, cp, tp`) when the runtime starts
+(every rank builds it: its groups are collectives), and `rt.submesh("tp")`, `rt.fsdp_mesh` and
+`rt.data_parallel_mesh` hand out the sub-meshes a parallelize function needs.
+
 Every decision comes from the plan and `resolve.training` (the precision recipe, the family's wrapper);
 this module only builds the torch objects. The torch constructors sit behind `ModelWrappers`, a small seam
 that tests replace to check the CUDA-only families (FSDP, DataParallel, DDP with device ids) without a GPU.
@@ -19,7 +24,7 @@ The process-level view is typed for a strict downstream loop: `rank`, `local_ran
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,11 +39,15 @@ from trainplan.resolve.training import (
     precision_recipe,
 )
 from trainplan.spec.errors import TrainplanError
+from trainplan.spec.mesh import MeshLayout
+from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 from trainplan.spec.options import DDPOptions, FSDPOptions
 from trainplan.spec.plan import Plan
+from trainplan.spec.tables import MESH_DIMENSIONS as MESH_RULES
 
 if TYPE_CHECKING:
     import torch
+    from torch.distributed.device_mesh import DeviceMesh
     from torch.utils.data.distributed import DistributedSampler
 
 
@@ -67,6 +76,16 @@ class ModelWrappers(Protocol):
 
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
         """BatchNorm layers converted to SyncBatchNorm."""
+
+    def device_mesh(self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
+        """torch's `init_device_mesh(device_type, shape, mesh_dim_names=names)` over the default process group.
+        A collective: every rank calls it, with the same shape."""
+
+    def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str) -> DeviceMesh:
+        """The dimensions `names` of `mesh` as one dimension called `name` (a collective: it makes a group)."""
+
+    def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
+        """FSDP2's `fully_shard(model, mesh=mesh)`: sharded over a 1-D mesh, or replicated × sharded over a 2-D one."""
 
 
 class TorchWrappers:
@@ -117,6 +136,21 @@ class TorchWrappers:
         converted: torch.nn.Module = convert(model)
         return converted
 
+    def device_mesh(self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(device_type, shape, mesh_dim_names=names)
+
+    def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str) -> DeviceMesh:
+        # torch 2.13 has no public name for it yet; torchtitan and Accelerate flatten their meshes the same way.
+        return mesh[names]._flatten(name)
+
+    def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
+        from torch.distributed.fsdp import fully_shard
+
+        sharded: Any = fully_shard(model, mesh=mesh)  # the model itself, its class extended with FSDPModule
+        return model if sharded is None else sharded
+
 
 class Runtime:
     """This process's view of its plan, joined: its ranks, its device, and the torch objects of its loop."""
@@ -150,12 +184,97 @@ class Runtime:
                 self.grad_scaler = ShardedGradScaler(self.device.type)
             else:
                 self.grad_scaler = torch.amp.GradScaler(self.device.type)
+        self.data_parallel_rank: int = self.rank
+        """Which data-parallel replica this rank is: the batches it reads (ranks that differ only in tensor, context
+        or pipeline coordinates read the same ones)."""
+        self.data_parallel_size: int = self.world_size
+        """How many data-parallel replicas read different batches."""
+        self._meshes: dict[str, DeviceMesh] = {}
+        self._mesh_group = False
+        if plan.mesh is not None:
+            self.data_parallel_rank, self.data_parallel_size = plan.mesh.data_parallel(self.rank)
+            self._build_meshes(plan.mesh)
+
+    # -- the device mesh --------------------------------------------------------------------------------
+
+    def _build_meshes(self, layout: MeshLayout) -> None:
+        """Every mesh this runtime hands out, built now on every rank (making their groups is a collective)."""
+        from torch import distributed
+        from torch.distributed import HashStore  # type: ignore[attr-defined]  # re-exported at runtime
+
+        if self.world_size == 1 and not distributed.is_initialized():
+            # A world of one: joining made no process group (there is no one to meet), and a mesh needs one.
+            distributed.init_process_group(self.plan.process_group_backend, store=HashStore(), rank=0, world_size=1)
+            self._mesh_group = True
+        mesh = self._wrappers.device_mesh(self.device.type, layout.shape, layout.dimensions)
+        self._meshes["mesh"] = mesh
+        self._meshes["dp"] = self._wrappers.flatten(mesh, ("dp_replicate", "dp_shard"), "dp")
+        shard = "dp_shard"
+        if layout.size("cp") > 1:  # context-parallel ranks shard the parameters too (torchtitan's dp_shard_cp)
+            shard = "dp_shard_cp"
+            self._wrappers.flatten(mesh, ("dp_shard", "cp"), shard)
+        self._meshes["fsdp"] = mesh[("dp_replicate", shard)] if layout.size("dp_replicate") > 1 else mesh[shard]
+
+    @property
+    def mesh(self) -> DeviceMesh:
+        """The plan's device mesh: torch's `DeviceMesh` with the dimensions `pp, dp_replicate, dp_shard, cp, tp` (in
+        that order, sizes as the plan says; this rank's coordinates are `plan.mesh_coordinates`)."""
+        return self._mesh("rt.mesh")
+
+    def submesh(self, *dimensions: MeshDimension) -> DeviceMesh:
+        """The mesh over some of its dimensions, in the mesh's order: `rt.submesh("tp")` for `parallelize_module`,
+        `rt.submesh("pp")` for pipeline stages."""
+        mesh = self._mesh("rt.submesh")
+        unknown = [name for name in dimensions if name not in MESH_DIMENSIONS]
+        if unknown or not dimensions:
+            raise NotWrappable(
+                f"rt.submesh takes dimensions of the mesh, {', '.join(map(repr, MESH_DIMENSIONS))}; "
+                f"{unknown[0]!r} is not one of them"
+                if unknown
+                else "rt.submesh needs at least one dimension"
+            )
+        ordered = tuple(name for name in MESH_DIMENSIONS if name in dimensions)
+        return mesh[ordered[0]] if len(ordered) == 1 else mesh[ordered]
+
+    @property
+    def fsdp_mesh(self) -> DeviceMesh:
+        """The mesh FSDP2's `fully_shard` takes: the data-parallel shards (with the context-parallel ranks folded in
+        as `dp_shard_cp` when `cp` > 1), and the replicas as an outer dimension when `dp_replicate` > 1 (HSDP)."""
+        self._mesh("rt.fsdp_mesh")
+        return self._meshes["fsdp"]
+
+    @property
+    def data_parallel_mesh(self) -> DeviceMesh:
+        """One dimension, `dp`, over the data-parallel replicas and shards: the ranks that read different batches
+        (average a loss or a metric over its group, `rt.data_parallel_mesh.get_group()`)."""
+        self._mesh("rt.data_parallel_mesh")
+        return self._meshes["dp"]
+
+    def _mesh(self, what: str) -> DeviceMesh:
+        self._check_joined(what)
+        if "mesh" not in self._meshes:
+            raise NotWrappable(
+                f"{what}: strategy {self.plan.strategy.name!r} has no device mesh. Resolve a plan with "
+                "strategy='model_parallel' (its degrees in ModelParallelOptions) for one"
+            )
+        return self._meshes["mesh"]
 
     # -- the model ------------------------------------------------------------------------------------
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+    def wrap(
+        self,
+        model: torch.nn.Module,
+        *,
+        parallelize: Callable[[torch.nn.Module, DeviceMesh], torch.nn.Module] | None = None,
+    ) -> torch.nn.Module:
         """`model` placed on this process's device (cast for *-true precisions) and wrapped as the strategy says:
-        one device: moved; dp: DataParallel; DDP family: DDP with the plan's options; FSDP: torch's FSDP."""
+        one device: moved; dp: DataParallel; DDP family: DDP with the plan's options; FSDP: torch's FSDP.
+
+        A device mesh (`model_parallel`) is applied by `parallelize(model, rt.mesh)`, a function that knows the
+        model's layers (as Lightning's ModelParallelStrategy takes one): it splits them for tensor parallelism
+        (`parallelize_module` over `rt.submesh("tp")`), into pipeline stages, and shards them (`fully_shard` over
+        `rt.fsdp_mesh`). With data parallelism alone no layer needs to be known: without a function, the model is
+        sharded with FSDP2 over `rt.fsdp_mesh`."""
         self._check_joined("wrap")
         import torch
 
@@ -183,6 +302,13 @@ class Runtime:
                 "DeepSpeed wraps the model together with its optimizer: call deepspeed.initialize(model=model, "
                 "optimizer=optimizer, config=rt.deepspeed_config(micro_batch_size=...)) instead of rt.wrap"
             )
+        if recipe.wrapper == "mesh":
+            return self._wrap_mesh(model, dtype, parallelize)
+        if parallelize is not None:
+            raise NotWrappable(
+                f"rt.wrap(parallelize=...) applies a device mesh, and strategy {self.plan.strategy.name!r} has none: "
+                "use strategy='model_parallel', or wrap without it"
+            )
         placed = self._wrappers.place(model, self.device, dtype)
         if recipe.wrapper == "move":
             return placed
@@ -197,6 +323,45 @@ class Runtime:
         if recipe.wrapper == "fsdp" and isinstance(options, FSDPOptions):
             return self._wrappers.fsdp(placed, self.device, options, fsdp_mesh_shape(self.plan))
         raise NotWrappable(f"strategy {self.plan.strategy.name!r} has no options of its family to wrap with")
+
+    def _wrap_mesh(
+        self,
+        model: torch.nn.Module,
+        dtype: torch.dtype | None,
+        parallelize: Callable[[torch.nn.Module, DeviceMesh], torch.nn.Module] | None,
+    ) -> torch.nn.Module:
+        layout = self.plan.mesh
+        assert layout is not None  # a model_parallel plan always has its mesh (Plan.from_dict checks it)
+        if self.plan.request.sync_batchnorm is True and self.world_size > 1:
+            raise NotWrappable(
+                "sync_batchnorm=True with a device mesh: batch statistics belong to the data-parallel ranks only. "
+                "Convert the model inside your parallelize function: torch.nn.SyncBatchNorm.convert_sync_batchnorm("
+                "model, process_group=rt.data_parallel_mesh.get_group())"
+            )
+        if parallelize is not None:
+            if not callable(parallelize):
+                raise NotWrappable(
+                    f"rt.wrap(parallelize=...) takes a function fn(model, device_mesh) -> model, not a "
+                    f"{type(parallelize).__name__}"
+                )
+            import torch
+
+            parallel = parallelize(model, self.mesh)
+            if not isinstance(parallel, torch.nn.Module):
+                raise NotWrappable(
+                    f"The parallelize function returned a {type(parallel).__name__}, not the model: return the "
+                    "torch.nn.Module it parallelized"
+                )
+            return self._wrappers.place(parallel, self.device, dtype)
+        layered = [name for name in MESH_DIMENSIONS if layout.size(name) > 1 and not MESH_RULES[name].splits_data]
+        if layered:
+            spelled = ", ".join(f"{name}={layout.size(name)}" for name in layered)
+            raise NotWrappable(
+                f"The mesh has {spelled}: which layers to split or stage depends on the model. Pass a function that "
+                "applies it, rt.wrap(model, parallelize=fn) with fn(model, device_mesh) -> model (e.g. "
+                'parallelize_module(model, device_mesh["tp"], plan), then fully_shard(model, mesh=rt.fsdp_mesh))'
+            )
+        return self._wrappers.fully_shard(self._wrappers.place(model, self.device, dtype), self.fsdp_mesh)
 
     def deepspeed_config(self, *, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1) -> dict[str, object]:
         """The DeepSpeed config for this plan (see `resolve.training.deepspeed_config`)."""
@@ -257,8 +422,9 @@ class Runtime:
     def sampler(
         self, dataset: Sized, *, shuffle: bool = True, seed: int = 0, drop_last: bool = False
     ) -> DistributedSampler[Any]:
-        """This rank's share of `dataset` (a DistributedSampler over the plan's world; the whole of it for one
-        process). Call `sampler.set_epoch(epoch)` each epoch when shuffling."""
+        """This rank's share of `dataset` (a DistributedSampler over the plan's data-parallel replicas: every rank of
+        the world, or under a device mesh the ranks that read different batches; the whole of it for one process).
+        Call `sampler.set_epoch(epoch)` each epoch when shuffling."""
         from torch.utils.data.distributed import DistributedSampler
 
         given: object = dataset
@@ -269,8 +435,8 @@ class Runtime:
             )
         return DistributedSampler(
             dataset,  # type: ignore[arg-type]  # any sized dataset: DistributedSampler only takes len()
-            num_replicas=self.world_size,
-            rank=self.rank,
+            num_replicas=self.data_parallel_size,
+            rank=self.data_parallel_rank,
             shuffle=shuffle,
             seed=seed,
             drop_last=drop_last,
@@ -293,6 +459,12 @@ class Runtime:
     def leave(self, *, wait_for_peers: bool = True) -> None:
         """Leave the world (destroys the process group if joining created it; see `World.leave`)."""
         self.world.leave(wait_for_peers=wait_for_peers)
+        if self._mesh_group:
+            self._mesh_group = False
+            from torch import distributed
+
+            if distributed.is_initialized():
+                distributed.destroy_process_group()
 
     def _check_joined(self, what: str) -> None:
         if self.world.left:

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 import attrs
 
 from trainplan.resolve.cluster import ClusterFacts, detect
+from trainplan.resolve.mesh import MeshChoice, choose_mesh
+from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import visible_entries
 from trainplan.spec import normalise
 from trainplan.spec.environment import Environment
@@ -38,11 +40,12 @@ from trainplan.spec.names import (
 from trainplan.spec.normalise import DevicesSpec
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
-from trainplan.spec.options import OPTION_TYPES, DeepSpeedOptions, StrategyOptions
+from trainplan.spec.options import OPTION_TYPES, DeepSpeedOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
 from trainplan.spec.request import NumNodes, Request
 from trainplan.spec.tables import (
     ACCELERATORS,
+    AUTO_STRATEGY_FOR_OPTIONS,
     BACKENDS,
     FAMILIES,
     FORK_STRATEGY_FOR,
@@ -52,7 +55,6 @@ from trainplan.spec.tables import (
     MAX_DEVICES_PER_NODE,
     MAX_WORLD_SIZE,
     PRECISIONS,
-    RULES,
     SCRIPT_STRATEGY_FOR,
     SELECTED_DEVICES_VARIABLE,
     SPAWN_STRATEGY_FOR,
@@ -125,6 +127,9 @@ def _type_signature(request: Request, env: Environment) -> tuple[object, ...]:
         type(request.sync_batchnorm),
         type(request.select_usable_gpus),
         None if options is None else repr(options),
+        # Which options were written is not part of a record's value, but it decides: an explicit value a preset
+        # contradicts is refused, a default is not; a degree written 'auto' takes the rest, the default one not.
+        getattr(options, "given", None),
         type(env.cuda_device_count),
         type(env.cuda_initialized),
         type(env.mps_available),
@@ -140,17 +145,6 @@ def check(request: Request, env: Environment) -> Iterator[TrainplanError]:
     problems: list[TrainplanError] = []
     _run(request, env, problems.append)
     yield from problems
-
-
-def incompatible(rule_id: str, values: Mapping[str, object], **fields: object) -> Incompatible:
-    """An `Incompatible` error whose reason and fix come from the rule table."""
-    rule = lookup(RULES, rule_id, name="RULES")
-    return Incompatible(
-        values=values,
-        rule=rule.id,
-        reason=rule.reason.format(**values, **fields),
-        fix=rule.fix.format(**values, **fields),
-    )
 
 
 def _attempt(report: Report, step: Callable[[], T], fallback: T) -> T:
@@ -264,7 +258,9 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         devices, reasons["devices"], device_notes = selected
         notes.extend(device_notes)
 
-    strategy_name, reasons["strategy"] = _choose_strategy(fields.strategy, accelerator, devices, num_nodes, env)
+    strategy_name, reasons["strategy"] = _choose_strategy(
+        fields.strategy, accelerator, devices, num_nodes, env, fields.options
+    )
     if (facts.creates_processes or facts.launched) and strategy_name in SCRIPT_STRATEGY_FOR:
         # The job already started every process: a strategy that would start them from a function joins
         # as its script counterpart, under every launcher alike.
@@ -352,6 +348,26 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         precision = fields.precision
     reasons["precision"] = lookup(PRECISIONS, precision, name="PRECISIONS").description
 
+    mesh: MeshChoice | None = None
+    if isinstance(options, ModelParallelOptions):
+        given_options = options
+        mesh = _attempt(
+            report,
+            lambda: choose_mesh(
+                given_options,
+                num_nodes=num_nodes,
+                processes_per_node=processes_per_node,
+                accelerator=accelerator,
+                backend=backend,
+                precision=precision,
+            ),
+            None,
+        )
+        if mesh is not None:
+            options = mesh.options
+            reasons["mesh"] = mesh.reason
+            notes.extend(mesh.notes)
+
     if (
         fields.sync_batchnorm
         and world_size > 1
@@ -406,6 +422,7 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         metrics=metrics,
         notes=tuple(notes),
         reasons=reasons,
+        mesh=None if mesh is None else mesh.layout,
     )
 
 
@@ -853,10 +870,18 @@ def _cpu_devices(spec: DevicesSpec, env: Environment) -> tuple[tuple[int, ...], 
 
 
 def _choose_strategy(
-    flag: StrategyFlag, accelerator: AcceleratorName, devices: tuple[int, ...], num_nodes: int, env: Environment
+    flag: StrategyFlag,
+    accelerator: AcceleratorName,
+    devices: tuple[int, ...],
+    num_nodes: int,
+    env: Environment,
+    options: StrategyOptions | None,
 ) -> tuple[StrategyName, str]:
     if flag != "auto":
         return flag, f"asked for {flag!r}"
+    for family, name in AUTO_STRATEGY_FOR_OPTIONS.items():
+        if isinstance(options, OPTION_TYPES[family]):
+            return name, f"'auto' with {type(options).__name__}"
     if accelerator == "xla":
         if len(devices) > 1:
             return "xla", "'auto' with several XLA devices"
@@ -927,7 +952,7 @@ def _merge_options(name: StrategyName, family: FamilyRule, given: StrategyOption
     merged: StrategyOptions = given if given is not None else options_type()
     defaults = options_type()
     rule = lookup(STRATEGIES, name, name="STRATEGIES")
-    base = {"ddp": "ddp", "fsdp": "fsdp", "deepspeed": "deepspeed"}[family.family]
+    base = {"ddp": "ddp", "fsdp": "fsdp", "deepspeed": "deepspeed", "model_parallel": "model_parallel"}[family.family]
     for option, preset in rule.preset.items():
         current = getattr(merged, option)
         # An option written explicitly that the preset name contradicts is a conflict, even when it equals the

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from trainplan.spec.names import ACCELERATORS as ACCELERATOR_ORDER
-from trainplan.spec.tables import FAMILIES, LAUNCHERS, PRECISIONS, STRATEGIES
+from trainplan.spec.tables import FAMILIES, LAUNCHERS, MESH_BACKENDS, MESH_DIMENSIONS, PRECISIONS, STRATEGIES
 
 
 def render_matrix() -> str:
@@ -49,6 +49,36 @@ def render_matrix() -> str:
                 cells.append("✓" if accelerator in precision.accelerators else "✗")
         package = f"`{precision.requires_package}` package" if precision.requires_package else ""
         lines.append(f"| `{precision_name}` | " + " | ".join(cells) + f" | {package} |")
+    lines += [
+        "",
+        "| mesh dimension (`model_parallel`, outermost first) | groups | "
+        + " | ".join(columns)
+        + " | refuses precision | Lightning | Accelerate |",
+        "|---|---|" + "---|" * len(columns) + "---|---|---|",
+    ]
+    for dimension in MESH_DIMENSIONS.values():
+        cells = ["✓" if accelerator in dimension.accelerators else "✗" for accelerator in columns]
+        if dimension.inside_node:
+            groups = "inside a node"
+        elif dimension.stage_aligned:
+            groups = "whole nodes per stage, or whole stages per node"
+        else:
+            groups = "anywhere"
+        refused = ", ".join(f"`{name}`" for name in dimension.precisions_refused)
+        lightning = f"`{dimension.lightning_size}`" if dimension.lightning_size else "—"
+        accelerate = f"`{dimension.accelerate_size}`" if dimension.accelerate_size else "—"
+        lines.append(
+            f"| `{dimension.name}` ({dimension.title}) | {groups} | "
+            + " | ".join(cells)
+            + f" | {refused} | {lightning} | {accelerate} |"
+        )
+    lines += [""]
+    lines += [f"- `{dimension.name}`: {dimension.description}." for dimension in MESH_DIMENSIONS.values()]
+    lines.append(
+        "- A mesh's collectives run over "
+        + ", ".join(f"{backend} on {accelerator}" for accelerator, backend in MESH_BACKENDS.items())
+        + "."
+    )
     lines += ["", "Why not:", ""]
     for family in FAMILIES.values():
         for accelerator, why in family.why_not.items():
@@ -56,4 +86,9 @@ def render_matrix() -> str:
     for precision in PRECISIONS.values():
         for accelerator, why in precision.why_not.items():
             lines.append(f"- precision {precision.name} on {accelerator}: {why}.")
+    for dimension in MESH_DIMENSIONS.values():
+        for accelerator, why in dimension.why_not.items():
+            lines.append(f"- {dimension.name} above 1 on {accelerator}: {why}.")
+        for precision_name, why in dimension.precisions_refused.items():
+            lines.append(f"- {dimension.name} above 1 with {precision_name}: {why}.")
     return "\n".join(lines)

@@ -11,16 +11,23 @@ from typing import Literal
 
 import attrs
 
-from trainplan.resolve.core import incompatible
-from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions
+from trainplan.resolve.refusal import incompatible
+from trainplan.resolve.world import process_group_timeout
+from trainplan.spec.errors import Incompatible
+from trainplan.spec.mesh import MeshLayout
+from trainplan.spec.names import MESH_DIMENSIONS
+from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions
 from trainplan.spec.plan import Plan
 from trainplan.spec.tables import (
-    DEFAULT_PROCESS_GROUP_TIMEOUT,
     FAMILY_RECIPES,
+    LIGHTNING_SIZES,
     PRECISION_RECIPES,
     FamilyRecipe,
     PrecisionRecipe,
     lookup,
+)
+from trainplan.spec.tables import (
+    MESH_DIMENSIONS as MESH_RULES,
 )
 
 NVME_PATH = "/local_nvme"
@@ -112,8 +119,17 @@ def lightning_arguments(plan: Plan) -> LightningArguments:
     recipe = family_recipe(plan)
     if recipe.lightning_strategy is None:
         raise incompatible("lightning-strategy", {"strategy": plan.strategy.name})
+    if recipe.lightning_precisions is not None and plan.precision not in recipe.lightning_precisions:
+        raise incompatible(
+            "lightning-precision",
+            {"strategy": plan.strategy.name, "precision": plan.precision},
+            strategy_class=recipe.lightning_strategy,
+            supported=", ".join(repr(name) for name in sorted(recipe.lightning_precisions)),
+        )
     arguments: dict[str, object] = {}
     options = plan.strategy.options
+    if isinstance(options, ModelParallelOptions) and plan.mesh is not None:
+        arguments.update(lightning_sizes(plan.mesh), timeout_seconds=options.timeout_seconds)
     if isinstance(options, DDPOptions):
         arguments.update(
             find_unused_parameters=options.find_unused_parameters,
@@ -139,7 +155,7 @@ def lightning_arguments(plan: Plan) -> LightningArguments:
         )
         if options.offload_device == "nvme":
             arguments["nvme_path"] = NVME_PATH
-    if plan.process_group_backend is not None and recipe.wrapper in ("ddp", "fsdp"):
+    if plan.process_group_backend is not None and recipe.wrapper in ("ddp", "fsdp", "mesh"):
         arguments["process_group_backend"] = plan.process_group_backend
     # Lightning takes GPU indices as a list; XLA as a count (all cores) or a one-index list; CPU as a count.
     devices: list[int] | int = plan.processes_per_node
@@ -155,6 +171,40 @@ def lightning_arguments(plan: Plan) -> LightningArguments:
         strategy=LightningStrategy(class_name=recipe.lightning_strategy, arguments=arguments),
         sync_batchnorm=plan.request.sync_batchnorm is True,
     )
+
+
+def lightning_sizes(mesh: MeshLayout) -> dict[str, int]:
+    """The mesh as Lightning's `ModelParallelStrategy` sizes (`data_parallel_size`, `tensor_parallel_size`), or
+    `Incompatible` when Lightning's two dimensions cannot hold it (pipeline or context parallelism, or replicas and
+    shards both above 1)."""
+    sizes = {size.argument: 1 for size in LIGHTNING_SIZES}
+    joined: dict[str, dict[str, int]] = {argument: {} for argument in sizes}
+    for name in MESH_DIMENSIONS:
+        degree, rule = mesh.size(name), MESH_RULES[name]
+        if degree == 1:
+            continue
+        if rule.lightning_size is None:
+            raise incompatible(
+                "lightning-mesh",
+                {name: degree},
+                lost=f"its {rule.title} dimension ({name}={degree}) would be lost",
+                fix=f"Use {name}=1 with Lightning, or run the plan's own mesh through trainplan.runtime (rt.mesh)",
+            )
+        sizes[rule.lightning_size] *= degree
+        joined[rule.lightning_size][name] = degree
+    for argument, degrees in joined.items():
+        if len(degrees) > 1:
+            spelled = " × ".join(f"{name}={degree}" for name, degree in degrees.items())
+            raise incompatible(
+                "lightning-mesh",
+                degrees,
+                lost=f"{spelled} would become one {argument.removesuffix('_size')} dimension",
+                fix=(
+                    "Use one of them with Lightning (e.g. dp_shard alone: FSDP2 over the data-parallel dimension), or "
+                    "run the plan's own mesh through trainplan.runtime (rt.mesh), which keeps both"
+                ),
+            )
+    return sizes
 
 
 # --------------------------------------------------------------------------------------------------
@@ -173,6 +223,7 @@ class AccelerateArguments:
     fsdp: dict[str, object] | None  # FullyShardedDataParallelPlugin
     deepspeed: dict[str, object] | None  # DeepSpeedPlugin
     launch_flags: list[str]
+    parallelism: dict[str, int] | None = None  # ParallelismConfig (a device mesh's sizes)
 
 
 def accelerate_arguments(plan: Plan) -> AccelerateArguments:
@@ -190,8 +241,7 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
             "static_graph": options.static_graph,
             "gradient_as_bucket_view": options.gradient_as_bucket_view,
         }
-    timeout = options.timeout_seconds if isinstance(options, DDPOptions) else DEFAULT_PROCESS_GROUP_TIMEOUT
-    process_group: dict[str, object] = {"timeout_seconds": timeout}
+    process_group: dict[str, object] = {"timeout_seconds": process_group_timeout(plan)}
     if plan.process_group_backend is not None:
         process_group["backend"] = plan.process_group_backend
     fsdp: dict[str, object] | None = None
@@ -211,13 +261,22 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
         }
         extra += ["--zero_stage", str(options.stage)]
         extra += ["--offload_optimizer_device", optimizer_device, "--offload_param_device", param_device]
+    parallelism: dict[str, int] | None = None
+    if plan.mesh is not None:
+        parallelism = accelerate_parallelism(plan.mesh)
+        for field, size in parallelism.items():
+            extra += [f"--parallelism_config_{field}", str(size)]
+        if plan.mesh.size("dp_shard") > 1 or plan.mesh.size("cp") > 1:
+            # Accelerate shards over dp_shard (and cp) with FSDP2 only.
+            fsdp = {"fsdp_version": 2}
+            extra += ["--use_fsdp", "--fsdp_version", "2"]
     flags = ["--num_processes", str(plan.world_size), "--num_machines", str(plan.num_nodes)]
     flags += ["--mixed_precision", recipe.accelerate]
     if plan.accelerator == "cpu":
         flags.append("--cpu")
     elif plan.accelerator == "cuda":
         flags += ["--gpu_ids", ",".join(str(index) for index in plan.devices)]
-        if plan.world_size > 1 and plan.strategy.family == "ddp":
+        if plan.world_size > 1 and (plan.strategy.family == "ddp" or (plan.mesh is not None and fsdp is None)):
             flags.append("--multi_gpu")
     flags += list(family_recipe(plan).accelerate_launch) + extra
     if plan.num_nodes > 1:
@@ -232,7 +291,51 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
         fsdp=fsdp,
         deepspeed=deepspeed,
         launch_flags=flags,
+        parallelism=parallelism,
     )
+
+
+def accelerate_parallelism(mesh: MeshLayout) -> dict[str, int]:
+    """The mesh as Accelerate's `ParallelismConfig` sizes (Accelerate 1.15: dp_replicate, dp_shard, tp, cp), or
+    `Incompatible` where Accelerate cannot hold it: a dimension it lacks (pipeline stages), and tensor or context
+    parallelism over plain replicas (Accelerate composes them with sharded data parallelism only)."""
+    sizes: dict[str, int] = {}
+    for name in MESH_DIMENSIONS:
+        degree, rule = mesh.size(name), MESH_RULES[name]
+        if rule.accelerate_size is not None:
+            sizes[rule.accelerate_size] = degree
+        elif degree > 1:
+            raise incompatible(
+                "accelerate-mesh",
+                {name: degree},
+                why=f"Accelerate's ParallelismConfig has no {rule.title} dimension, so {name}={degree} would be lost",
+                fix=f"Use {name}=1 with Accelerate, or run the plan's own mesh through trainplan.runtime (rt.mesh)",
+            )
+    # Accelerate's own rule (ParallelismConfig.__post_init__): tp or cp over dp_replicate needs dp_shard above 1.
+    inner = {name: mesh.size(name) for name in ("tp", "cp") if mesh.size(name) > 1}
+    if inner and mesh.size("dp_replicate") > 1 and mesh.size("dp_shard") == 1:
+        raise incompatible(
+            "accelerate-mesh",
+            {"dp_replicate": mesh.size("dp_replicate"), **inner},
+            why="Accelerate composes tensor and context parallelism with sharded data parallelism only, not with "
+            "plain replicas (dp_replicate above 1 with dp_shard=1)",
+            fix="Shard the data-parallel ranks instead (dp_shard, FSDP2), or shard and replicate both (HSDP)",
+        )
+    return sizes
+
+
+def accelerate_mesh_refusal(plan: Plan) -> Incompatible | None:
+    """Why `accelerate.Accelerator` cannot take this plan's mesh, or None: Accelerate builds a ParallelismConfig
+    mesh for FSDP2 or multi-GPU runs only, never for several CPU processes (its `_validate_accelerator`)."""
+    if plan.mesh is not None and plan.accelerator == "cpu" and plan.world_size > 1:
+        return incompatible(
+            "accelerate-mesh",
+            {"strategy": plan.strategy.name, "accelerator": plan.accelerator, "world_size": plan.world_size},
+            why="Accelerate 1.15 builds a ParallelismConfig mesh for GPU runs only (FSDP2 or multi-GPU), not for "
+            "several CPU processes",
+            fix="Run the plan's own mesh on CPU processes through trainplan.runtime (rt.mesh), or run on GPUs",
+        )
+    return None
 
 
 def accelerate_launch_flags(plan: Plan) -> list[str]:
@@ -255,11 +358,14 @@ __all__ = [
     "LightningStrategy",
     "accelerate_arguments",
     "accelerate_launch_flags",
+    "accelerate_mesh_refusal",
+    "accelerate_parallelism",
     "deepspeed_config",
     "family_recipe",
     "framework_sync_batchnorm",
     "fsdp_mesh_shape",
     "lightning_arguments",
+    "lightning_sizes",
     "needs_grad_scaler",
     "precision_recipe",
 ]

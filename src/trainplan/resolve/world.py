@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from trainplan.resolve.cluster import ClusterFacts, detect
-from trainplan.resolve.core import incompatible
+from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import narrowed_visible_devices
 from trainplan.spec.errors import Incompatible, TrainplanError
 from trainplan.spec.names import LauncherName, StartMethod
 from trainplan.spec.notes import Note
-from trainplan.spec.options import DDPOptions
+from trainplan.spec.options import DDPOptions, ModelParallelOptions
 from trainplan.spec.plan import Plan, request_to_dict
 from trainplan.spec.request import Request
 from trainplan.spec.tables import (
@@ -52,7 +52,7 @@ def worker_start_method(plan: Plan, available: Sequence[str]) -> StartMethod | N
 def process_group_timeout(plan: Plan) -> int:
     """Seconds a collective waits for its peers: the strategy's `timeout_seconds`, else the default."""
     options = plan.strategy.options
-    if isinstance(options, DDPOptions):
+    if isinstance(options, (DDPOptions, ModelParallelOptions)):
         return options.timeout_seconds
     return DEFAULT_PROCESS_GROUP_TIMEOUT
 

@@ -14,6 +14,7 @@ from trainplan.spec.errors import (
 )
 from trainplan.spec.frozen import FrozenMap
 from trainplan.spec.gpus import ComputeMode, GpuFacts, GpuStatus
+from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import (
     AcceleratorFlag,
     AcceleratorName,
@@ -21,6 +22,7 @@ from trainplan.spec.names import (
     ClusterFlag,
     ClusterName,
     LauncherName,
+    MeshDimension,
     MetricKind,
     MetricsStore,
     NoteLevel,
@@ -32,7 +34,7 @@ from trainplan.spec.names import (
     StrategyName,
 )
 from trainplan.spec.notes import Note
-from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, StrategyOptions
+from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
 from trainplan.spec.request import Devices, Request
 from trainplan.spec.tables import MissingRule
@@ -57,11 +59,14 @@ __all__ = [
     "Incompatible",
     "InvalidRequest",
     "LauncherName",
+    "MeshDimension",
+    "MeshLayout",
     "MetricKind",
     "MetricPlacement",
     "MetricSlot",
     "MetricsStore",
     "MissingRule",
+    "ModelParallelOptions",
     "Note",
     "NoteLevel",
     "Plan",

@@ -40,6 +40,7 @@ StrategyName = Literal[
     "deepspeed_stage_3",
     "deepspeed_stage_3_offload",
     "deepspeed_stage_3_offload_nvme",
+    "model_parallel",
     "xla",
     "single_xla",
 ]
@@ -48,7 +49,7 @@ StrategyName = Literal[
 StrategyFlag: TypeAlias = Literal["auto"] | StrategyName
 """What a request may say for the strategy: a registered name or `auto`."""
 
-StrategyFamily = Literal["single_device", "dp", "ddp", "fsdp", "deepspeed", "xla", "single_xla"]
+StrategyFamily = Literal["single_device", "dp", "ddp", "fsdp", "deepspeed", "model_parallel", "xla", "single_xla"]
 """How work is distributed, independent of how the processes are started."""
 
 LauncherName = Literal["none", "subprocess", "spawn", "fork", "xla", "external"]
@@ -107,6 +108,12 @@ NoteLevel = Literal["info", "warning", "deprecation"]
 MetricKind = Literal["tensor", "stateful"]
 """What is logged: a plain value/tensor, or a stateful metric object (torchmetrics `Metric`)."""
 
+MeshDimension = Literal["pp", "dp_replicate", "dp_shard", "cp", "tp"]
+"""A dimension of a device mesh, in the mesh's fixed order (outermost first, as torchtitan orders them):
+pipeline stages, data-parallel replicas, data-parallel shards (FSDP2), context (sequence) shards, tensor shards.
+The outer dimensions talk least (a pipeline passes activations once per micro-batch), the inner ones most (tensor
+parallelism reduces inside every layer), so the inner ones sit on the ranks that share a node."""
+
 ACCELERATORS: Final[tuple[AcceleratorName, ...]] = get_args(AcceleratorName)
 ACCELERATOR_FLAGS: Final[tuple[AcceleratorFlag, ...]] = ("auto", *ACCELERATORS[:2], "gpu", *ACCELERATORS[2:], "tpu")
 STRATEGY_NAMES: Final[tuple[StrategyName, ...]] = get_args(StrategyName)
@@ -122,3 +129,4 @@ METRICS_STORES: Final[tuple[MetricsStore, ...]] = get_args(MetricsStore)
 START_METHODS: Final[tuple[StartMethod, ...]] = get_args(StartMethod)
 NOTE_LEVELS: Final[tuple[NoteLevel, ...]] = get_args(NoteLevel)
 METRIC_KINDS: Final[tuple[MetricKind, ...]] = get_args(MetricKind)
+MESH_DIMENSIONS: Final[tuple[MeshDimension, ...]] = get_args(MeshDimension)

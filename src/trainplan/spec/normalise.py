@@ -27,12 +27,21 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
-from trainplan.spec.options import OPTION_TYPES, DDPOptions, DeepSpeedOptions, FSDPOptions, StrategyOptions
+from trainplan.spec.options import (
+    OPTION_TYPES,
+    DDPOptions,
+    DeepSpeedOptions,
+    FSDPOptions,
+    ModelParallelOptions,
+    StrategyOptions,
+)
 from trainplan.spec.request import Request
 from trainplan.spec.tables import (
     ACCELERATOR_ALIASES,
+    LIGHTNING_SIZES,
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
+    MAX_WORLD_SIZE,
     PRECISION_ALIASES,
     PRECISION_FLAG_ALIASES,
     STRATEGIES,
@@ -302,15 +311,17 @@ def strategy_options(value: object) -> StrategyOptions | None:
     """None or one of the options records, with each option's value checked."""
     if value is None:
         return None
+    if isinstance(value, ModelParallelOptions):
+        _timeout(value.timeout_seconds)
+        for dimension, degree in value.degrees.items():
+            _degree(f"strategy_options.{dimension}", degree)
+        for size in LIGHTNING_SIZES:
+            lightning: object = getattr(value, size.argument)
+            if lightning is not None:
+                _degree(f"strategy_options.{size.argument}", lightning)
+        return value
     if isinstance(value, DDPOptions):
-        _positive("strategy_options.timeout_seconds", value.timeout_seconds)
-        if value.timeout_seconds > MAX_PROCESS_GROUP_TIMEOUT:
-            raise InvalidRequest(
-                field="strategy_options.timeout_seconds",
-                value=value.timeout_seconds,
-                reason=f"torch.distributed counts it in int32 milliseconds: at most {MAX_PROCESS_GROUP_TIMEOUT}",
-                fix="Write a timeout in seconds up to about 24 days, e.g. timeout_seconds=1800",
-            )
+        _timeout(value.timeout_seconds)
         for name in ("find_unused_parameters", "static_graph", "gradient_as_bucket_view"):
             _bool(f"strategy_options.{name}", getattr(value, name))
         return value
@@ -344,8 +355,33 @@ def strategy_options(value: object) -> StrategyOptions | None:
         field="strategy_options",
         value=value,
         reason=f"a {type(value).__name__} is not a strategy options record",
-        fix="Pass DDPOptions(...), FSDPOptions(...) or DeepSpeedOptions(...), or None",
+        fix="Pass DDPOptions(...), FSDPOptions(...), DeepSpeedOptions(...) or ModelParallelOptions(...), or None",
     )
+
+
+def _timeout(value: object) -> None:
+    _positive("strategy_options.timeout_seconds", value)
+    if isinstance(value, int) and value > MAX_PROCESS_GROUP_TIMEOUT:
+        raise InvalidRequest(
+            field="strategy_options.timeout_seconds",
+            value=value,
+            reason=f"torch.distributed counts it in int32 milliseconds: at most {MAX_PROCESS_GROUP_TIMEOUT}",
+            fix="Write a timeout in seconds up to about 24 days, e.g. timeout_seconds=1800",
+        )
+
+
+def _degree(field: str, value: object) -> None:
+    """A parallel degree: a whole number of ranks from 1 to torch's rank limit, or "auto"."""
+    if value == "auto" and isinstance(value, str):
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORLD_SIZE:
+        name = field.rsplit(".", maxsplit=1)[-1]
+        raise InvalidRequest(
+            field=field,
+            value=value,
+            reason=f"a parallel degree is a whole number of ranks from 1 to {MAX_WORLD_SIZE}, or 'auto'",
+            fix=f"Write e.g. {name}=2, or {name}='auto' to take what the other degrees leave",
+        )
 
 
 def _bool(field: str, value: object) -> None:
@@ -429,6 +465,18 @@ def request_from_config(config: Mapping[str, object]) -> Request:
     )
 
 
+def _loose_degree(value: object) -> object:
+    """A degree from a config file: "AUTO" is "auto" and digit strings are numbers; anything else is kept for
+    `strategy_options` to refuse by name."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return "auto"
+        number = whole_number(text)
+        return value if number is None else number
+    return value
+
+
 def _options_from_config(strategy_name: StrategyFlag, value: object) -> StrategyOptions | None:
     if value is None or not isinstance(value, Mapping):
         return strategy_options(value)
@@ -448,8 +496,11 @@ def _options_from_config(strategy_name: StrategyFlag, value: object) -> Strategy
             reason=f"strategy {strategy_name!r} takes no options",
             fix="Remove strategy_options",
         )
+    values = {str(key): item for key, item in value.items()}
+    if options_type is ModelParallelOptions:
+        values = {key: _loose_degree(item) for key, item in values.items()}
     try:
-        built = options_type(**{str(key): item for key, item in value.items()})
+        built = options_type(**values)
     except TypeError as error:
         raise InvalidRequest(
             field="strategy_options",

@@ -12,6 +12,8 @@ from typing import Any, Literal, TypeAlias, TypeVar
 
 import attrs
 
+from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
+
 _Options = TypeVar("_Options")
 
 
@@ -75,12 +77,58 @@ class DeepSpeedOptions:
     """The options written explicitly (not part of the value: equal records compare equal)."""
 
 
-StrategyOptions: TypeAlias = DDPOptions | FSDPOptions | DeepSpeedOptions
+Degree: TypeAlias = int | Literal["auto"]
+"""A parallel degree: how many ranks a mesh dimension spans, or `"auto"`: what the other degrees leave."""
+
+
+@_remember_given
+@attrs.frozen(kw_only=True)
+class ModelParallelOptions:
+    """The parallel degrees of an N-D device mesh (strategy `model_parallel`): FSDP2 data parallelism (replicas ×
+    shards) combined with context, tensor and pipeline parallelism, as torchtitan's `ParallelDims` spells them.
+
+    The degrees multiply to the world size. At most one is `"auto"` and takes what the others leave; by default
+    `dp_shard` does (FSDP over every process), and it yields to a degree written `"auto"` explicitly. The mesh's
+    dimensions are always `pp, dp_replicate, dp_shard, cp, tp`, outermost first (see `names.MeshDimension`).
+
+    Lightning's spelling (`ModelParallelStrategy(data_parallel_size=..., tensor_parallel_size=...)`) is accepted
+    in `data_parallel_size` and `tensor_parallel_size` and mapped to `dp_shard` and `tp` with a note; it cannot be
+    mixed with the degrees above.
+    """
+
+    pp: Degree = 1
+    """Pipeline stages (the outermost dimension: stages hold whole nodes, or a node whole stages)."""
+    dp_replicate: Degree = 1
+    """Data-parallel replicas: each holds the whole model (DDP), or a sharded copy of it with `dp_shard` (HSDP)."""
+    dp_shard: Degree = "auto"
+    """Data-parallel shards: FSDP2 shards parameters, gradients and optimizer state over them."""
+    cp: Degree = 1
+    """Context parallelism: the sequence is split over these ranks (ring attention; CUDA only)."""
+    tp: Degree = 1
+    """Tensor parallelism: each layer's weights are split over these ranks (the innermost dimension, inside a
+    node)."""
+    data_parallel_size: Degree | None = None
+    """Lightning's spelling of the data-parallel size (→ `dp_shard`); None: not used."""
+    tensor_parallel_size: Degree | None = None
+    """Lightning's spelling of the tensor-parallel size (→ `tp`); None: not used."""
+    timeout_seconds: int = 1800
+    """Seconds a collective waits for its peers (the process group's timeout)."""
+    given: frozenset[str] = _given_field()
+    """The options written explicitly (not part of the value: equal records compare equal)."""
+
+    @property
+    def degrees(self) -> dict[MeshDimension, Degree]:
+        """The five degrees in the mesh's fixed order (`pp`, `dp_replicate`, `dp_shard`, `cp`, `tp`)."""
+        return {name: getattr(self, name) for name in MESH_DIMENSIONS}
+
+
+StrategyOptions: TypeAlias = DDPOptions | FSDPOptions | DeepSpeedOptions | ModelParallelOptions
 """Any strategy's options record."""
 
-OPTION_TYPES: dict[str, type[DDPOptions] | type[FSDPOptions] | type[DeepSpeedOptions]] = {
+OPTION_TYPES: dict[str, type[DDPOptions] | type[FSDPOptions] | type[DeepSpeedOptions] | type[ModelParallelOptions]] = {
     "ddp": DDPOptions,
     "fsdp": FSDPOptions,
     "deepspeed": DeepSpeedOptions,
+    "model_parallel": ModelParallelOptions,
 }
 """Which options record each family takes; families not listed take none."""

@@ -9,6 +9,7 @@ import attrs
 
 from trainplan.spec.errors import PlanFormatError
 from trainplan.spec.frozen import FrozenMap, freeze_map, freeze_sequence
+from trainplan.spec.mesh import MeshLayout, layout_violations
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     ACCELERATORS,
@@ -16,6 +17,7 @@ from trainplan.spec.names import (
     CLUSTER_FLAGS,
     CLUSTERS,
     LAUNCHERS,
+    MESH_DIMENSIONS,
     METRICS_STORES,
     NOTE_LEVELS,
     PRECISION_FLAGS,
@@ -27,13 +29,14 @@ from trainplan.spec.names import (
     BackendName,
     ClusterName,
     LauncherName,
+    MeshDimension,
     MetricsStore,
     PrecisionName,
     StrategyFamily,
     StrategyName,
 )
 from trainplan.spec.notes import Note, freeze_notes
-from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, StrategyOptions
+from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.request import NumNodes, Request
 
 ReducesOn: TypeAlias = Literal["device", "where_stored", "nowhere"]
@@ -123,6 +126,25 @@ class Plan:
     physical_devices: tuple[str, ...] = attrs.field(default=(), converter=_freeze_strings)
     """Which physical GPU each of `devices` is, as CUDA_VISIBLE_DEVICES names it (an index such as "2", or a
     `GPU-…`/`MIG-…` UUID); the index itself when the variable is unset. Empty for non-CUDA plans."""
+    mesh: MeshLayout | None = None
+    """The device mesh (strategy `model_parallel`): its dimensions in their fixed order and their sizes; None for
+    the other strategies."""
+
+    @property
+    def mesh_coordinates(self) -> dict[MeshDimension, int] | None:
+        """This process's place in the mesh, by dimension; None without a mesh or before the rank is known."""
+        if self.mesh is None or self.cluster.global_rank is None:
+            return None
+        return dict(zip(self.mesh.dimensions, self.mesh.coordinates(self.cluster.global_rank), strict=True))
+
+    @property
+    def mesh_groups(self) -> dict[MeshDimension, tuple[int, ...]] | None:
+        """The ranks this process shares a group with along each dimension (itself included); None without a mesh
+        or before the rank is known."""
+        if self.mesh is None or self.cluster.global_rank is None:
+            return None
+        rank = self.cluster.global_rank
+        return {name: self.mesh.group(rank, name) for name in self.mesh.dimensions}
 
     @property
     def is_distributed(self) -> bool:
@@ -181,6 +203,11 @@ class Plan:
                 f"{self.num_nodes} node(s) × {self.processes_per_node} process(es) = world size {self.world_size}",
                 "layout",
             ),
+            *(
+                ()
+                if self.mesh is None
+                else (("mesh", f"{self.mesh.describe()} = {self.mesh.world_size} rank(s)", "mesh"),)
+            ),
             ("launcher", self.launcher, "launcher"),
             (
                 "cluster",
@@ -202,10 +229,64 @@ class Plan:
             reason = self.reasons.get(key)
             if reason:
                 lines.append(f"  {' ' * width}    why: {reason}")
+        if self.mesh is not None:
+            lines.extend(self._draw_mesh(self.mesh))
         if self.notes:
             lines.append("notes:")
             lines.extend(f"  - {note}" for note in self.notes)
         return "\n".join(lines)
+
+    def _draw_mesh(self, mesh: MeshLayout) -> list[str]:
+        """Nodes × processes with each rank's number, the tensor-parallel groups in brackets and pipeline stages
+        apart; then the groups along each dimension above 1, and this rank's coordinates."""
+        tp, pp = mesh.size("tp"), mesh.size("pp")
+        stage = mesh.world_size // pp
+        legend = ["ranks"]
+        if tp > 1:
+            legend.append("[ ] a tensor-parallel group")
+        if pp > 1:
+            legend.append("| between pipeline stages")
+        lines = [f"layout (node × process: {'; '.join(legend)}):"]
+        per_node = self.processes_per_node
+        for node in range(min(self.num_nodes, _DRAWN_NODES)):
+            first = node * per_node
+            shown = range(first, first + min(per_node, _DRAWN_RANKS))
+            cells: list[str] = []
+            for rank in shown:
+                if rank > first and pp > 1 and rank % stage == 0:
+                    cells.append("|")
+                text = str(rank)
+                if tp > 1 and rank % tp == 0:
+                    text = "[" + text
+                if tp > 1 and (rank % tp == tp - 1 or rank == shown[-1]):
+                    text += "]"
+                cells.append(text)
+            if per_node > _DRAWN_RANKS:
+                cells.append(f"… ({per_node - _DRAWN_RANKS} more)")
+            stages = sorted({rank // stage for rank in (first, first + per_node - 1)})
+            where = ""
+            if pp > 1:
+                where = f"   stage {stages[0]}" if len(stages) == 1 else f"   stages {stages[0]}-{stages[-1]}"
+            lines.append(f"  node {node}  {' '.join(cells)}{where}")
+        if self.num_nodes > _DRAWN_NODES:
+            lines.append(f"  … {self.num_nodes - _DRAWN_NODES} more node(s)")
+        dimensions = [name for name in mesh.dimensions if mesh.size(name) > 1]
+        if dimensions:
+            lines.append("groups (the ranks that share every other coordinate):")
+            width = max(len(name) for name in dimensions)
+            for name in dimensions:
+                size = mesh.size(name)
+                groups = mesh.groups(name, limit=_DRAWN_GROUPS, members=_DRAWN_MEMBERS)
+                cut = f",… ({size} ranks)" if size > _DRAWN_MEMBERS else ""
+                shown_groups = " ".join("{" + ",".join(map(str, group)) + cut + "}" for group in groups)
+                total = mesh.world_size // mesh.size(name)
+                more = f" … ({total} groups)" if total > _DRAWN_GROUPS else ""
+                lines.append(f"  {name.ljust(width)}  {shown_groups}{more}")
+        coordinates = self.mesh_coordinates
+        if coordinates is not None:
+            place = ", ".join(f"{name} {index}" for name, index in coordinates.items())
+            lines.append(f"this rank: {self.cluster.global_rank} at {place}")
+        return lines
 
     def _describe_devices(self) -> str:
         strings = self.device_strings
@@ -240,6 +321,9 @@ class Plan:
             "notes": [attrs.asdict(note) for note in self.notes],
             "reasons": dict(self.reasons),
             "physical_devices": list(self.physical_devices),
+            "mesh": None
+            if self.mesh is None
+            else {"dimensions": list(self.mesh.dimensions), "shape": list(self.mesh.shape)},
         }
 
     @classmethod
@@ -296,6 +380,7 @@ class Plan:
             notes=tuple(_note_from(item) for item in read.children("notes")),
             reasons=read.string_map("reasons"),
             physical_devices=tuple(read.string_list("physical_devices") if "physical_devices" in read.data else ()),
+            mesh=_mesh_from(read),
         )
 
 
@@ -377,6 +462,31 @@ class _Reader:
         return dict(value)
 
 
+_DRAWN_NODES = 8
+_DRAWN_RANKS = 32
+_DRAWN_GROUPS = 8
+_DRAWN_MEMBERS = 16
+
+
+def _mesh_from(read: _Reader) -> MeshLayout | None:
+    if read.data.get("mesh") is None:
+        return None
+    mesh = read.child("mesh")
+    names = mesh.string_list("dimensions")
+    if tuple(names) != MESH_DIMENSIONS:
+        raise PlanFormatError(path=f"{mesh.path}.dimensions", reason=f"a mesh's dimensions are {list(MESH_DIMENSIONS)}")
+    shape = mesh.int_list("shape")
+    if len(shape) != len(MESH_DIMENSIONS) or any(not 1 <= size <= _MAX_DEGREE for size in shape):
+        raise PlanFormatError(
+            path=f"{mesh.path}.shape",
+            reason=f"one size from 1 to {_MAX_DEGREE} per dimension of {list(MESH_DIMENSIONS)}",
+        )
+    return MeshLayout(shape=tuple(shape))
+
+
+_MAX_DEGREE = 2**31 - 1
+
+
 def _note_from(read: _Reader) -> Note:
     return Note(
         code=read.field("code", str), level=read.choice("level", NOTE_LEVELS), message=read.field("message", str)
@@ -387,13 +497,19 @@ _OPTION_KINDS: dict[str, Callable[..., StrategyOptions]] = {
     "ddp": DDPOptions,
     "fsdp": FSDPOptions,
     "deepspeed": DeepSpeedOptions,
+    "model_parallel": ModelParallelOptions,
 }
 
 
 def _options_to_dict(options: StrategyOptions | None) -> dict[str, object] | None:
     if options is None:
         return None
-    kind = {DDPOptions: "ddp", FSDPOptions: "fsdp", DeepSpeedOptions: "deepspeed"}[type(options)]
+    kind = {
+        DDPOptions: "ddp",
+        FSDPOptions: "fsdp",
+        DeepSpeedOptions: "deepspeed",
+        ModelParallelOptions: "model_parallel",
+    }[type(options)]
     values = attrs.asdict(options, filter=lambda attribute, _: attribute.init)
     return {"kind": kind, **values, "given": sorted(options.given)}
 
@@ -566,6 +682,7 @@ def _check_plan(plan: Plan) -> None:
     options = plan.strategy.options
     if (expected is None) != (options is None) or (expected is not None and not isinstance(options, expected)):
         raise bad("strategy.options", f"family {family.family!r} takes {expected.__name__ if expected else 'none'}")
+    _check_mesh(plan, bad)
     request = plan.request
     checks: dict[str, Callable[[], object]] = {
         "strategy.options": lambda: normalise.strategy_options(options),
@@ -584,6 +701,34 @@ def _check_plan(plan: Plan) -> None:
             check()
         except InvalidRequest as error:
             raise bad(path, error.reason) from None
+
+
+def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
+    """A mesh plan's mesh: the resolved degrees of its options, and a layout that keeps every mesh rule."""
+    options = plan.strategy.options
+    mesh = plan.mesh
+    if not isinstance(options, ModelParallelOptions):
+        if mesh is not None:
+            raise bad("mesh", f"strategy {plan.strategy.name!r} has no device mesh")
+        return
+    if mesh is None:
+        raise bad("mesh", f"strategy {plan.strategy.name!r} plans a device mesh, and the plan has none")
+    if (
+        options.degrees != mesh.sizes
+        or options.data_parallel_size is not None
+        or options.tensor_parallel_size is not None
+    ):
+        raise bad("strategy.options", f"the options in force are the mesh's degrees, {mesh.sizes}")
+    for violation in layout_violations(
+        mesh.sizes,
+        num_nodes=plan.num_nodes,
+        processes_per_node=plan.processes_per_node,
+        accelerator=plan.accelerator,
+        backend=plan.process_group_backend,
+        precision=plan.precision,
+    ):
+        where = "" if violation.dimension is None else f" ({violation.dimension}={violation.degree})"
+        raise bad("mesh", f"it breaks the rule {violation.rule}{where}: {violation.detail}")
 
 
 def request_from_json_text(text: str, *, source: str = "request") -> Request:
@@ -616,6 +761,7 @@ def plan_from_json_text(text: str) -> Plan:
 
 __all__ = [
     "ClusterInfo",
+    "MeshLayout",
     "MetricPlacement",
     "MetricSlot",
     "Plan",

@@ -22,6 +22,7 @@ from trainplan.spec.names import (
     BackendName,
     ClusterName,
     LauncherName,
+    MeshDimension,
     PrecisionFlag,
     PrecisionName,
     StartMethod,
@@ -312,6 +313,24 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
             },
         ),
         FamilyRule(
+            family="model_parallel",
+            description="an N-D device mesh: FSDP2 data parallelism (replicas × shards) with context, tensor and "
+            "pipeline parallelism",
+            # torch's DeviceMesh, FSDP2 and DTensor run over NCCL on CUDA and over gloo on CPU (testable anywhere).
+            accelerators=frozenset({"cpu", "cuda"}),
+            multi_process=True,
+            max_devices_per_node=None,
+            max_nodes=None,
+            has_process_group=True,
+            requires_package=None,
+            # Transformer Engine shards its FP8 layers over process groups of its own, not the mesh's.
+            precisions=_ALL_PRECISIONS - {"transformer-engine", "transformer-engine-float16"},
+            why_not={
+                "mps": "no process-group backend reduces MPS tensors, so MPS has no device mesh",
+                "xla": "XLA devices shard through torch_xla's SPMD, not a torch device mesh",
+            },
+        ),
+        FamilyRule(
             family="xla",
             description="torch_xla's multi-device data parallel",
             accelerators=frozenset({"xla"}),
@@ -402,6 +421,8 @@ STRATEGIES: Final[Mapping[StrategyName, StrategyRule]] = {
             offload_parameters=True,
             offload_device="nvme",
         ),
+        # Lightning's ModelParallelStrategy re-runs the script per local rank too (_SubprocessScriptLauncher).
+        StrategyRule(name="model_parallel", family="model_parallel", launcher="subprocess"),
         StrategyRule(name="xla", family="xla", launcher="xla"),
         StrategyRule(name="single_xla", family="single_xla", launcher="none"),
     )
@@ -424,6 +445,10 @@ FORK_STRATEGY_FOR: Final[Mapping[StrategyName, StrategyName]] = {
     "ddp_spawn_find_unused_parameters_false": "ddp_notebook_find_unused_parameters_false",
 }
 """The notebook-compatible counterpart suggested when an interactive session rejects a launcher."""
+
+AUTO_STRATEGY_FOR_OPTIONS: Final[Mapping[StrategyFamily, StrategyName]] = {"model_parallel": "model_parallel"}
+"""strategy='auto' with this family's options record chooses this strategy (a mesh's degrees say what to run; the
+other families' records fit several strategies, and 'auto' decides from the devices as usual)."""
 
 SPAWN_STRATEGY_FOR: Final[Mapping[StrategyName, StrategyName]] = {
     "ddp_fork": "ddp_spawn",
@@ -642,11 +667,152 @@ BACKENDS: Final[Mapping[BackendName, BackendRule]] = {
 
 
 # --------------------------------------------------------------------------------------------------
+# Device meshes (strategy `model_parallel`): the dimensions, in the mesh's fixed order, and where each may grow.
+
+
+@attrs.frozen(kw_only=True)
+class MeshDimensionRule:
+    name: MeshDimension
+    title: str  # what its groups are called in messages and drawings
+    description: str
+    splits_data: bool  # ranks along it read different batches (the sampler's replicas); the others read the same
+    inside_node: bool  # its groups stay inside one node: the degree (times the inner ones) divides a node's processes
+    stage_aligned: bool  # each block of ranks it cuts the world into holds whole nodes, or a node holds whole blocks
+    accelerators: frozenset[AcceleratorName]  # where a degree above 1 runs
+    why_not: Mapping[AcceleratorName, str]
+    precisions_refused: Mapping[PrecisionName, str]  # precisions a degree above 1 cannot run with, and why
+    instead: Mapping[PrecisionName, PrecisionName]  # what to suggest for each refused precision
+    lightning_size: str | None  # the ModelParallelStrategy size this degree multiplies into; None: Lightning has none
+    accelerate_size: str | None  # Accelerate's ParallelismConfig field; None: Accelerate has none
+
+
+_MESH_ACCELERATORS: Final[frozenset[AcceleratorName]] = frozenset({"cpu", "cuda"})
+
+MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
+    rule.name: rule
+    for rule in (
+        MeshDimensionRule(
+            name="pp",
+            title="pipeline",
+            description="pipeline stages: the model's layers split in order, activations passed stage to stage",
+            splits_data=False,
+            inside_node=False,
+            # The outermost dimension, so the pipeline crosses nodes: a stage never straddles a node boundary.
+            stage_aligned=True,
+            accelerators=_MESH_ACCELERATORS,
+            why_not={},
+            precisions_refused={
+                # torch.distributed.pipelining runs backward inside the schedule, stage by stage.
+                "16-mixed": (
+                    "a pipeline schedule runs backward itself, stage by stage, so a GradScaler finds overflow in one "
+                    "stage's gradients only and the stages would skip different steps"
+                ),
+            },
+            instead={"16-mixed": "bf16-mixed"},
+            lightning_size=None,
+            accelerate_size=None,
+        ),
+        MeshDimensionRule(
+            name="dp_replicate",
+            title="data-parallel replica",
+            description="data-parallel replicas: whole (or, with dp_shard, sharded) copies of the model, gradients "
+            "all-reduced",
+            splits_data=True,
+            inside_node=False,
+            stage_aligned=False,
+            accelerators=_MESH_ACCELERATORS,
+            why_not={},
+            precisions_refused={},
+            instead={},
+            lightning_size="data_parallel_size",
+            accelerate_size="dp_replicate_size",
+        ),
+        MeshDimensionRule(
+            name="dp_shard",
+            title="data-parallel shard",
+            description="data-parallel shards: FSDP2 shards parameters, gradients and optimizer state",
+            splits_data=True,
+            inside_node=False,
+            stage_aligned=False,
+            accelerators=_MESH_ACCELERATORS,
+            why_not={},
+            precisions_refused={},
+            instead={},
+            lightning_size="data_parallel_size",
+            accelerate_size="dp_shard_size",
+        ),
+        MeshDimensionRule(
+            name="cp",
+            title="context-parallel",
+            description="context parallelism: each sequence split over the ranks, attention computed as a ring",
+            splits_data=False,
+            # Ring attention passes key/value blocks every layer: it needs the node's links.
+            inside_node=True,
+            stage_aligned=False,
+            # torch's context_parallel swaps in ring variants of the CUDA SDPA kernels (flash, efficient, cuDNN).
+            accelerators=frozenset({"cuda"}),
+            why_not={
+                "cpu": "torch's context parallelism rewrites the CUDA attention kernels (flash, memory-efficient, "
+                "cuDNN); the CPU attention kernel has no ring variant",
+            },
+            precisions_refused={
+                "64-true": "context parallelism runs attention through the flash, memory-efficient and cuDNN kernels, "
+                "none of which computes in float64",
+            },
+            instead={"64-true": "32-true"},
+            lightning_size=None,
+            accelerate_size="cp_size",
+        ),
+        MeshDimensionRule(
+            name="tp",
+            title="tensor-parallel",
+            description="tensor parallelism: each layer's weights split over the ranks, reduced inside every layer",
+            splits_data=False,
+            # Tensor parallelism reduces inside every layer: the innermost dimension, on the node's own links.
+            inside_node=True,
+            stage_aligned=False,
+            accelerators=_MESH_ACCELERATORS,
+            why_not={},
+            precisions_refused={},
+            instead={},
+            lightning_size="tensor_parallel_size",
+            accelerate_size="tp_size",
+        ),
+    )
+}
+"""The mesh's dimensions in its fixed order, outermost first (the order of `names.MeshDimension`)."""
+
+MESH_BACKENDS: Final[Mapping[AcceleratorName, BackendName]] = {"cuda": "nccl", "cpu": "gloo"}
+"""The backend a device mesh runs over on each accelerator: the ones torch's FSDP2 and DTensor are built and tested
+on (NCCL on CUDA; gloo on CPU, which also makes every layout testable without a GPU)."""
+
+
+@attrs.frozen(kw_only=True)
+class LightningSize:
+    """One of Lightning's `ModelParallelStrategy` sizes, read as a trainplan degree."""
+
+    argument: str  # ModelParallelStrategy's argument (and ModelParallelOptions' field for Lightning's spelling)
+    dimension: MeshDimension  # the degree it becomes
+    mesh_name: str  # the name of its dimension in Lightning's own mesh
+    auto: Literal["num_nodes", "processes_per_node"]  # what Lightning's "auto" takes when both sizes are "auto"
+
+
+LIGHTNING_SIZES: Final[tuple[LightningSize, ...]] = (
+    # Lightning applies FSDP2 over its data-parallel dimension, so it is trainplan's dp_shard.
+    LightningSize(argument="data_parallel_size", dimension="dp_shard", mesh_name="data_parallel", auto="num_nodes"),
+    LightningSize(
+        argument="tensor_parallel_size", dimension="tp", mesh_name="tensor_parallel", auto="processes_per_node"
+    ),
+)
+"""Lightning's spelling of a 2-D mesh (`ModelParallelStrategy(data_parallel_size=..., tensor_parallel_size=...)`)."""
+
+
+# --------------------------------------------------------------------------------------------------
 # From plan to loop: how each precision and each strategy family becomes torch objects, and other frameworks'
 # arguments (read by `resolve.training` and the effects' runtime and adapters).
 
 DtypeName: TypeAlias = Literal["float64", "float32", "float16", "bfloat16"]
-WrapperName: TypeAlias = Literal["move", "data_parallel", "ddp", "fsdp", "deepspeed", "xla"]
+WrapperName: TypeAlias = Literal["move", "data_parallel", "ddp", "fsdp", "deepspeed", "mesh", "xla"]
 AccelerateMixedPrecision: TypeAlias = Literal["no", "fp16", "bf16", "fp8"]
 
 
@@ -739,6 +905,7 @@ class FamilyRecipe:
     lightning_strategy: str | None  # the Lightning/Fabric strategy class built from the options; None: none
     accelerate_launch: tuple[str, ...]  # `accelerate launch` flags for this family (several processes)
     sharded_grad_scaler: bool = False  # each rank holds a shard: inf checks must agree across ranks
+    lightning_precisions: frozenset[PrecisionName] | None = None  # what the Lightning strategy takes; None: any
 
 
 FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
@@ -762,6 +929,16 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
             wrapper="deepspeed",
             lightning_strategy="DeepSpeedStrategy",
             accelerate_launch=("--use_deepspeed",),
+        ),
+        # The user's parallelize function applies the mesh (as Lightning's ModelParallelStrategy asks for one); a
+        # DTensor's gradients reduce their overflow check over its mesh, so torch's own GradScaler serves.
+        FamilyRecipe(
+            family="model_parallel",
+            wrapper="mesh",
+            lightning_strategy="ModelParallelStrategy",
+            accelerate_launch=("--use_parallelism_config",),
+            # Lightning's ModelParallelStrategy refuses the other precisions (its connector's own list).
+            lightning_precisions=frozenset({"32-true", "bf16-mixed", "bf16-true", "16-true"}),
         ),
         FamilyRecipe(family="xla", wrapper="xla", lightning_strategy="XLAStrategy", accelerate_launch=("--tpu",)),
         FamilyRecipe(
@@ -1155,6 +1332,87 @@ RULES: Final[Mapping[str, Rule]] = {
             fix="Use strategy='ddp'",
         ),
         Rule(
+            id="mesh-product",
+            reason=(
+                "the parallel degrees multiply to {product} ({spelled}), but the world has {world_size} processes "
+                "({layout})"
+            ),
+            fix=(
+                "Use degrees whose product is {world_size}, e.g. {fitting}, or leave one of them 'auto' to take the "
+                "rest"
+            ),
+        ),
+        Rule(
+            id="mesh-remainder",
+            reason=(
+                "{auto}='auto' takes what the other degrees leave, but they multiply to {product} ({spelled}), which "
+                "does not divide the world of {world_size} processes ({layout})"
+            ),
+            fix="Use degrees that divide {world_size}, e.g. {fitting}",
+        ),
+        Rule(
+            id="mesh-autos",
+            reason="{names} say 'auto', but only one degree can take what the others leave",
+            fix="Write numbers for all but one of them, e.g. {fitting}",
+        ),
+        Rule(
+            id="mesh-spellings",
+            reason="Lightning's sizes ({lightning}) and trainplan's degrees ({degrees}) both describe the mesh",
+            fix="Keep one spelling: {suggestion}",
+        ),
+        Rule(
+            id="mesh-inside-node",
+            reason="{what} needs {needed} processes on one node ({why}); {shortfall}",
+            fix="Use {choices}, e.g. {fitting}",
+        ),
+        Rule(
+            id="mesh-pipeline-nodes",
+            reason=(
+                "pipeline stages span nodes, each stage holding whole nodes or sharing a node with whole stages, but "
+                "pp={pp} makes stages of {stage} processes on {num_nodes} nodes of {processes_per_node}"
+            ),
+            fix="Use {choices}, e.g. {fitting}",
+        ),
+        Rule(
+            id="mesh-accelerator",
+            reason="{dimension}={degree} does not run on {accelerator!r}: {why}",
+            fix="Use {dimension}=1 there, e.g. {fitting}, or run on {supported}",
+        ),
+        Rule(
+            id="mesh-backend",
+            reason=(
+                "a device mesh on {accelerator!r} runs over {allowed!r}, the backend torch's FSDP2 and DTensor are "
+                "built on, not {backend!r}"
+            ),
+            fix="Use process_group_backend={allowed!r}, or leave it unset",
+        ),
+        Rule(
+            id="mesh-precision",
+            reason="{dimension}={degree} does not run with precision={precision!r}: {why}",
+            fix="Use precision={instead!r}, or {dimension}=1",
+        ),
+        Rule(
+            id="lightning-mesh",
+            reason=(
+                "Lightning's ModelParallelStrategy has one data-parallel and one tensor-parallel dimension, so {lost}"
+            ),
+            fix="{fix}",
+        ),
+        Rule(
+            id="lightning-precision",
+            reason="Lightning's {strategy_class} runs precision {supported} only",
+            fix="Use one of them with Lightning, or run the plan's loop through trainplan.runtime",
+        ),
+        Rule(
+            id="fabric-parallelize",
+            reason=(
+                "Fabric's ModelParallelStrategy applies the mesh through a function it calls with the model and the "
+                "device mesh, and none was given"
+            ),
+            fix="Pass it: fabric_arguments(plan, parallelize=fn), where fn(model, device_mesh) returns the model",
+        ),
+        Rule(id="accelerate-mesh", reason="{why}", fix="{fix}"),
+        Rule(
             id="metric-stateful-cpu",
             reason=(
                 "a stateful metric object kept on CPU cannot be reduced with backend {backend!r}: its states are "
@@ -1220,6 +1478,23 @@ DIFFERENCES: Final[Mapping[str, str]] = {
     "fork-after-cuda": (
         "A fork-based strategy after CUDA was initialised: Lightning finds out at launch; trainplan refuses the "
         "plan when the environment says CUDA is initialised already."
+    ),
+    "model-parallel-auto": (
+        "ModelParallelStrategy with one size 'auto': Lightning takes data parallel = the nodes and tensor parallel = "
+        "the processes per node whatever the other size says, and fails unless they multiply to the world size; "
+        "trainplan's 'auto' takes what the other size leaves (the same sizes wherever Lightning succeeds)."
+    ),
+    "model-parallel-default": (
+        "strategy='model_parallel' without sizes: Lightning's ModelParallelStrategy() makes tensor parallelism span "
+        "each node; trainplan shards data over every process (dp_shard='auto', torchtitan's default), since tensor "
+        "parallelism needs a function that knows the model's layers. Lightning's spelling with both sizes 'auto' "
+        "gives Lightning's layout."
+    ),
+    "model-parallel-precision": (
+        "ModelParallelStrategy's precisions: Lightning runs 32-true, bf16-mixed, bf16-true and 16-true; trainplan "
+        "also plans 16-mixed (torch's GradScaler reduces its overflow check over a DTensor's mesh) except with "
+        "pipeline stages, and 64-true except with context parallelism. The Lightning adapter refuses what Lightning "
+        "cannot run."
     ),
 }
 

@@ -1,0 +1,399 @@
+"""The device mesh of a `model_parallel` plan: the degrees asked for, made whole and checked against the rules.
+
+In order: Lightning's spelling (`data_parallel_size`, `tensor_parallel_size`) is read as `dp_shard` and `tp`, with a
+note; at most one degree is `"auto"`, and it takes what the others leave; the degrees multiply to the world size;
+then the layout rules (`spec.mesh.layout_violations`: groups inside a node, pipeline stages on node boundaries,
+accelerators, backend, precisions). Every refusal names the numbers and a layout that fits (`fitting_degrees`),
+in the spelling the request used.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from trainplan.resolve.refusal import incompatible
+from trainplan.spec.errors import Incompatible
+from trainplan.spec.mesh import MeshLayout, MeshViolation, layout_violations, node_violations, strides
+from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorName, BackendName, MeshDimension, PrecisionName
+from trainplan.spec.notes import Note
+from trainplan.spec.options import Degree, ModelParallelOptions
+from trainplan.spec.tables import LIGHTNING_SIZES, MESH_BACKENDS
+from trainplan.spec.tables import MESH_DIMENSIONS as MESH_RULES
+
+ABSORBING: MeshDimension = next(
+    name for name in MESH_DIMENSIONS if attrs.fields_dict(ModelParallelOptions)[name].default == "auto"
+)
+"""The degree that takes what the others leave unless another is written 'auto' (dp_shard: FSDP over the rest)."""
+
+
+@attrs.frozen(kw_only=True)
+class MeshChoice:
+    """The mesh a request's degrees make on a world: the layout, the options in force (whole degrees), why, and
+    the notes (Lightning's spelling read as trainplan's)."""
+
+    layout: MeshLayout
+    options: ModelParallelOptions
+    reason: str
+    notes: tuple[Note, ...]
+
+
+@attrs.frozen(kw_only=True)
+class _World:
+    """What every refusal of one request needs to name a layout that fits: the world, the accelerator, the
+    precision, and how the request spelled each degree (Lightning's names or trainplan's)."""
+
+    num_nodes: int
+    processes_per_node: int
+    accelerator: AcceleratorName
+    precision: PrecisionName
+    names: Mapping[MeshDimension, str]
+
+    @property
+    def size(self) -> int:
+        return self.num_nodes * self.processes_per_node
+
+    def fitting(self, asked: Mapping[MeshDimension, Degree]) -> str:
+        fit = fitting_degrees(
+            asked,
+            num_nodes=self.num_nodes,
+            processes_per_node=self.processes_per_node,
+            accelerator=self.accelerator,
+            precision=self.precision,
+        )
+        if any(self.names[name] != name for name in MESH_DIMENSIONS):  # Lightning's spelling: both of its sizes
+            return ", ".join(f"{self.names[size.dimension]}={fit[size.dimension]}" for size in LIGHTNING_SIZES)
+        return ", ".join(f"{name}={degree}" for name, degree in fit.items() if degree != 1) or "dp_shard=1"
+
+    def spelled(self, degrees: Mapping[MeshDimension, Degree], joiner: str = ", ") -> str:
+        return joiner.join(f"{self.names[name]}={degree}" for name, degree in degrees.items() if degree != 1)
+
+    def refuse(
+        self, rule: str, asked: Mapping[MeshDimension, Degree], values: Mapping[str, object], **fields: object
+    ) -> Incompatible:
+        layout = f"{self.num_nodes} node(s) × {self.processes_per_node} processes"
+        return incompatible(
+            rule,
+            dict(values) or {"strategy": "model_parallel"},
+            world_size=self.size,
+            layout=layout,
+            fitting=self.fitting(asked),
+            **fields,
+        )
+
+
+def choose_mesh(
+    options: ModelParallelOptions,
+    *,
+    num_nodes: int,
+    processes_per_node: int,
+    accelerator: AcceleratorName,
+    backend: BackendName | None,
+    precision: PrecisionName,
+) -> MeshChoice:
+    """The mesh for `options` on `num_nodes` × `processes_per_node`, or `Incompatible` naming a layout that fits."""
+    lightning = _lightning_sizes(options)
+    names: dict[MeshDimension, str] = {name: name for name in MESH_DIMENSIONS}
+    if lightning is not None:
+        names.update({size.dimension: size.argument for size in LIGHTNING_SIZES})
+    world = _World(
+        num_nodes=num_nodes,
+        processes_per_node=processes_per_node,
+        accelerator=accelerator,
+        precision=precision,
+        names=names,
+    )
+    asked = _asked(options, lightning, world)
+    autos = [name for name in MESH_DIMENSIONS if asked[name] == "auto"]
+    fixed = {name: degree for name, degree in asked.items() if isinstance(degree, int)}
+    shown = {names[name]: degree for name, degree in fixed.items() if degree != 1}
+    product = math.prod(fixed.values())
+    # Groups too big for a node say so first (`tp=8 needs 8 processes on one node`), before any product: the
+    # innermost degrees that are numbers already fix how many processes a group needs.
+    inner: dict[MeshDimension, int] = {name: 1 for name in MESH_DIMENSIONS}
+    for name in reversed(MESH_DIMENSIONS):
+        if name not in fixed:
+            break
+        inner[name] = fixed[name]
+    for violation in node_violations(inner, processes_per_node):
+        raise _refusal(violation, asked, inner, world, backend)
+    if autos and world.size % product:
+        raise world.refuse(
+            "mesh-remainder",
+            asked,
+            shown,
+            auto=names[autos[0]],
+            product=product,
+            spelled=world.spelled(fixed, " × ") or "every degree 1",
+        )
+    if not autos and product != world.size:
+        raise world.refuse(
+            "mesh-product", asked, shown, product=product, spelled=world.spelled(fixed, " × ") or "every degree 1"
+        )
+    degrees = {name: (world.size // product if name in autos else fixed[name]) for name in MESH_DIMENSIONS}
+    for violation in layout_violations(
+        degrees,
+        num_nodes=num_nodes,
+        processes_per_node=processes_per_node,
+        accelerator=accelerator,
+        backend=backend,
+        precision=precision,
+    ):
+        raise _refusal(violation, asked, degrees, world, backend)
+    reason = _reason(asked, degrees, autos, world)
+    notes: tuple[Note, ...] = ()
+    if lightning is not None:
+        reason, notes = _lightning_reading(lightning, degrees, world)
+    changes: dict[str, Any] = {"data_parallel_size": None, "tensor_parallel_size": None}
+    changes.update((name, degree) for name, degree in degrees.items())
+    resolved = attrs.evolve(options, **changes)
+    return MeshChoice(layout=MeshLayout(shape=tuple(degrees.values())), options=resolved, reason=reason, notes=notes)
+
+
+def fitting_degrees(
+    asked: Mapping[MeshDimension, Degree],
+    *,
+    num_nodes: int,
+    processes_per_node: int,
+    accelerator: AcceleratorName,
+    precision: PrecisionName,
+) -> dict[MeshDimension, int]:
+    """A layout that keeps every mesh rule on this world, as close to `asked` as the rules allow.
+
+    Each degree is the largest that fits and is not above what was asked ('auto' asks for as little as possible):
+    the dimensions that stay inside a node first, innermost first (`tp`, then `cp`), then the stage-aligned one
+    (`pp`), then the others; `dp_shard` takes the rest. The backend is not a matter of layout and is not looked at.
+    """
+    world = num_nodes * processes_per_node
+    wanted = {name: (degree if isinstance(degree, int) and degree > 1 else 1) for name, degree in asked.items()}
+    chosen: dict[MeshDimension, int] = {name: 1 for name in MESH_DIMENSIONS}
+
+    def runs(name: MeshDimension) -> bool:
+        rule = MESH_RULES[name]
+        return accelerator in rule.accelerators and precision not in rule.precisions_refused
+
+    def largest(name: MeshDimension, candidates: list[int]) -> int:
+        return max(d for d in candidates if d <= wanted.get(name, 1))
+
+    inner = 1
+    for name in reversed(MESH_DIMENSIONS):
+        if MESH_RULES[name].inside_node and runs(name):
+            chosen[name] = largest(name, _divisors(processes_per_node // inner))
+            inner *= chosen[name]
+    left = world // inner
+    for name in MESH_DIMENSIONS:
+        if MESH_RULES[name].stage_aligned and runs(name):
+            chosen[name] = largest(name, [d for d in _divisors(left) if _aligned(world // d, processes_per_node)])
+            left //= chosen[name]
+    for name in MESH_DIMENSIONS:
+        rule = MESH_RULES[name]
+        if not (rule.inside_node or rule.stage_aligned or name == ABSORBING) and runs(name):
+            chosen[name] = largest(name, _divisors(left))
+            left //= chosen[name]
+    chosen[ABSORBING] = left
+    return chosen
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def _lightning_sizes(options: ModelParallelOptions) -> dict[str, Degree] | None:
+    """Lightning's sizes as the request gives them (one left out is 'auto', as in Lightning), or None."""
+    given = {size.argument: getattr(options, size.argument) for size in LIGHTNING_SIZES}
+    if all(value is None for value in given.values()):
+        return None
+    return {argument: ("auto" if value is None else value) for argument, value in given.items()}
+
+
+def _asked(
+    options: ModelParallelOptions, lightning: dict[str, Degree] | None, world: _World
+) -> dict[MeshDimension, Degree]:
+    """The five degrees asked for, with at most one 'auto'."""
+    if lightning is not None:
+        written = [name for name in MESH_DIMENSIONS if name in options.given]
+        if written:
+            sizes = ", ".join(f"{argument}={value!r}" for argument, value in lightning.items())
+            lightning_given = {
+                f"strategy_options.{size.argument}": getattr(options, size.argument)
+                for size in LIGHTNING_SIZES
+                if getattr(options, size.argument) is not None
+            }
+            raise incompatible(
+                "mesh-spellings",
+                {**{f"strategy_options.{name}": options.degrees[name] for name in written}, **lightning_given},
+                lightning=sizes,
+                degrees=", ".join(f"{name}={options.degrees[name]!r}" for name in written),
+                suggestion=f"ModelParallelOptions({sizes}), or trainplan's degrees alone (pp, dp_replicate, dp_shard, "
+                "cp, tp)",
+            )
+        degrees: dict[MeshDimension, Degree] = {name: 1 for name in MESH_DIMENSIONS}
+        everything_auto = all(value == "auto" for value in lightning.values())
+        for size in LIGHTNING_SIZES:
+            value = lightning[size.argument]
+            if everything_auto:  # Lightning's own defaults: data parallel over the nodes, tensor within each
+                value = world.num_nodes if size.auto == "num_nodes" else world.processes_per_node
+            degrees[size.dimension] = value
+        return degrees
+    degrees = dict(options.degrees)
+    written_autos = [name for name in MESH_DIMENSIONS if degrees[name] == "auto" and name in options.given]
+    if len(written_autos) > 1:
+        raise world.refuse(
+            "mesh-autos",
+            degrees,
+            {f"strategy_options.{name}": "auto" for name in written_autos},
+            names=" and ".join(written_autos) + (" both" if len(written_autos) == 2 else " all"),
+        )
+    if written_autos:  # a degree written 'auto' takes the rest; the one left at its default 'auto' takes nothing
+        degrees = {
+            name: (1 if degree == "auto" and name not in written_autos else degree) for name, degree in degrees.items()
+        }
+    return degrees
+
+
+def _refusal(
+    violation: MeshViolation,
+    asked: Mapping[MeshDimension, Degree],
+    degrees: Mapping[MeshDimension, int],
+    world: _World,
+    backend: BackendName | None,
+) -> Incompatible:
+    name = violation.dimension
+    if name is None:  # mesh-backend: the only rule about the whole mesh once the product is right
+        allowed = MESH_BACKENDS[world.accelerator]
+        return incompatible(
+            violation.rule,
+            {"process_group_backend": backend, "accelerator": world.accelerator},
+            allowed=allowed,
+            backend=backend,
+        )
+    rule = MESH_RULES[name]
+    spelled = world.names[name]
+    values: dict[str, object] = {spelled: violation.degree}
+    apart = strides(degrees)
+    if violation.rule == "mesh-inside-node":
+        inner = [other for other in MESH_DIMENSIONS[MESH_DIMENSIONS.index(name) + 1 :] if degrees[other] > 1]
+        around = " and ".join(MESH_RULES[other].title for other in inner)
+        why = f"{rule.title} groups stay inside a node" + (f", around the {around} groups" if inner else "")
+        room = world.processes_per_node // apart[name] if world.processes_per_node % apart[name] == 0 else 1
+        return world.refuse(
+            violation.rule,
+            asked,
+            values,
+            what=world.spelled({other: degrees[other] for other in (name, *inner)}, " × "),
+            needed=violation.needed,
+            why=why,
+            shortfall=(
+                f"this node has {world.processes_per_node}"
+                if violation.needed > world.processes_per_node
+                else f"this node's {world.processes_per_node} do not split into groups of {violation.needed}"
+            ),
+            choices=_choices(spelled, _nearest(_divisors(room), violation.degree)),
+        )
+    if violation.rule == "mesh-pipeline-nodes":
+        grouped = math.prod(degrees[other] for other in MESH_DIMENSIONS if MESH_RULES[other].inside_node)
+        candidates = [
+            d for d in _divisors(world.size // grouped) if _aligned(world.size // d, world.processes_per_node)
+        ]
+        return world.refuse(
+            violation.rule,
+            asked,
+            values,
+            stage=violation.needed,
+            num_nodes=world.num_nodes,
+            processes_per_node=world.processes_per_node,
+            choices=_choices(spelled, _nearest(candidates, violation.degree)),
+        )
+    if violation.rule == "mesh-accelerator":
+        return world.refuse(
+            violation.rule,
+            asked,
+            {**values, "accelerator": world.accelerator},
+            dimension=spelled,
+            degree=violation.degree,
+            why=violation.detail,
+            supported=" or ".join(repr(item) for item in sorted(rule.accelerators)),
+        )
+    return incompatible(
+        violation.rule,
+        {**values, "precision": world.precision},
+        dimension=spelled,
+        degree=violation.degree,
+        why=violation.detail,
+        instead=rule.instead.get(world.precision, "32-true"),
+    )
+
+
+def _reason(
+    asked: Mapping[MeshDimension, Degree],
+    degrees: Mapping[MeshDimension, int],
+    autos: list[MeshDimension],
+    world: _World,
+) -> str:
+    written = world.spelled({name: degree for name, degree in asked.items() if degree != "auto"})
+    if not autos:
+        return f"asked for {written}"
+    name = autos[0]
+    if not written:
+        return f"{name}='auto' took the whole world of {world.size} (no other degree asked for)"
+    return f"asked for {written}; {name}='auto' took the {degrees[name]} left of the world of {world.size}"
+
+
+def _lightning_reading(
+    lightning: Mapping[str, Degree], degrees: Mapping[MeshDimension, int], world: _World
+) -> tuple[str, tuple[Note, ...]]:
+    sizes = ", ".join(f"{argument}={value!r}" for argument, value in lightning.items())
+    mapped = ", ".join(f"{size.dimension}={degrees[size.dimension]}" for size in LIGHTNING_SIZES)
+    how = ""
+    if all(value == "auto" for value in lightning.values()):
+        how = (
+            f" ('auto' as Lightning decides it: data parallel over the {world.num_nodes} node(s), tensor parallel over "
+            f"the {world.processes_per_node} process(es) of each)"
+        )
+    mesh_names = " and ".join(size.mesh_name for size in LIGHTNING_SIZES)
+    note = Note(
+        code="lightning-sizes",
+        level="info",
+        message=(
+            f"{sizes} are Lightning's ModelParallelStrategy sizes: here {mapped}{how}; Lightning names these mesh "
+            f"dimensions {mesh_names}"
+        ),
+    )
+    return f"Lightning's {sizes}: {mapped}{how}", (note,)
+
+
+def _nearest(candidates: list[int], asked: int) -> list[int]:
+    """The other candidates, nearest to what was asked first (the larger of two as near)."""
+    return sorted((d for d in candidates if d != asked), key=lambda d: (abs(d - asked), -d))
+
+
+def _choices(name: str, degrees: list[int]) -> str:
+    """`tp=4 or 2`: the degrees to offer (at most three, in the order given), without 1 unless nothing else fits."""
+    offered = [degree for degree in degrees if degree > 1][:3] or [1]
+    if len(offered) == 1:
+        return f"{name}={offered[0]}"
+    return f"{name}={', '.join(map(str, offered[:-1]))} or {offered[-1]}"
+
+
+def _aligned(block: int, processes_per_node: int) -> bool:
+    """A block of ranks holds whole nodes, or fits whole into one."""
+    return block % processes_per_node == 0 or processes_per_node % block == 0
+
+
+def _divisors(number: int) -> list[int]:
+    """The divisors of `number`, ascending."""
+    small: list[int] = []
+    large: list[int] = []
+    candidate = 1
+    while candidate * candidate <= number:
+        if number % candidate == 0:
+            small.append(candidate)
+            if candidate * candidate != number:
+                large.append(number // candidate)
+        candidate += 1
+    return small + large[::-1]
+
+
+__all__ = ["ABSORBING", "MeshChoice", "choose_mesh", "fitting_degrees"]

@@ -1,0 +1,22 @@
+"""Refusals built from the rule table: one place turns a rule id and the values involved into an `Incompatible`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from trainplan.spec.errors import Incompatible
+from trainplan.spec.tables import RULES, lookup
+
+
+def incompatible(rule_id: str, values: Mapping[str, object], **fields: object) -> Incompatible:
+    """An `Incompatible` error whose reason and fix come from the rule table."""
+    rule = lookup(RULES, rule_id, name="RULES")
+    return Incompatible(
+        values=values,
+        rule=rule.id,
+        reason=rule.reason.format(**values, **fields),
+        fix=rule.fix.format(**values, **fields),
+    )
+
+
+__all__ = ["incompatible"]
