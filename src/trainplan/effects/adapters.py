@@ -29,6 +29,7 @@ from trainplan.resolve.training import (
     lightning_arguments,
 )
 from trainplan.resolve.training import accelerate_launch_flags as _launch_flags
+from trainplan.spec.errors import TrainplanError
 from trainplan.spec.plan import Plan
 
 
