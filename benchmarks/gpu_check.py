@@ -1,0 +1,223 @@
+"""The checks that need NVIDIA GPUs, in one short run (`benchmarks/gpu_check.sh`, ≤ 5 minutes), printed as one
+table. Without a GPU it says so and exits 0; with one it exits 1 if any check fails.
+
+1. NVML's facts through nvidia-ml-py, and `gpu_statuses()` / `find_usable_cuda_devices()` through NVML and
+   through probes, with CUDA still uninitialised in this process afterwards.
+2. A busy GPU: a child holds GPU 0; NVML lists its pid there, and in EXCLUSIVE_PROCESS mode the GPU is reported
+   busy (the mode is never changed here: a GPU in Default mode stays usable, and that is checked instead).
+3. The metric store on CUDA: 1000 0-d device keys and CPU-stored keys, synced through a stubbed world of 2 (CPU
+   keys moved to the device once per bucket), against the same values computed by hand; its cost beside the
+   floor (stack, one tolist) and beside one `.item()` per key (K device synchronisations).
+4. With 2 GPUs or more: a 2-GPU `tp.launch` world over NCCL whose metric store reduces CPU-stored and device
+   keys, checked against the known sums.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+Result = tuple[str, str, str]  # (check, outcome, detail)
+KEYS = 1000
+
+
+def _gpus() -> list[Any]:
+    from trainplan.effects.nvml import default_nvml
+
+    return list(default_nvml().gpus() or [])
+
+
+def check_usable() -> list[Result]:
+    import torch
+
+    import trainplan as tp
+
+    facts = _gpus()
+    statuses = tp.gpu_statuses(timeout=60)
+    usable = tp.find_usable_cuda_devices(timeout=60)
+    fresh = not torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    detail = "; ".join(
+        f"{status.index} {status.name}: {status.checked_by}, usable={status.usable}" for status in statuses
+    )
+    return [
+        (
+            "NVML facts (nvidia-ml-py)",
+            "ok" if facts else "FAILED",
+            f"{len(facts)} GPU(s): {', '.join(g.name for g in facts)}",
+        ),
+        (
+            "gpu_statuses / find_usable_cuda_devices",
+            "ok" if statuses and usable else "FAILED",
+            f"usable {usable}; {detail}",
+        ),
+        (
+            "CUDA uninitialised in the caller afterwards",
+            "ok" if fresh else "FAILED",
+            f"torch.cuda.is_initialized()={not fresh}",
+        ),
+    ]
+
+
+_HOLDER = (
+    "import sys, time, torch\nx = torch.ones(1 << 20, device='cuda:0')\nprint('ready', flush=True)\ntime.sleep(60)\n"
+)
+
+
+def check_busy() -> list[Result]:
+    import trainplan as tp
+
+    environment = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdout=subprocess.PIPE, text=True, env=environment)
+    try:
+        assert holder.stdout is not None
+        ready = holder.stdout.readline().strip() == "ready"
+        facts = _gpus()[0]
+        listed = facts.running_pids is None or holder.pid in facts.running_pids
+        status = tp.gpu_statuses(timeout=60)[0]
+        if facts.compute_mode == "exclusive_process":
+            busy = not status.usable and str(holder.pid) in (status.reason or "")
+            verdict = ("busy GPU reported busy (EXCLUSIVE_PROCESS)", "ok" if busy else "FAILED", str(status.reason))
+        else:
+            verdict = (
+                f"busy GPU in {facts.compute_mode} mode stays usable",
+                "ok" if status.usable else "FAILED",
+                "the mode is never changed here; a shared GPU takes more processes",
+            )
+        return [
+            (
+                "a holder process listed by NVML on GPU 0",
+                "ok" if ready and listed else "FAILED",
+                f"pids {facts.running_pids}",
+            ),
+            verdict,
+        ]
+    finally:
+        holder.kill()
+        holder.wait(30)
+
+
+class _StubWorld:
+    world_size = 2
+    rank = 0
+
+    def all_reduce(self, tensor: Any, op: str) -> None:
+        if op == "sum":
+            tensor.mul_(2)
+
+    def all_gather_object(self, value: object) -> list[object]:
+        return [value, value]
+
+
+def _best(function: Callable[[], object], repeats: int = 7) -> float:
+    import torch
+
+    best = float("inf")
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        function()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def check_metrics_on_cuda() -> list[Result]:
+    import torch
+
+    import trainplan as tp
+    from trainplan.effects.metrics import MetricStore
+
+    # A what-if world of 2 (its collective stubbed): this process is its rank 0, on cuda:0, under NCCL's placement.
+    plan = tp.resolve(tp.Request(accelerator="cuda", strategy="ddp", devices=2), tp.Environment(cuda_device_count=2))
+    moves: list[str] = []
+
+    def transfer(tensor: Any, device: str) -> Any:
+        moves.append(device)
+        return tensor.to(device)
+
+    store = MetricStore(plan, collective=_StubWorld(), transfer=transfer, local_rank=0)
+    values = [torch.tensor(float(index), device="cuda:0") for index in range(KEYS)]
+    for index, value in enumerate(values):
+        store.log(f"k{index}", value, weight=2)
+        store.log(f"cpu{index}", float(index), reduce="sum")
+    computed = store.compute()
+    first_moves = list(moves)
+    right = all(
+        computed[f"k{index}"] == float(index) and computed[f"cpu{index}"] == 2.0 * index for index in range(KEYS)
+    )
+    ours = _best(store.compute)
+    names = [f"k{index}" for index in range(KEYS)]
+    floor = _best(lambda: dict(sorted(zip(names, torch.stack(values).tolist(), strict=True))))
+    per_key = _best(lambda: {name: value.item() for name, value in zip(names, values, strict=True)})
+    return [
+        (
+            f"metric store on CUDA, {KEYS} device + {KEYS} CPU keys, synced (stubbed world of 2)",
+            "ok" if right else "FAILED",
+            f"moves in one compute (key check, then each CPU bucket there and back): {first_moves}",
+        ),
+        (
+            f"synced compute() of {2 * KEYS} keys on CUDA",
+            f"{ours * 1e3:.2f} ms",
+            f"floor (stack, one tolist) {floor * 1e3:.2f} ms: {ours / floor:.2f}×; one .item() per key "
+            f"{per_key * 1e3:.2f} ms: {per_key / ours:.1f}× slower than ours",
+        ),
+    ]
+
+
+def _nccl_worker() -> dict[str, Any]:
+    import torch
+
+    import trainplan as tp
+
+    store = tp.metric_store(tp.resolve())
+    rank = torch.distributed.get_rank()
+    store.log("device_sum", torch.tensor(float(rank + 1), device=f"cuda:{torch.cuda.current_device()}"), reduce="sum")
+    store.log("cpu_sum", torch.tensor(float(rank + 1)), reduce="sum", store_on_cpu=True)
+    store.log("number", rank + 1, reduce="max")
+    return {"values": store.compute(), "backend": str(torch.distributed.get_backend())}
+
+
+def check_nccl() -> list[Result]:
+    import trainplan as tp
+
+    count = len(_gpus())
+    if count < 2:
+        return [("2-GPU launch, metric sync over NCCL", "skipped", f"needs 2 GPUs; this machine has {count}")]
+    plan = tp.resolve(tp.Request(accelerator="cuda", strategy="ddp_spawn", devices=2))
+    reports = tp.launch_with(plan, _nccl_worker, timeout=240)
+    expected = {"cpu_sum": 3.0, "device_sum": 3.0, "number": 2}
+    right = all(report["values"] == expected and report["backend"] == "nccl" for report in reports)
+    return [
+        ("2-GPU launch, metric sync over NCCL (CPU-stored and device keys)", "ok" if right else "FAILED", str(reports))
+    ]
+
+
+def main() -> int:
+    try:
+        gpus = _gpus()
+    except Exception as error:  # no driver, no library: the same answer
+        gpus = []
+        reason = f"{type(error).__name__}: {error}"
+    else:
+        reason = "NVML lists no GPU"
+    if not gpus:
+        print(f"no GPU: nothing to check here ({reason}). Run this on a machine with NVIDIA GPUs.")
+        return 0
+    results: list[Result] = []
+    for check in (check_usable, check_busy, check_metrics_on_cuda, check_nccl):
+        try:
+            results += check()
+        except Exception as error:
+            results.append((check.__name__, "FAILED", f"{type(error).__name__}: {error}"))
+    print("| check | outcome | detail |\n|---|---|---|")
+    for name, outcome, detail in results:
+        print(f"| {name} | {outcome} | {detail} |")
+    return 1 if any(outcome == "FAILED" for _, outcome, _ in results) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
