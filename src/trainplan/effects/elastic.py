@@ -435,9 +435,11 @@ class _WaitWatch:
     """While a node waits in a static rendezvous (inside torch's TCPStore, where Python's handlers never run),
     a signal ends the command at once: no worker has started, so there is nothing to stop."""
 
-    def __init__(self, say: Any, cleanup: str | None) -> None:
+    def __init__(self, say: Any, *, cleanup: str | None, timed_out: threading.Event, timeout: float | None) -> None:
         self.say = say
         self.cleanup = cleanup
+        self.timed_out = timed_out
+        self.timeout = timeout
         self.waiting = threading.Event()
         self.closed = threading.Event()
         self.reader, self.writer = socket.socketpair()
@@ -468,11 +470,15 @@ class _WaitWatch:
                 continue
             if self.closed.wait(1.0) or not self.waiting.is_set():
                 continue  # the main thread took the signal itself
-            number = data[-1]
-            self.say(f"stopped by {_signal_name(-number) or number} while waiting for the other nodes")
+            number, code = data[-1], 128 + data[-1]
+            if self.timed_out.is_set():  # the deadline's own interruption
+                code = 124
+                self.say(f"the workers did not finish within {self.timeout:g} s (still waiting for the other nodes)")
+            else:
+                self.say(f"stopped by {_signal_name(-number) or number} while waiting for the other nodes")
             if self.cleanup is not None:
                 shutil.rmtree(self.cleanup, ignore_errors=True)
-            os._exit(128 + number)
+            os._exit(code)
 
     def __exit__(self, *exc: object) -> None:
         self.closed.set()
@@ -694,7 +700,9 @@ def _run_engine(
     log_dir = options.log_dir or tempfile.mkdtemp(prefix="trainplan-launch-")
     port = int(meeting.endpoint.rsplit(":", 1)[-1])
     timed_out = threading.Event()
-    watch = _WaitWatch(say, cleanup=None if keep_files else log_dir) if watch_wait else contextlib.nullcontext()
+    watch: Any = contextlib.nullcontext()
+    if watch_wait:
+        watch = _WaitWatch(say, cleanup=None if keep_files else log_dir, timed_out=timed_out, timeout=timeout)
     attempts = [0]
 
     def on_start(envs: dict[int, dict[str, str]]) -> None:
@@ -749,8 +757,11 @@ def _run_engine(
                 how = _signal_name(first.exitcode) or f"exit code {first.exitcode}"
                 tried = f" after {attempts[0]} attempt(s)" if attempts[0] > 1 else ""
                 say(f"worker rank {rank} failed ({how}){tried}; the others were stopped")
-                if os.path.isfile(first.error_file) and first.message:
-                    say(f"its error ({first.error_file}): {first.message.splitlines()[0]}")
+                message: object = first.message
+                if isinstance(message, dict):  # the error file's own record: {"message": ..., "extraInfo": ...}
+                    message = message.get("message")
+                if os.path.isfile(first.error_file) and isinstance(message, str) and message.strip():
+                    say(f"its error ({first.error_file}): {message.strip().splitlines()[0]}")
             except (SignalException, _Interrupted) as stopped:
                 number = stopped.sigval if isinstance(stopped, SignalException) else stopped.number
                 code = 124 if timed_out.is_set() else 128 + int(number)
