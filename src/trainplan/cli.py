@@ -24,7 +24,7 @@ from trainplan.effects.gpus import gpu_statuses
 from trainplan.effects.probing import probe
 from trainplan.resolve import check, resolve
 from trainplan.resolve.cluster import host_address
-from trainplan.resolve.emit import emit_slurm, emit_torchrun
+from trainplan.resolve.emit import emit_kubeflow, emit_slurm, emit_torchrun
 from trainplan.resolve.matrix import render_matrix
 from trainplan.resolve.world import script_request
 from trainplan.spec.environment import Environment
@@ -66,9 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--check", action="store_true", help="list every problem with the request, not just the first")
     plan.add_argument(
         "--emit",
-        choices=("torchrun", "slurm"),
-        help="print the plan as a torchrun command line or an sbatch script (the script goes after --)",
+        choices=("torchrun", "slurm", "kubeflow"),
+        help="print the plan as a torchrun command line, an sbatch script or a Kubeflow PyTorchJob (script after --)",
     )
+    plan.add_argument(
+        "--image", default=None, help="--emit kubeflow: the container image (the script, torch, trainplan)"
+    )
+    plan.add_argument("--job-name", default="train", help="--emit kubeflow: the PyTorchJob's name (default: train)")
     launch = commands.add_parser(
         "launch",
         help="run a script on each of the plan's workers through torchrun's engine: trainplan launch [flags] train.py",
@@ -522,6 +526,12 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":
         print(emit_slurm(plan, command))
+    elif arguments.emit == "kubeflow":
+        if arguments.image is None:
+            raise CliError(
+                "--emit kubeflow needs --image: the container image that holds the script, torch and trainplan"
+            )
+        print(emit_kubeflow(plan, command, image=arguments.image, name=arguments.job_name))
     elif arguments.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:

@@ -395,7 +395,7 @@ def test_every_rule_in_the_table_is_exercised() -> None:
             exercised.add(error.rule)
         except TrainplanError:
             pass
-    exercised |= _world_rules() | _training_rules()
+    exercised |= _world_rules() | _training_rules() | _emit_rules()
     assert exercised | {"metric-stateful-cpu"} == set(RULES)
 
 
@@ -427,6 +427,15 @@ def _training_rules() -> set[str]:
             attempt()
         rules.add(caught.value.rule)
     return rules
+
+
+def _emit_rules() -> set[str]:
+    """The rules the emitters apply to a plan (`resolve.emit`)."""
+    from trainplan.resolve.emit import emit_kubeflow
+
+    with pytest.raises(Incompatible) as caught:
+        emit_kubeflow(resolve(Request(accelerator="mps"), Environment(mps_available=True)), image="img")
+    return {caught.value.rule}
 
 
 def _world_rules() -> set[str]:
