@@ -7,14 +7,15 @@ import datetime
 import os
 import platform
 
-from benchmarks import bench_gpus, bench_launch, bench_metrics, bench_resolve, plots
+from benchmarks import bench_gpus, bench_launch, bench_launch_script, bench_metrics, bench_resolve, plots
 from benchmarks.common import table
 
 
 def main() -> None:
     metric_curves = bench_metrics.curves()
     launch_curves = bench_launch.spawn_curves()
-    rows = bench_resolve.run() + bench_gpus.run() + bench_launch.run(launch_curves) + bench_metrics.run(metric_curves)
+    rows = bench_resolve.run() + bench_gpus.run() + bench_launch.run(launch_curves)
+    rows += bench_launch_script.run() + bench_metrics.run(metric_curves)
     machine = f"{platform.machine()}, {os.cpu_count()} CPU(s), Python {platform.python_version()}"
     print(f"Measured {datetime.date.today().isoformat()} on {machine}.\n")
     print(table(rows))

@@ -22,13 +22,14 @@ import attrs
 import dotenv.parser
 
 from trainplan._version import __version__
+from trainplan.effects.elastic import EngineOptions, launch_script
 from trainplan.effects.extras import require_torch
 from trainplan.effects.gpus import gpu_statuses
-from trainplan.effects.launching import launch_script
 from trainplan.effects.probing import probe
 from trainplan.effects.report import bug_report
 from trainplan.resolve import check, resolve
-from trainplan.resolve.emit import emit_slurm, emit_torchrun
+from trainplan.resolve.cluster import host_address
+from trainplan.resolve.emit import emit_kubeflow, emit_slurm, emit_torchrun
 from trainplan.resolve.matrix import render_matrix
 from trainplan.resolve.report import render_report, report_to_dict
 from trainplan.resolve.world import script_request
@@ -73,16 +74,21 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--check", action="store_true", help="list every problem with the request, not just the first")
     plan.add_argument(
         "--emit",
-        choices=("torchrun", "slurm"),
-        help="print the plan as a torchrun command line or an sbatch script (the script goes after --)",
+        choices=("torchrun", "slurm", "kubeflow"),
+        help="print the plan as a torchrun command line, an sbatch script or a Kubeflow PyTorchJob (script after --)",
     )
+    plan.add_argument(
+        "--image", default=None, help="--emit kubeflow: the container image (the script, torch, trainplan)"
+    )
+    plan.add_argument("--job-name", default="train", help="--emit kubeflow: the PyTorchJob's name (default: train)")
     launch = commands.add_parser(
-        "launch", help="run a script on each of the plan's workers, like torchrun: trainplan launch [flags] -- train.py"
+        "launch",
+        help="run a script on each of the plan's workers through torchrun's engine: trainplan launch [flags] train.py",
+        usage="trainplan launch [flags] (script.py | -m module | --no-python program) [script arguments]",
     )
     _add_request_flags(launch)
     _add_environment_flags(launch)
-    launch.add_argument("--timeout", type=float, default=None, help="seconds for the whole run (default: none)")
-    launch.add_argument("--grace-period", type=float, default=5.0, help="seconds between terminate and kill")
+    _add_launch_flags(launch)
     probe_command = commands.add_parser("probe", help="print the facts trainplan reads from this machine")
     _add_environment_flags(probe_command)
     probe_command.add_argument("--json", action="store_true", help="print the facts as JSON")
@@ -134,6 +140,70 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="take the GPUs no other process holds (the auto_select_gpus bridge)",
     )
+
+
+TORCHRUN_SPELLINGS: dict[str, tuple[str, str]] = {
+    # torchrun's flag (and its underscore form): the option it fills, and trainplan's own spelling.
+    "--nproc-per-node": ("nproc_per_node", "--devices"),
+    "--nnodes": ("num_nodes_alias", "--num-nodes"),
+    "--master-addr": ("master_addr", "--main-address"),
+    "--master-port": ("master_port", "--main-port"),
+}
+"""torchrun's spellings of what trainplan's request and launch flags already say: accepted, with a note."""
+
+
+def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
+    world = parser.add_argument_group("where this node meets the others (Fabric's spellings; torchrun's accepted)")
+    world.add_argument("--node-rank", "--node_rank", default=None, help="this machine's rank among the nodes (0 first)")
+    world.add_argument("--main-address", "--main_address", default=None, help="the address of node 0 (MASTER_ADDR)")
+    world.add_argument("--main-port", "--main_port", default=None, help="a free port on node 0, the same everywhere")
+    for flag, (dest, _) in TORCHRUN_SPELLINGS.items():
+        underscored = "--" + flag[2:].replace("-", "_")
+        spellings = (flag, underscored) if underscored != flag else (flag,)
+        world.add_argument(*spellings, dest=dest, default=None, help=argparse.SUPPRESS)
+    world.add_argument(
+        "--standalone", action="store_true", help="one node meeting on a free port (the default for one node)"
+    )
+    engine = parser.add_argument_group("torchrun's engine (the same flags as torchrun)")
+    engine.add_argument(
+        "--max-restarts", "--max_restarts", type=int, default=0, help="restarts of the workers after a failure"
+    )
+    engine.add_argument(
+        "--rdzv-backend",
+        "--rdzv_backend",
+        default=None,
+        help="c10d or static (default: c10d for one node, static for several)",
+    )
+    engine.add_argument(
+        "--rdzv-endpoint",
+        "--rdzv_endpoint",
+        default=None,
+        help="host:port of the rendezvous (default: the main address and port)",
+    )
+    engine.add_argument("--rdzv-id", "--rdzv_id", default=None, help="the rendezvous id, the same on every node")
+    engine.add_argument("--rdzv-conf", "--rdzv_conf", default="", help="rendezvous settings, key=value,...")
+    engine.add_argument(
+        "--local-addr", "--local_addr", default=None, help="this node's address for the c10d rendezvous"
+    )
+    engine.add_argument(
+        "--log-dir", "--log_dir", default=None, help="keep each rank's stdout.log, stderr.log and error.json here"
+    )
+    engine.add_argument(
+        "--redirects", "-r", default="0", help="to the log files only: 0 none, 1 stdout, 2 stderr, 3 both, or 0:3,1:1"
+    )
+    engine.add_argument("--tee", "-t", default="0", help="to the log files and the console (same values)")
+    engine.add_argument(
+        "--local-ranks-filter", "--local_ranks_filter", default=None, help="local ranks shown on the console, e.g. 0"
+    )
+    engine.add_argument(
+        "--no-python", "--no_python", action="store_true", help="run the command as a program, not a Python script"
+    )
+    engine.add_argument("-m", "--module", action="store_true", help="run the script as a Python module (python -m)")
+    run = parser.add_argument_group("the run")
+    run.add_argument("--timeout", type=float, default=None, help="seconds for the whole run (default: none)")
+    run.add_argument("--grace-period", type=float, default=5.0, help="seconds between terminate and kill")
+    run.add_argument("--quiet", "-q", action="store_true", help="print nothing of trainplan's own before the workers")
+    parser.add_argument("script", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
 
 def _add_environment_flags(parser: argparse.ArgumentParser) -> None:
@@ -327,18 +397,124 @@ def _run_migrate(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _run_launch(arguments: argparse.Namespace, command: list[str]) -> int:
+def _run_launch(arguments: argparse.Namespace) -> int:
+    command = list(arguments.script)
+    if command[:1] == ["--"]:
+        command = command[1:]
     if not command:
-        raise CliError("nothing to launch: put the script after `--`, e.g. trainplan launch --devices 2 -- train.py")
+        raise CliError(
+            "nothing to launch: name the script after the flags, e.g. trainplan launch --devices 2 train.py "
+            "(or -m package.module, or --no-python program)"
+        )
     if arguments.timeout is not None and not (math.isfinite(arguments.timeout) and arguments.timeout > 0):
         raise CliError("--timeout must be a finite, positive number of seconds")
     if not (math.isfinite(arguments.grace_period) and arguments.grace_period >= 0):
         raise CliError("--grace-period must be a finite number of seconds ≥ 0")
-    plan = resolve(script_request(_request(arguments)), _environment(arguments))
+    if arguments.max_restarts < 0:
+        raise CliError("--max-restarts must be a whole number ≥ 0 (0: a failure ends the run)")
+    _translate_torchrun_spellings(arguments)
+    env = _environment(arguments)
+    meeting = _meeting_variables(arguments)
+    if meeting:
+        env = env.with_variables({**env.variables, **meeting})
+    plan = resolve(script_request(_request(arguments)), env)
+    if arguments.standalone and plan.num_nodes > 1:
+        raise CliError(
+            f"--standalone runs one node, and the plan has {plan.num_nodes}: drop --standalone, or ask for one node"
+        )
     for note in plan.notes:
         if note.code == "script-strategy":
             print(f"trainplan: note: {note.message}", file=sys.stderr)
-    return launch_script(plan, command, timeout=arguments.timeout, grace_period=arguments.grace_period)
+    options = EngineOptions(
+        max_restarts=arguments.max_restarts,
+        rdzv_backend=arguments.rdzv_backend,
+        rdzv_endpoint=arguments.rdzv_endpoint,
+        rdzv_id=arguments.rdzv_id,
+        rdzv_conf=arguments.rdzv_conf,
+        log_dir=arguments.log_dir,
+        redirects=arguments.redirects,
+        tee=arguments.tee,
+        local_ranks_filter=arguments.local_ranks_filter,
+        no_python=arguments.no_python,
+        module=arguments.module,
+        local_addr=arguments.local_addr,
+    )
+    return launch_script(
+        plan,
+        command,
+        timeout=arguments.timeout,
+        grace_period=arguments.grace_period,
+        options=options,
+        quiet=arguments.quiet,
+        exit_on_signal_while_waiting=True,
+    )
+
+
+def _translate_torchrun_spellings(arguments: argparse.Namespace) -> None:
+    """torchrun's spellings fill trainplan's flags, with a note naming trainplan's; both at once must agree."""
+    for flag, (dest, ours) in TORCHRUN_SPELLINGS.items():
+        given = getattr(arguments, dest)
+        if given is None:
+            continue
+        target, value = ours[2:].replace("-", "_"), given
+        hint = ""
+        if dest == "nproc_per_node":
+            value, hint = _nproc_per_node(arguments, given)
+        elif dest == "num_nodes_alias" and flag == "--nnodes" and ":" in given:
+            raise CliError(
+                f"--nnodes {given}: trainplan plans a fixed number of nodes; write --num-nodes N (for an elastic "
+                "range of nodes, run torchrun itself)"
+            )
+        default = {"devices": "auto", "num_nodes": "auto"}.get(target)
+        current = getattr(arguments, target)
+        if current not in (None, default) and str(current) != str(value):
+            raise CliError(f"{flag} {given} and {ours} {current} disagree: give one of them")
+        setattr(arguments, target, value)
+        print(f"trainplan: note: {flag} is torchrun's spelling; trainplan's is {ours}{hint}", file=sys.stderr)
+
+
+def _nproc_per_node(arguments: argparse.Namespace, given: str) -> tuple[str, str]:
+    """torchrun's --nproc-per-node (a count, gpu, cpu or auto) as trainplan's --devices, with the hint."""
+    word = given.strip().lower()
+    hint = " (a count, -1 for every visible GPU, or GPU indices such as 0,2)"
+    if word == "gpu":
+        if arguments.accelerator == "auto":
+            arguments.accelerator = "gpu"
+        return "-1", f": --devices -1 (every visible GPU){hint}"
+    if word == "cpu":
+        arguments.accelerator = "cpu"
+        count = str(os.cpu_count() or 1)
+        return count, f": --accelerator cpu --devices {count} (one process per CPU){hint}"
+    if word == "auto":
+        return "auto", f": --devices auto{hint}"
+    if whole_number(word) is None:
+        raise CliError(f"--nproc-per-node {given}: write a number of processes, gpu, cpu or auto (or --devices N)")
+    return word, f": --devices {word}{hint}"
+
+
+def _meeting_variables(arguments: argparse.Namespace) -> dict[str, str]:
+    """--node-rank, --main-address and --main-port (or --rdzv-endpoint) as the variables the resolver reads."""
+    variables: dict[str, str] = {}
+    if arguments.node_rank is not None:
+        if whole_number(str(arguments.node_rank).strip()) is None:
+            raise CliError(f"--node-rank {arguments.node_rank}: write this machine's rank, 0 for the first node")
+        variables["NODE_RANK"] = str(arguments.node_rank).strip()
+    address, port = arguments.main_address, arguments.main_port
+    if arguments.rdzv_endpoint:
+        host, separator, endpoint_port = str(arguments.rdzv_endpoint).rpartition(":")
+        if not separator or not host:
+            raise CliError(f"--rdzv-endpoint {arguments.rdzv_endpoint}: write host:port, e.g. node0:29400")
+        address, port = address or host.strip("[]"), port or endpoint_port
+    if address is not None:
+        if host_address(str(address)) is None:
+            raise CliError(f"--main-address {address!r}: write the host name or IP address of node 0")
+        variables["MASTER_ADDR"] = str(address)
+    if port is not None:
+        number = whole_number(str(port).strip())
+        if number is None or not 0 < number < 65536:
+            raise CliError(f"--main-port {port}: write a free TCP port (1-65535), the same on every node")
+        variables["MASTER_PORT"] = str(number)
+    return variables
 
 
 def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
@@ -364,6 +540,12 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":
         print(emit_slurm(plan, command))
+    elif arguments.emit == "kubeflow":
+        if arguments.image is None:
+            raise CliError(
+                "--emit kubeflow needs --image: the container image that holds the script, torch and trainplan"
+            )
+        print(emit_kubeflow(plan, command, image=arguments.image, name=arguments.job_name))
     elif arguments.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:
@@ -448,7 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     arguments_list = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
-    if "--" in arguments_list:
+    if "--" in arguments_list and arguments_list[:1] != ["launch"]:  # launch reads its script itself
         split = arguments_list.index("--")
         arguments_list, command = arguments_list[:split], arguments_list[split + 1 :]
     if arguments_list and not arguments_list[0].startswith("-") and arguments_list[0] not in SUBCOMMANDS:
@@ -472,7 +654,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return _run_env(arguments)
         if arguments.command == "launch":
             require_torch("trainplan launch")  # its workers join a torch process group; the planning commands need none
-            return _run_launch(arguments, command)
+            return _run_launch(arguments)
         if command and not arguments.emit:
             raise CliError(f"unexpected arguments after --: {' '.join(command)} (they are for --emit or launch)")
         return _run_plan(arguments, command)

@@ -269,4 +269,4 @@ def test_cli_launch_runs_a_torchrun_style_script(tmp_path: Path) -> None:
         [*command, "--", str(script), "--fail"], capture_output=True, text=True, timeout=120, check=False
     )
     assert failing.returncode == 7
-    assert "worker rank 1 failed" in failing.stdout
+    assert "worker rank 1 failed" in failing.stderr  # trainplan's own lines go to stderr

@@ -22,7 +22,7 @@ from tests import workers
 from tests.scripts import plain_world
 from trainplan.effects.launching import choose_free_port
 from trainplan.resolve import resolve
-from trainplan.resolve.emit import emit_slurm, emit_torchrun, slurm_worker_line
+from trainplan.resolve.emit import emit_kubeflow, emit_slurm, emit_torchrun, slurm_worker_line
 
 pytestmark = pytest.mark.processes
 
@@ -191,3 +191,32 @@ def test_the_readme_script_runs_as_written_under_every_launcher(tmp_path: Path) 
         assert result.returncode == 0, (command, result.stdout, result.stderr)
         for line in expected:
             assert line in result.stdout, (command, result.stdout, result.stderr)
+
+
+def test_the_emitted_kubeflow_pods_form_one_world_with_a_plain_env_script() -> None:
+    import yaml
+
+    from tests.unit.test_emit import kubelet_command, operator_environment, pods
+
+    plan = resolve(tp.Request(accelerator="cpu", num_nodes=2), tp.Environment(cpu_count=2))
+    manifest = yaml.safe_load(emit_kubeflow(plan, [ENV_SCRIPT], image="img"))
+    port = str(choose_free_port("127.0.0.1"))
+    running = []
+    for kind, index in pods(manifest):
+        container = manifest["spec"]["pytorchReplicaSpecs"][kind]["template"]["spec"]["containers"][0]
+        pod = operator_environment(manifest, kind, index)
+        pod.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)  # the master's service, on loopback here
+        command = kubelet_command(container, pod)
+        assert command[0] == "python"
+        running.append(
+            subprocess.Popen(
+                [sys.executable, *command[1:]], cwd=ROOT, env=_environment(**pod), stdout=subprocess.PIPE, text=True
+            )
+        )
+    outputs = [pod.communicate(timeout=90)[0] for pod in running]
+    assert all(pod.returncode == 0 for pod in running), outputs
+    reports = _reports("".join(outputs))
+    assert [report["rank"] for report in reports] == [0, 1]
+    for report in reports:
+        assert report["sum"] == 3.0, "a real all_reduce over both pods"
+        assert report["plan"] == {"world_size": 2, "num_nodes": 2, "launcher": "external", "cluster": "kubeflow"}

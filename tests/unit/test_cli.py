@@ -156,3 +156,40 @@ def test_python_dash_m_trainplan_is_the_command() -> None:
         [sys.executable, "-m", "trainplan", "matrix"], capture_output=True, text=True, check=False, timeout=60
     )
     assert result.returncode == 0 and "| `ddp` | ddp | subprocess |" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        (["launch", "--nnodes", "1:4", "x.py"], "trainplan plans a fixed number of nodes"),
+        (["launch", "--nproc-per-node", "2", "--devices", "3", "x.py"], "--nproc-per-node 2 and --devices 3 disagree"),
+        (["launch", "--nproc-per-node", "many", "x.py"], "write a number of processes, gpu, cpu or auto"),
+        (["launch", "--standalone", "--num-nodes", "2", "--main-port", "29400", "x.py"], "--standalone runs one node"),
+        (["launch", "--main-port", "70000", "x.py"], "write a free TCP port"),
+        (["launch", "--node-rank", "first", "x.py"], "write this machine's rank"),
+        (["launch", "--master-addr", "node0;rm", "x.py"], "write the host name or IP address of node 0"),
+        (["launch", "--rdzv-backend", "zeus", "--no-python", "true"], "not a rendezvous backend"),
+        (["launch", "--redirects", "7", "--no-python", "true"], "write 0 (none), 1 (stdout)"),
+        (["launch", "--no-python", "-m", "x"], "--no-python and -m cannot go together"),
+        (["launch", "--devices", "2", "no_such_script.py"], "No such script: 'no_such_script.py'"),
+        (["launch", "--devices", "2"], "nothing to launch: name the script after the flags"),
+        (["plan", "--accelerator", "cpu", "--emit", "kubeflow"], "--emit kubeflow needs --image"),
+        (["plan", "--accelerator", "cpu", "--emit", "kubeflow", "--image", "i", "--job-name", "A"], "Kubernetes names"),
+    ],
+)
+def test_launch_and_emit_refuse_what_cannot_work_before_starting_anything(
+    capsys: pytest.CaptureFixture[str], arguments: list[str], words: str
+) -> None:
+    code, _, err = run(capsys, arguments[0], "--no-probe", *arguments[1:])
+    assert code == 2 and words in err, err
+
+
+def test_torchruns_spellings_name_trainplans_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    # Refused after the spellings were read (no GPU here), so nothing starts.
+    code, _, err = run(
+        capsys, "launch", "--no-probe", "--nproc_per_node", "gpu", "--nnodes", "2", "--master_addr", "h", "x.py"
+    )
+    assert code == 2
+    assert "--nproc-per-node is torchrun's spelling; trainplan's is --devices: --devices -1 (every visible GPU)" in err
+    assert "--nnodes is torchrun's spelling; trainplan's is --num-nodes" in err
+    assert "--master-addr is torchrun's spelling; trainplan's is --main-address" in err

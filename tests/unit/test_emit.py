@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Any
 
 import pytest
+import yaml
 
-from trainplan import DDPOptions, Environment, Plan, Request
+from trainplan import DDPOptions, Environment, Incompatible, InvalidRequest, Plan, Request
 from trainplan.resolve import resolve
-from trainplan.resolve.emit import emit_slurm, emit_torchrun, slurm_worker_line
+from trainplan.resolve.emit import emit_kubeflow, emit_slurm, emit_torchrun, slurm_worker_line
 from trainplan.spec.plan import request_from_json_text
 
 PLANS = {
@@ -180,3 +182,135 @@ def test_the_carried_request_leaves_the_cluster_to_the_job() -> None:
     plan = resolve(Request(accelerator="cpu", devices=2, cluster="local", precision="bf16-mixed"), Environment())
     carried = dict(word.split("=", 1) for word in shlex.split(emit_torchrun(plan)) if "TRAINPLAN_REQUEST=" in word)
     assert request_from_json_text(carried["TRAINPLAN_REQUEST"]).cluster == "auto"
+
+
+# --------------------------------------------------------------------------------------------------
+# Kubeflow: the manifest read back into the environment the training operator gives each pod
+
+
+def operator_environment(manifest: dict[str, Any], replica: str, index: int) -> dict[str, str]:
+    """What the Kubeflow training operator (kubeflow.org/v1, v1.7+) and the kubelet put in a pod's environment:
+    the container's own env, then MASTER_ADDR/PORT (the master's service and its `pytorchjob-port`), WORLD_SIZE
+    (pods × nprocPerNode), RANK (the pod's index: the master 0, worker i is i + 1), PET_* for torchrun, and
+    the cluster's KUBERNETES_PORT."""
+    spec = manifest["spec"]
+    replicas = spec["pytorchReplicaSpecs"]
+    container = replicas[replica]["template"]["spec"]["containers"][0]
+    master = replicas["Master"]["template"]["spec"]["containers"][0]
+    (port,) = [entry["containerPort"] for entry in master["ports"] if entry["name"] == "pytorchjob-port"]
+    pods = sum(int(entry["replicas"]) for entry in replicas.values())
+    per_pod = int(spec["nprocPerNode"])
+    rank = index + (1 if replica == "Worker" else 0)
+    environment = {entry["name"]: entry["value"] for entry in container.get("env", [])}
+    environment.update(
+        PYTHONUNBUFFERED="1",
+        MASTER_ADDR=f"{manifest['metadata']['name']}-master-0",
+        MASTER_PORT=str(port),
+        PET_MASTER_ADDR=f"{manifest['metadata']['name']}-master-0",
+        PET_MASTER_PORT=str(port),
+        WORLD_SIZE=str(pods * per_pod),
+        RANK=str(rank),
+        PET_NPROC_PER_NODE=str(per_pod),
+        PET_NODE_RANK=str(rank),
+        PET_NNODES=str(pods),
+        KUBERNETES_PORT="tcp://10.96.0.1:443",
+    )
+    return environment
+
+
+def kubelet_command(container: dict[str, Any], environment: dict[str, str]) -> list[str]:
+    """The container's command with `$(VAR)` expanded from its environment, as the kubelet does."""
+    return [re.sub(r"\$\((\w+)\)", lambda found: environment[found.group(1)], word) for word in container["command"]]
+
+
+def pods(manifest: dict[str, Any]) -> list[tuple[str, int]]:
+    replicas = manifest["spec"]["pytorchReplicaSpecs"]
+    return [
+        (kind, index)
+        for kind in ("Master", "Worker")
+        if kind in replicas
+        for index in range(replicas[kind]["replicas"])
+    ]
+
+
+KUBEFLOW_PLANS = {
+    "cpu, one process per pod, 3 pods": (Request(accelerator="cpu", num_nodes=3), Environment(cpu_count=8)),
+    "4 gpus per pod, 2 pods, bf16": (
+        Request(devices=4, num_nodes=2, precision="bf16-mixed"),
+        Environment(cuda_device_count=4),
+    ),
+    "one gpu per pod, 2 pods": (Request(devices=1, num_nodes=2, strategy="ddp"), Environment(cuda_device_count=1)),
+    "cpu, 2 processes, one pod": (Request(accelerator="cpu", devices=2), Environment(cpu_count=8)),
+}
+
+
+@pytest.mark.parametrize("name", list(KUBEFLOW_PLANS))
+def test_the_kubeflow_manifest_resolves_the_same_layout_in_every_pod(name: str) -> None:
+    request, env = KUBEFLOW_PLANS[name]
+    plan = resolve(request, env)
+    text = emit_kubeflow(plan, ["train.py", "--lr", "0.1"], image="ghcr.io/me/train:1.0", name="llm")
+    manifest = yaml.safe_load(text)
+    assert (manifest["apiVersion"], manifest["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    assert len(pods(manifest)) == plan.num_nodes and manifest["spec"]["nprocPerNode"] == str(plan.processes_per_node)
+    for kind, index in pods(manifest):
+        container = manifest["spec"]["pytorchReplicaSpecs"][kind]["template"]["spec"]["containers"][0]
+        assert container["name"] == "pytorch" and container["image"] == "ghcr.io/me/train:1.0"
+        limits = container.get("resources", {}).get("limits", {})
+        assert limits == ({"nvidia.com/gpu": len(plan.devices)} if plan.accelerator == "cuda" else {})
+        pod = operator_environment(manifest, kind, index)
+        command = kubelet_command(container, pod)
+        gpus = len(plan.devices) if plan.accelerator == "cuda" else 0
+        carried = pod.get("TRAINPLAN_REQUEST")
+        inside_request = request_from_json_text(carried) if carried else Request()  # what tp.resolve() reads
+        if plan.processes_per_node == 1:
+            # The pod runs the script itself: trainplan detects the Kubeflow pod.
+            assert command == ["python", "train.py", "--lr", "0.1"]
+            inside = resolve(inside_request, Environment(cuda_device_count=gpus, cpu_count=8, variables=pod))
+            same_layout(inside, plan)
+            assert inside.cluster.kind == "kubeflow" and inside.cluster.global_rank == int(pod["RANK"])
+            assert inside.precision == plan.precision and inside.strategy.name == plan.strategy.name
+            continue
+        # Several processes per pod: torchrun in the pod, its numbers from the operator's variables.
+        options, script = _torchrun_options(command)
+        assert command[0] == "torchrun" and script == ["train.py", "--lr", "0.1"]
+        node, per_pod = int(options["node-rank"]), int(options["nproc-per-node"])
+        assert (int(options["nnodes"]), per_pod) == (plan.num_nodes, plan.processes_per_node)
+        assert node == int(pod["RANK"]) and options["master-addr"] == "llm-master-0"
+        for local_rank in range(per_pod):
+            worker = {  # torchrun's static rendezvous: the node rank as given, ranks node × per_pod + local
+                **pod,
+                "RANK": str(node * per_pod + local_rank),
+                "LOCAL_RANK": str(local_rank),
+                "GROUP_RANK": str(node),
+                "LOCAL_WORLD_SIZE": str(per_pod),
+                "WORLD_SIZE": str(plan.num_nodes * per_pod),
+                "MASTER_ADDR": options["master-addr"],
+                "MASTER_PORT": options["master-port"],
+                "TORCHELASTIC_RUN_ID": "none",
+            }
+            inside = resolve(inside_request, Environment(cuda_device_count=gpus, cpu_count=8, variables=worker))
+            same_layout(inside, plan)
+            assert inside.cluster.kind == "torchelastic" and inside.global_rank == node * per_pod + local_rank
+            assert inside.precision == plan.precision
+
+
+def test_a_kubeflow_manifest_needs_an_image_a_kubernetes_name_and_cpus_or_nvidia_gpus() -> None:
+    plan = resolve(Request(accelerator="cpu", num_nodes=2), Environment(cpu_count=8))
+    for image in ("", "my image", "img\n- evil"):
+        with pytest.raises(InvalidRequest, match="image="):
+            emit_kubeflow(plan, image=image)
+    for name in ("Train", "-x", "a" * 60, "x_y"):
+        with pytest.raises(InvalidRequest, match="Kubernetes names"):
+            emit_kubeflow(plan, image="img", name=name)
+    mps = resolve(Request(accelerator="mps"), Environment(mps_available=True))
+    with pytest.raises(Incompatible, match="schedules 'cpu' and 'cuda', not 'mps'") as caught:
+        emit_kubeflow(mps, image="img")
+    assert caught.value.rule == "kubeflow-accelerator"
+
+
+def test_the_scripts_words_in_a_manifest_are_data_not_yaml() -> None:
+    plan = resolve(Request(accelerator="cpu", num_nodes=2), Environment(cpu_count=8))
+    words = ["train.py", "--note", 'a: "b"\n- c', "--x", "#not a comment", "--n", "3"]
+    manifest = yaml.safe_load(emit_kubeflow(plan, words, image="img"))
+    container = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", *words], "every word a string, exactly as given"

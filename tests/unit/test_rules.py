@@ -481,7 +481,7 @@ def test_every_rule_in_the_table_is_exercised() -> None:
             exercised.add(error.rule)
         except TrainplanError:
             pass
-    exercised |= _world_rules() | _training_rules()
+    exercised |= _world_rules() | _training_rules() | _emit_rules()
     assert exercised | {"metric-stateful-cpu"} == set(RULES)
 
 
@@ -535,6 +535,15 @@ def _training_rules() -> set[str]:
 def _raise(error: TrainplanError | None) -> None:
     if error is not None:
         raise error
+
+
+def _emit_rules() -> set[str]:
+    """The rules the emitters apply to a plan (`resolve.emit`)."""
+    from trainplan.resolve.emit import emit_kubeflow
+
+    with pytest.raises(Incompatible) as caught:
+        emit_kubeflow(resolve(Request(accelerator="mps"), Environment(mps_available=True)), image="img")
+    return {caught.value.rule}
 
 
 def _world_rules() -> set[str]:

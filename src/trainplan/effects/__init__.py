@@ -6,6 +6,8 @@ Thin by rule: it gathers facts and carries out a plan's decisions, and decides n
 
 from __future__ import annotations
 
+from trainplan.effects.elastic import EngineOptions, launch_script
+
 # `import trainplan` stays light: it loads this package only when something probes, launches or logs.
 from trainplan.effects.extras import MissingExtra, require_torch
 from trainplan.effects.gpus import (
@@ -24,7 +26,6 @@ from trainplan.effects.launching import (
     NotImportable,
     WorkerFailed,
     launch,
-    launch_script,
     launch_with,
     worker_plan,
 )
@@ -45,6 +46,7 @@ from trainplan.effects.world import JoinError, World, WorldMismatch, join
 
 __all__ = [
     "Collective",
+    "EngineOptions",
     "GpuProbeError",
     "InvalidMetric",
     "JoinError",

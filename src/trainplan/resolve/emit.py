@@ -1,4 +1,5 @@
-"""Scaling out on existing engines: a plan written as a torchrun command line or a SLURM batch script.
+"""Scaling out on existing engines: a plan written as a torchrun command line, a SLURM batch script or a
+Kubeflow PyTorchJob manifest.
 
 Pure: text from a plan. Both forms start the workers with torchrun, so every worker carries torchrun's
 variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and a plain env:// script runs
@@ -11,12 +12,22 @@ every node (the shell stops with a message when they are not set).
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 from collections.abc import Sequence
 
+from trainplan.resolve.core import incompatible
 from trainplan.resolve.world import carried_request, script_strategy_note
+from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.plan import Plan
-from trainplan.spec.tables import REQUEST_VARIABLE, SELECTED_DEVICES_VARIABLE, SLURM_PORT_BASE
+from trainplan.spec.tables import (
+    KUBEFLOW_MASTER_PORT,
+    KUBERNETES_DEVICE_RESOURCES,
+    REQUEST_VARIABLE,
+    SELECTED_DEVICES_VARIABLE,
+    SLURM_PORT_BASE,
+)
 
 DEFAULT_SCRIPT: tuple[str, ...] = ("train.py",)
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -158,3 +169,113 @@ def slurm_worker_line(script: str) -> str:
     if not last.startswith(prefix):
         raise ValueError("not a script written by emit_slurm")
     return last[len(prefix) :]
+
+
+_KUBERNETES_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?")
+_IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
+
+
+def emit_kubeflow(plan: Plan, command: Sequence[str] = (), *, image: str, name: str = "train") -> str:
+    """A PyTorchJob manifest (Kubeflow training operator, kubeflow.org/v1) that runs the plan: one pod per node
+    (a Master and num_nodes - 1 Workers), `nvidia.com/gpu` per pod for CUDA plans, the image given.
+
+    The operator gives every pod MASTER_ADDR (the master's service), MASTER_PORT, WORLD_SIZE and RANK (the
+    pod's index). One process per pod runs the script itself: inside, `trainplan.resolve()` detects the
+    Kubeflow pod. Several processes per pod run it under torchrun, whose node rank, main address and port come
+    from those variables (`$(RANK)`, expanded by Kubernetes), so any operator version fits; inside, the workers
+    carry torchrun's variables.
+    """
+    given_image: object = image
+    given_name: object = name
+    if not isinstance(given_image, str) or not _IMAGE.fullmatch(given_image):
+        raise InvalidRequest(
+            field="image",
+            value=image,
+            reason="a PyTorchJob needs the container image that holds the script, torch and trainplan",
+            fix="Write an image reference such as --image ghcr.io/me/train:1.0",
+        )
+    if not isinstance(given_name, str) or not _KUBERNETES_NAME.fullmatch(given_name):
+        raise InvalidRequest(
+            field="job name",
+            value=name,
+            reason="Kubernetes names are lower-case letters, digits and '-', starting and ending with a letter or "
+            "digit, at most 52 characters (the pods are named <name>-worker-<index>)",
+            fix="Write a name such as --job-name train-llm",
+        )
+    if plan.accelerator not in KUBERNETES_DEVICE_RESOURCES:
+        supported = " and ".join(repr(name) for name in KUBERNETES_DEVICE_RESOURCES)
+        raise incompatible("kubeflow-accelerator", {"accelerator": plan.accelerator}, supported=supported)
+    resource = KUBERNETES_DEVICE_RESOURCES[plan.accelerator]
+    port = plan.cluster.main_port or KUBEFLOW_MASTER_PORT
+    words = list(command) or list(DEFAULT_SCRIPT)
+    if plan.processes_per_node == 1:
+        if words[0] == "-m" or words[0].startswith("-") or words[0].endswith(".py"):
+            words = ["python", *words]
+    else:
+        words = [
+            "torchrun",
+            f"--nnodes={plan.num_nodes}",
+            f"--nproc-per-node={plan.processes_per_node}",
+            "--node-rank=$(RANK)",
+            "--master-addr=$(MASTER_ADDR)",
+            "--master-port=$(MASTER_PORT)",
+            *_command(words),
+        ]
+    container: dict[str, object] = {"name": "pytorch", "image": image, "command": words}
+    carried = carried_request(plan)
+    if carried is not None:
+        container["env"] = [{"name": REQUEST_VARIABLE, "value": carried}]
+    container["ports"] = [{"name": "pytorchjob-port", "containerPort": port}]
+    if resource is not None:
+        container["resources"] = {"limits": {resource: len(plan.devices)}}
+    replicas: dict[str, object] = {"Master": _replica(1, container)}
+    if plan.num_nodes > 1:
+        replicas["Worker"] = _replica(plan.num_nodes - 1, container)
+    manifest: dict[str, object] = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name},
+        "spec": {"nprocPerNode": str(plan.processes_per_node), "pytorchReplicaSpecs": replicas},
+    }
+    header = [f"# {line[2:]}" if line.startswith("# ") else line for line in _notes(plan)]
+    header.append(
+        f"# {plan.num_nodes} pod(s) × {plan.processes_per_node} process(es) = world size {plan.world_size}; "
+        "kubectl apply -f this file"
+    )
+    return "\n".join([*header, *_yaml(manifest, 0)])
+
+
+def _replica(count: int, container: dict[str, object]) -> dict[str, object]:
+    return {"replicas": count, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [container]}}}
+
+
+def _yaml(value: object, indent: int) -> list[str]:
+    """Block YAML for plain data: every string double-quoted (JSON's quoting, which YAML reads the same)."""
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) and item:
+                lines.append(f"{pad}{key}:")
+                lines += _yaml(item, indent + 2)
+            else:
+                lines.append(f"{pad}{key}: {_scalar(item)}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict) and item:
+                inner = _yaml(item, indent + 2)
+                lines.append(f"{pad}- {inner[0].lstrip()}")
+                lines += inner[1:]
+            else:
+                lines.append(f"{pad}- {_scalar(item)}")
+    return lines
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, (dict, list)):
+        return "{}" if isinstance(value, dict) else "[]"
+    return json.dumps(str(value), ensure_ascii=False)

@@ -1075,6 +1075,16 @@ DEFAULT_PROCESS_GROUP_TIMEOUT: Final[int] = 1800
 """Seconds a collective may wait for its peers when the strategy's options set no timeout (torch's and
 Lightning's default)."""
 
+KUBERNETES_DEVICE_RESOURCES: Final[Mapping[AcceleratorName, str | None]] = {
+    "cpu": None,
+    "cuda": "nvidia.com/gpu",  # NVIDIA's device plugin
+}
+"""The accelerators a Kubeflow PyTorchJob can run on, and the Kubernetes resource each pod asks for per device
+(None: CPUs, which every node has)."""
+
+KUBEFLOW_MASTER_PORT: Final[int] = 23456
+"""The Kubeflow training operator's default master port (its container port named `pytorchjob-port`)."""
+
 DEFAULT_MAIN_PORT: Final[int] = 29500
 """torch.distributed's customary port, used where a cluster gives neither MASTER_PORT nor a job id (MPI)."""
 
@@ -1294,6 +1304,14 @@ RULES: Final[Mapping[str, Rule]] = {
                 "would never meet"
             ),
             fix="Export the same MASTER_PORT (e.g. MASTER_PORT=29500) and MASTER_ADDR on every node before launching",
+        ),
+        Rule(
+            id="kubeflow-accelerator",
+            reason=(
+                "a Kubeflow PyTorchJob's pods get their devices from Kubernetes, which schedules {supported}, not "
+                "{accelerator!r}"
+            ),
+            fix="Plan for accelerator='cpu' or 'cuda' to emit a PyTorchJob, or use {accelerator!r}'s own launcher",
         ),
         Rule(
             id="sync-batchnorm-device",

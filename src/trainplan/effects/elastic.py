@@ -1,0 +1,845 @@
+"""`trainplan launch`: a script on the plan's workers, run by torch's elastic engine (the one behind torchrun).
+
+The plan gives the numbers (nodes, processes per node, this node's rank, the main address and port, the GPUs);
+torch's own launcher carries them out: `torch.distributed.run`'s argument parser and `config_from_args` turn
+them into a `LaunchConfig`, and `torch.distributed.launcher.api.launch_agent` runs the elastic agent. So the
+rendezvous (c10d, or static with a fixed node rank), restarts (`max_restarts`), log directories, redirects and
+tee, the local-ranks filter, error files (`TORCHELASTIC_ERROR_FILE`) and the OMP_NUM_THREADS default are
+torchrun's own. trainplan adds, on top of the engine:
+
+- the plan's one-line summary before anything starts, and a line while a node waits for its peers;
+- each worker's output, prefixed by its rank (`[rank 3] ...`): the engine writes every rank's stdout and stderr
+  to files in the log directory, and trainplan passes them on line by line, so a reader that goes away
+  (`| head`) never blocks a worker (a temporary directory, removed afterwards, unless `log_dir` is given or
+  files were asked for);
+- exit codes: the first failing rank's exit code (128 + N for signal N), 124 when `timeout` runs out, 130 on
+  Ctrl-C, 143 on SIGTERM, 129 on a hang-up;
+- nothing left alive. The engine stops the workers that still run, but not what a worker started: torchrun
+  2.13 leaves a worker's child processes running when the worker itself has exited (after a success and a
+  failure alike). trainplan makes itself the subreaper of everything it starts (Linux) and, when the engine
+  returns, stops every descendant that is left (terminate, then kill after the grace period; a second Ctrl-C
+  cuts the grace short);
+- a static rendezvous waits inside torch's TCPStore, where no signal reaches Python: the wait is bounded by
+  `timeout`, and the command line (`exit_on_signal_while_waiting`) ends at once on Ctrl-C, SIGTERM or a
+  hang-up while no worker has started yet.
+
+Inside a started job (an srun task, a Kubeflow pod: the plan's launcher is `external`), the script runs once,
+as this process's rank, with torchrun's variables; the job's own manager supervises it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import ctypes
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from trainplan.effects.launching import (
+    DEFAULT_GRACE_PERIOD,
+    LaunchError,
+    _check_startable,
+    _check_times,
+    _ScriptWorker,
+    _signal_name,
+    _sigterm_stops_workers,
+    _specs,
+    _stop,
+    choose_free_port,
+)
+from trainplan.resolve.world import torchrun_variables
+from trainplan.spec import tables
+from trainplan.spec.plan import Plan
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.api import LogsDest
+
+RENDEZVOUS_BACKENDS = ("c10d", "static", "etcd", "etcd-v2")
+"""The rendezvous backends torch's elastic agent registers (`--rdzv-backend`)."""
+
+
+@attrs.frozen(kw_only=True)
+class EngineOptions:
+    """torchrun's own options for the engine: what the plan does not decide.
+
+    The rendezvous defaults are torchrun's: one node meets through c10d on a port the system picks (as
+    `--standalone`), unless a main port is known; several nodes meet through the static rendezvous (node ranks
+    as given) at the main address and port, unless `rdzv_backend` says otherwise.
+    """
+
+    max_restarts: int = 0
+    """Restarts of the whole worker group after a failure before the run fails (torchrun's `--max-restarts`)."""
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    """host:port of the rendezvous (default: the plan's main address and port)."""
+    rdzv_id: str | None = None
+    """The same on every node (default: from the main port)."""
+    rdzv_conf: str = ""
+    """key=value,... for the rendezvous (torchrun's `--rdzv-conf`, e.g. `timeout=60`)."""
+    log_dir: str | None = None
+    """Where the engine keeps each attempt's per-rank stdout.log, stderr.log and error.json."""
+    redirects: str = "0"
+    """Streams to the log files only, not the console: 0 none, 1 stdout, 2 stderr, 3 both, or `0:3,1:1` per rank."""
+    tee: str = "0"
+    """Streams to the log files and the console (the console always shows them unless redirected)."""
+    local_ranks_filter: str | None = None
+    """Local ranks whose output reaches the console, e.g. `0` or `0,2`."""
+    no_python: bool = False
+    """Run the command as a program, not through the Python interpreter (torchrun's `--no-python`)."""
+    module: bool = False
+    """Run the script as a module, `python -m` (torchrun's `-m`)."""
+    local_addr: str | None = None
+    """This node's address for the c10d rendezvous (torchrun's `--local-addr`)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# What to run
+
+
+@attrs.frozen
+class Command:
+    """The worker command: an executable and its arguments, and whether the engine runs it as Python."""
+
+    program: str
+    arguments: tuple[str, ...]
+    python: bool
+    module: bool
+
+
+def script_command(argv: Sequence[str], options: EngineOptions = EngineOptions()) -> Command:
+    """What each worker runs: a Python script (`train.py`), a module (`-m pkg.train` or `module=True`), code
+    (`-c ...`), or any other program (`no_python=True`, or a first word that is not a `.py` file)."""
+    words = list(argv)
+    if not words or not words[0]:
+        raise LaunchError(
+            "Nothing to launch: name the script after the flags, e.g. `trainplan launch --devices 2 train.py`"
+        )
+    if options.no_python and options.module:
+        raise LaunchError("--no-python and -m cannot go together: a module is run by the Python interpreter")
+    module = options.module
+    if not options.no_python and not module and words[0] == "-m":
+        module, words = True, words[1:]
+        if not words:
+            raise LaunchError("-m needs a module name, e.g. `trainplan launch -m pkg.train`")
+    if module:
+        return Command(words[0], tuple(words[1:]), python=True, module=True)
+    if not options.no_python and words[0].endswith(".py"):
+        if not Path(words[0]).is_file():
+            raise LaunchError(f"No such script: {words[0]!r}. Name a Python file that exists, e.g. train.py")
+        return Command(words[0], tuple(words[1:]), python=True, module=False)
+    if not options.no_python and words[0].startswith("-"):
+        # Interpreter options (-c code, -X ...): the interpreter itself is the program.
+        return Command(sys.executable, ("-u", *words), python=False, module=False)
+    found = shutil.which(words[0])
+    if found is None:
+        raise LaunchError(
+            f"Cannot run {words[0]!r}: it is not an executable program on PATH. Name a Python script (train.py), "
+            "a module (-m pkg.train), code (-- -c '...') or a program on PATH"
+        )
+    return Command(found, tuple(words[1:]), python=False, module=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# The workers' output, prefixed by rank
+
+
+class _Sink:
+    """Where the workers' lines go. Once the reader is gone (`| head`), lines are dropped and the workers keep
+    running: their output files are still read, so nothing waits on the reader."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+        self.broken = False
+        self.failure: str | None = None
+        """Why writing failed, when it was not the reader going away (a full disk, say)."""
+
+    def write(self, text: str) -> None:
+        with self.lock:
+            if self.broken or self.stream is None:  # no stdout at all (`>&-`): nothing to show
+                return
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except BrokenPipeError:
+                self.broken = True  # the reader left (`| head`): what follows is not wanted
+            except (ValueError, OSError) as error:
+                self.broken = True
+                self.failure = getattr(error, "strerror", None) or str(error)
+
+
+_LINE_LIMIT = 1 << 16
+"""A worker's output is passed on by line, or every 64 KiB without one: memory stays bounded."""
+_TAIL_POLL = 0.05
+"""Seconds between looks at a log file that has nothing new."""
+
+
+def _pump(stream: Any, prefix: str, sink: _Sink, finished: threading.Event | None = None) -> None:
+    """Pass a worker's output on, prefixed by its rank, a line at a time. A carriage return ends a line too, so
+    progress bars show as they move; a run without any line end is cut every 64 KiB, never inside a UTF-8
+    character. `stream` is a pipe (read to its end) or a file the worker writes (read until `finished` is set
+    and nothing more is there)."""
+    pending = b""
+    try:
+        while True:
+            chunk = stream.read1(_LINE_LIMIT) if hasattr(stream, "read1") else stream.read(_LINE_LIMIT)
+            if not chunk:
+                if finished is None:
+                    break
+                if finished.is_set():
+                    chunk = stream.read(_LINE_LIMIT)  # written between the last look and the end
+                    if not chunk:
+                        break
+                else:
+                    finished.wait(_TAIL_POLL)
+                    continue
+            pending += chunk
+            while True:
+                ends = [index for index in (pending.find(b"\n"), pending.find(b"\r")) if index >= 0]
+                if not ends:
+                    break
+                cut = min(ends) + 1
+                line, pending = pending[:cut], pending[cut:]
+                sink.write(prefix + line.decode("utf-8", "replace").rstrip("\r\n") + "\n")
+            while len(pending) > _LINE_LIMIT:
+                cut = _LINE_LIMIT
+                while cut > _LINE_LIMIT - 3 and pending[cut] & 0xC0 == 0x80:
+                    cut -= 1  # never split a UTF-8 character across two lines
+                sink.write(prefix + pending[:cut].decode("utf-8", "replace") + "\n")
+                pending = pending[cut:]
+        if pending:
+            sink.write(prefix + pending.decode("utf-8", "replace") + "\n")
+    except (OSError, ValueError):
+        pass  # the pipe was closed under us while stopping
+    finally:
+        with contextlib.suppress(OSError):
+            stream.close()
+
+
+def _tail(path: str, prefix: str, sink: _Sink, finished: threading.Event) -> None:
+    """Follow a log file the engine opens for a worker (it may not exist yet) until the attempt is over."""
+    while not os.path.exists(path):
+        if finished.wait(_TAIL_POLL) and not os.path.exists(path):
+            return
+    try:
+        stream = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by _pump)
+    except OSError:
+        return
+    _pump(stream, prefix, sink, finished)
+
+
+def _console_streams(setting: object, local_rank: int) -> int:
+    """The Std bits (1 stdout, 2 stderr) that `setting` (a Std, or a map of local rank to Std) gives a rank."""
+    chosen = setting.get(local_rank, 0) if isinstance(setting, Mapping) else setting
+    return int(chosen) if isinstance(chosen, int) else 0
+
+
+def _logs_specs(
+    *,
+    log_dir: str,
+    redirects: object,
+    tee: object,
+    ranks_filter: set[int] | None,
+    out: _Sink,
+    err: _Sink,
+    on_start: Any,
+) -> Any:
+    """A torch `LogsSpecs` that sends every rank's streams to files (the engine's own layout under `log_dir`)
+    and follows the files itself, rank-prefixed, for the streams the console should show."""
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, Std
+
+    class PrefixedLogs(DefaultLogsSpecs):
+        def __init__(self) -> None:
+            super().__init__(log_dir=log_dir, redirects=Std.ALL, tee=Std.NONE)
+            self.finished = threading.Event()
+            self.tails: list[threading.Thread] = []
+
+        def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
+            self.finish()  # a restart: the previous attempt's files are read to their end first
+            destination = super().reify(envs)
+            on_start(envs)
+            self.finished = threading.Event()
+            for local_rank, env in envs.items():
+                if ranks_filter is not None and local_rank not in ranks_filter:
+                    continue
+                shown = 3 & (~_console_streams(redirects, local_rank) | _console_streams(tee, local_rank))
+                prefix = f"[rank {env.get('RANK', local_rank)}] "
+                for bit, paths, sink in ((1, destination.stdouts, out), (2, destination.stderrs, err)):
+                    if shown & bit:
+                        tail = threading.Thread(
+                            target=_tail, args=(paths[local_rank], prefix, sink, self.finished), daemon=True
+                        )
+                        tail.start()
+                        self.tails.append(tail)
+            return destination
+
+        def finish(self) -> None:
+            self.finished.set()
+            for tail in self.tails:
+                tail.join(10.0)
+            self.tails = []
+
+    return PrefixedLogs()
+
+
+# --------------------------------------------------------------------------------------------------
+# Nothing left alive
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _set_subreaper(on: bool) -> bool:
+    """Make this process the subreaper of its descendants (Linux): an orphaned grandchild becomes our child."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> set[int]:
+    """This process's children in other sessions than ours (the engine starts each worker in a session of its
+    own; orphans of those sessions are reparented here while we are the subreaper)."""
+    me, session = os.getpid(), os.getsid(0)
+    found: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # fields: state, ppid, pgrp, session, ...
+        if len(fields) > 3 and int(fields[1]) == me and int(fields[3]) != session:
+            found.add(int(entry))
+    return found
+
+
+@attrs.define
+class _Orphan:
+    """A leftover descendant, stopped through its process group as a worker is."""
+
+    pid: int
+
+    def exitcode(self) -> int | None:
+        try:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return 0  # reaped already
+        if done == 0:
+            return None
+        return os.waitstatus_to_exitcode(status)
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.exitcode() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def _reap_descendants(before: set[int], grace: float) -> None:
+    """Stop every descendant the run left (our children now, as their subreaper): each one's process group is
+    terminated, then killed after `grace` seconds; their own children, orphaned in turn, are found next round."""
+    settle = time.monotonic() + 30.0
+    ours = os.getpgid(0)
+    while time.monotonic() < settle:
+        left = sorted(_children() - before)
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                group = os.getpgid(pid)
+                if group != ours:
+                    os.killpg(group, signal.SIGTERM)  # the worker's group it was left in: its siblings too
+        _stop([_Orphan(pid) for pid in left], grace=grace)
+
+
+# --------------------------------------------------------------------------------------------------
+# Signals and the deadline
+
+
+class _Interrupted(BaseException):
+    """A signal (SIGINT, SIGTERM, SIGHUP) in the launcher, raised where the main thread is, the engine included."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
+
+
+_HANDLED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""Handled by trainplan for the whole run. The engine would take them over when the workers start, and its
+handler, raised again by a second Ctrl-C while it stops the workers, starts a second full grace period; ours
+only cut the grace short. The engine keeps SIGQUIT."""
+ENGINE_SIGNALS = "SIGQUIT"
+
+
+@contextlib.contextmanager
+def _own_signals() -> Iterator[None]:
+    """Our handlers for the whole run (the engine is told to leave these signals alone); restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.getsignal(number) for number in _HANDLED}
+
+    def handler(number: int, frame: object) -> None:
+        raise _Interrupted(number)
+
+    for number in _HANDLED:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(number, handler)
+    try:
+        yield
+    finally:
+        for number, handler_before in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(number, handler_before)
+
+
+@contextlib.contextmanager
+def _environment(variables: Mapping[str, str]) -> Iterator[None]:
+    """The workers' common variables in this process's environment (the engine passes it on), restored after
+    with everything the engine itself set there (OMP_NUM_THREADS, TORCHELASTIC_SIGNALS_TO_HANDLE)."""
+    saved = dict(os.environ)
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(saved):
+            os.environ.pop(key, None)
+        for key, value in saved.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
+class _WaitWatch:
+    """While a node waits in a static rendezvous (inside torch's TCPStore, where Python's handlers never run),
+    a signal ends the command at once: no worker has started, so there is nothing to stop."""
+
+    def __init__(self, say: Any, *, cleanup: str | None, timed_out: threading.Event, timeout: float | None) -> None:
+        self.say = say
+        self.cleanup = cleanup
+        self.timed_out = timed_out
+        self.timeout = timeout
+        self.waiting = threading.Event()
+        self.closed = threading.Event()
+        self.reader, self.writer = socket.socketpair()
+        self.writer.setblocking(False)
+        self.previous_fd = -1
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> _WaitWatch:
+        if threading.current_thread() is threading.main_thread():
+            self.previous_fd = signal.set_wakeup_fd(self.writer.fileno(), warn_on_full_buffer=False)
+            self.waiting.set()
+            self.thread.start()
+        return self
+
+    def started(self) -> None:
+        self.waiting.clear()
+
+    def _watch(self) -> None:
+        while not self.closed.is_set():
+            try:
+                self.reader.settimeout(0.2)
+                data = self.reader.recv(16)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not data or not self.waiting.is_set():
+                continue
+            if self.closed.wait(1.0) or not self.waiting.is_set():
+                continue  # the main thread took the signal itself
+            number, code = data[-1], 128 + data[-1]
+            if self.timed_out.is_set():  # the deadline's own interruption
+                code = 124
+                self.say(f"the workers did not finish within {self.timeout:g} s (still waiting for the other nodes)")
+            else:
+                self.say(f"stopped by {_signal_name(-number) or number} while waiting for the other nodes")
+            if self.cleanup is not None:
+                shutil.rmtree(self.cleanup, ignore_errors=True)
+            os._exit(code)
+
+    def __exit__(self, *exc: object) -> None:
+        self.closed.set()
+        if self.thread.is_alive():
+            with contextlib.suppress(ValueError, OSError):
+                signal.set_wakeup_fd(self.previous_fd)
+            self.thread.join(1.0)
+        self.reader.close()
+        self.writer.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# The run
+
+
+@attrs.frozen
+class _Meeting:
+    """Where and how this node's agent meets the others."""
+
+    backend: str
+    endpoint: str
+    run_id: str
+    node_rank: int
+    local_addr: str | None
+
+
+def _meeting(plan: Plan, options: EngineOptions) -> _Meeting:
+    cluster = plan.cluster
+    address = cluster.main_address
+    host = f"[{address}]" if ":" in address else address
+    backend = options.rdzv_backend
+    if backend is not None and backend not in RENDEZVOUS_BACKENDS:
+        raise LaunchError(
+            f"--rdzv-backend {backend!r} is not a rendezvous backend of torch's elastic agent; use one of "
+            f"{', '.join(RENDEZVOUS_BACKENDS)}"
+        )
+    if backend is None:
+        backend = "static" if cluster.main_port is not None or plan.num_nodes > 1 else "c10d"
+    if options.rdzv_endpoint:
+        endpoint = options.rdzv_endpoint
+    elif cluster.main_port is not None:
+        endpoint = f"{host}:{cluster.main_port}"
+    elif backend == "static":
+        endpoint = f"{host}:{choose_free_port(address)}"
+    else:
+        endpoint = f"{host}:0"  # the system picks the store's port: two runs on one box never clash
+    port = endpoint.rsplit(":", 1)[-1]
+    run_id = tables.TRAINPLAN_RUN_ID_PREFIX + (
+        options.rdzv_id or (port if port != "0" else f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    )
+    local = options.local_addr or (address if plan.num_nodes == 1 else None)
+    return _Meeting(backend, endpoint, run_id, cluster.node_rank, local)
+
+
+def _summary(plan: Plan, meeting: _Meeting, options: EngineOptions) -> str:
+    layout = (
+        f"{plan.processes_per_node} process(es)"
+        if plan.num_nodes == 1
+        else f"node {meeting.node_rank} of {plan.num_nodes} × {plan.processes_per_node} process(es)"
+    )
+    where = meeting.endpoint.removesuffix(":0") + (" (a free port)" if meeting.endpoint.endswith(":0") else "")
+    restarts = f", up to {options.max_restarts} restart(s)" if options.max_restarts else ""
+    return (
+        f"{plan.accelerator} {plan.strategy.name} {plan.precision}, {layout}, world size {plan.world_size}, "
+        f"backend {plan.process_group_backend or 'none'}; {meeting.backend} rendezvous at {where}{restarts}"
+    )
+
+
+def _common_variables(plan: Plan, meeting: _Meeting, port: int) -> dict[str, str]:
+    """What every worker of this node shares (the engine adds each one's ranks, MASTER_ADDR and MASTER_PORT)."""
+    variables = _specs(plan, port=port, launcher="trainplan launch")[0].environment()
+    for per_worker in ("RANK", "LOCAL_RANK", "ROLE_RANK", "MASTER_PORT", "MASTER_ADDR", "GROUP_RANK"):
+        variables.pop(per_worker, None)
+    if meeting.backend != "static" and plan.num_nodes > 1:
+        variables.pop("NODE_RANK", None)  # the rendezvous assigns node ranks (GROUP_RANK) as nodes arrive
+    variables["PYTHONUNBUFFERED"] = "1"
+    return variables
+
+
+def _engine_arguments(plan: Plan, meeting: _Meeting, options: EngineOptions, log_dir: str) -> list[str]:
+    """torchrun's command line for this plan (parsed by torchrun's own parser)."""
+    words = [
+        f"--nnodes={plan.num_nodes}",
+        f"--nproc-per-node={plan.processes_per_node}",
+        f"--node-rank={meeting.node_rank}",
+        f"--rdzv-backend={meeting.backend}",
+        f"--rdzv-endpoint={meeting.endpoint}",
+        f"--rdzv-id={meeting.run_id}",
+        f"--max-restarts={options.max_restarts}",
+        f"--log-dir={log_dir}",
+    ]
+    if meeting.backend == "static":
+        host, _, port = meeting.endpoint.rpartition(":")
+        words += [f"--master-addr={host.strip('[]')}", f"--master-port={port}"]
+    if options.rdzv_conf:
+        words.append(f"--rdzv-conf={options.rdzv_conf}")
+    if meeting.local_addr:
+        words.append(f"--local-addr={meeting.local_addr}")
+    return words
+
+
+def _parse_streams(name: str, text: str) -> object:
+    from torch.distributed.elastic.multiprocessing.api import Std
+
+    try:
+        return Std.from_str(text)
+    except ValueError:
+        raise LaunchError(
+            f"--{name} {text!r}: write 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank as 0:3,1:1"
+        ) from None
+
+
+def _parse_ranks_filter(text: str | None) -> set[int] | None:
+    if text is None:
+        return None
+    try:
+        ranks = {int(part) for part in text.split(",")}
+    except ValueError:
+        ranks = set()
+    if not ranks or min(ranks) < 0:
+        raise LaunchError(f"--local-ranks-filter {text!r}: write local ranks separated by commas, e.g. 0 or 0,2")
+    return ranks
+
+
+def launch_script(
+    plan: Plan,
+    argv: Sequence[str],
+    *,
+    timeout: float | None = None,
+    grace_period: float = DEFAULT_GRACE_PERIOD,
+    options: EngineOptions = EngineOptions(),
+    stdout: Any = None,
+    stderr: Any = None,
+    quiet: bool = False,
+    exit_on_signal_while_waiting: bool = False,
+) -> int:
+    """Run a script on each of the plan's workers on this node through torch's elastic agent, with the
+    environment torchrun gives (so `torch.distributed.init_process_group()` with env:// works unchanged) plus
+    the plan; output prefixed by rank.
+
+    Returns the exit code of the first failing worker (0 when all succeed, after any restarts; 124 on timeout;
+    128 + N when this process got signal N); nothing it started is alive when it returns.
+    """
+    if not isinstance(plan, Plan):
+        raise LaunchError(f"launch_script takes a trainplan.Plan, not {type(plan).__name__}")
+    _check_times(timeout, grace_period)
+    restarts: object = options.max_restarts
+    if not isinstance(restarts, int) or restarts < 0:
+        raise LaunchError(f"max_restarts={options.max_restarts!r}: write a whole number ≥ 0")
+    command = script_command(argv, options)
+    out = _Sink(sys.stdout if stdout is None else stdout)
+    err = _Sink(sys.stderr if stderr is None else stderr)
+
+    def say(text: str) -> None:
+        err.write(f"trainplan: {text}\n")
+
+    if plan.launcher == "xla":
+        raise LaunchError("trainplan launch does not start XLA workers; use torch_xla's launcher for this plan")
+    if plan.launcher == "external":
+        code = _run_as_this_rank(plan, command, timeout=timeout, grace=grace_period, out=out)
+    else:
+        _check_startable(plan)
+        redirects = _parse_streams("redirects", options.redirects)
+        tee = _parse_streams("tee", options.tee)
+        ranks_filter = _parse_ranks_filter(options.local_ranks_filter)
+        meeting = _meeting(plan, options)
+        if not quiet:
+            say(_summary(plan, meeting, options))
+        code = _run_engine(
+            plan,
+            command,
+            meeting,
+            options,
+            timeout=timeout,
+            grace=grace_period,
+            logs=(redirects, tee, ranks_filter),
+            out=out,
+            err=err,
+            say=say,
+            quiet=quiet,
+            watch_wait=exit_on_signal_while_waiting and meeting.backend == "static",
+        )
+    for sink in (out, err):
+        if sink.failure is not None:
+            # The workers ran, but their output was lost: say so, and do not report plain success.
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                print(f"trainplan: error: the workers' output could not be written ({sink.failure})", file=sys.stderr)
+            return code or 2
+    return code
+
+
+def _run_engine(
+    plan: Plan,
+    command: Command,
+    meeting: _Meeting,
+    options: EngineOptions,
+    *,
+    timeout: float | None,
+    grace: float,
+    logs: tuple[object, object, set[int] | None],
+    out: _Sink,
+    err: _Sink,
+    say: Any,
+    quiet: bool,
+    watch_wait: bool,
+) -> int:
+    try:
+        from torch.distributed import run as torchrun
+        from torch.distributed.elastic.multiprocessing import SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import launch_agent
+    except ImportError as error:
+        raise LaunchError(
+            f"trainplan launch runs the workers through torch's elastic engine, and torch cannot be imported "
+            f"({error}). Install torch in this environment"
+        ) from None
+    redirects, tee, ranks_filter = logs
+    keep_files = options.log_dir is not None or options.redirects != "0" or options.tee != "0"
+    log_dir = options.log_dir or tempfile.mkdtemp(prefix="trainplan-launch-")
+    port = int(meeting.endpoint.rsplit(":", 1)[-1])
+    timed_out = threading.Event()
+    watch: Any = contextlib.nullcontext()
+    if watch_wait:
+        watch = _WaitWatch(say, cleanup=None if keep_files else log_dir, timed_out=timed_out, timeout=timeout)
+    attempts = [0]
+
+    def on_start(envs: dict[int, dict[str, str]]) -> None:
+        if isinstance(watch, _WaitWatch):
+            watch.started()
+        restart = next(iter(envs.values()), {}).get("TORCHELASTIC_RESTART_COUNT", "0")
+        if restart != "0":
+            say(f"restarting the workers (restart {restart} of {options.max_restarts})")
+        elif plan.num_nodes > 1 and not quiet:
+            say(f"the {plan.num_nodes} nodes met; starting this node's {plan.processes_per_node} worker(s)")
+        attempts[0] += 1
+
+    specs = _logs_specs(
+        log_dir=log_dir, redirects=redirects, tee=tee, ranks_filter=ranks_filter, out=out, err=err, on_start=on_start
+    )
+    before = _children()
+    subreaper = _set_subreaper(True)
+    deadline: threading.Timer | None = None
+    code = 0
+    try:
+        with _environment(_common_variables(plan, meeting, port)), _own_signals(), watch:
+            words = _engine_arguments(plan, meeting, options, log_dir)
+            if command.module:
+                words.append("--module")
+            elif not command.python:
+                words.append("--no-python")
+            arguments = torchrun.get_args_parser().parse_args([*words, command.program, *command.arguments])
+            config, entrypoint, entry_arguments = torchrun.config_from_args(arguments)
+            config.logs_specs = specs
+            config.signals_to_handle = ENGINE_SIGNALS
+            config.shutdown_timeout = max(0, math.ceil(grace))
+            if timeout is not None:
+                # A static rendezvous waits inside torch's store: its own timeout must end that wait too.
+                config.rdzv_configs["timeout"] = min(int(config.rdzv_configs.get("timeout", 900)), math.ceil(timeout))
+
+                def expire() -> None:
+                    timed_out.set()
+                    with contextlib.suppress(RuntimeError):
+                        _thread.interrupt_main(signal.SIGTERM)
+
+                deadline = threading.Timer(timeout, expire)
+                deadline.daemon = True
+                deadline.start()
+            if plan.num_nodes > 1 and not quiet:
+                others = plan.num_nodes - 1
+                say(f"node {meeting.node_rank} is waiting for the other {others} node(s) at {meeting.endpoint}")
+            try:
+                launch_agent(config, entrypoint, list(entry_arguments))
+            except ChildFailedError as failure:
+                rank, first = failure.get_first_failure()
+                code = first.exitcode if first.exitcode > 0 else 128 - first.exitcode
+                how = _signal_name(first.exitcode) or f"exit code {first.exitcode}"
+                tried = f" after {attempts[0]} attempt(s)" if attempts[0] > 1 else ""
+                say(f"worker rank {rank} failed ({how}){tried}; the others were stopped")
+                message: object = first.message
+                if isinstance(message, dict):  # the error file's own record: {"message": ..., "extraInfo": ...}
+                    message = message.get("message")
+                if os.path.isfile(first.error_file) and isinstance(message, str) and message.strip():
+                    say(f"its error ({first.error_file}): {message.strip().splitlines()[0]}")
+            except (SignalException, _Interrupted) as stopped:
+                number = stopped.sigval if isinstance(stopped, SignalException) else stopped.number
+                code = 124 if timed_out.is_set() else 128 + int(number)
+            except KeyboardInterrupt:
+                code = 124 if timed_out.is_set() else 130
+            except Exception as error:  # the rendezvous failed: a peer never came, an address that is not ours
+                if timed_out.is_set():
+                    code = 124
+                else:
+                    say(f"error: the rendezvous at {meeting.endpoint} failed ({type(error).__name__}: {error})")
+                    code = 1
+            if code == 124:
+                say(f"the workers did not finish within {timeout:g} s; stopped them")
+    except KeyboardInterrupt:
+        code = 124 if timed_out.is_set() else 130
+    except _Interrupted as stopped:
+        code = 124 if timed_out.is_set() else 128 + stopped.number
+    finally:
+        if deadline is not None:
+            deadline.cancel()
+        specs.finish()
+        try:
+            # After a signal or the deadline the engine has had its grace period already: kill what is left.
+            _reap_descendants(before, 0.0 if code == 124 or code > 128 else grace)
+        finally:
+            if subreaper:
+                _set_subreaper(False)
+            if not keep_files:
+                shutil.rmtree(log_dir, ignore_errors=True)
+    return code
+
+
+def _run_as_this_rank(plan: Plan, command: Command, *, timeout: float | None, grace: float, out: _Sink) -> int:
+    """Inside a started job: run the script once, as this process's rank, with torchrun's variables."""
+    cluster = plan.cluster
+    port = cluster.main_port or choose_free_port(cluster.main_address)
+    rank = cluster.global_rank or 0
+    variables = torchrun_variables(plan, rank=rank, local_rank=cluster.local_rank or 0, port=port)
+    words = (
+        [sys.executable, "-u", *(["-m"] if command.module else []), command.program]
+        if command.python
+        else [command.program]
+    )
+    environment = {
+        **os.environ,
+        **variables,
+        "TORCHELASTIC_RUN_ID": f"{tables.TRAINPLAN_RUN_ID_PREFIX}{port}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    code = 0
+    process: subprocess.Popen[bytes] | None = None
+    pump: threading.Thread | None = None
+    try:
+        with _sigterm_stops_workers():
+            try:
+                process = subprocess.Popen(
+                    [*words, *command.arguments],
+                    env=environment,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                raise LaunchError(f"Cannot run {command.program!r} ({error.strerror or error})") from None
+            pump = threading.Thread(target=_pump, args=(process.stdout, f"[rank {rank}] ", out), daemon=True)
+            pump.start()
+            try:
+                returned = process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                out.write(f"trainplan: the script did not finish within {timeout:g} s; stopping it\n")
+                return 124
+            code = returned if returned >= 0 else 128 - returned
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        if process is not None:
+            _stop([_ScriptWorker(process)], grace=grace)
+        if pump is not None:
+            pump.join(5.0)
+    return code

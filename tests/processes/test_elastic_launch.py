@@ -1,0 +1,190 @@
+"""`trainplan launch` on torch's elastic engine, with real processes on loopback: two nodes forming one world,
+a restart after a failure, torchrun's and Fabric's spellings, log files and error files from the engine, the
+console filter, a node waiting for its peer (said, and ended by Ctrl-C or the timeout), and no descendant left
+after a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainplan.cli import main as cli_main
+from trainplan.effects.launching import choose_free_port
+
+pytestmark = pytest.mark.processes
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINPLAN = [sys.executable, "-m", "trainplan.cli"]
+
+
+def _environment(**extra: str) -> dict[str, str]:
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("TRAINPLAN_", "SLURM_", "PET_", "TORCHELASTIC_")) and key != "OMP_NUM_THREADS"
+    }
+    environment.update(PYTHONPATH=str(ROOT), **extra)
+    return environment
+
+
+def _run(arguments: list[str], *, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TRAINPLAN, *arguments],
+        cwd=ROOT,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _reports(output: str) -> list[dict[str, Any]]:
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(part)[0] for part in output.split("REPORT ")[1:]]
+
+
+def test_two_nodes_given_in_torchruns_spelling_form_one_world_over_loopback() -> None:
+    port = str(choose_free_port("127.0.0.1"))
+    nodes = []
+    for node in (0, 1):
+        command = [*TRAINPLAN, "launch", "--accelerator", "cpu", "--nnodes", "2", "--node-rank", str(node)]
+        command += ["--master-addr", "127.0.0.1", "--master-port", port, "tests/scripts/env_world.py"]
+        nodes.append(
+            subprocess.Popen(
+                command, cwd=ROOT, env=_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    outputs = [node.communicate(timeout=120) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    for node, (stdout, stderr) in enumerate(outputs):
+        (report,) = _reports(stdout)
+        assert stdout.startswith(f"[rank {node}] REPORT ")
+        assert report["rank"] == node and report["sum"] == 3.0, "a real all_reduce across both nodes"
+        assert report["plan"] == {"world_size": 2, "num_nodes": 2, "launcher": "external", "cluster": "local"}
+        # Something is said before the workers speak: the plan, then the wait for the other node.
+        summary = stderr.index(f"trainplan: cpu ddp 32-true, node {node} of 2 × 1 process(es), world size 2")
+        assert summary < stderr.index(f"node {node} is waiting for the other 1 node(s) at 127.0.0.1:{port}")
+        assert "--nnodes is torchrun's spelling; trainplan's is --num-nodes" in stderr
+        assert "--master-port is torchrun's spelling; trainplan's is --main-port" in stderr
+
+
+def test_max_restarts_restarts_a_world_whose_rank_failed_once() -> None:
+    restarted = _run(["launch", "--accelerator", "cpu", "--devices", "2", "--max-restarts", "1", "restart_world.py"])
+    # (the script is looked up where it is: a missing path is refused before anything starts)
+    assert restarted.returncode == 2 and "No such script: 'restart_world.py'" in restarted.stderr
+    script = "tests/scripts/restart_world.py"
+    restarted = _run(["launch", "--accelerator", "cpu", "--devices", "2", "--max-restarts", "1", script])
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    assert "[rank 1] rank 1 fails in attempt 0" in restarted.stdout
+    assert "[rank 0] attempt 1 rank 0 sum 3.0" in restarted.stdout
+    assert "[rank 1] attempt 1 rank 1 sum 3.0" in restarted.stdout
+    assert "trainplan: restarting the workers (restart 1 of 1)" in restarted.stderr
+
+
+def test_module_no_python_and_the_omp_default(tmp_path: Path) -> None:
+    module = _run(["launch", "--devices", "2", "-m", "tests.scripts.argv_module", "--lr", "1", "--devices", "9"])
+    assert module.returncode == 0, module.stderr
+    for rank in (0, 1):
+        # The script's own flags (--devices 9 among them) reach it; torchrun's OMP_NUM_THREADS default holds.
+        assert f"[rank {rank}] module __main__ args ['--lr', '1', '--devices', '9'] rank {rank} omp 1" in module.stdout
+    assert "Setting OMP_NUM_THREADS environment variable for each process to be 1" in module.stderr
+    program = _run(["launch", "--quiet", "--nproc_per_node", "1", "--no-python", "echo", "hello", "world"])
+    assert program.returncode == 0 and program.stdout == "[rank 0] hello world\n", program
+    assert "trainplan: cpu" not in program.stderr, "--quiet drops the summary"
+    assert "--nproc-per-node is torchrun's spelling; trainplan's is --devices: --devices 1 (a count" in program.stderr
+
+
+def test_log_files_error_files_and_the_console_filter_come_from_the_engine(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    code = "import os, sys; print('out', os.environ['RANK']); print('err', os.environ['RANK'], file=sys.stderr)"
+    shown = _run(["launch", "--devices", "2", "--log-dir", str(logs), "--local-ranks-filter", "0", "--", "-c", code])
+    assert shown.returncode == 0, shown.stderr
+    assert "[rank 0] out 0" in shown.stdout and "[rank 0] err 0" in shown.stderr
+    assert "[rank 1]" not in shown.stdout + shown.stderr, "local rank 1 is filtered out"
+    (attempt,) = logs.glob("*/attempt_0")
+    assert (attempt / "1" / "stdout.log").read_text() == "out 1\n" and (attempt / "1" / "stderr.log").read_text() == (
+        "err 1\n"
+    )
+    redirected = _run(["launch", "--devices", "1", "--redirects", "1", "--log-dir", str(logs), "--", "-c", code])
+    assert redirected.returncode == 0 and redirected.stdout == "" and "[rank 0] err 0" in redirected.stderr
+    failing = _run(["launch", "--devices", "1", "--log-dir", str(logs), "tests/scripts/recorded_failure.py"])
+    assert failing.returncode == 1
+    assert "worker rank 0 failed (exit code 1)" in failing.stderr
+    assert "error.json): ValueError: the learning rate is negative" in failing.stderr, failing.stderr
+    assert "[rank 0] ValueError: the learning rate is negative" in failing.stderr, "the traceback, rank-prefixed"
+
+
+def _start_lonely_node(*flags: str) -> subprocess.Popen[str]:
+    port = str(choose_free_port("127.0.0.1"))
+    command = [*TRAINPLAN, "launch", "--accelerator", "cpu", "--num-nodes", "2", "--node-rank", "0", *flags]
+    command += ["--main-address", "127.0.0.1", "--main-port", port, "--", "-c", "print('never')"]
+    return subprocess.Popen(
+        command, cwd=ROOT, env=_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for_line(process: subprocess.Popen[str], words: str) -> str:
+    assert process.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + 60
+    while words not in seen and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen += line
+    assert words in seen, seen
+    return seen
+
+
+def test_a_node_waiting_for_its_peer_says_so_and_ends_on_ctrl_c() -> None:
+    node = _start_lonely_node()
+    _wait_for_line(node, "node 0 is waiting for the other 1 node(s)")
+    time.sleep(0.5)  # inside torch's store now, where Python's own handlers never run
+    node.send_signal(signal.SIGINT)
+    try:
+        _, stderr = node.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        node.kill()
+        pytest.fail("Ctrl-C did not end a node waiting for its peer")
+    assert node.returncode == 130 and "stopped by SIGINT while waiting for the other nodes" in stderr
+
+
+def test_a_node_waiting_for_its_peer_ends_at_the_timeout() -> None:
+    node = _start_lonely_node("--timeout", "3")
+    _wait_for_line(node, "waiting for the other 1 node(s)")
+    try:
+        _, stderr = node.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        node.kill()
+        pytest.fail("the timeout did not end a node waiting for its peer")
+    assert node.returncode == 124 and "did not finish within 3 s" in stderr, stderr
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_failed_workers_children_do_not_outlive_trainplan_launch(tmp_path: Path) -> None:
+    # torchrun 2.13 leaves these running (the engine signals only workers that still run): trainplan stops them.
+    record = tmp_path / "pids"
+    code = (
+        "import subprocess, os, sys; "
+        f"open({str(record)!r}, 'a').write(str(subprocess.Popen(['sleep', '300']).pid) + chr(10)); "
+        "sys.exit(int(os.environ['RANK']) + 4)"
+    )
+    assert cli_main(["launch", "--no-probe", "--assume", "cpu=2", "--devices", "2", "--", "-c", code]) in (4, 5)
+    pids = [int(line) for line in record.read_text().split()]
+    assert pids and not any(alive(pid) for pid in pids)
