@@ -504,3 +504,19 @@ def test_a_torchrun_inside_a_trainplan_worker_keeps_the_outer_choices(monkeypatc
         monkeypatch.setenv(key, value)
     plan = trainplan.resolve()
     assert (plan.precision, plan.world_size, plan.cluster.kind) == ("bf16-mixed", 4, "torchelastic")
+
+
+def test_under_a_c10d_rendezvous_a_worker_takes_the_node_rank_it_was_assigned() -> None:
+    # `trainplan launch --node-rank 1 ...` with c10d: the rendezvous may make this node node 0. The engine gives
+    # each worker RANK and GROUP_RANK (no NODE_RANK); the worker's plan follows them, not the command line.
+    env = cpu(variables={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29400", "NODE_RANK": "1"})
+    plan = resolve(Request(accelerator="cpu", strategy="ddp", devices=2, num_nodes=2), env)
+    variables = worker_environment(
+        plan, local_rank=1, main_port=29400, visible_devices=None, visible_count=0, launcher=plan.launcher
+    )
+    variables = {key: value for key, value in variables.items() if key != "NODE_RANK"}
+    variables.update({"RANK": "1", "GROUP_RANK": "0", "LOCAL_RANK": "1"})
+    inside = resolve(plan.request, cpu(variables=variables))
+    assert (inside.cluster.node_rank, inside.cluster.global_rank, inside.cluster.local_rank) == (0, 1, 1)
+    view = worker_view(plan, global_rank=1, local_rank=1, main_port=29400, started_by="trainplan launch")
+    assert view.cluster.node_rank == 0 == inside.cluster.node_rank

@@ -281,7 +281,8 @@ def _launched(variables: Mapping[str, str]) -> ClusterFacts:
         creates_processes=True,
         main_address=read.address("MASTER_ADDR") or "127.0.0.1",
         main_port=read.port("MASTER_PORT"),
-        node_rank=read.integer("NODE_RANK", minimum=0),
+        # A static meeting gives NODE_RANK; a c10d rendezvous assigns node ranks as nodes arrive (GROUP_RANK).
+        node_rank=read.integer("NODE_RANK" if "NODE_RANK" in variables else "GROUP_RANK", minimum=0),
         global_rank=world.rank,
         local_rank=world.local_rank,
         world_size=world.world,

@@ -145,6 +145,8 @@ def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int
         cluster=attrs.evolve(
             plan.cluster,
             creates_processes=True,
+            # The node this rank runs on (under a c10d rendezvous, not necessarily the launching command's).
+            node_rank=global_rank // plan.processes_per_node,
             global_rank=global_rank,
             local_rank=local_rank,
             main_port=main_port,
