@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import json
 import math
@@ -47,6 +48,7 @@ from trainplan.spec.names import (
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.plan import request_to_dict
 from trainplan.spec.request import Request
+from trainplan.spec.rules import BUILTIN_RULES, Rules
 
 EXIT_USAGE = 2
 ENV_FILE_LIMIT = 1 << 20
@@ -70,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_request_flags(plan)
     _add_environment_flags(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (Plan.to_dict)")
+    _add_rules_flag(plan)
     plan.add_argument("--check", action="store_true", help="list every problem with the request, not just the first")
     plan.add_argument(
         "--emit",
@@ -86,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     probe_command = commands.add_parser("probe", help="print the facts trainplan reads from this machine")
     _add_environment_flags(probe_command)
     probe_command.add_argument("--json", action="store_true", help="print the facts as JSON")
-    commands.add_parser("matrix", help="print the compatibility tables, generated from the rules")
+    matrix = commands.add_parser("matrix", help="print the compatibility tables, generated from the rules")
+    _add_rules_flag(matrix)
     migrate = commands.add_parser(
         "migrate", help="translate old Trainer flags (--gpus 2 --accelerator ddp ...) to the modern request"
     )
@@ -109,6 +113,38 @@ def _parser() -> argparse.ArgumentParser:
     )
     env.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
+
+
+def _add_rules_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rules",
+        default=None,
+        metavar="MODULE:NAME",
+        help="a rule set to decide from instead of trainplan's own, e.g. myframework.trainplan_rules:RULES "
+        "(a trainplan.Rules, built with BUILTIN_RULES.extend(...))",
+    )
+
+
+def _rules(arguments: argparse.Namespace) -> Rules:
+    """The rule set `--rules module:NAME` names (imported), or the built-in one."""
+    spelled: str | None = getattr(arguments, "rules", None)
+    if spelled is None:
+        return BUILTIN_RULES
+    module_name, _, attribute = spelled.partition(":")
+    if not module_name or not attribute:
+        raise CliError(f"--rules {spelled}: write MODULE:NAME, e.g. --rules myframework.trainplan_rules:RULES")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise CliError(f"--rules {spelled}: cannot import {module_name!r} ({error})") from None
+    found: object = getattr(module, attribute, None)
+    if not isinstance(found, Rules):
+        what = "nothing" if found is None else f"a {type(found).__name__}"
+        raise CliError(
+            f"--rules {spelled}: {module_name}.{attribute} is {what}, not a trainplan.Rules; build one with "
+            "trainplan.BUILTIN_RULES.extend(...)"
+        )
+    return found
 
 
 def _add_request_flags(parser: argparse.ArgumentParser) -> None:
@@ -269,6 +305,7 @@ def _environment(arguments: argparse.Namespace) -> Environment:
 
 
 def _request(arguments: argparse.Namespace) -> Request:
+    rules = _rules(arguments)
     return Request.from_config(
         {
             "accelerator": arguments.accelerator,
@@ -282,7 +319,8 @@ def _request(arguments: argparse.Namespace) -> Request:
             "sync_batchnorm": arguments.sync_batchnorm,
             "select_usable_gpus": arguments.select_usable_gpus,
             "strategy_options": _strategy_options(arguments.strategy_option),
-        }
+        },
+        rules,
     )
 
 
@@ -349,7 +387,7 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
         except TrainplanError as error:
             print(f"- {error}")
             return EXIT_USAGE
-        problems = list(check(request, env))
+        problems = list(check(request, env, _rules(arguments)))
         for problem in problems:
             print(f"- {problem}")
         if not problems:
@@ -359,7 +397,7 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
     if arguments.emit:
         # The emitted job runs a script on every worker, whatever this session is.
         request, env = script_request(request), attrs.evolve(env, interactive=False)
-    plan = resolve(request, env)
+    plan = resolve(request, env, _rules(arguments))
     if arguments.emit == "torchrun":
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":
@@ -462,7 +500,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if arguments.command == "probe":
             return _run_probe(arguments)
         if arguments.command == "matrix":
-            print(render_matrix())
+            print(render_matrix(_rules(arguments)))
             return 0
         if arguments.command == "migrate":
             return _run_migrate(arguments)
