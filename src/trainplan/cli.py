@@ -49,6 +49,7 @@ from trainplan.spec.numbers import whole_number
 from trainplan.spec.plan import request_to_dict
 from trainplan.spec.request import Request
 from trainplan.spec.rules import BUILTIN_RULES, Rules
+from trainplan.spec.tables import DEFAULT_PRECISION
 
 EXIT_USAGE = 2
 ENV_FILE_LIMIT = 1 << 20
@@ -153,7 +154,7 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--strategy", default="auto", help=f"e.g. {', '.join(STRATEGY_FLAGS[:6])}, ...")
     group.add_argument("--devices", default="auto", help="a count, -1 (all), auto, or indices like 0,2")
     group.add_argument("--num-nodes", default="auto", help="number of machines (auto: the job's, else 1)")
-    group.add_argument("--precision", default="32-true", help="e.g. 32-true, 16-mixed, bf16-mixed, 64-true")
+    group.add_argument("--precision", default=DEFAULT_PRECISION, help="e.g. 32-true, 16-mixed, bf16-mixed, 64-true")
     group.add_argument("--process-group-backend", default=None, help=f"one of {', '.join(BACKENDS)}")
     group.add_argument("--cluster", default="auto", help=f"one of {', '.join(CLUSTER_FLAGS)}")
     group.add_argument("--metrics-store", default="device", help=f"one of {', '.join(METRICS_STORES)}")

@@ -1194,7 +1194,7 @@ def _choose_precision(
             "precision-accelerator",
             {"precision": asked, "accelerator": accelerator},
             why=rule.why_not.get(accelerator, "it is not supported there"),
-            instead=rule.instead.get(accelerator, "32-true"),
+            instead=rule.instead.get(accelerator, rules.default_precision),
         )
     if precision not in family.precisions:
         supported = ", ".join(repr(item) for item in sorted(family.precisions))

@@ -29,7 +29,10 @@ from trainplan.spec.names import (
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.options import (
+    DEEPSPEED_STAGES,
+    OFFLOAD_DEVICES,
     OPTION_TYPES,
+    SHARDING_STRATEGIES,
     DDPOptions,
     DeepSpeedOptions,
     FSDPOptions,
@@ -40,6 +43,7 @@ from trainplan.spec.request import Request
 from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import (
     ACCELERATOR_ALIASES,
+    CLUSTER_ALIASES,
     LIGHTNING_SIZES,
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
@@ -53,17 +57,13 @@ DevicesSpec: TypeAlias = Literal["auto"] | int | tuple[int, ...]
 """Normalised `devices`: "auto", -1 (all), a positive count, or a tuple of distinct visible indices."""
 
 _ACCELERATORS: Final[Mapping[str, AcceleratorFlag]] = {
-    **{name: name for name in ACCELERATOR_FLAGS if name != "tpu"},
+    **{name: name for name in ACCELERATOR_FLAGS if name not in ACCELERATOR_ALIASES},
     **ACCELERATOR_ALIASES,
 }
 _STRATEGIES: Final[Mapping[str, StrategyFlag]] = {**{name: name for name in STRATEGY_FLAGS}, **STRATEGY_ALIASES}
 _PRECISIONS: Final[Mapping[str, PrecisionName]] = {**{name: name for name in PRECISIONS}, **PRECISION_ALIASES}
 _BACKENDS: Final[Mapping[str, BackendName]] = {name: name for name in BACKENDS}
-_CLUSTERS: Final[Mapping[str, ClusterFlag]] = {
-    **{name: name for name in CLUSTER_FLAGS},
-    "torchrun": "torchelastic",
-    "lightning": "local",
-}
+_CLUSTERS: Final[Mapping[str, ClusterFlag]] = {**{name: name for name in CLUSTER_FLAGS}, **CLUSTER_ALIASES}
 _STORES: Final[Mapping[str, MetricsStore]] = {name: name for name in METRICS_STORES}
 
 
@@ -341,7 +341,7 @@ def strategy_options(value: object) -> StrategyOptions | None:
         return value
     if isinstance(value, FSDPOptions):
         _bool("strategy_options.cpu_offload", value.cpu_offload)
-        allowed = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+        allowed = SHARDING_STRATEGIES
         if value.sharding_strategy not in allowed:
             raise InvalidRequest(
                 field="strategy_options.sharding_strategy",
@@ -351,18 +351,21 @@ def strategy_options(value: object) -> StrategyOptions | None:
             )
         return value
     if isinstance(value, DeepSpeedOptions):
-        if isinstance(value.stage, bool) or value.stage not in (0, 1, 2, 3):
+        if isinstance(value.stage, bool) or value.stage not in DEEPSPEED_STAGES:
             raise InvalidRequest(
-                field="strategy_options.stage", value=value.stage, reason="ZeRO has stages 0 to 3", allowed=(0, 1, 2, 3)
+                field="strategy_options.stage",
+                value=value.stage,
+                reason="ZeRO has stages 0 to 3",
+                allowed=DEEPSPEED_STAGES,
             )
         _bool("strategy_options.offload_optimizer", value.offload_optimizer)
         _bool("strategy_options.offload_parameters", value.offload_parameters)
-        if value.offload_device not in ("cpu", "nvme"):
+        if value.offload_device not in OFFLOAD_DEVICES:
             raise InvalidRequest(
                 field="strategy_options.offload_device",
                 value=value.offload_device,
                 reason="DeepSpeed offloads to 'cpu' or 'nvme'",
-                allowed=("cpu", "nvme"),
+                allowed=OFFLOAD_DEVICES,
             )
         return value
     raise InvalidRequest(

@@ -701,7 +701,12 @@ def _check_plan(plan: Plan) -> None:
     checks: dict[str, Callable[[], object]] = {
         "strategy.options": lambda: normalise.strategy_options(options),
         "request.accelerator": lambda: normalise.accelerator(request.accelerator),
-        "request.strategy": lambda: normalise.strategy(request.strategy),
+        # A downstream strategy name was read as a CustomName already; a built-in spelling is checked here.
+        "request.strategy": lambda: (
+            request.strategy in STRATEGY_FLAGS
+            or _CUSTOM_NAME.fullmatch(request.strategy)
+            or normalise.strategy(request.strategy)
+        ),
         "request.devices": lambda: normalise.devices(request.devices),
         "request.num_nodes": lambda: normalise.num_nodes(request.num_nodes),
         "request.precision": lambda: normalise.precision(request.precision),

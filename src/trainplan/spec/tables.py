@@ -21,6 +21,7 @@ from trainplan.spec.names import (
     AcceleratorFlag,
     AcceleratorName,
     BackendName,
+    ClusterFlag,
     ClusterName,
     LauncherName,
     MeshDimension,
@@ -178,6 +179,9 @@ ACCELERATOR_ALIASES: Final[Mapping[str, AcceleratorFlag]] = {
 
 ACCELERATOR_ALIAS_NOTES: Final[Mapping[str, str]] = {"tpu": "accelerator='tpu' means 'xla'; write 'xla'"}
 """Aliases whose use the plan notes as a deprecation (by the spelling given, case folded)."""
+
+CLUSTER_ALIASES: Final[Mapping[str, ClusterFlag]] = {"torchrun": "torchelastic", "lightning": "local"}
+"""Cluster spellings normalised before validation (`lightning`: Lightning's LightningEnvironment, this machine)."""
 
 GPU_ACCELERATORS: Final[tuple[AcceleratorName, ...]] = ("cuda", "mps")
 """What `accelerator="gpu"` may become, in order of preference (the first available wins)."""
