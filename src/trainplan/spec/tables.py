@@ -1657,6 +1657,12 @@ DIFFERENCES: Final[Mapping[str, str]] = {
         "pipeline stages, and 64-true except with context parallelism. The Lightning adapter refuses what Lightning "
         "cannot run."
     ),
+    "deepspeed-cpu": (
+        "DeepSpeed on accelerator='cpu': Lightning's connector accepts it (DeepSpeed has a CPU accelerator); "
+        "trainplan's deepspeed rows run on CUDA only, since its ZeRO offload and precision paths are planned and "
+        "tested for CUDA devices. A framework that runs DeepSpeed on CPU extends the rule set with a deepspeed row "
+        "that lists 'cpu' (tests/downstream_rules.py does)."
+    ),
 }
 
 
