@@ -56,6 +56,9 @@ from trainplan.spec import (
     TrainplanError,
     Unavailable,
 )
+from trainplan.spec.names import CustomName, StrategyKey
+from trainplan.spec.rules import BUILTIN_RULES, Rules
+from trainplan.spec.tables import AutoStrategyRule, FamilyRule, PrecisionRule, StrategyRule
 
 if TYPE_CHECKING:
     from trainplan.effects.adapters import (
@@ -141,14 +144,14 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
-def resolve(request: Request | None = None, env: Environment | None = None) -> Plan:
+def resolve(request: Request | None = None, env: Environment | None = None, rules: Rules = BUILTIN_RULES) -> Plan:
     """The plan for `request` (default: everything "auto") on `env` (default: this machine, probed).
 
     Inside a process a launcher started (torchrun, srun, mpirun, jsrun, `trainplan launch`, `launch`),
     `devices="auto"` and `num_nodes="auto"` take the layout the job started and the launcher is `external`.
     With no arguments: in a worker of trainplan's own launchers, the launcher's plan (its strategy, precision
     and options) seen from this worker; in an emitted job (`trainplan plan --emit torchrun|slurm`), the request
-    the job was emitted for (TRAINPLAN_REQUEST).
+    the job was emitted for (TRAINPLAN_REQUEST). `rules` is the rule set to decide from (`Rules.extend`).
     """
     from trainplan.effects.probing import probe
 
@@ -177,28 +180,34 @@ def resolve(request: Request | None = None, env: Environment | None = None) -> P
     if env is None:
         # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.
         env = probe(usable_gpus=getattr(request, "select_usable_gpus", False) is True)
-    return _resolve(request, env)
+    return _resolve(request, env, rules)
 
 
-def check(request: Request | None = None, env: Environment | None = None) -> Iterator[TrainplanError]:
-    """Every problem with `request` on `env` (default: this machine); empty when it resolves."""
+def check(
+    request: Request | None = None, env: Environment | None = None, rules: Rules = BUILTIN_RULES
+) -> Iterator[TrainplanError]:
+    """Every problem with `request` on `env` (default: this machine) under `rules`; empty when it resolves."""
     from trainplan.effects.probing import probe
 
-    return _check(Request() if request is None else request, probe() if env is None else env)
+    return _check(Request() if request is None else request, probe() if env is None else env, rules)
 
 
 __all__ = [
+    "BUILTIN_RULES",
     "AcceleratorFlag",
     "AcceleratorName",
+    "AutoStrategyRule",
     "BackendName",
     "ClusterEnvironmentError",
     "ClusterFlag",
     "ClusterInfo",
     "ClusterName",
+    "CustomName",
     "DDPOptions",
     "DeepSpeedOptions",
     "Environment",
     "FSDPOptions",
+    "FamilyRule",
     "GpuFacts",
     "GpuStatus",
     "Incompatible",
@@ -230,13 +239,17 @@ __all__ = [
     "PlanFormatError",
     "PrecisionFlag",
     "PrecisionName",
+    "PrecisionRule",
     "Request",
+    "Rules",
     "Runtime",
     "StrategyChoice",
     "StrategyFamily",
     "StrategyFlag",
+    "StrategyKey",
     "StrategyName",
     "StrategyOptions",
+    "StrategyRule",
     "TrainplanError",
     "Unavailable",
     "WorkerFailed",

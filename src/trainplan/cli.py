@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import io
 import json
 import math
@@ -48,6 +49,8 @@ from trainplan.spec.names import (
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.plan import request_to_dict
 from trainplan.spec.request import Request
+from trainplan.spec.rules import BUILTIN_RULES, Rules
+from trainplan.spec.tables import DEFAULT_PRECISION
 
 EXIT_USAGE = 2
 ENV_FILE_LIMIT = 1 << 20
@@ -71,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_request_flags(plan)
     _add_environment_flags(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (Plan.to_dict)")
+    _add_rules_flag(plan)
     plan.add_argument("--check", action="store_true", help="list every problem with the request, not just the first")
     plan.add_argument(
         "--emit",
@@ -92,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     probe_command = commands.add_parser("probe", help="print the facts trainplan reads from this machine")
     _add_environment_flags(probe_command)
     probe_command.add_argument("--json", action="store_true", help="print the facts as JSON")
-    commands.add_parser("matrix", help="print the compatibility tables, generated from the rules")
+    matrix = commands.add_parser("matrix", help="print the compatibility tables, generated from the rules")
+    _add_rules_flag(matrix)
     migrate = commands.add_parser(
         "migrate", help="translate old Trainer flags (--gpus 2 --accelerator ddp ...) to the modern request"
     )
@@ -117,13 +122,45 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_rules_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rules",
+        default=None,
+        metavar="MODULE:NAME",
+        help="a rule set to decide from instead of trainplan's own, e.g. myframework.trainplan_rules:RULES "
+        "(a trainplan.Rules, built with BUILTIN_RULES.extend(...))",
+    )
+
+
+def _rules(arguments: argparse.Namespace) -> Rules:
+    """The rule set `--rules module:NAME` names (imported), or the built-in one."""
+    spelled: str | None = getattr(arguments, "rules", None)
+    if spelled is None:
+        return BUILTIN_RULES
+    module_name, _, attribute = spelled.partition(":")
+    if not module_name or not attribute:
+        raise CliError(f"--rules {spelled}: write MODULE:NAME, e.g. --rules myframework.trainplan_rules:RULES")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise CliError(f"--rules {spelled}: cannot import {module_name!r} ({error})") from None
+    found: object = getattr(module, attribute, None)
+    if not isinstance(found, Rules):
+        what = "nothing" if found is None else f"a {type(found).__name__}"
+        raise CliError(
+            f"--rules {spelled}: {module_name}.{attribute} is {what}, not a trainplan.Rules; build one with "
+            "trainplan.BUILTIN_RULES.extend(...)"
+        )
+    return found
+
+
 def _add_request_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("request (mirrors trainplan.Request)")
     group.add_argument("--accelerator", default="auto", help=f"one of {', '.join(ACCELERATOR_FLAGS)}")
     group.add_argument("--strategy", default="auto", help=f"e.g. {', '.join(STRATEGY_FLAGS[:6])}, ...")
     group.add_argument("--devices", default="auto", help="a count, -1 (all), auto, or indices like 0,2")
     group.add_argument("--num-nodes", default="auto", help="number of machines (auto: the job's, else 1)")
-    group.add_argument("--precision", default="32-true", help="e.g. 32-true, 16-mixed, bf16-mixed, 64-true")
+    group.add_argument("--precision", default=DEFAULT_PRECISION, help="e.g. 32-true, 16-mixed, bf16-mixed, 64-true")
     group.add_argument("--process-group-backend", default=None, help=f"one of {', '.join(BACKENDS)}")
     group.add_argument("--cluster", default="auto", help=f"one of {', '.join(CLUSTER_FLAGS)}")
     group.add_argument("--metrics-store", default="device", help=f"one of {', '.join(METRICS_STORES)}")
@@ -339,6 +376,7 @@ def _environment(arguments: argparse.Namespace) -> Environment:
 
 
 def _request(arguments: argparse.Namespace) -> Request:
+    rules = _rules(arguments)
     return Request.from_config(
         {
             "accelerator": arguments.accelerator,
@@ -352,7 +390,8 @@ def _request(arguments: argparse.Namespace) -> Request:
             "sync_batchnorm": arguments.sync_batchnorm,
             "select_usable_gpus": arguments.select_usable_gpus,
             "strategy_options": _strategy_options(arguments.strategy_option),
-        }
+        },
+        rules,
     )
 
 
@@ -525,7 +564,7 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
         except TrainplanError as error:
             print(f"- {error}")
             return EXIT_USAGE
-        problems = list(check(request, env))
+        problems = list(check(request, env, _rules(arguments)))
         for problem in problems:
             print(f"- {problem}")
         if not problems:
@@ -535,7 +574,7 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
     if arguments.emit:
         # The emitted job runs a script on every worker, whatever this session is.
         request, env = script_request(request), attrs.evolve(env, interactive=False)
-    plan = resolve(request, env)
+    plan = resolve(request, env, _rules(arguments))
     if arguments.emit == "torchrun":
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":
@@ -644,7 +683,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if arguments.command == "probe":
             return _run_probe(arguments)
         if arguments.command == "matrix":
-            print(render_matrix())
+            print(render_matrix(_rules(arguments)))
             return 0
         if arguments.command == "migrate":
             return _run_migrate(arguments)

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 from hypothesis import strategies as st
 
-from trainplan import DDPOptions, DeepSpeedOptions, Environment, FSDPOptions, ModelParallelOptions, Request
+from trainplan import DDPOptions, DeepSpeedOptions, Environment, FSDPOptions, ModelParallelOptions, Request, Rules
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
@@ -141,13 +141,49 @@ _LSF = {
 }
 _MPI = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
 _LOCAL = {"NODE_RANK": "1", "MASTER_ADDR": "10.1.1.1", "MASTER_PORT": "1234"}
+_KUBEFLOW = {
+    "KUBERNETES_PORT": "tcp://10.96.0.1:443",
+    "MASTER_ADDR": "train-master-0",
+    "MASTER_PORT": "23456",
+    "WORLD_SIZE": "3",
+    "RANK": "2",
+}
+"""One pod of a Kubeflow PyTorchJob (one process per pod)."""
+_LAUNCHED = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_WORLD_SIZE": "2",
+    "NODE_RANK": "0",
+    "GROUP_RANK": "0",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29555",
+    "TRAINPLAN_LAUNCHED": "subprocess",
+}
+"""Worker 1 of 2 that trainplan's own launcher started."""
 
 
 @st.composite
 def variables(draw: st.DrawFn) -> dict[str, str]:
     """No variables, or a cluster's, sometimes with one value corrupted."""
     base = dict(
-        draw(st.sampled_from([{}, {}, {}, _SLURM, _TORCHRUN, _LSF, _MPI, _LOCAL, {**_SLURM, "SLURM_JOB_NAME": "bash"}]))
+        draw(
+            st.sampled_from(
+                [
+                    {},
+                    {},
+                    {},
+                    _SLURM,
+                    _TORCHRUN,
+                    _LSF,
+                    _MPI,
+                    _LOCAL,
+                    _KUBEFLOW,
+                    _LAUNCHED,
+                    {**_SLURM, "SLURM_JOB_NAME": "bash"},
+                ]
+            )
+        )
     )
     if base and draw(st.integers(min_value=0, max_value=3)) == 0:
         key = draw(st.sampled_from(sorted(base)))
@@ -212,3 +248,14 @@ pairs: st.SearchStrategy[tuple[Request, Environment]] = st.one_of(
     plausible_pairs(), plausible_pairs(), st.tuples(requests, environments)
 )
 """(request, environment) pairs: two thirds written for their environment, one third drawn independently."""
+
+
+def pairs_for(rules: Rules) -> st.SearchStrategy[tuple[Request, Environment]]:
+    """`pairs`, with the strategy sometimes one a downstream rule set adds (its names beyond the built-in ones)."""
+    custom = sorted(name for name in rules.strategies if name not in STRATEGY_FLAGS)
+    if not custom:
+        return pairs
+    with_custom = st.tuples(pairs, st.sampled_from(custom)).map(
+        lambda drawn: (attrs.evolve(drawn[0][0], strategy=drawn[1]), drawn[0][1])
+    )
+    return st.one_of(pairs, with_custom)

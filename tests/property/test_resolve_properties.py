@@ -1,45 +1,61 @@
-"""Properties of resolve over the whole combination space of requests × environments."""
+"""Properties of resolve over the whole combination space of requests × environments, for trainplan's own rule
+set and for a downstream framework's extension of it (`tests.downstream_rules`): every property holds for both."""
 
 from __future__ import annotations
 
 import json
 
+import attrs
+import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from tests.property.strategies import pairs
-from trainplan import Environment, Plan, Request, TrainplanError
-from trainplan.resolve import check, resolve
+from tests.downstream_rules import RULES as DOWNSTREAM_RULES
+from tests.property.strategies import pairs_for
+from trainplan import BUILTIN_RULES, Environment, Plan, Request, Rules, TrainplanError
+from trainplan.resolve import check, resolve, resolve_uncached
 from trainplan.spec.plan import plan_from_json_text
-from trainplan.spec.tables import ACCELERATORS, FAMILIES, LAUNCHERS, PRECISIONS, STRATEGIES
 
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+RULE_SETS = pytest.mark.parametrize("rules", [BUILTIN_RULES, DOWNSTREAM_RULES], ids=["builtin", "downstream"])
 
 
-def resolve_or_error(request: Request, env: Environment) -> Plan | TrainplanError:
+def resolve_or_error(request: Request, env: Environment, rules: Rules) -> Plan | TrainplanError:
     try:
-        return resolve(request, env)
+        return resolve(request, env, rules)
     except TrainplanError as error:
         return error
 
 
+def uncached_or_error(request: Request, env: Environment, rules: Rules) -> Plan | TrainplanError:
+    try:
+        return resolve_uncached(request, env, rules)
+    except TrainplanError as error:
+        return error
+
+
+@RULE_SETS
 class TestTotality:
     """resolve returns a Plan or raises a TrainplanError, nothing else, for any input (wrong types too)."""
 
     @SETTINGS
-    @given(pairs)
-    def test_plan_or_typed_error(self, pair: tuple[Request, Environment]) -> None:
-        request, env = pair
-        outcome = resolve_or_error(request, env)
-        assert isinstance(outcome, (Plan, TrainplanError))
+    @given(data=st.data())
+    def test_plan_or_typed_error(self, rules: Rules, data: st.DataObject) -> None:
+        request, env = data.draw(pairs_for(rules))
+        # Any other exception escapes resolve_uncached and fails the test: that is the property.
+        outcome = uncached_or_error(request, env, rules)
         if isinstance(outcome, TrainplanError):
             assert str(outcome).strip(), "every error has a message"
+        else:
+            assert type(outcome) is Plan
 
     @SETTINGS
-    @given(pairs)
-    def test_check_agrees_with_resolve(self, pair: tuple[Request, Environment]) -> None:
-        request, env = pair
-        outcome = resolve_or_error(request, env)
-        problems = list(check(request, env))
+    @given(data=st.data())
+    def test_check_agrees_with_resolve(self, rules: Rules, data: st.DataObject) -> None:
+        request, env = data.draw(pairs_for(rules))
+        outcome = resolve_or_error(request, env, rules)
+        problems = list(check(request, env, rules))
         if isinstance(outcome, Plan):
             assert problems == []
         else:
@@ -47,18 +63,19 @@ class TestTotality:
             assert type(problems[0]) is type(outcome) and str(problems[0]) == str(outcome)
 
 
+@RULE_SETS
 class TestInvariants:
     """A plan is internally consistent and consistent with the rule tables and the environment."""
 
     @SETTINGS
-    @given(pairs)
-    def test_plan_invariants(self, pair: tuple[Request, Environment]) -> None:
-        request, env = pair
-        plan = resolve_or_error(request, env)
+    @given(data=st.data())
+    def test_plan_invariants(self, rules: Rules, data: st.DataObject) -> None:
+        request, env = data.draw(pairs_for(rules))
+        plan = resolve_or_error(request, env, rules)
         if not isinstance(plan, Plan):
             return
-        rule = STRATEGIES[plan.strategy.name]
-        family = FAMILIES[rule.family]
+        rule = rules.strategies[plan.strategy.name]
+        family = rules.families[rule.family]
         assert plan.world_size == plan.num_nodes * plan.processes_per_node
         assert len(set(plan.devices)) == len(plan.devices) >= 1
         assert plan.processes_per_node == (len(plan.devices) if family.multi_process else 1)
@@ -74,9 +91,9 @@ class TestInvariants:
         assert plan.strategy.family == rule.family
         assert plan.launcher == rule.launcher or (plan.launcher == "external" and plan.cluster.creates_processes)
         if env.interactive:
-            assert LAUNCHERS[plan.launcher].interactive_compatible
+            assert rules.launchers[plan.launcher].interactive_compatible
         assert (plan.process_group_backend is None) == (not family.has_process_group)
-        assert plan.precision in family.precisions and plan.accelerator in PRECISIONS[plan.precision].accelerators
+        assert plan.precision in family.precisions and plan.accelerator in rules.precisions[plan.precision].accelerators
         if plan.process_group_backend is None:
             assert plan.metrics.reduces_on == "nowhere"
         assert 0 <= plan.cluster.node_rank < plan.num_nodes
@@ -84,33 +101,37 @@ class TestInvariants:
             assert 0 <= plan.cluster.global_rank < plan.world_size
         if plan.cluster.local_rank is not None:
             assert 0 <= plan.cluster.local_rank < plan.processes_per_node
-        assert plan.metrics.device_type == ACCELERATORS[plan.accelerator].device_type
+        assert plan.metrics.device_type == rules.accelerators[plan.accelerator].device_type
         assert len(plan.device_strings) == plan.processes_per_node
 
 
+@RULE_SETS
 class TestDeterminismAndRoundTrips:
     @SETTINGS
-    @given(pairs)
-    def test_same_inputs_same_outcome(self, pair: tuple[Request, Environment]) -> None:
-        request, env = pair
-        first, second = resolve_or_error(request, env), resolve_or_error(request, env)
+    @given(data=st.data())
+    def test_same_inputs_same_outcome(self, rules: Rules, data: st.DataObject) -> None:
+        """Two cold runs (no memo) agree, on equal copies of the inputs, and the memoised plan equals them."""
+        request, env = data.draw(pairs_for(rules))
+        first = uncached_or_error(request, env, rules)
+        second = uncached_or_error(attrs.evolve(request), attrs.evolve(env), rules)
         if isinstance(first, Plan):
-            assert first == second
+            assert first is not second and first == second and hash(first) == hash(second)
+            assert resolve_or_error(request, env, rules) == first
         else:
             assert type(first) is type(second) and str(first) == str(second)
 
     @SETTINGS
-    @given(pairs)
-    def test_resolving_the_plans_request_gives_the_same_plan(self, pair: tuple[Request, Environment]) -> None:
-        request, env = pair
-        plan = resolve_or_error(request, env)
+    @given(data=st.data())
+    def test_resolving_the_plans_request_gives_the_same_plan(self, rules: Rules, data: st.DataObject) -> None:
+        request, env = data.draw(pairs_for(rules))
+        plan = resolve_or_error(request, env, rules)
         if isinstance(plan, Plan):
-            assert resolve(plan.request, env) == plan
+            assert resolve_uncached(plan.request, env, rules) == plan
 
     @SETTINGS
-    @given(pairs)
-    def test_json_round_trip(self, pair: tuple[Request, Environment]) -> None:
-        request, env = pair
-        plan = resolve_or_error(request, env)
+    @given(data=st.data())
+    def test_json_round_trip(self, rules: Rules, data: st.DataObject) -> None:
+        request, env = data.draw(pairs_for(rules))
+        plan = resolve_or_error(request, env, rules)
         if isinstance(plan, Plan):
             assert plan_from_json_text(json.dumps(plan.to_dict())) == plan

@@ -32,7 +32,8 @@ plan = trainplan.resolve(Request(accelerator="gpu", strategy="ddp", devices=2))
 assert_type(plan, Plan)
 assert_type(trainplan.resolve(Request(), Environment(cuda_device_count=2)), Plan)
 assert_type(plan.accelerator, AcceleratorName)
-assert_type(plan.strategy.name, StrategyName)
+# A built-in name or a downstream rule set's (`CustomName`): resolve may be given an extended rule set.
+assert_type(plan.strategy.name, StrategyName | trainplan.CustomName)
 assert_type(plan.devices, tuple[int, ...])
 assert_type(plan.world_size, int)
 assert_type(plan.launcher, LauncherName)
@@ -71,6 +72,13 @@ Request(num_nodes="all")  # type: ignore[arg-type]
 
 Request(accelerator="gpux")  # type: ignore[arg-type]
 Request(strategy="ddp_spwn")  # type: ignore[arg-type]
+# A downstream strategy has a typed path: its CustomName (a bare string is still refused above).
+CUSTOM = trainplan.CustomName("ddp_custom_checkpoint_io")
+RULES = trainplan.BUILTIN_RULES.extend(
+    strategies=[trainplan.StrategyRule(name=CUSTOM, family="ddp", launcher="subprocess")]
+)
+assert_type(trainplan.resolve(Request(strategy=CUSTOM), Environment(), RULES), Plan)
+trainplan.StrategyRule(name=CUSTOM, family="ddpx", launcher="subprocess")  # type: ignore[arg-type]
 Request(precision="bf17")  # type: ignore[arg-type]
 Request(process_group_backend="ncl")  # type: ignore[arg-type]
 Request(cluster="sge")  # type: ignore[arg-type]

@@ -30,12 +30,13 @@ from trainplan.spec.names import (
     AcceleratorName,
     BackendName,
     ClusterFlag,
+    CustomName,
     LauncherName,
     MetricKind,
     MetricsStore,
     PrecisionName,
     StrategyFlag,
-    StrategyName,
+    StrategyKey,
 )
 from trainplan.spec.normalise import DevicesSpec
 from trainplan.spec.notes import Note
@@ -43,24 +44,17 @@ from trainplan.spec.numbers import whole_number
 from trainplan.spec.options import OPTION_TYPES, DeepSpeedOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
 from trainplan.spec.request import NumNodes, Request
+from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import (
-    ACCELERATORS,
-    AUTO_STRATEGY_FOR_OPTIONS,
-    BACKENDS,
-    FAMILIES,
-    FORK_STRATEGY_FOR,
-    GPU_ACCELERATORS,
-    LAUNCHERS,
     MAX_CPU_COUNT,
     MAX_DEVICES_PER_NODE,
     MAX_WORLD_SIZE,
-    PRECISIONS,
-    SCRIPT_STRATEGY_FOR,
     SELECTED_DEVICES_VARIABLE,
-    SPAWN_STRATEGY_FOR,
-    STRATEGIES,
-    SYNC_BATCHNORM_ACCELERATORS,
+    AcceleratorRule,
+    AutoStrategyRule,
     FamilyRule,
+    MissingRule,
+    StrategyRule,
     lookup,
 )
 
@@ -68,41 +62,42 @@ T = TypeVar("T")
 Report = Callable[[TrainplanError], None]
 
 
-def resolve(request: Request, env: Environment) -> Plan:
+def resolve(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> Plan:
     """The plan for `request` on `env`, or the first problem as a `TrainplanError`.
 
-    Pure: the environment is always passed in (use `trainplan.resolve` to probe this machine).
-    Being pure, it is memoised: resolving an equal request on an equal environment again returns
-    the same plan from a bounded cache (`resolve_uncached` skips it). Errors are never cached.
+    Pure: the environment is always passed in (use `trainplan.resolve` to probe this machine). `rules` is the
+    rule set decided from (a downstream framework passes its extension of `BUILTIN_RULES`). Being pure, it is
+    memoised: resolving an equal request on an equal environment (and rule set) again returns the same plan from a
+    bounded cache (`resolve_uncached` skips it). Errors are never cached.
     """
     given: tuple[object, object] = (request, env)
     if not isinstance(given[0], Request) or not isinstance(given[1], Environment):
-        return resolve_uncached(request, env)  # reports the wrong type as an InvalidRequest
+        return resolve_uncached(request, env, rules)  # reports the wrong type as an InvalidRequest
     try:
-        key = (request, request.notes, env, _type_signature(request, env))
+        key = (request, request.notes, env, rules, _type_signature(request, env))
         return _resolve_cached(*key)
     except (TypeError, ValueError, RecursionError):
         # Unhashable garbage in a field (a dict for `devices`, say), or a value whose repr cannot be made (an
         # integer past Python's digit limit, a structure nested too deep): resolve it without the cache, which
         # reports it as an InvalidRequest.
-        return resolve_uncached(request, env)
+        return resolve_uncached(request, env, rules)
 
 
-def resolve_uncached(request: Request, env: Environment) -> Plan:
+def resolve_uncached(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> Plan:
     """`resolve` without the memo: every call runs every step (for benchmarks of the cold path)."""
 
     def raise_it(error: TrainplanError) -> None:
         raise error
 
-    plan = _run(request, env, raise_it)
+    plan = _run(request, env, raise_it, rules)
     if plan is None:  # pragma: no cover - the raising sink ends every failed run before this
         raise TrainplanError("resolve reached no plan and no error; please report this")
     return plan
 
 
 @functools.lru_cache(maxsize=1024)
-def _resolve_cached(request: Request, notes: object, env: Environment, signature: object) -> Plan:
-    return resolve_uncached(request, env)
+def _resolve_cached(request: Request, notes: object, env: Environment, rules: Rules, signature: object) -> Plan:
+    return resolve_uncached(request, env, rules)
 
 
 def _type_signature(request: Request, env: Environment) -> tuple[object, ...]:
@@ -140,10 +135,10 @@ def _type_signature(request: Request, env: Environment) -> tuple[object, ...]:
     )
 
 
-def check(request: Request, env: Environment) -> Iterator[TrainplanError]:
+def check(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> Iterator[TrainplanError]:
     """Every problem with `request` on `env` (empty when it resolves). `resolve` raises the first of them."""
     problems: list[TrainplanError] = []
-    _run(request, env, problems.append)
+    _run(request, env, problems.append, rules)
     yield from problems
 
 
@@ -161,7 +156,7 @@ def _attempt(report: Report, step: Callable[[], T], fallback: T) -> T:
 @attrs.frozen(kw_only=True)
 class _Fields:
     accelerator: AcceleratorFlag
-    strategy: StrategyFlag
+    strategy: StrategyFlag | CustomName
     devices: DevicesSpec
     num_nodes: NumNodes
     precision: PrecisionName
@@ -180,16 +175,8 @@ _AUTO_NODES: NumNodes = "auto"
 _FALLBACK_CLUSTER = detect("local", {})
 """What `check` goes on with after an error in the cluster's variables (resolve stops at the error)."""
 
-_CONCRETE_ACCELERATORS: Mapping[AcceleratorFlag, AcceleratorName] = {
-    "cpu": "cpu",
-    "cuda": "cuda",
-    "mps": "mps",
-    "xla": "xla",
-    "tpu": "xla",
-}
 
-
-def _run(request: object, given_env: object, report: Report) -> Plan | None:
+def _run(request: object, given_env: object, report: Report, rules: Rules) -> Plan | None:
     if not isinstance(request, Request):
         report(
             InvalidRequest(
@@ -213,7 +200,7 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
     env: Environment = given_env
     if not _check_environment(env, report):
         return None
-    fields = _normalise(request, report)
+    fields = _normalise(request, report, rules)
     notes: list[Note] = list(fields.notes)
     reasons: dict[str, str] = {}
 
@@ -221,11 +208,11 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
     notes.extend(facts.notes)
     num_nodes, nodes_reason = _choose_num_nodes(fields.num_nodes, facts)
 
-    chosen = _attempt(report, lambda: _choose_accelerator(fields.accelerator, env), None)
+    chosen = _attempt(report, lambda: _choose_accelerator(fields.accelerator, env, rules), None)
     if chosen is None:
-        assumed = _CONCRETE_ACCELERATORS.get(fields.accelerator)
-        if assumed is None:
+        if fields.accelerator not in rules.accelerators:
             return None
+        assumed: AcceleratorName = fields.accelerator  # type: ignore[assignment]  # narrowed by the membership test
         # Only `check` gets here: go on as if the hardware were present, to find the request's other problems.
         chosen = assumed, "assumed present (check only)"
         plenty = 1 << 12  # enough devices that no selection fails for want of them
@@ -233,16 +220,17 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
             env, cuda_device_count=plenty, usable_cuda_devices=None, mps_available=True, xla_device_count=plenty
         )
     accelerator, reasons["accelerator"] = chosen
+    accelerator_rule = lookup(rules.accelerators, accelerator, name="ACCELERATORS")
     if fields.accelerator == "auto":
         notes.append(Note(code="accelerator-auto", level="info", message=f"accelerator='auto' chose {accelerator!r}"))
 
     if fields.select_usable_gpus:
-        selected = _attempt(report, lambda: _select_usable_devices(accelerator, fields.devices, env), None)
+        selected = _attempt(report, lambda: _select_usable_devices(accelerator_rule, fields.devices, env), None)
     else:
         selected = _attempt(
             report,
             lambda: _select_devices_in_job(
-                accelerator,
+                accelerator_rule,
                 fields.devices,
                 env,
                 facts,
@@ -259,12 +247,12 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         notes.extend(device_notes)
 
     strategy_name, reasons["strategy"] = _choose_strategy(
-        fields.strategy, accelerator, devices, num_nodes, env, fields.options
+        fields.strategy, accelerator, devices, num_nodes, env, fields.options, rules
     )
-    if (facts.creates_processes or facts.launched) and strategy_name in SCRIPT_STRATEGY_FOR:
+    if (facts.creates_processes or facts.launched) and strategy_name in rules.script_strategy_for:
         # The job already started every process: a strategy that would start them from a function joins
         # as its script counterpart, under every launcher alike.
-        instead = SCRIPT_STRATEGY_FOR[strategy_name]
+        instead = rules.script_strategy_for[strategy_name]
         notes.append(
             Note(
                 code="script-strategy",
@@ -279,12 +267,12 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         strategy_name = instead
     if fields.strategy == "auto":
         notes.append(Note(code="strategy-auto", level="info", message=f"strategy='auto' chose {strategy_name!r}"))
-    rule = lookup(STRATEGIES, strategy_name, name="STRATEGIES")
-    family = lookup(FAMILIES, rule.family, name="FAMILIES")
+    rule = lookup(rules.strategies, strategy_name, name="STRATEGIES")
+    family = lookup(rules.families, rule.family, name="FAMILIES")
 
-    for problem in _strategy_problems(strategy_name, family, accelerator, devices, num_nodes, env):
+    for problem in _strategy_problems(strategy_name, family, accelerator_rule, devices, num_nodes, env):
         report(problem)
-    options = _attempt(report, lambda: _merge_options(strategy_name, family, fields.options), None)
+    options = _attempt(report, lambda: _merge_options(strategy_name, rule, family, fields.options), None)
 
     processes_per_node = len(devices) if family.multi_process else 1
     world_size = num_nodes * processes_per_node
@@ -300,14 +288,17 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
     reasons["layout"] = f"{family.description}; nodes: {nodes_reason}"
 
     no_launcher: LauncherName = "none"
-    launcher = _attempt(report, lambda: _choose_launcher(strategy_name, family, facts, env, accelerator), no_launcher)
-    reasons["launcher"] = lookup(LAUNCHERS, launcher, name="LAUNCHERS").description
-    if launcher == "external" and facts.launched:
+    launcher = _attempt(
+        report, lambda: _choose_launcher(strategy_name, rule, family, facts, env, accelerator_rule, rules), no_launcher
+    )
+    launcher_rule = lookup(rules.launchers, launcher, name="LAUNCHERS")
+    reasons["launcher"] = launcher_rule.description
+    if launcher_rule.joins and facts.launched:
         reasons["launcher"] = "trainplan's launcher already started every process; join its world"
 
     cluster = _attempt(
         report,
-        lambda: _place_in_cluster(facts, num_nodes, processes_per_node, world_size, launcher),
+        lambda: _place_in_cluster(facts, num_nodes, processes_per_node, world_size, launcher, rules),
         None,
     )
     if cluster is None:
@@ -321,7 +312,8 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
             local_rank=None,
         )
     reasons["cluster"] = facts.reason
-    if facts.kind == "local" and num_nodes > 1 and "MASTER_ADDR" not in env.variables:
+    cluster_rule = lookup(rules.clusters, facts.kind, name="CLUSTERS")
+    if not cluster_rule.creates_processes and num_nodes > 1 and "MASTER_ADDR" not in env.variables:
         notes.append(
             Note(
                 code="multi-node-local",
@@ -333,20 +325,26 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
             )
         )
 
-    backend = _attempt(report, lambda: _choose_backend(fields.backend, family, strategy_name, accelerator), None)
-    if family.has_process_group:
-        reasons["backend"] = (
-            f"asked for {backend!r}" if fields.backend is not None else f"the default for {accelerator!r}"
-        )
+    backend = _attempt(
+        report, lambda: _choose_backend(fields.backend, family, strategy_name, accelerator_rule, rules), None
+    )
+    if family.has_process_group and backend is not None:
+        backend_rule = lookup(rules.backends, backend, name="BACKENDS")
+        how = f"asked for {backend!r}" if fields.backend is not None else f"the default for {accelerator!r}"
+        reasons["backend"] = f"{how} ({backend_rule.description})"
+    elif family.has_process_group:
+        reasons["backend"] = f"asked for {fields.backend!r}"
     else:
         reasons["backend"] = "a single process creates no process group"
 
     precision = _attempt(
-        report, lambda: _choose_precision(fields.precision, accelerator, strategy_name, family, env, notes), None
+        report,
+        lambda: _choose_precision(fields.precision, accelerator, strategy_name, family, env, notes, rules),
+        None,
     )
     if precision is None:
         precision = fields.precision
-    reasons["precision"] = lookup(PRECISIONS, precision, name="PRECISIONS").description
+    reasons["precision"] = lookup(rules.precisions, precision, name="PRECISIONS").description
 
     mesh: MeshChoice | None = None
     if isinstance(options, ModelParallelOptions):
@@ -372,12 +370,12 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         fields.sync_batchnorm
         and world_size > 1
         and family.has_process_group
-        and accelerator not in SYNC_BATCHNORM_ACCELERATORS
+        and accelerator not in rules.sync_batchnorm_accelerators
     ):
         report(incompatible("sync-batchnorm-device", {"sync_batchnorm": True, "accelerator": accelerator}))
-    metrics = _metric_placement(fields.metrics_store, accelerator, backend, world_size)
+    metrics = _metric_placement(fields.metrics_store, accelerator_rule, backend, world_size, rules)
     reasons["metrics"] = metrics.explanation
-    notes.extend(_advice(fields, accelerator, family, world_size))
+    notes.extend(_advice(fields, accelerator_rule, family, world_size))
 
     if not fields.ok:
         return None
@@ -411,7 +409,7 @@ def _run(request: object, given_env: object, report: Report) -> Plan | None:
         accelerator=accelerator,
         strategy=StrategyChoice(name=strategy_name, family=rule.family, options=options),
         devices=devices,
-        physical_devices=_physical_devices(accelerator, devices, env),
+        physical_devices=_physical_devices(accelerator_rule, devices, env),
         num_nodes=num_nodes,
         processes_per_node=processes_per_node,
         world_size=world_size,
@@ -515,7 +513,7 @@ def _check_environment(env: Environment, report: Report) -> bool:
     return ok
 
 
-def _normalise(request: Request, report: Report) -> _Fields:
+def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
     ok = True
 
     def field(step: Callable[[], T], fallback: T) -> T:
@@ -531,9 +529,9 @@ def _normalise(request: Request, report: Report) -> _Fields:
     notes: list[Note] = (
         [note for note in given_notes if isinstance(note, Note)] if isinstance(given_notes, tuple) else []
     )
-    default_precision: PrecisionName = "32-true"
+    default_precision = rules.default_precision
     auto_accelerator: AcceleratorFlag = "auto"
-    auto_strategy: StrategyFlag = "auto"
+    auto_strategy: StrategyFlag | CustomName = "auto"
     auto_cluster: ClusterFlag = "auto"
     device_store: MetricsStore = "device"
     auto_devices: DevicesSpec = "auto"
@@ -544,11 +542,15 @@ def _normalise(request: Request, report: Report) -> _Fields:
         notes.extend(normalise.precision_alias_notes(request.precision, precision))
     accelerator = field(lambda: normalise.accelerator(request.accelerator), auto_accelerator)
     raw_accelerator: object = request.accelerator
-    if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() == "tpu":
-        notes.append(
-            Note(code="accelerator-alias", level="deprecation", message="accelerator='tpu' means 'xla'; write 'xla'")
-        )
-    strategy = field(lambda: normalise.strategy(request.strategy), auto_strategy)
+    if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() in rules.accelerator_alias_notes:
+        message = rules.accelerator_alias_notes[raw_accelerator.strip().lower()]
+        notes.append(Note(code="accelerator-alias", level="deprecation", message=message))
+    strategy = field(lambda: normalise.strategy_in(request.strategy, rules.strategy_spellings), auto_strategy)
+    raw_strategy: object = request.strategy
+    if isinstance(raw_strategy, str):
+        spelled = raw_strategy.strip().lower().replace(" ", "_").replace("-", "_")
+        if spelled in rules.strategy_alias_notes:
+            notes.append(Note(code="strategy-alias", level="deprecation", message=rules.strategy_alias_notes[spelled]))
     return _Fields(
         accelerator=accelerator,
         strategy=strategy,
@@ -570,76 +572,82 @@ def _normalise(request: Request, report: Report) -> _Fields:
 # Accelerator and devices
 
 
-def _available(env: Environment) -> dict[AcceleratorName, int]:
-    """Device count per available accelerator (CPU counts as one place to run)."""
-    found: dict[AcceleratorName, int] = {"cpu": 1}
-    if env.cuda_device_count > 0:
-        found["cuda"] = env.cuda_device_count
-    if env.mps_available:
-        found["mps"] = 1
-    if env.xla_device_count > 0:
-        found["xla"] = env.xla_device_count
+def _available(env: Environment, rules: Rules) -> dict[AcceleratorName, int]:
+    """Device count per available accelerator, from the fact each row names (no fact: one place to run)."""
+    found: dict[AcceleratorName, int] = {}
+    for name, rule in rules.accelerators.items():
+        count = 1 if rule.count_fact is None else int(getattr(env, rule.count_fact))
+        if count > 0:
+            found[name] = count
     return found
 
 
-def _describe(found: Mapping[AcceleratorName, int]) -> str:
-    parts = []
-    for name in sorted(found, key=lambda name: -ACCELERATORS[name].auto_priority):
-        if name == "cpu":
-            parts.append("cpu")
+def _describe(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
+    parts: list[str] = []
+    for name in sorted(found, key=lambda name: -rules.accelerators[name].auto_priority):
+        if rules.accelerators[name].count_fact is None:
+            parts.append(name)
         else:
             count = found[name]
             parts.append(f"{name} ({count} device{'s' if count != 1 else ''})")
-    return "only " + ", ".join(parts) if parts == ["cpu"] else ", ".join(parts)
+    alone = len(parts) == 1 and rules.accelerators[next(iter(found))].count_fact is None
+    return "only " + parts[0] if alone else ", ".join(parts)
 
 
-def _choose_accelerator(flag: AcceleratorFlag, env: Environment) -> tuple[AcceleratorName, str]:
-    found = _available(env)
+def _choose_accelerator(flag: AcceleratorFlag, env: Environment, rules: Rules) -> tuple[AcceleratorName, str]:
+    found = _available(env, rules)
     if flag == "auto":
-        best = max(found, key=lambda name: ACCELERATORS[name].auto_priority)
-        return best, f"the best available of {_describe(found)} (order: xla > cuda > mps > cpu)"
-    if flag == "gpu":
-        for gpu in GPU_ACCELERATORS:
-            if gpu in found:
-                return gpu, f"accelerator='gpu' means {gpu!r} here"
+        best = max(found, key=lambda name: rules.accelerators[name].auto_priority)
+        ranked = sorted(rules.accelerators.values(), key=lambda rule: -rule.auto_priority)
+        order = " > ".join(rule.name for rule in ranked)
+        return best, f"the best available of {_describe(found, rules)} (order: {order})"
+    group = rules.accelerator_groups.get(flag)
+    if group is not None:
+        for member in group:
+            if member in found:
+                return member, f"accelerator={flag!r} means {member!r} here"
+        members = " or ".join(name.upper() for name in group)
         raise Unavailable(
-            requested="accelerator='gpu'",
-            available=_describe(found),
-            fix="Use accelerator='cpu' (or 'auto'), or run where a CUDA or MPS GPU is visible",
+            requested=f"accelerator={flag!r}",
+            available=_describe(found, rules),
+            fix=f"Use accelerator='cpu' (or 'auto'), or run where a {members} GPU is visible",
         )
-    name: AcceleratorName = "xla" if flag == "tpu" else flag
+    name: AcceleratorName = flag  # type: ignore[assignment]  # the normaliser folds aliases; groups are above
+    rule = lookup(rules.accelerators, name, name="ACCELERATORS")
     if name not in found:
-        hidden = name == "cuda" and env.variables.get("CUDA_VISIBLE_DEVICES", "").strip() in ("", "-1")
-        hidden = hidden and "CUDA_VISIBLE_DEVICES" in env.variables
+        variable = rule.visibility_variable
+        hidden = variable is not None and variable in env.variables
+        hidden = hidden and env.variables.get(variable or "", "").strip() in ("", "-1")
         raise Unavailable(
             requested=f"accelerator={name!r}",
-            available=_describe(found) + (" (CUDA_VISIBLE_DEVICES hides every GPU)" if hidden else ""),
+            available=_describe(found, rules) + (f" ({variable} hides every GPU)" if hidden else ""),
             fix="Use accelerator='auto' to take the best available, or run where that hardware is visible",
         )
-    return name, f"asked for {name!r}"
+    return name, f"asked for {name!r} ({rule.description})"
 
 
 def _select_devices(
-    accelerator: AcceleratorName, spec: DevicesSpec, env: Environment
+    rule: AcceleratorRule, spec: DevicesSpec, env: Environment
 ) -> tuple[tuple[int, ...], str, tuple[Note, ...]]:
-    found = _available(env)
-    if accelerator == "cpu":
-        return _cpu_devices(spec, env)
-    total = found[accelerator]
+    if not rule.takes_indices:
+        return _counted_devices(spec, env)
+    accelerator = rule.name
+    total = 1 if rule.count_fact is None else int(getattr(env, rule.count_fact))
     noun = f"{accelerator} device{'s' if total != 1 else ''}"
     if spec == "auto":
-        if accelerator == "cuda" and env.interactive and total > 1:
+        interactive = rule.interactive_auto_devices
+        if interactive is not None and env.interactive and total > interactive:
             note = Note(
                 code="devices-interactive",
                 level="info",
                 message=(
-                    f"devices='auto' uses 1 of {total} GPUs in an interactive session; ask for devices={total} "
-                    "(with strategy='ddp_notebook') to use them all"
+                    f"devices='auto' uses {interactive} of {total} GPUs in an interactive session; ask for "
+                    f"devices={total} (with strategy='ddp_notebook') to use them all"
                 ),
             )
-            return (0,), "one GPU: 'auto' in an interactive session", (note,)
-        if accelerator in ("mps",):
-            return (0,), "the one MPS device", ()
+            return tuple(range(interactive)), "one GPU: 'auto' in an interactive session", (note,)
+        if rule.device_counts == "one":
+            return (0,), f"the one {accelerator.upper()} device", ()
         return (
             tuple(range(total)),
             f"'auto': all {total} visible {noun}",
@@ -648,17 +656,17 @@ def _select_devices(
     if spec == -1:
         return tuple(range(total)), f"-1: all {total} visible {noun}", ()
     if isinstance(spec, int):
-        if accelerator == "mps" and spec != 1:
+        if rule.device_counts == "one" and spec != 1:
             raise Unavailable(
-                requested=f"devices={spec} on accelerator='mps'",
-                available="one MPS device (a Mac has one GPU)",
+                requested=f"devices={spec} on accelerator={accelerator!r}",
+                available=rule.counts_why,
                 fix="Use devices=1, or accelerator='cpu' with several processes",
             )
-        if accelerator == "xla" and spec not in (1, total):
+        if rule.device_counts == "one_or_all" and spec not in (1, total):
             raise InvalidRequest(
                 field="devices",
                 value=spec,
-                reason=f"XLA runs on one device or on all {total} of them, not {spec}",
+                reason=rule.counts_why.format(total=total, count=spec),
                 fix=f"Write devices=1, devices={total} (or -1), or a single index such as devices=[0]",
             )
         if spec > total:
@@ -675,11 +683,11 @@ def _select_devices(
             available=f"{total} visible {noun} (indices 0 to {total - 1}; indices count after CUDA_VISIBLE_DEVICES)",
             fix=f"Name indices below {total}, e.g. devices={list(range(min(len(spec), total)))}",
         )
-    if accelerator == "xla" and len(spec) != 1:
+    if rule.device_counts == "one_or_all" and len(spec) != 1:
         raise InvalidRequest(
             field="devices",
             value=list(spec),
-            reason="XLA takes one device index, or a count (1 or all)",
+            reason=f"{accelerator.upper()} takes one device index, or a count (1 or all)",
             fix=f"Write devices=[{spec[0]}] for one device, or devices={total} for all",
         )
     return spec, f"the visible indices asked for, {list(spec)}", ()
@@ -718,7 +726,7 @@ def _job_processes_per_node(facts: ClusterFacts, num_nodes: int, nodes_known: bo
 
 
 def _select_devices_in_job(
-    accelerator: AcceleratorName,
+    rule: AcceleratorRule,
     spec: DevicesSpec,
     env: Environment,
     facts: ClusterFacts,
@@ -728,28 +736,29 @@ def _select_devices_in_job(
     """Devices inside a started job: 'auto' takes the job's processes per node (torchrun's convention on GPUs:
     local rank i drives visible device i); explicit indices that the job's launcher selected are those GPUs."""
     started = facts.creates_processes or facts.launched
-    if not started or accelerator not in ("cpu", "cuda"):
-        return _select_devices(accelerator, spec, env)
+    if not started or not rule.job_layout:
+        return _select_devices(rule, spec, env)
     if spec == "auto":
         per_node = _job_processes_per_node(facts, num_nodes, nodes_known)
-        if accelerator == "cpu":
+        if rule.count_fact is None:
             return tuple(range(per_node)), f"'auto' inside a started job: its {per_node} process(es) on this node", ()
-        if per_node > env.cuda_device_count:
+        visible = int(getattr(env, rule.count_fact))
+        if per_node > visible:
             raise incompatible(
                 "job-gpus",
                 {"devices": "auto"},
                 cluster=facts.started_by,
                 processes_per_node=per_node,
-                visible=env.cuda_device_count,
+                visible=visible,
             )
         return (
             tuple(range(per_node)),
             f"'auto' inside a started job: its {per_node} process(es) on this node, local rank i on visible GPU i",
             (),
         )
-    if accelerator != "cuda" or not isinstance(spec, tuple):
-        return _select_devices(accelerator, spec, env)
-    selection, variable = _job_selection(env)
+    if rule.visibility_variable is None or not isinstance(spec, tuple):
+        return _select_devices(rule, spec, env)
+    selection, variable = _job_selection(env, rule.visibility_variable)
     if selection is None or spec != selection:
         if variable == SELECTED_DEVICES_VARIABLE and selection is not None:
             raise incompatible(
@@ -758,25 +767,25 @@ def _select_devices_in_job(
                 selected=list(selection),
                 variable=f"{variable}={','.join(map(str, selection))}",
             )
-        return _select_devices(accelerator, spec, env)
-    if len(spec) > env.cuda_device_count:
-        return _select_devices(accelerator, spec, env)  # the facts disagree: report the indices as usual
+        return _select_devices(rule, spec, env)
+    if rule.count_fact is None or len(spec) > int(getattr(env, rule.count_fact)):
+        return _select_devices(rule, spec, env)  # the facts disagree: report the indices as usual
     renumbered = tuple(range(len(spec)))
     note = Note(
         code="job-devices",
         level="info",
         message=(
             f"devices={list(spec)} are the GPUs this job was started on ({variable}); "
-            f"inside it they are visible as {', '.join(f'cuda:{index}' for index in renumbered)}"
+            f"inside it they are visible as {', '.join(f'{rule.device_type}:{index}' for index in renumbered)}"
         ),
     )
     return renumbered, f"the GPUs {list(spec)} the job's launcher selected, visible here as {list(renumbered)}", (note,)
 
 
-def _job_selection(env: Environment) -> tuple[tuple[int, ...] | None, str]:
-    """The device indices a job's launcher selected: trainplan's own variable, else an all-integer
-    CUDA_VISIBLE_DEVICES (what `CUDA_VISIBLE_DEVICES=0,2 torchrun ...` selected)."""
-    for variable in (SELECTED_DEVICES_VARIABLE, "CUDA_VISIBLE_DEVICES"):
+def _job_selection(env: Environment, visibility: str) -> tuple[tuple[int, ...] | None, str]:
+    """The device indices a job's launcher selected: trainplan's own variable, else an all-integer visibility
+    variable (what `CUDA_VISIBLE_DEVICES=0,2 torchrun ...` selected)."""
+    for variable in (SELECTED_DEVICES_VARIABLE, visibility):
         raw = env.variables.get(variable)
         if raw is None:
             continue
@@ -793,20 +802,20 @@ def _job_selection(env: Environment) -> tuple[tuple[int, ...] | None, str]:
     return None, ""
 
 
-def _physical_devices(accelerator: AcceleratorName, devices: tuple[int, ...], env: Environment) -> tuple[str, ...]:
-    """Which physical GPU each visible index is, as CUDA_VISIBLE_DEVICES names it (the index when unset)."""
-    if accelerator != "cuda":
+def _physical_devices(rule: AcceleratorRule, devices: tuple[int, ...], env: Environment) -> tuple[str, ...]:
+    """Which physical GPU each visible index is, as the visibility variable names it (the index when unset)."""
+    if rule.visibility_variable is None or rule.count_fact is None:
         return ()
-    entries = visible_entries(env.variables.get("CUDA_VISIBLE_DEVICES"), env.cuda_device_count)
+    entries = visible_entries(env.variables.get(rule.visibility_variable), int(getattr(env, rule.count_fact)))
     return tuple(entries[index] if index < len(entries) else str(index) for index in devices)
 
 
 def _select_usable_devices(
-    accelerator: AcceleratorName, spec: DevicesSpec, env: Environment
+    rule: AcceleratorRule, spec: DevicesSpec, env: Environment
 ) -> tuple[tuple[int, ...], str, tuple[Note, ...]]:
     """Devices for `select_usable_gpus` (the `auto_select_gpus` bridge): the first usable visible GPUs."""
-    if accelerator != "cuda":
-        raise incompatible("usable-needs-cuda", {"select_usable_gpus": True, "accelerator": accelerator})
+    if not rule.probes_usable:
+        raise incompatible("usable-needs-cuda", {"select_usable_gpus": True, "accelerator": rule.name})
     if isinstance(spec, tuple):
         raise incompatible("usable-with-indices", {"select_usable_gpus": True, "devices": list(spec)})
     usable = env.usable_cuda_devices
@@ -825,7 +834,9 @@ def _select_usable_devices(
     if isinstance(spec, int) and spec != -1:
         wanted = spec
     else:
-        wanted = 1 if spec == "auto" and env.interactive and len(usable) > 1 else len(usable)
+        interactive = rule.interactive_auto_devices
+        auto_few = spec == "auto" and env.interactive and interactive is not None and len(usable) > interactive
+        wanted = interactive if auto_few and interactive is not None else len(usable)
     if wanted == 0 or len(usable) < wanted:
         raise Unavailable(
             requested=f"{wanted if wanted else 'any'} usable GPU(s)",
@@ -836,7 +847,8 @@ def _select_usable_devices(
     return chosen, f"the first {wanted} usable of {total} visible GPUs (busy: {busy or 'none'})", ()
 
 
-def _cpu_devices(spec: DevicesSpec, env: Environment) -> tuple[tuple[int, ...], str, tuple[Note, ...]]:
+def _counted_devices(spec: DevicesSpec, env: Environment) -> tuple[tuple[int, ...], str, tuple[Note, ...]]:
+    """`devices` on an accelerator without indices (CPU processes): a count of processes."""
     if spec == "auto":
         return (0,), "'auto' on CPU: one process", ()
     if isinstance(spec, tuple):
@@ -870,50 +882,54 @@ def _cpu_devices(spec: DevicesSpec, env: Environment) -> tuple[tuple[int, ...], 
 
 
 def _choose_strategy(
-    flag: StrategyFlag,
+    flag: StrategyFlag | CustomName,
     accelerator: AcceleratorName,
     devices: tuple[int, ...],
     num_nodes: int,
     env: Environment,
     options: StrategyOptions | None,
-) -> tuple[StrategyName, str]:
+    rules: Rules,
+) -> tuple[StrategyKey, str]:
     if flag != "auto":
         return flag, f"asked for {flag!r}"
-    for family, name in AUTO_STRATEGY_FOR_OPTIONS.items():
+    for family, name in rules.auto_for_options.items():
         if isinstance(options, OPTION_TYPES[family]):
             return name, f"'auto' with {type(options).__name__}"
-    if accelerator == "xla":
-        if len(devices) > 1:
-            return "xla", "'auto' with several XLA devices"
-        return "single_xla", "'auto' with one XLA device"
-    if num_nodes > 1:
-        return "ddp", f"'auto' with num_nodes={num_nodes}"
-    if len(devices) <= 1:
-        return "single_device", "'auto' with one device"
-    if env.interactive:
-        # As Lightning: an interactive session cannot re-run a script, so fork.
-        return "ddp_fork", "'auto' with several devices in an interactive session (fork-based)"
-    return "ddp", "'auto' with several devices"
+    for row in rules.auto_strategies:
+        if _auto_row_holds(row, accelerator, len(devices), num_nodes, env.interactive):
+            return row.strategy, row.reason.format(num_nodes=num_nodes, devices=len(devices))
+    raise MissingRule(table="AUTO_STRATEGIES", key=(accelerator, len(devices), num_nodes, env.interactive))
+
+
+def _auto_row_holds(
+    row: AutoStrategyRule, accelerator: AcceleratorName, devices: int, num_nodes: int, interactive: bool
+) -> bool:
+    return (
+        (row.accelerators is None or accelerator in row.accelerators)
+        and devices >= row.min_devices
+        and (row.max_devices is None or devices <= row.max_devices)
+        and num_nodes >= row.min_nodes
+        and (row.interactive is None or row.interactive == interactive)
+    )
 
 
 def _strategy_problems(
-    name: StrategyName,
+    name: StrategyKey,
     family: FamilyRule,
-    accelerator: AcceleratorName,
+    accelerator_rule: AcceleratorRule,
     devices: tuple[int, ...],
     num_nodes: int,
     env: Environment,
 ) -> Iterator[TrainplanError]:
+    accelerator = accelerator_rule.name
     if accelerator not in family.accelerators:
         supported = " or ".join(repr(item) for item in sorted(family.accelerators))
-        if accelerator == "xla":
-            fix = "Use strategy='xla' (several devices), 'single_xla' or 'auto'"
-        elif family.family in ("xla", "single_xla"):
-            fix = "Use accelerator='xla' on an XLA machine, or strategy='auto'"
-        elif accelerator == "mps":
-            fix = "Use strategy='auto' (one MPS device), or accelerator='cpu' for several processes"
-        else:
-            fix = f"Use accelerator='cuda' on a machine with NVIDIA GPUs, or strategy='auto' for {accelerator!r}"
+        # The family's own fix (the XLA families point to XLA hardware), else the accelerator's, else the generic one.
+        fix = (
+            family.accelerator_fix
+            or accelerator_rule.strategy_fix
+            or f"Use accelerator='cuda' on a machine with NVIDIA GPUs, or strategy='auto' for {accelerator!r}"
+        )
         yield incompatible(
             "strategy-accelerator",
             {"strategy": name, "accelerator": accelerator},
@@ -929,7 +945,9 @@ def _strategy_problems(
         yield incompatible("strategy-device-count", {"strategy": name, "devices": list(devices)}, count=len(devices))
 
 
-def _merge_options(name: StrategyName, family: FamilyRule, given: StrategyOptions | None) -> StrategyOptions | None:
+def _merge_options(
+    name: StrategyKey, rule: StrategyRule, family: FamilyRule, given: StrategyOptions | None
+) -> StrategyOptions | None:
     options_type = OPTION_TYPES.get(family.family)
     if options_type is None:
         if given is not None:
@@ -951,8 +969,7 @@ def _merge_options(name: StrategyName, family: FamilyRule, given: StrategyOption
         )
     merged: StrategyOptions = given if given is not None else options_type()
     defaults = options_type()
-    rule = lookup(STRATEGIES, name, name="STRATEGIES")
-    base = {"ddp": "ddp", "fsdp": "fsdp", "deepspeed": "deepspeed", "model_parallel": "model_parallel"}[family.family]
+    base = family.base_strategy
     for option, preset in rule.preset.items():
         current = getattr(merged, option)
         # An option written explicitly that the preset name contradicts is a conflict, even when it equals the
@@ -981,18 +998,23 @@ def _with_option(options: StrategyOptions, option: str, value: object) -> Strate
 
 
 def _choose_launcher(
-    name: StrategyName, family: FamilyRule, facts: ClusterFacts, env: Environment, accelerator: AcceleratorName
+    name: StrategyKey,
+    rule: StrategyRule,
+    family: FamilyRule,
+    facts: ClusterFacts,
+    env: Environment,
+    accelerator: AcceleratorRule,
+    rules: Rules,
 ) -> LauncherName:
-    rule = lookup(STRATEGIES, name, name="STRATEGIES")
     launcher = rule.launcher
-    launcher_rule = lookup(LAUNCHERS, launcher, name="LAUNCHERS")
-    starts_workers = family.has_process_group and launcher in ("subprocess", "spawn", "fork")
-    if (facts.launched or facts.creates_processes) and starts_workers:
+    launcher_rule = lookup(rules.launchers, launcher, name="LAUNCHERS")
+    override = launcher_rule.in_started_job
+    if (facts.launched or facts.creates_processes) and family.has_process_group and override is not None:
         # A process of a started job joins it; it never starts more (spawn and fork strategies were turned
         # into their script counterparts above).
-        return "external"
+        return override
     if env.interactive and not launcher_rule.interactive_compatible:
-        instead = FORK_STRATEGY_FOR.get(name)
+        instead = rules.fork_strategy_for.get(name)
         error = incompatible(
             "interactive-launcher",
             {"strategy": name},
@@ -1007,24 +1029,33 @@ def _choose_launcher(
                 fix=f"Run the code as a script: {name!r} has no notebook-compatible variant",
             )
         raise error
-    if launcher_rule.start_method == "fork" and launcher == "fork":
-        if "fork" not in env.start_methods:
+    if launcher_rule.forks:
+        instead = rules.spawn_strategy_for.get(name, "ddp_spawn")
+        if launcher_rule.start_method not in env.start_methods:
             raise incompatible(
                 "fork-unavailable",
                 {"strategy": name},
                 methods=", ".join(env.start_methods) or "no start method",
-                instead=SPAWN_STRATEGY_FOR.get(name, "ddp_spawn"),
+                instead=instead,
             )
-        if accelerator == "cuda" and env.cuda_initialized:
-            raise incompatible("fork-after-cuda", {"strategy": name}, instead=SPAWN_STRATEGY_FOR.get(name, "ddp_spawn"))
+        blocked_by = accelerator.fork_blocked_by
+        if blocked_by is not None and getattr(env, blocked_by):
+            raise incompatible("fork-after-cuda", {"strategy": name}, instead=instead)
     return launcher
 
 
 def _place_in_cluster(
-    facts: ClusterFacts, num_nodes: int, processes_per_node: int, world_size: int, launcher: LauncherName
+    facts: ClusterFacts,
+    num_nodes: int,
+    processes_per_node: int,
+    world_size: int,
+    launcher: LauncherName,
+    rules: Rules,
 ) -> ClusterInfo:
     values = {"num_nodes": num_nodes, "devices_per_node": processes_per_node}
-    if facts.kind == "kubeflow" and processes_per_node != 1:
+    cluster_rule = lookup(rules.clusters, facts.kind, name="CLUSTERS")
+    limit = cluster_rule.max_processes_per_node
+    if limit is not None and processes_per_node > limit:
         raise incompatible(
             "cluster-one-process-per-node", values, cluster=facts.kind, processes_per_node=processes_per_node
         )
@@ -1062,9 +1093,7 @@ def _place_in_cluster(
         node_rank = facts.global_rank // processes_per_node
     node_rank = node_rank or 0
     if node_rank >= num_nodes:
-        variable = {"local": "NODE_RANK", "torchelastic": "GROUP_RANK", "slurm": "SLURM_NODEID"}.get(
-            facts.kind, "node rank"
-        )
+        variable = cluster_rule.node_rank_variable
         raise incompatible(
             "cluster-rank-range",
             values,
@@ -1090,7 +1119,9 @@ def _place_in_cluster(
             raise incompatible("cluster-main-address", values, cluster=facts.kind)
         address = "127.0.0.1"
     global_rank, local_rank = facts.global_rank, facts.local_rank
-    if launcher == "none" and world_size == 1 and global_rank is None:
+    launcher_rule = lookup(rules.launchers, launcher, name="LAUNCHERS")
+    in_this_process = not launcher_rule.starts_processes and not launcher_rule.joins
+    if in_this_process and world_size == 1 and global_rank is None:
         global_rank, local_rank = 0, 0
     return ClusterInfo(
         kind=facts.kind,
@@ -1108,16 +1139,21 @@ def _place_in_cluster(
 
 
 def _choose_backend(
-    requested: BackendName | None, family: FamilyRule, strategy: StrategyName, accelerator: AcceleratorName
+    requested: BackendName | None,
+    family: FamilyRule,
+    strategy: StrategyKey,
+    accelerator_rule: AcceleratorRule,
+    rules: Rules,
 ) -> BackendName | None:
+    accelerator = accelerator_rule.name
     if not family.has_process_group:
         if requested is not None:
             raise incompatible("backend-without-group", {"strategy": strategy, "process_group_backend": requested})
         return None
-    default = lookup(ACCELERATORS, accelerator, name="ACCELERATORS").default_backend
+    default = accelerator_rule.default_backend
     if requested is None:
         return default
-    rule = lookup(BACKENDS, requested, name="BACKENDS")
+    rule = lookup(rules.backends, requested, name="BACKENDS")
     if accelerator not in rule.accelerators:
         raise incompatible(
             "backend-accelerator",
@@ -1132,12 +1168,13 @@ def _choose_backend(
 def _choose_precision(
     asked: PrecisionName,
     accelerator: AcceleratorName,
-    strategy: StrategyName,
+    strategy: StrategyKey,
     family: FamilyRule,
     env: Environment,
     notes: list[Note],
+    rules: Rules,
 ) -> PrecisionName:
-    rule = lookup(PRECISIONS, asked, name="PRECISIONS")
+    rule = lookup(rules.precisions, asked, name="PRECISIONS")
     precision = asked
     if accelerator in rule.fallback:
         precision = rule.fallback[accelerator]
@@ -1146,18 +1183,18 @@ def _choose_precision(
                 code="precision-fallback",
                 level="warning",
                 message=(
-                    f"precision={asked!r} is not supported on {accelerator!r} (autocast there supports bfloat16 only); "
+                    f"precision={asked!r} is not supported on {accelerator!r} ({rule.fallback_why[accelerator]}); "
                     f"using {precision!r} instead"
                 ),
             )
         )
-        rule = lookup(PRECISIONS, precision, name="PRECISIONS")
+        rule = lookup(rules.precisions, precision, name="PRECISIONS")
     if accelerator not in rule.accelerators:
         raise incompatible(
             "precision-accelerator",
             {"precision": asked, "accelerator": accelerator},
             why=rule.why_not.get(accelerator, "it is not supported there"),
-            instead=rule.instead.get(accelerator, "32-true"),
+            instead=rule.instead.get(accelerator, rules.default_precision),
         )
     if precision not in family.precisions:
         supported = ", ".join(repr(item) for item in sorted(family.precisions))
@@ -1168,10 +1205,10 @@ def _choose_precision(
 
 
 def _metric_placement(
-    store: MetricsStore, accelerator: AcceleratorName, backend: BackendName | None, world_size: int
+    store: MetricsStore, accelerator: AcceleratorRule, backend: BackendName | None, world_size: int, rules: Rules
 ) -> MetricPlacement:
-    device_type = lookup(ACCELERATORS, accelerator, name="ACCELERATORS").device_type
-    where = "on the CPU" if store == "cpu" or device_type == "cpu" else f"on the {device_type} device"
+    device_type = accelerator.device_type
+    where = "on the CPU" if store == "cpu" or accelerator.host else f"on the {device_type} device"
     if world_size == 1 or backend is None:
         return MetricPlacement(
             default_store=store,
@@ -1180,9 +1217,9 @@ def _metric_placement(
             cpu_values_move_for_reduction=False,
             explanation=f"logged tensors are kept {where}; one process, so nothing is reduced",
         )
-    rule = lookup(BACKENDS, backend, name="BACKENDS")
+    rule = lookup(rules.backends, backend, name="BACKENDS")
     if rule.needs_device_tensors:
-        moves = device_type != "cpu"
+        moves = not accelerator.host
         return MetricPlacement(
             default_store=store,
             device_type=device_type,
@@ -1202,7 +1239,9 @@ def _metric_placement(
     )
 
 
-def place_metric(plan: Plan, kind: MetricKind = "tensor", store_on_cpu: bool | None = None) -> MetricSlot:
+def place_metric(
+    plan: Plan, kind: MetricKind = "tensor", store_on_cpu: bool | None = None, rules: Rules = BUILTIN_RULES
+) -> MetricSlot:
     """Where one logged metric lives and is reduced under `plan`.
 
     `store_on_cpu=None` takes the plan's default store. A stateful metric object (torchmetrics
@@ -1223,14 +1262,15 @@ def place_metric(plan: Plan, kind: MetricKind = "tensor", store_on_cpu: bool | N
     metrics = plan.metrics
     on_cpu = (metrics.default_store == "cpu") if store_on_cpu is None else store_on_cpu
     device = plan.device_for(0) if plan.processes_per_node > 0 else "cpu"
-    if plan.accelerator == "cpu":
+    host = lookup(rules.accelerators, plan.accelerator, name="ACCELERATORS").host
+    if host:
         on_cpu = True
     store_device = "cpu" if on_cpu else device
     if metrics.reduces_on == "nowhere":
         return MetricSlot(
             store_device=store_device, reduce_device=None, moves_for_reduction=False, explanation=metrics.explanation
         )
-    if metrics.reduces_on == "device" and on_cpu and plan.accelerator != "cpu":
+    if metrics.reduces_on == "device" and on_cpu and not host:
         if kind == "stateful":
             raise incompatible(
                 "metric-stateful-cpu",
@@ -1255,7 +1295,7 @@ def place_metric(plan: Plan, kind: MetricKind = "tensor", store_on_cpu: bool | N
 
 def _advice(
     fields: _Fields,
-    accelerator: AcceleratorName,
+    accelerator: AcceleratorRule,
     family: FamilyRule,
     world_size: int,
 ) -> list[Note]:
@@ -1269,7 +1309,7 @@ def _advice(
                 "and this plan has one",
             )
         )
-    if fields.metrics_store == "cpu" and accelerator == "cpu":
+    if fields.metrics_store == "cpu" and accelerator.host:
         notes.append(
             Note(code="metrics-store-cpu", level="info", message="metrics_store='cpu' changes nothing on a CPU run")
         )

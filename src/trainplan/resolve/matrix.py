@@ -6,18 +6,20 @@
 from __future__ import annotations
 
 from trainplan.spec.names import ACCELERATORS as ACCELERATOR_ORDER
-from trainplan.spec.tables import FAMILIES, LAUNCHERS, MESH_BACKENDS, MESH_DIMENSIONS, PRECISIONS, STRATEGIES
+from trainplan.spec.rules import BUILTIN_RULES, Rules
+from trainplan.spec.tables import MESH_BACKENDS, MESH_DIMENSIONS
 
 
-def render_matrix() -> str:
-    """Markdown tables: strategy × accelerator, then precision × accelerator, then the reasons."""
+def render_matrix(rules: Rules = BUILTIN_RULES) -> str:
+    """Markdown tables: strategy × accelerator, then precision × accelerator, then the reasons (of `rules`)."""
     columns = list(ACCELERATOR_ORDER)
     lines = [
         "| strategy | family | launcher | " + " | ".join(columns) + " | needs |",
         "|---|---|---|" + "---|" * len(columns) + "---|",
     ]
-    for name, rule in STRATEGIES.items():
-        family = FAMILIES[rule.family]
+    for name, rule in rules.strategies.items():
+        family = rules.families[rule.family]
+        launcher = rules.launchers[rule.launcher]
         cells = ["✓" if accelerator in family.accelerators else "✗" for accelerator in columns]
         needs = []
         if family.requires_package:
@@ -26,9 +28,9 @@ def render_matrix() -> str:
             needs.append("one node")
         if family.max_devices_per_node == 1:
             needs.append("one device")
-        if rule.launcher == "fork":
+        if launcher.forks:
             needs.append("`fork`; CUDA not initialised before")
-        elif not LAUNCHERS[rule.launcher].interactive_compatible:
+        elif not launcher.interactive_compatible:
             needs.append("a script (not a notebook)")
         if rule.preset:
             needs.append(", ".join(f"{key}={value!r}" for key, value in rule.preset.items()))
@@ -40,7 +42,7 @@ def render_matrix() -> str:
         "| precision | " + " | ".join(columns) + " | needs |",
         "|---|" + "---|" * len(columns) + "---|",
     ]
-    for precision_name, precision in PRECISIONS.items():
+    for precision_name, precision in rules.precisions.items():
         cells = []
         for accelerator in columns:
             if accelerator in precision.fallback:
@@ -80,10 +82,10 @@ def render_matrix() -> str:
         + "."
     )
     lines += ["", "Why not:", ""]
-    for family in FAMILIES.values():
+    for family in rules.families.values():
         for accelerator, why in family.why_not.items():
             lines.append(f"- {family.family} on {accelerator}: {why}.")
-    for precision in PRECISIONS.values():
+    for precision in rules.precisions.values():
         for accelerator, why in precision.why_not.items():
             lines.append(f"- precision {precision.name} on {accelerator}: {why}.")
     for dimension in MESH_DIMENSIONS.values():

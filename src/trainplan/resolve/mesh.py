@@ -21,7 +21,7 @@ from trainplan.spec.mesh import MeshLayout, MeshViolation, layout_violations, no
 from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorName, BackendName, MeshDimension, PrecisionName
 from trainplan.spec.notes import Note
 from trainplan.spec.options import Degree, ModelParallelOptions
-from trainplan.spec.tables import LIGHTNING_SIZES, MESH_BACKENDS
+from trainplan.spec.tables import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS
 from trainplan.spec.tables import MESH_DIMENSIONS as MESH_RULES
 
 ABSORBING: MeshDimension = next(
@@ -322,7 +322,7 @@ def _refusal(
         dimension=spelled,
         degree=violation.degree,
         why=violation.detail,
-        instead=rule.instead.get(world.precision, "32-true"),
+        instead=rule.instead.get(world.precision, DEFAULT_PRECISION),
     )
 
 

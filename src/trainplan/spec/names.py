@@ -7,7 +7,7 @@ The tuples beside each type are the runtime view of the same set; a test keeps t
 
 from __future__ import annotations
 
-from typing import Final, Literal, TypeAlias, get_args
+from typing import Final, Literal, NewType, TypeAlias, get_args
 
 AcceleratorName = Literal["cpu", "cuda", "mps", "xla"]
 """A resolved accelerator: the device kind the run uses."""
@@ -48,6 +48,14 @@ StrategyName = Literal[
 
 StrategyFlag: TypeAlias = Literal["auto"] | StrategyName
 """What a request may say for the strategy: a registered name or `auto`."""
+
+CustomName = NewType("CustomName", str)
+"""A strategy name a downstream rule set adds (`trainplan.Rules.extend`). Built-in names stay `Literal`-checked: a
+bare string is not a `CustomName`, so `Request(strategy="ddpx")` is still a type error, while
+`Request(strategy=rule.name)` for a `StrategyRule(name=CustomName("ddp_custom_checkpoint_io"), ...)` is not."""
+
+StrategyKey: TypeAlias = StrategyName | CustomName
+"""A strategy name in a rule set: a built-in one or a downstream one."""
 
 StrategyFamily = Literal["single_device", "dp", "ddp", "fsdp", "deepspeed", "model_parallel", "xla", "single_xla"]
 """How work is distributed, independent of how the processes are started."""

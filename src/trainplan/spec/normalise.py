@@ -21,6 +21,7 @@ from trainplan.spec.names import (
     AcceleratorFlag,
     BackendName,
     ClusterFlag,
+    CustomName,
     MetricsStore,
     PrecisionName,
     StrategyFlag,
@@ -28,7 +29,10 @@ from trainplan.spec.names import (
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.options import (
+    DEEPSPEED_STAGES,
+    OFFLOAD_DEVICES,
     OPTION_TYPES,
+    SHARDING_STRATEGIES,
     DDPOptions,
     DeepSpeedOptions,
     FSDPOptions,
@@ -36,15 +40,16 @@ from trainplan.spec.options import (
     StrategyOptions,
 )
 from trainplan.spec.request import Request
+from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import (
     ACCELERATOR_ALIASES,
+    CLUSTER_ALIASES,
     LIGHTNING_SIZES,
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
     MAX_WORLD_SIZE,
     PRECISION_ALIASES,
     PRECISION_FLAG_ALIASES,
-    STRATEGIES,
     STRATEGY_ALIASES,
 )
 
@@ -52,17 +57,13 @@ DevicesSpec: TypeAlias = Literal["auto"] | int | tuple[int, ...]
 """Normalised `devices`: "auto", -1 (all), a positive count, or a tuple of distinct visible indices."""
 
 _ACCELERATORS: Final[Mapping[str, AcceleratorFlag]] = {
-    **{name: name for name in ACCELERATOR_FLAGS if name != "tpu"},
+    **{name: name for name in ACCELERATOR_FLAGS if name not in ACCELERATOR_ALIASES},
     **ACCELERATOR_ALIASES,
 }
 _STRATEGIES: Final[Mapping[str, StrategyFlag]] = {**{name: name for name in STRATEGY_FLAGS}, **STRATEGY_ALIASES}
 _PRECISIONS: Final[Mapping[str, PrecisionName]] = {**{name: name for name in PRECISIONS}, **PRECISION_ALIASES}
 _BACKENDS: Final[Mapping[str, BackendName]] = {name: name for name in BACKENDS}
-_CLUSTERS: Final[Mapping[str, ClusterFlag]] = {
-    **{name: name for name in CLUSTER_FLAGS},
-    "torchrun": "torchelastic",
-    "lightning": "local",
-}
+_CLUSTERS: Final[Mapping[str, ClusterFlag]] = {**{name: name for name in CLUSTER_FLAGS}, **CLUSTER_ALIASES}
 _STORES: Final[Mapping[str, MetricsStore]] = {name: name for name in METRICS_STORES}
 
 
@@ -93,6 +94,11 @@ def accelerator(value: object) -> AcceleratorFlag:
 def strategy(value: object) -> StrategyFlag:
     """A registered strategy name or `auto`."""
     return _STRATEGIES[_name("strategy", value, _STRATEGIES, STRATEGY_FLAGS)]
+
+
+def strategy_in(value: object, spellings: Mapping[str, StrategyFlag | CustomName]) -> StrategyFlag | CustomName:
+    """A strategy name of a rule set (its `Rules.strategy_spellings`: names, aliases and `auto`)."""
+    return spellings[_name("strategy", value, spellings, tuple(spellings))]
 
 
 def backend(value: object) -> BackendName | None:
@@ -149,6 +155,14 @@ def precision_alias_notes(value: object, canonical: PrecisionName) -> tuple[Note
             message=f"precision={value!r} means {canonical!r}; write precision={canonical!r}",
         ),
     )
+
+
+def strategy_alias_notes(value: object, notes: Mapping[str, str]) -> tuple[Note, ...]:
+    """A deprecation note when a strategy was given by an alias the rule set notes (`single_tpu`, `xla_debug`)."""
+    if not isinstance(value, str):
+        return ()
+    message = notes.get(value.strip().lower().replace(" ", "_").replace("-", "_"))
+    return () if message is None else (Note(code="strategy-alias", level="deprecation", message=message),)
 
 
 def num_nodes(value: object) -> int | Literal["auto"]:
@@ -327,7 +341,7 @@ def strategy_options(value: object) -> StrategyOptions | None:
         return value
     if isinstance(value, FSDPOptions):
         _bool("strategy_options.cpu_offload", value.cpu_offload)
-        allowed = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+        allowed = SHARDING_STRATEGIES
         if value.sharding_strategy not in allowed:
             raise InvalidRequest(
                 field="strategy_options.sharding_strategy",
@@ -337,18 +351,21 @@ def strategy_options(value: object) -> StrategyOptions | None:
             )
         return value
     if isinstance(value, DeepSpeedOptions):
-        if isinstance(value.stage, bool) or value.stage not in (0, 1, 2, 3):
+        if isinstance(value.stage, bool) or value.stage not in DEEPSPEED_STAGES:
             raise InvalidRequest(
-                field="strategy_options.stage", value=value.stage, reason="ZeRO has stages 0 to 3", allowed=(0, 1, 2, 3)
+                field="strategy_options.stage",
+                value=value.stage,
+                reason="ZeRO has stages 0 to 3",
+                allowed=DEEPSPEED_STAGES,
             )
         _bool("strategy_options.offload_optimizer", value.offload_optimizer)
         _bool("strategy_options.offload_parameters", value.offload_parameters)
-        if value.offload_device not in ("cpu", "nvme"):
+        if value.offload_device not in OFFLOAD_DEVICES:
             raise InvalidRequest(
                 field="strategy_options.offload_device",
                 value=value.offload_device,
                 reason="DeepSpeed offloads to 'cpu' or 'nvme'",
-                allowed=("cpu", "nvme"),
+                allowed=OFFLOAD_DEVICES,
             )
         return value
     raise InvalidRequest(
@@ -420,8 +437,9 @@ REQUEST_FIELDS: Final[tuple[str, ...]] = (
 )
 
 
-def request_from_config(config: Mapping[str, object]) -> Request:
+def request_from_config(config: Mapping[str, object], rules: Rules | None = None) -> Request:
     """See `Request.from_config`."""
+    rules = BUILTIN_RULES if rules is None else rules
     given: object = config
     if not isinstance(given, Mapping):
         raise InvalidRequest(
@@ -439,7 +457,8 @@ def request_from_config(config: Mapping[str, object]) -> Request:
             allowed=REQUEST_FIELDS,
             suggestion=did_you_mean(unknown[0], REQUEST_FIELDS),
         )
-    strategy_name = strategy(config.get("strategy", "auto"))
+    raw_strategy = config.get("strategy", "auto")
+    strategy_name = strategy_in(raw_strategy, rules.strategy_spellings)
     nodes = config.get("num_nodes", "auto")
     if isinstance(nodes, str):
         counted = whole_number(nodes.strip())
@@ -447,7 +466,7 @@ def request_from_config(config: Mapping[str, object]) -> Request:
     batchnorm = _loose_bool(config.get("sync_batchnorm", False))
     usable = _loose_bool(config.get("select_usable_gpus", False))
     normal_devices = devices(config.get("devices", "auto"))
-    raw_precision = config.get("precision", "32-true")
+    raw_precision = config.get("precision", rules.default_precision)
     canonical_precision = precision(raw_precision)
     return Request(
         accelerator=accelerator(config.get("accelerator", "auto")),
@@ -455,13 +474,16 @@ def request_from_config(config: Mapping[str, object]) -> Request:
         devices=normal_devices,
         num_nodes=num_nodes(nodes),
         precision=canonical_precision,
-        notes=precision_alias_notes(raw_precision, canonical_precision),
+        notes=(
+            *precision_alias_notes(raw_precision, canonical_precision),
+            *strategy_alias_notes(raw_strategy, rules.strategy_alias_notes),
+        ),
         process_group_backend=backend(config.get("process_group_backend")),
         cluster=cluster(config.get("cluster", "auto")),
         metrics_store=metrics_store(config.get("metrics_store", "device")),
         sync_batchnorm=flag("sync_batchnorm", batchnorm),
         select_usable_gpus=flag("select_usable_gpus", usable),
-        strategy_options=_options_from_config(strategy_name, config.get("strategy_options")),
+        strategy_options=_options_from_config(strategy_name, config.get("strategy_options"), rules),
     )
 
 
@@ -477,7 +499,9 @@ def _loose_degree(value: object) -> object:
     return value
 
 
-def _options_from_config(strategy_name: StrategyFlag, value: object) -> StrategyOptions | None:
+def _options_from_config(
+    strategy_name: StrategyFlag | CustomName, value: object, rules: Rules
+) -> StrategyOptions | None:
     if value is None or not isinstance(value, Mapping):
         return strategy_options(value)
     if strategy_name == "auto":
@@ -487,7 +511,7 @@ def _options_from_config(strategy_name: StrategyFlag, value: object) -> Strategy
             reason="options given as a mapping need a strategy to say which options record they fill",
             fix="Name the strategy too, e.g. strategy='ddp', or pass DDPOptions(...) itself",
         )
-    family = STRATEGIES[strategy_name].family
+    family = rules.strategies[strategy_name].family
     options_type = OPTION_TYPES.get(family)
     if options_type is None:
         raise InvalidRequest(

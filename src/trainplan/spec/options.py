@@ -8,7 +8,7 @@ Each family that takes options has one frozen record. Registered names such as
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 import attrs
 
@@ -38,6 +38,9 @@ def _given_field() -> Any:
 ShardingStrategy: TypeAlias = Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]
 OffloadDevice: TypeAlias = Literal["cpu", "nvme"]
 DeepSpeedStage: TypeAlias = Literal[0, 1, 2, 3]
+SHARDING_STRATEGIES: Final[tuple[ShardingStrategy, ...]] = get_args(ShardingStrategy)
+OFFLOAD_DEVICES: Final[tuple[OffloadDevice, ...]] = get_args(OffloadDevice)
+DEEPSPEED_STAGES: Final[tuple[DeepSpeedStage, ...]] = get_args(DeepSpeedStage)
 
 
 @_remember_given

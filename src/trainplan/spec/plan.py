@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Literal, TypeAlias, TypeVar
 
@@ -28,16 +29,19 @@ from trainplan.spec.names import (
     AcceleratorName,
     BackendName,
     ClusterName,
+    CustomName,
     LauncherName,
     MeshDimension,
     MetricsStore,
     PrecisionName,
     StrategyFamily,
-    StrategyName,
+    StrategyKey,
 )
 from trainplan.spec.notes import Note, freeze_notes
 from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.request import NumNodes, Request
+
+_CUSTOM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
 
 ReducesOn: TypeAlias = Literal["device", "where_stored", "nowhere"]
 _REDUCES_ON: dict[ReducesOn, str] = {
@@ -55,7 +59,7 @@ def _freeze_strings(value: tuple[str, ...] | list[str]) -> tuple[str, ...]:
 class StrategyChoice:
     """The strategy: its registered name, its family and the options in force."""
 
-    name: StrategyName
+    name: StrategyKey
     family: StrategyFamily
     options: StrategyOptions | None
 
@@ -350,7 +354,7 @@ class Plan:
             request=_request_from_dict(read.child("request")),
             accelerator=read.choice("accelerator", ACCELERATORS),
             strategy=StrategyChoice(
-                name=strategy.choice("name", STRATEGY_NAMES),
+                name=strategy.strategy("name", STRATEGY_NAMES),
                 family=strategy.choice("family", STRATEGY_FAMILIES),
                 options=_options_from_dict(strategy, "options"),
             ),
@@ -424,6 +428,13 @@ class _Reader:
             if value == option and type(value) is type(option):
                 return option
         raise PlanFormatError(path=f"{self.path}.{key}", reason=f"{value!r} is not one of {list(allowed)}")
+
+    def strategy(self, key: str, allowed: tuple[C, ...]) -> C | CustomName:
+        """A built-in strategy name, or a downstream rule set's (`CustomName`: lowercase, digits, underscores)."""
+        value = self._get(key)
+        if isinstance(value, str) and value not in allowed and _CUSTOM_NAME.fullmatch(value):
+            return CustomName(value)
+        return self.choice(key, allowed)
 
     def optional_choice(self, key: str, allowed: tuple[C, ...]) -> C | None:
         if self._get(key) is None:
@@ -562,7 +573,7 @@ def _request_from_dict(read: _Reader) -> Request:
         raise PlanFormatError(path=f"{read.path}.devices", reason="expected an integer, a string or a list")
     return Request(
         accelerator=read.choice("accelerator", ACCELERATOR_FLAGS),
-        strategy=read.choice("strategy", STRATEGY_FLAGS),
+        strategy=read.strategy("strategy", STRATEGY_FLAGS),
         devices=devices,
         num_nodes=_num_nodes_from(read),
         precision=read.choice("precision", PRECISION_FLAGS),
@@ -610,10 +621,12 @@ def _check_plan(plan: Plan) -> None:
             "world_size",
             f"it is {plan.world_size}, but num_nodes × processes_per_node = {plan.num_nodes * plan.processes_per_node}",
         )
-    rule = STRATEGIES[plan.strategy.name]
-    if plan.strategy.family != rule.family:
+    # A downstream rule set's strategy (a CustomName) is checked against its family; a built-in one also against
+    # its own row (family and launcher).
+    rule = STRATEGIES.get(plan.strategy.name)
+    if rule is not None and plan.strategy.family != rule.family:
         raise bad("strategy.family", f"strategy {plan.strategy.name!r} is of family {rule.family!r}")
-    family = FAMILIES[rule.family]
+    family = FAMILIES[plan.strategy.family]
     devices = plan.devices
     if len(set(devices)) != len(devices) or any(not 0 <= index < MAX_DEVICES_PER_NODE for index in devices):
         raise bad("devices", "device indices are distinct, from 0 to the node's device count")
@@ -631,10 +644,11 @@ def _check_plan(plan: Plan) -> None:
         raise bad("physical_devices", "it names one distinct physical GPU per device")
     if plan.accelerator not in family.accelerators:
         raise bad("accelerator", f"strategy family {family.family!r} does not run on {plan.accelerator!r}")
-    if plan.launcher not in (rule.launcher, "external") or (
+    if (rule is not None and plan.launcher not in (rule.launcher, "external")) or (
         plan.launcher == "external" and not family.has_process_group
     ):
-        raise bad("launcher", f"strategy {plan.strategy.name!r} is started by {rule.launcher!r} (or joins: 'external')")
+        started_by = "its own launcher" if rule is None else repr(rule.launcher)
+        raise bad("launcher", f"strategy {plan.strategy.name!r} is started by {started_by} (or joins: 'external')")
     backend = plan.process_group_backend
     if family.has_process_group != (backend is not None):
         raise bad(
@@ -687,7 +701,12 @@ def _check_plan(plan: Plan) -> None:
     checks: dict[str, Callable[[], object]] = {
         "strategy.options": lambda: normalise.strategy_options(options),
         "request.accelerator": lambda: normalise.accelerator(request.accelerator),
-        "request.strategy": lambda: normalise.strategy(request.strategy),
+        # A downstream strategy name was read as a CustomName already; a built-in spelling is checked here.
+        "request.strategy": lambda: (
+            request.strategy in STRATEGY_FLAGS
+            or _CUSTOM_NAME.fullmatch(request.strategy)
+            or normalise.strategy(request.strategy)
+        ),
         "request.devices": lambda: normalise.devices(request.devices),
         "request.num_nodes": lambda: normalise.num_nodes(request.num_nodes),
         "request.precision": lambda: normalise.precision(request.precision),

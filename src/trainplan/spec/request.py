@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
@@ -11,12 +11,17 @@ from trainplan.spec.names import (
     AcceleratorFlag,
     BackendName,
     ClusterFlag,
+    CustomName,
     MetricsStore,
     PrecisionFlag,
     StrategyFlag,
 )
 from trainplan.spec.notes import Note, freeze_notes
 from trainplan.spec.options import StrategyOptions
+from trainplan.spec.tables import DEFAULT_PRECISION
+
+if TYPE_CHECKING:
+    from trainplan.spec.rules import Rules
 
 NumNodes: TypeAlias = int | Literal["auto"]
 """`num_nodes`: a number of machines, or `"auto"`: the nodes a started job has (torchrun, srun, ...), else 1."""
@@ -44,10 +49,10 @@ class Request:
     """
 
     accelerator: AcceleratorFlag = "auto"
-    strategy: StrategyFlag = "auto"
+    strategy: StrategyFlag | CustomName = "auto"
     devices: Devices = attrs.field(default="auto", converter=freeze_devices)
     num_nodes: NumNodes = "auto"
-    precision: PrecisionFlag = "32-true"
+    precision: PrecisionFlag = DEFAULT_PRECISION
     process_group_backend: BackendName | None = None
     cluster: ClusterFlag = "auto"
     metrics_store: MetricsStore = "device"
@@ -61,15 +66,17 @@ class Request:
     They are not part of the request's identity (two requests that ask for the same are equal)."""
 
     @classmethod
-    def from_config(cls, config: Mapping[str, object]) -> Request:
+    def from_config(cls, config: Mapping[str, object], rules: Rules | None = None) -> Request:
         """A normalised request from loosely typed values (a config file, CLI flags, JSON).
 
         Case is folded, aliases are accepted (`gpu`, `tpu`, `16`, `bf16`, `"0,1"`), digit strings are
-        read as numbers, and an unknown key or value raises `InvalidRequest` naming it.
+        read as numbers, and an unknown key or value raises `InvalidRequest` naming it. Strategy names are those of
+        `rules` (default: the built-in rule set), and Lightning's names kept as aliases (`single_tpu`, `xla_debug`)
+        add a deprecation note.
         """
         from trainplan.spec.normalise import request_from_config
 
-        return request_from_config(config)
+        return request_from_config(config, rules)
 
     @classmethod
     def from_legacy(cls, **flags: object) -> Request:

@@ -17,9 +17,11 @@ import attrs
 
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import (
+    STRATEGY_NAMES,
     AcceleratorFlag,
     AcceleratorName,
     BackendName,
+    ClusterFlag,
     ClusterName,
     LauncherName,
     MeshDimension,
@@ -27,6 +29,7 @@ from trainplan.spec.names import (
     PrecisionName,
     StartMethod,
     StrategyFamily,
+    StrategyKey,
     StrategyName,
 )
 
@@ -58,15 +61,34 @@ def lookup(table: Mapping[K, V], key: K, *, name: str) -> V:
 # Accelerators
 
 
+EnvironmentCount: TypeAlias = Literal["cuda_device_count", "mps_available", "xla_device_count"]
+"""An `Environment` fact that counts an accelerator's devices (a bool counts one)."""
+
+DeviceCounts: TypeAlias = Literal["any", "one", "one_or_all"]
+"""Which device counts an accelerator takes: any up to what is visible; exactly one; one or all of them (and a
+single index)."""
+
+
 @attrs.frozen(kw_only=True)
 class AcceleratorRule:
+    """An accelerator and its device policy: how `devices` is read for it."""
+
     name: AcceleratorName
-    description: str
+    description: str  # shown where the accelerator is chosen (the plan's reasons)
     auto_priority: int  # higher wins when accelerator="auto"
     default_backend: BackendName
     device_type: str  # the torch device type string
-    takes_indices: bool  # whether `devices` may name device indices
-    multi_process: bool  # whether several processes may share this kind of device on one node
+    count_fact: EnvironmentCount | None  # the Environment fact that counts its devices; None: always one place to run
+    takes_indices: bool  # whether `devices` may name device indices (False: `devices` counts processes, no -1)
+    device_counts: DeviceCounts
+    counts_why: str  # why other counts are refused ("" where any count is taken)
+    host: bool  # the devices are the host's CPUs (a CPU-stored metric is already where it is reduced)
+    interactive_auto_devices: int | None  # devices='auto' in a notebook with several devices takes this many
+    visibility_variable: str | None  # the variable that hides devices (CUDA_VISIBLE_DEVICES)
+    job_layout: bool  # inside a started job, devices='auto' takes the job's processes per node (local rank i → i)
+    probes_usable: bool  # select_usable_gpus can pick among its devices (the usable-GPU probe)
+    fork_blocked_by: Literal["cuda_initialized"] | None  # the Environment fact after which a forked child fails
+    strategy_fix: str | None  # the fix when a strategy refuses this accelerator (None: the generic one)
 
 
 ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
@@ -78,8 +100,17 @@ ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
             auto_priority=4,  # RFC: TPU/XLA > CUDA > MPS > CPU
             default_backend="xla",
             device_type="xla",
+            count_fact="xla_device_count",
             takes_indices=True,
-            multi_process=True,
+            device_counts="one_or_all",
+            counts_why="XLA runs on one device or on all {total} of them, not {count}",
+            host=False,
+            interactive_auto_devices=None,
+            visibility_variable=None,
+            job_layout=False,
+            probes_usable=False,
+            fork_blocked_by=None,
+            strategy_fix="Use strategy='xla' (several devices), 'single_xla' or 'auto'",
         ),
         AcceleratorRule(
             name="cuda",
@@ -87,8 +118,17 @@ ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
             auto_priority=3,
             default_backend="nccl",
             device_type="cuda",
+            count_fact="cuda_device_count",
             takes_indices=True,
-            multi_process=True,
+            device_counts="any",
+            counts_why="",
+            host=False,
+            interactive_auto_devices=1,
+            visibility_variable="CUDA_VISIBLE_DEVICES",
+            job_layout=True,
+            probes_usable=True,
+            fork_blocked_by="cuda_initialized",
+            strategy_fix=None,
         ),
         AcceleratorRule(
             name="mps",
@@ -96,9 +136,17 @@ ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
             auto_priority=2,
             default_backend="gloo",
             device_type="mps",
+            count_fact="mps_available",
             takes_indices=True,
-            # No collective backend reduces MPS tensors, and a Mac has one MPS device.
-            multi_process=False,
+            device_counts="one",
+            counts_why="one MPS device (a Mac has one GPU)",
+            host=False,
+            interactive_auto_devices=None,
+            visibility_variable=None,
+            job_layout=False,
+            probes_usable=False,
+            fork_blocked_by=None,
+            strategy_fix="Use strategy='auto' (one MPS device), or accelerator='cpu' for several processes",
         ),
         AcceleratorRule(
             name="cpu",
@@ -107,8 +155,17 @@ ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
             default_backend="gloo",
             device_type="cpu",
             # CPU processes have no device index; `devices` counts processes.
+            count_fact=None,
             takes_indices=False,
-            multi_process=True,
+            device_counts="any",
+            counts_why="",
+            host=True,
+            interactive_auto_devices=None,
+            visibility_variable=None,
+            job_layout=True,
+            probes_usable=False,
+            fork_blocked_by=None,
+            strategy_fix=None,
         ),
     )
 }
@@ -120,8 +177,17 @@ ACCELERATOR_ALIASES: Final[Mapping[str, AcceleratorFlag]] = {
 }
 """Spellings normalised to a flag before validation (case is folded first)."""
 
+ACCELERATOR_ALIAS_NOTES: Final[Mapping[str, str]] = {"tpu": "accelerator='tpu' means 'xla'; write 'xla'"}
+"""Aliases whose use the plan notes as a deprecation (by the spelling given, case folded)."""
+
+CLUSTER_ALIASES: Final[Mapping[str, ClusterFlag]] = {"torchrun": "torchelastic", "lightning": "local"}
+"""Cluster spellings normalised before validation (`lightning`: Lightning's LightningEnvironment, this machine)."""
+
 GPU_ACCELERATORS: Final[tuple[AcceleratorName, ...]] = ("cuda", "mps")
 """What `accelerator="gpu"` may become, in order of preference (the first available wins)."""
+
+ACCELERATOR_GROUPS: Final[Mapping[AcceleratorFlag, tuple[AcceleratorName, ...]]] = {"gpu": GPU_ACCELERATORS}
+"""Flags that name a group of accelerators: the first available of the group is chosen."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -134,8 +200,11 @@ class LauncherRule:
     description: str
     """A verb phrase, read as "launcher: <it>" in explain() and as "strategy X would <it>" in a refusal."""
     starts_processes: bool
+    joins: bool  # the processes exist already: this one joins their world (global rank known from the job)
     interactive_compatible: bool
     start_method: StartMethod | None
+    forks: bool  # trainplan forks this process itself (refused where fork is unavailable or CUDA is initialised)
+    in_started_job: LauncherName | None  # what it becomes inside a job that started every process; None: unchanged
 
 
 LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
@@ -145,45 +214,63 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             name="none",
             description="run in this process",
             starts_processes=False,
+            joins=False,
             interactive_compatible=True,
             start_method=None,
+            forks=False,
+            in_started_job=None,
         ),
         LauncherRule(
             name="subprocess",
             description="re-run the script in fresh interpreters, one per local rank",
             starts_processes=True,
             # A notebook has no script to re-run.
+            joins=False,
             interactive_compatible=False,
             start_method=None,
+            forks=False,
+            in_started_job="external",
         ),
         LauncherRule(
             name="spawn",
             description="start fresh interpreters with multiprocessing's spawn method",
             starts_processes=True,
             # spawn pickles the function; functions defined in a notebook's __main__ cannot be imported back.
+            joins=False,
             interactive_compatible=False,
             start_method="spawn",
+            forks=False,
+            in_started_job="external",
         ),
         LauncherRule(
             name="fork",
             description="fork this process, one child per local rank",
             starts_processes=True,
+            joins=False,
             interactive_compatible=True,
             start_method="fork",
+            forks=True,
+            in_started_job="external",
         ),
         LauncherRule(
             name="xla",
             description="start the workers through torch_xla's multiprocessing launcher",
             starts_processes=True,
+            joins=False,
             interactive_compatible=True,  # torch_xla forks its workers
             start_method="fork",
+            forks=False,
+            in_started_job=None,
         ),
         LauncherRule(
             name="external",
             description="join the world the cluster manager already started (it started every process)",
             starts_processes=False,
+            joins=True,
             interactive_compatible=True,
             start_method=None,
+            forks=False,
+            in_started_job=None,
         ),
     )
 }
@@ -214,6 +301,8 @@ class FamilyRule:
     requires_package: str | None
     precisions: frozenset[PrecisionName]
     why_not: Mapping[AcceleratorName, str]  # the reason per accelerator the family refuses
+    accelerator_fix: str | None = None  # the fix where it refuses an accelerator; None: the accelerator's own
+    base_strategy: StrategyName | None = None  # the name without a preset, suggested beside strategy_options
 
 
 _ALL_PRECISIONS: Final[frozenset[PrecisionName]] = frozenset(
@@ -276,6 +365,7 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
                 "mps": "no process-group backend reduces MPS tensors, and a Mac has a single MPS device",
                 "xla": "XLA devices run through the XLA strategies",
             },
+            base_strategy="ddp",
         ),
         FamilyRule(
             family="fsdp",
@@ -294,6 +384,7 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
                 "mps": "FSDP shards parameters across CUDA devices",
                 "xla": "XLA devices run through the XLA strategies",
             },
+            base_strategy="fsdp",
         ),
         FamilyRule(
             family="deepspeed",
@@ -311,6 +402,7 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
                 "mps": "DeepSpeed's ZeRO engine in trainplan targets CUDA devices",
                 "xla": "XLA devices run through the XLA strategies",
             },
+            base_strategy="deepspeed",
         ),
         FamilyRule(
             family="model_parallel",
@@ -329,6 +421,7 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
                 "mps": "no process-group backend reduces MPS tensors, so MPS has no device mesh",
                 "xla": "XLA devices shard through torch_xla's SPMD, not a torch device mesh",
             },
+            base_strategy="model_parallel",
         ),
         FamilyRule(
             family="xla",
@@ -346,6 +439,7 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
                 "cuda": "the XLA strategies need XLA devices",
                 "mps": "the XLA strategies need XLA devices",
             },
+            accelerator_fix="Use accelerator='xla' on an XLA machine, or strategy='auto'",
         ),
         FamilyRule(
             family="single_xla",
@@ -362,6 +456,7 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
                 "cuda": "the XLA strategies need XLA devices",
                 "mps": "the XLA strategies need XLA devices",
             },
+            accelerator_fix="Use accelerator='xla' on an XLA machine, or strategy='auto'",
         ),
     )
 }
@@ -369,7 +464,11 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
 
 @attrs.frozen(kw_only=True)
 class StrategyRule:
-    name: StrategyName
+    """A registered strategy: its family, launcher and the options its name fixes.
+
+    Downstream frameworks add their own through `Rules.extend` (with a `CustomName`)."""
+
+    name: StrategyKey
     family: StrategyFamily
     launcher: LauncherName
     preset: Mapping[str, object] = attrs.field(factory=dict)
@@ -385,7 +484,7 @@ def _deepspeed(name: StrategyName, **preset: object) -> StrategyRule:
     return StrategyRule(name=name, family="deepspeed", launcher="subprocess", preset=preset)
 
 
-STRATEGIES: Final[Mapping[StrategyName, StrategyRule]] = {
+STRATEGIES: Final[Mapping[StrategyKey, StrategyRule]] = {
     rule.name: rule
     for rule in (
         StrategyRule(name="single_device", family="single_device", launcher="none"),
@@ -433,10 +532,53 @@ STRATEGY_ALIASES: Final[Mapping[str, StrategyName]] = {
     "ddp_find_unused_parameters": "ddp_find_unused_parameters_true",
     "xla_single": "single_xla",
     "tpu": "xla",
+    # Names Lightning 2.6 still registers: `single_tpu` in both registries, `xla_debug` in the Trainer's.
+    "single_tpu": "single_xla",
+    "xla_debug": "xla",
 }
 """Spellings normalised to a strategy name before validation (case is folded first)."""
 
-FORK_STRATEGY_FOR: Final[Mapping[StrategyName, StrategyName]] = {
+STRATEGY_ALIAS_NOTES: Final[Mapping[str, str]] = {
+    "single_tpu": "strategy='single_tpu' is Lightning's older name for 'single_xla'; write 'single_xla'",
+    "xla_debug": (
+        "strategy='xla_debug' is Lightning's XLAStrategy(debug=True); trainplan plans strategy='xla' (set "
+        "PT_XLA_DEBUG=1 for torch_xla's debug output)"
+    ),
+}
+"""Aliases whose use the plan notes as a deprecation (by the spelling given, case folded)."""
+
+
+@attrs.frozen(kw_only=True)
+class AutoStrategyRule:
+    """One row of strategy='auto': the first row whose conditions hold names the strategy."""
+
+    strategy: StrategyName
+    reason: str  # a template: {num_nodes}, {devices}
+    accelerators: frozenset[AcceleratorName] | None = None  # None: any accelerator
+    min_devices: int = 1
+    max_devices: int | None = None
+    min_nodes: int = 1
+    interactive: bool | None = None  # None: either
+
+
+AUTO_STRATEGIES: Final[tuple[AutoStrategyRule, ...]] = (
+    AutoStrategyRule(
+        strategy="xla", accelerators=frozenset({"xla"}), min_devices=2, reason="'auto' with several XLA devices"
+    ),
+    AutoStrategyRule(strategy="single_xla", accelerators=frozenset({"xla"}), reason="'auto' with one XLA device"),
+    AutoStrategyRule(strategy="ddp", min_nodes=2, reason="'auto' with num_nodes={num_nodes}"),
+    AutoStrategyRule(strategy="single_device", max_devices=1, reason="'auto' with one device"),
+    # As Lightning: an interactive session cannot re-run a script, so fork.
+    AutoStrategyRule(
+        strategy="ddp_fork",
+        interactive=True,
+        reason="'auto' with several devices in an interactive session (fork-based)",
+    ),
+    AutoStrategyRule(strategy="ddp", reason="'auto' with several devices"),
+)
+"""strategy='auto' after the options rows (`AUTO_STRATEGY_FOR_OPTIONS`): tried in order, the first match wins."""
+
+FORK_STRATEGY_FOR: Final[Mapping[StrategyKey, StrategyKey]] = {
     "ddp": "ddp_notebook",
     "ddp_find_unused_parameters_true": "ddp_notebook_find_unused_parameters_true",
     "ddp_find_unused_parameters_false": "ddp_notebook_find_unused_parameters_false",
@@ -450,7 +592,7 @@ AUTO_STRATEGY_FOR_OPTIONS: Final[Mapping[StrategyFamily, StrategyName]] = {"mode
 """strategy='auto' with this family's options record chooses this strategy (a mesh's degrees say what to run; the
 other families' records fit several strategies, and 'auto' decides from the devices as usual)."""
 
-SPAWN_STRATEGY_FOR: Final[Mapping[StrategyName, StrategyName]] = {
+SPAWN_STRATEGY_FOR: Final[Mapping[StrategyKey, StrategyKey]] = {
     "ddp_fork": "ddp_spawn",
     "ddp_fork_find_unused_parameters_true": "ddp_spawn_find_unused_parameters_true",
     "ddp_fork_find_unused_parameters_false": "ddp_spawn_find_unused_parameters_false",
@@ -460,7 +602,7 @@ SPAWN_STRATEGY_FOR: Final[Mapping[StrategyName, StrategyName]] = {
 }
 """The spawn counterpart suggested when forking is impossible."""
 
-SCRIPT_STRATEGY_FOR: Final[Mapping[StrategyName, StrategyName]] = {
+SCRIPT_STRATEGY_FOR: Final[Mapping[StrategyKey, StrategyKey]] = {
     "ddp_spawn": "ddp",
     "ddp_spawn_find_unused_parameters_true": "ddp_find_unused_parameters_true",
     "ddp_spawn_find_unused_parameters_false": "ddp_find_unused_parameters_false",
@@ -485,6 +627,7 @@ class PrecisionRule:
     description: str
     accelerators: frozenset[AcceleratorName]
     fallback: Mapping[AcceleratorName, PrecisionName]  # accelerators where another precision is used instead
+    fallback_why: Mapping[AcceleratorName, str]  # why, for the note
     requires_package: str | None
     why_not: Mapping[AcceleratorName, str]
     instead: Mapping[AcceleratorName, PrecisionName]  # what to suggest where refused
@@ -498,6 +641,7 @@ PRECISIONS: Final[Mapping[PrecisionName, PrecisionRule]] = {
             description="float64 weights and compute",
             accelerators=frozenset({"cpu", "cuda"}),
             fallback={},
+            fallback_why={},
             requires_package=None,
             why_not={
                 "mps": "the MPS backend has no float64 support",
@@ -511,6 +655,7 @@ PRECISIONS: Final[Mapping[PrecisionName, PrecisionRule]] = {
             description="float32 weights and compute",
             accelerators=frozenset({"cpu", "cuda", "mps", "xla"}),
             fallback={},
+            fallback_why={},
             requires_package=None,
             why_not={},
             instead={},
@@ -521,6 +666,7 @@ PRECISIONS: Final[Mapping[PrecisionName, PrecisionRule]] = {
             accelerators=frozenset({"cpu", "cuda", "mps"}),
             # torch.autocast on CPU supports bfloat16 only; Lightning falls back the same way.
             fallback={"cpu": "bf16-mixed"},
+            fallback_why={"cpu": "autocast there supports bfloat16 only"},
             requires_package=None,
             why_not={"xla": "XLA has no automatic mixed precision in trainplan; XLA casts the whole model"},
             instead={"xla": "16-true"},
@@ -530,6 +676,7 @@ PRECISIONS: Final[Mapping[PrecisionName, PrecisionRule]] = {
             description="bfloat16 automatic mixed precision",
             accelerators=frozenset({"cpu", "cuda", "mps"}),
             fallback={},
+            fallback_why={},
             requires_package=None,
             why_not={"xla": "XLA has no automatic mixed precision in trainplan; XLA casts the whole model"},
             instead={"xla": "bf16-true"},
@@ -539,6 +686,7 @@ PRECISIONS: Final[Mapping[PrecisionName, PrecisionRule]] = {
             description="float16 weights and compute",
             accelerators=frozenset({"cpu", "cuda", "mps", "xla"}),
             fallback={},
+            fallback_why={},
             requires_package=None,
             why_not={},
             instead={},
@@ -548,6 +696,7 @@ PRECISIONS: Final[Mapping[PrecisionName, PrecisionRule]] = {
             description="bfloat16 weights and compute",
             accelerators=frozenset({"cpu", "cuda", "mps", "xla"}),
             fallback={},
+            fallback_why={},
             requires_package=None,
             why_not={},
             instead={},
@@ -557,6 +706,7 @@ PRECISIONS: Final[Mapping[PrecisionName, PrecisionRule]] = {
             description="NVIDIA Transformer Engine FP8 with bfloat16 weights",
             accelerators=frozenset({"cuda"}),
             fallback={},
+            fallback_why={},
             requires_package="transformer_engine",
             why_not={
                 "cpu": "Transformer Engine's FP8 kernels run on NVIDIA GPUs only",
@@ -570,6 +720,7 @@ PRECISIONS: Final[Mapping[PrecisionName, PrecisionRule]] = {
             description="NVIDIA Transformer Engine FP8 with float16 weights",
             accelerators=frozenset({"cuda"}),
             fallback={},
+            fallback_why={},
             requires_package="transformer_engine",
             why_not={
                 "cpu": "Transformer Engine's FP8 kernels run on NVIDIA GPUs only",
@@ -962,6 +1113,8 @@ class ClusterRule:
     detect_variables: tuple[frozenset[str], ...]  # detected when every variable of any one set is present
     detect_priority: int | None  # higher is tried first; None: only on request
     creates_processes: bool  # the cluster manager starts every process itself
+    node_rank_variable: str  # what names the node rank in messages (the variable the cluster sets, or a phrase)
+    max_processes_per_node: int | None = None  # None: no limit beyond the hardware
 
 
 CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
@@ -974,6 +1127,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             # torchrun can run inside a SLURM allocation, so it is checked first (as Lightning does).
             detect_priority=6,
             creates_processes=True,
+            node_rank_variable="GROUP_RANK",
         ),
         ClusterRule(
             name="slurm",
@@ -982,6 +1136,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             detect_variables=(frozenset({"SLURM_NTASKS"}),),
             detect_priority=5,
             creates_processes=True,
+            node_rank_variable="SLURM_NODEID",
         ),
         ClusterRule(
             name="lsf",
@@ -991,6 +1146,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             ),
             detect_priority=3,
             creates_processes=True,
+            node_rank_variable="node rank",
         ),
         ClusterRule(
             name="mpi",
@@ -1002,6 +1158,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             ),
             detect_priority=2,
             creates_processes=True,
+            node_rank_variable="node rank",
         ),
         ClusterRule(
             name="kubeflow",
@@ -1012,6 +1169,9 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             # Lightning never detects it (its detect() raises): a deliberate difference.
             detect_priority=4,
             creates_processes=True,
+            node_rank_variable="node rank",
+            # A PyTorchJob runs one process per pod (Lightning's KubeflowEnvironment counts its world in pods).
+            max_processes_per_node=1,
         ),
         ClusterRule(
             name="local",
@@ -1019,6 +1179,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             detect_variables=(frozenset(),),
             detect_priority=0,
             creates_processes=False,
+            node_rank_variable="NODE_RANK",
         ),
     )
 }
@@ -1514,6 +1675,12 @@ DIFFERENCES: Final[Mapping[str, str]] = {
         "pipeline stages, and 64-true except with context parallelism. The Lightning adapter refuses what Lightning "
         "cannot run."
     ),
+    "deepspeed-cpu": (
+        "DeepSpeed on accelerator='cpu': Lightning's connector accepts it (DeepSpeed has a CPU accelerator); "
+        "trainplan's deepspeed rows run on CUDA only, since its ZeRO offload and precision paths are planned and "
+        "tested for CUDA devices. A framework that runs DeepSpeed on CPU extends the rule set with a deepspeed row "
+        "that lists 'cpu' (tests/downstream_rules.py does)."
+    ),
 }
 
 
@@ -1538,7 +1705,7 @@ class LegacyStrategy:
 
 
 LEGACY_STRATEGIES: Final[Mapping[str, LegacyStrategy]] = {
-    **{name: LegacyStrategy(strategy=name) for name in STRATEGIES},
+    **{name: LegacyStrategy(strategy=name) for name in STRATEGY_NAMES},
     # Lightning 1.x spelled "DDP on CPU processes" as its own accelerator; the accelerator now says where.
     "ddp_cpu": LegacyStrategy(strategy="ddp", accelerator="cpu"),
     "ddp_spawn_cpu": LegacyStrategy(strategy="ddp_spawn", accelerator="cpu"),

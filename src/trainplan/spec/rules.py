@@ -1,0 +1,239 @@
+"""A rule set as a value: every table the resolver reads, bundled, and extensible without global state.
+
+`resolve`, `check`, the matrix and the CLI take a `Rules` (default `BUILTIN_RULES`, the tables of
+`trainplan.spec.tables`). A downstream framework that registers its own strategies (as Lightning users do through
+its global `StrategyRegistry`) builds an extended value instead and passes it along::
+
+    RULES = tp.BUILTIN_RULES.extend(
+        strategies=[tp.StrategyRule(name=tp.CustomName("ddp_custom_checkpoint_io"), family="ddp",
+                                    launcher="subprocess", preset={"static_graph": True})],
+    )
+    plan = tp.resolve(tp.Request(strategy=RULES.strategy_name("ddp_custom_checkpoint_io")), rules=RULES)
+
+Nothing is registered anywhere: two rule sets live side by side, and the built-in one never changes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+import attrs
+
+from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.names import (
+    STRATEGY_FLAGS,
+    AcceleratorFlag,
+    AcceleratorName,
+    BackendName,
+    ClusterName,
+    CustomName,
+    LauncherName,
+    PrecisionName,
+    StrategyFamily,
+    StrategyFlag,
+    StrategyKey,
+)
+from trainplan.spec.options import OPTION_TYPES
+from trainplan.spec.tables import (
+    ACCELERATOR_ALIAS_NOTES,
+    ACCELERATOR_GROUPS,
+    ACCELERATORS,
+    AUTO_STRATEGIES,
+    AUTO_STRATEGY_FOR_OPTIONS,
+    BACKENDS,
+    CLUSTERS,
+    DEFAULT_PRECISION,
+    FAMILIES,
+    FORK_STRATEGY_FOR,
+    LAUNCHERS,
+    PRECISIONS,
+    SCRIPT_STRATEGY_FOR,
+    SPAWN_STRATEGY_FOR,
+    STRATEGIES,
+    STRATEGY_ALIAS_NOTES,
+    STRATEGY_ALIASES,
+    SYNC_BATCHNORM_ACCELERATORS,
+    AcceleratorRule,
+    AutoStrategyRule,
+    BackendRule,
+    ClusterRule,
+    FamilyRule,
+    LauncherRule,
+    PrecisionRule,
+    StrategyRule,
+)
+
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Rules:
+    """Every table the resolver decides from. Compared by identity: each extension is a rule set of its own."""
+
+    accelerators: Mapping[AcceleratorName, AcceleratorRule]
+    accelerator_groups: Mapping[AcceleratorFlag, tuple[AcceleratorName, ...]]
+    accelerator_alias_notes: Mapping[str, str]
+    strategies: Mapping[StrategyKey, StrategyRule]
+    strategy_aliases: Mapping[str, StrategyKey]
+    strategy_alias_notes: Mapping[str, str]
+    families: Mapping[StrategyFamily, FamilyRule]
+    auto_for_options: Mapping[StrategyFamily, StrategyKey]
+    auto_strategies: tuple[AutoStrategyRule, ...]
+    fork_strategy_for: Mapping[StrategyKey, StrategyKey]
+    spawn_strategy_for: Mapping[StrategyKey, StrategyKey]
+    script_strategy_for: Mapping[StrategyKey, StrategyKey]
+    launchers: Mapping[LauncherName, LauncherRule]
+    precisions: Mapping[PrecisionName, PrecisionRule]
+    default_precision: PrecisionName
+    backends: Mapping[BackendName, BackendRule]
+    clusters: Mapping[ClusterName, ClusterRule]
+    sync_batchnorm_accelerators: frozenset[AcceleratorName]
+    strategy_spellings: Mapping[str, StrategyFlag | CustomName] = attrs.field(init=False)
+    """Every accepted strategy spelling (names, aliases, 'auto') → its name: what the normaliser reads."""
+
+    def __attrs_post_init__(self) -> None:
+        spellings: dict[str, StrategyFlag | CustomName] = {"auto": "auto"}
+        spellings.update({name: name for name in self.strategies})
+        spellings.update(self.strategy_aliases)
+        object.__setattr__(self, "strategy_spellings", spellings)
+
+    def strategy_name(self, name: str) -> StrategyKey:
+        """`name` as a strategy of this rule set (typed), or `InvalidRequest` when it has no such strategy."""
+        found = self.strategy_spellings.get(name)
+        if found is None or found == "auto":
+            raise InvalidRequest(
+                field="strategy",
+                value=name,
+                reason="this rule set has no such strategy",
+                allowed=tuple(self.strategies),
+            )
+        return found
+
+    def extend(
+        self,
+        *,
+        strategies: Iterable[StrategyRule] = (),
+        families: Iterable[FamilyRule] = (),
+        precisions: Iterable[PrecisionRule] = (),
+        script_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
+        fork_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
+        spawn_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
+    ) -> Rules:
+        """A new rule set: these strategies added, these family and precision rows in place of the built-in ones
+        of the same name (their accelerators, precisions, needs and reasons), and the counterparts added.
+
+        A new strategy has a `CustomName` of lowercase letters, digits and underscores, a family and a launcher of
+        the rule set, and a preset of its family's options. Refused with `InvalidRequest` naming what is wrong."""
+        added = tuple(strategies)
+        new_families = {**self.families, **{rule.family: rule for rule in families}}
+        new_precisions = {**self.precisions, **{rule.name: rule for rule in precisions}}
+        for family in families:
+            if family.family not in self.families:
+                raise InvalidRequest(
+                    field="rules.families",
+                    value=family.family,
+                    reason="a family row replaces a built-in family (custom families need a runtime of their own)",
+                    allowed=tuple(self.families),
+                )
+        for precision in precisions:
+            if precision.name not in self.precisions:
+                raise InvalidRequest(
+                    field="rules.precisions",
+                    value=precision.name,
+                    reason="a precision row replaces a built-in precision (its dtypes come from the runtime)",
+                    allowed=tuple(self.precisions),
+                )
+        new_strategies = dict(self.strategies)
+        for rule in added:
+            _check_strategy(rule, self, new_families)
+            new_strategies[rule.name] = rule
+        counterparts = [script_counterparts or {}, fork_counterparts or {}, spawn_counterparts or {}]
+        for table in counterparts:
+            for key, value in table.items():
+                for name in (key, value):
+                    if name not in new_strategies:
+                        raise InvalidRequest(
+                            field="rules.counterparts",
+                            value=name,
+                            reason="a counterpart names a strategy of the rule set",
+                            allowed=tuple(new_strategies),
+                        )
+        return attrs.evolve(
+            self,
+            strategies=new_strategies,
+            families=new_families,
+            precisions=new_precisions,
+            script_strategy_for={**self.script_strategy_for, **counterparts[0]},
+            fork_strategy_for={**self.fork_strategy_for, **counterparts[1]},
+            spawn_strategy_for={**self.spawn_strategy_for, **counterparts[2]},
+        )
+
+
+def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyFamily, FamilyRule]) -> None:
+    name: object = rule.name
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidRequest(
+            field="rules.strategies",
+            value=name,
+            reason="a strategy name is lowercase letters, digits and underscores, starting with a letter",
+            fix="Write e.g. CustomName('ddp_custom_checkpoint_io')",
+        )
+    if name in base.strategy_spellings or name in STRATEGY_FLAGS:
+        raise InvalidRequest(
+            field="rules.strategies",
+            value=name,
+            reason="the rule set already has a strategy (or an alias) of that name",
+            fix="Choose a name of your own, e.g. one with your framework's prefix",
+        )
+    if rule.family not in families:
+        raise InvalidRequest(
+            field=f"rules.strategies[{name!r}].family",
+            value=rule.family,
+            reason="no such family",
+            allowed=tuple(families),
+        )
+    if rule.launcher not in base.launchers:
+        raise InvalidRequest(
+            field=f"rules.strategies[{name!r}].launcher",
+            value=rule.launcher,
+            reason="no such launcher",
+            allowed=tuple(base.launchers),
+        )
+    options_type = OPTION_TYPES.get(rule.family)
+    fields = () if options_type is None else tuple(attribute.name for attribute in attrs.fields(options_type))
+    for option in rule.preset:
+        if option not in fields:
+            raise InvalidRequest(
+                field=f"rules.strategies[{name!r}].preset",
+                value=option,
+                reason=f"family {rule.family!r} has no such option",
+                allowed=fields,
+            )
+
+
+BUILTIN_RULES: Final[Rules] = Rules(
+    accelerators=ACCELERATORS,
+    accelerator_groups=ACCELERATOR_GROUPS,
+    accelerator_alias_notes=ACCELERATOR_ALIAS_NOTES,
+    strategies=STRATEGIES,
+    strategy_aliases=STRATEGY_ALIASES,
+    strategy_alias_notes=STRATEGY_ALIAS_NOTES,
+    families=FAMILIES,
+    auto_for_options=AUTO_STRATEGY_FOR_OPTIONS,
+    auto_strategies=AUTO_STRATEGIES,
+    fork_strategy_for=FORK_STRATEGY_FOR,
+    spawn_strategy_for=SPAWN_STRATEGY_FOR,
+    script_strategy_for=SCRIPT_STRATEGY_FOR,
+    launchers=LAUNCHERS,
+    precisions=PRECISIONS,
+    default_precision=DEFAULT_PRECISION,
+    backends=BACKENDS,
+    clusters=CLUSTERS,
+    sync_batchnorm_accelerators=SYNC_BATCHNORM_ACCELERATORS,
+)
+"""trainplan's own rule set: the tables of `trainplan.spec.tables`."""
+
+
+__all__ = ["BUILTIN_RULES", "Rules"]

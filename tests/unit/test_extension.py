@@ -1,0 +1,115 @@
+"""Extension as values: a downstream rule set adds strategies and replaces rows without touching the built-in one."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from tests.downstream_rules import CHECKPOINT_IO, CHECKPOINT_IO_NOTEBOOK, RULES, STATIC_DEEPSPEED
+from tests.helpers import LAUNCHED_1_OF_2, cpu
+from trainplan import (
+    BUILTIN_RULES,
+    CustomName,
+    DDPOptions,
+    Environment,
+    Incompatible,
+    InvalidRequest,
+    Request,
+    StrategyRule,
+)
+from trainplan.cli import main
+from trainplan.resolve import check, resolve, resolve_uncached
+
+
+def test_a_downstream_strategy_resolves_with_its_preset_and_launcher() -> None:
+    plan = resolve(Request(accelerator="cpu", devices=2, strategy=CHECKPOINT_IO), cpu(), RULES)
+    assert (plan.strategy.name, plan.strategy.family, plan.launcher) == (CHECKPOINT_IO, "ddp", "subprocess")
+    assert plan.strategy.options == DDPOptions(static_graph=True)
+
+
+def test_the_builtin_rule_set_refuses_the_downstream_name_and_is_unchanged() -> None:
+    with pytest.raises(InvalidRequest, match="strategy='ddp_custom_checkpoint_io'"):
+        resolve(Request(accelerator="cpu", devices=2, strategy=CHECKPOINT_IO), cpu())
+    assert CHECKPOINT_IO not in BUILTIN_RULES.strategies
+    assert "cpu" not in BUILTIN_RULES.families["deepspeed"].accelerators
+
+
+def test_the_memo_keeps_rule_sets_apart() -> None:
+    request, env = Request(accelerator="cpu", devices=2, strategy="deepspeed"), cpu(packages=frozenset({"deepspeed"}))
+    assert resolve(request, env, RULES).strategy.name == "deepspeed"
+    with pytest.raises(Incompatible, match="strategy 'deepspeed' runs on 'cuda'"):
+        resolve(request, env)
+
+
+def test_a_replaced_family_row_and_a_downstream_preset_of_it() -> None:
+    env = cpu(packages=frozenset({"deepspeed"}))
+    plan = resolve_uncached(Request(accelerator="cpu", devices=2, strategy=STATIC_DEEPSPEED), env, RULES)
+    assert plan.strategy.family == "deepspeed" and plan.strategy.options is not None
+    assert attrs.asdict(plan.strategy.options)["stage"] == 1
+
+
+def test_counterparts_of_a_downstream_strategy() -> None:
+    """Its fork counterpart in a notebook; its script counterpart inside a started job."""
+    notebook = Environment(cpu_count=4, interactive=True)
+    with pytest.raises(Incompatible, match=f"strategy={CHECKPOINT_IO_NOTEBOOK!r}"):
+        resolve(Request(accelerator="cpu", devices=2, strategy=CHECKPOINT_IO), notebook, RULES)
+    inside = resolve(Request(strategy=CHECKPOINT_IO_NOTEBOOK, accelerator="cpu"), cpu(variables=LAUNCHED_1_OF_2), RULES)
+    assert (inside.strategy.name, inside.launcher) == (CHECKPOINT_IO, "external")
+
+
+def test_check_takes_the_rule_set() -> None:
+    assert list(check(Request(accelerator="cpu", devices=2, strategy=CHECKPOINT_IO), cpu(), RULES)) == []
+
+
+@pytest.mark.parametrize(
+    ("rule", "words"),
+    [
+        (StrategyRule(name=CustomName("ddp"), family="ddp", launcher="subprocess"), "already has a strategy"),
+        (StrategyRule(name=CustomName("tpu"), family="xla", launcher="xla"), "already has a strategy"),
+        (StrategyRule(name=CustomName("Bad Name"), family="ddp", launcher="subprocess"), "lowercase letters"),
+        (StrategyRule(name=CustomName("mine"), family="ddp", launcher="subprocess", preset={"stage": 1}), "no such"),
+    ],
+)
+def test_extend_refuses_what_cannot_work(rule: StrategyRule, words: str) -> None:
+    with pytest.raises(InvalidRequest, match=words):
+        BUILTIN_RULES.extend(strategies=[rule])
+
+
+def test_extend_refuses_an_unknown_counterpart() -> None:
+    with pytest.raises(InvalidRequest, match="counterpart"):
+        BUILTIN_RULES.extend(script_counterparts={CustomName("nowhere"): "ddp"})
+
+
+def test_from_config_and_the_cli_take_the_rule_set(capsys: pytest.CaptureFixture[str]) -> None:
+    request = Request.from_config({"strategy": "DDP_CUSTOM_CHECKPOINT_IO", "accelerator": "cpu"}, RULES)
+    assert request.strategy == CHECKPOINT_IO
+    arguments = ["plan", "--no-probe", "--accelerator", "cpu", "--devices", "2", "--strategy", CHECKPOINT_IO]
+    assert main([*arguments, "--rules", "tests.downstream_rules:RULES"]) == 0
+    assert "ddp_custom_checkpoint_io (family ddp)" in capsys.readouterr().out
+    assert main(["matrix", "--rules", "tests.downstream_rules:RULES"]) == 0
+    assert "`ddp_custom_checkpoint_io`" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("spelled", "words"),
+    [
+        ("tests.downstream_rules", "write MODULE:NAME"),
+        ("tests.no_such_module:RULES", "cannot import"),
+        ("tests.downstream_rules:CHECKPOINT_IO", "not a trainplan.Rules"),
+    ],
+)
+def test_the_cli_names_a_bad_rules_option(spelled: str, words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["matrix", "--rules", spelled])
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("alias", "name"), [("single_tpu", "single_xla"), ("xla_debug", "xla")])
+def test_lightnings_still_registered_names_are_aliases_with_a_note(alias: str, name: str) -> None:
+    env = Environment(xla_device_count=4 if name == "xla" else 1)
+    request = Request.from_config({"strategy": alias, "accelerator": "xla"})
+    plan = resolve(request, env)
+    assert plan.strategy.name == name
+    assert any(note.code == "strategy-alias" and alias in note.message for note in plan.notes)
+    direct = resolve(Request(strategy=alias, accelerator="xla"), env)  # type: ignore[arg-type]  # a loose spelling
+    assert any(note.code == "strategy-alias" for note in direct.notes)
