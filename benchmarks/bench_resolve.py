@@ -18,6 +18,9 @@ REQUESTS: dict[str, dict[str, object]] = {
     "cpu ddp ×2, bf16-mixed": {"accelerator": "cpu", "strategy": "ddp", "devices": 2, "precision": "bf16-mixed"},
 }
 
+TARGETS: dict[str, str] = {"resolve_uncached(request, env) (cold path)": "≥ 5×"}
+"""Targets other than 10×: the cold path runs every step and prepares every message (issue 15 asks 5×)."""
+
 
 def _lightning_trainer_connector() -> Callable[[dict[str, object]], object] | None:
     try:
@@ -58,7 +61,8 @@ def run() -> list[Row]:
                 continue
             theirs = per_call_seconds(partial(build, flags), budget=1.0)
             for what, seconds in timings.items():
-                rows.append(Row(f"{what}; {label}", human(seconds), human(theirs), anchor, theirs / seconds, "≥ 10×"))
+                target = TARGETS.get(what, "≥ 10×")
+                rows.append(Row(f"{what}; {label}", human(seconds), human(theirs), anchor, theirs / seconds, target))
     ours = import_seconds("trainplan")
     for module in ("pytorch_lightning", "lightning_fabric", "accelerate"):
         try:

@@ -59,6 +59,8 @@ class ClusterFacts:
 
 def detect(flag: ClusterFlag, variables: Mapping[str, str]) -> ClusterFacts:
     """The cluster environment asked for (or detected, for `auto`) with its facts."""
+    if not variables and flag in _ALONE:
+        return _ALONE[flag]  # no variable at all: this machine alone (the same facts as reading none)
     if flag == "auto":
         return _read(_detected(variables), variables, requested=False)
     if flag != "local":
@@ -245,6 +247,13 @@ def _local(variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
         reason=reason,
         notes=notes,
     )
+
+
+_ALONE: dict[ClusterFlag, ClusterFacts] = {
+    "auto": _local({}, requested=False),
+    "local": _local({}, requested=True),
+}
+"""The facts of a process without any cluster variable, read once."""
 
 
 @attrs.frozen

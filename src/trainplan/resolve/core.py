@@ -12,8 +12,9 @@ neutral fallback where one exists, so a tool can show every problem with a reque
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
@@ -24,6 +25,7 @@ from trainplan.resolve.visible import visible_entries
 from trainplan.spec import normalise
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import Incompatible, InvalidRequest, TrainplanError, Unavailable
+from trainplan.spec.frozen import FrozenMap
 from trainplan.spec.names import (
     START_METHODS,
     AcceleratorFlag,
@@ -59,6 +61,7 @@ from trainplan.spec.tables import (
 )
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Report = Callable[[TrainplanError], None]
 
 
@@ -142,9 +145,10 @@ def check(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> I
     yield from problems
 
 
-def _attempt(report: Report, step: Callable[[], T], fallback: T) -> T:
+def _attempt(report: Report, fallback: T, step: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """`step(*args, **kwargs)`, or `fallback` after reporting its refusal."""
     try:
-        return step()
+        return step(*args, **kwargs)
     except TrainplanError as error:
         report(error)
         return fallback
@@ -153,8 +157,10 @@ def _attempt(report: Report, step: Callable[[], T], fallback: T) -> T:
 # --------------------------------------------------------------------------------------------------
 
 
-@attrs.frozen(kw_only=True)
+@attrs.define(kw_only=True)
 class _Fields:
+    """The request's fields, normalised (built once per run and only read after; not frozen, which costs)."""
+
     accelerator: AcceleratorFlag
     strategy: StrategyFlag | CustomName
     devices: DevicesSpec
@@ -204,11 +210,13 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     notes: list[Note] = list(fields.notes)
     reasons: dict[str, str] = {}
 
-    facts = _attempt(report, lambda: detect(fields.cluster, env.variables), _FALLBACK_CLUSTER)
+    facts = _attempt(report, _FALLBACK_CLUSTER, detect, fields.cluster, env.variables)
     notes.extend(facts.notes)
     num_nodes, nodes_reason = _choose_num_nodes(fields.num_nodes, facts)
 
-    chosen = _attempt(report, lambda: _choose_accelerator(fields.accelerator, env, rules), None)
+    chosen: tuple[AcceleratorName, str] | None = _attempt(
+        report, None, _choose_accelerator, fields.accelerator, env, rules
+    )
     if chosen is None:
         if fields.accelerator not in rules.accelerators:
             return None
@@ -225,19 +233,18 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         notes.append(Note(code="accelerator-auto", level="info", message=f"accelerator='auto' chose {accelerator!r}"))
 
     if fields.select_usable_gpus:
-        selected = _attempt(report, lambda: _select_usable_devices(accelerator_rule, fields.devices, env), None)
+        selected = _attempt(report, None, _select_usable_devices, accelerator_rule, fields.devices, env)
     else:
         selected = _attempt(
             report,
-            lambda: _select_devices_in_job(
-                accelerator_rule,
-                fields.devices,
-                env,
-                facts,
-                num_nodes,
-                (fields.num_nodes != "auto" or _job_nodes(facts) is not None),
-            ),
             None,
+            _select_devices_in_job,
+            accelerator_rule,
+            fields.devices,
+            env,
+            facts,
+            num_nodes,
+            (fields.num_nodes != "auto" or _job_nodes(facts) is not None),
         )
     if selected is None:
         devices: tuple[int, ...] = (0,)
@@ -272,7 +279,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
 
     for problem in _strategy_problems(strategy_name, family, accelerator_rule, devices, num_nodes, env):
         report(problem)
-    options = _attempt(report, lambda: _merge_options(strategy_name, rule, family, fields.options), None)
+    options = _attempt(report, None, _merge_options, strategy_name, rule, family, fields.options)
 
     processes_per_node = len(devices) if family.multi_process else 1
     world_size = num_nodes * processes_per_node
@@ -289,7 +296,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
 
     no_launcher: LauncherName = "none"
     launcher = _attempt(
-        report, lambda: _choose_launcher(strategy_name, rule, family, facts, env, accelerator_rule, rules), no_launcher
+        report, no_launcher, _choose_launcher, strategy_name, rule, family, facts, env, accelerator_rule, rules
     )
     launcher_rule = lookup(rules.launchers, launcher, name="LAUNCHERS")
     reasons["launcher"] = launcher_rule.description
@@ -297,9 +304,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         reasons["launcher"] = "trainplan's launcher already started every process; join its world"
 
     cluster = _attempt(
-        report,
-        lambda: _place_in_cluster(facts, num_nodes, processes_per_node, world_size, launcher, rules),
-        None,
+        report, None, _place_in_cluster, facts, num_nodes, processes_per_node, world_size, launcher, rules
     )
     if cluster is None:
         cluster = ClusterInfo(
@@ -325,9 +330,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
             )
         )
 
-    backend = _attempt(
-        report, lambda: _choose_backend(fields.backend, family, strategy_name, accelerator_rule, rules), None
-    )
+    backend = _attempt(report, None, _choose_backend, fields.backend, family, strategy_name, accelerator_rule, rules)
     if family.has_process_group and backend is not None:
         backend_rule = lookup(rules.backends, backend, name="BACKENDS")
         how = f"asked for {backend!r}" if fields.backend is not None else f"the default for {accelerator!r}"
@@ -338,9 +341,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         reasons["backend"] = "a single process creates no process group"
 
     precision = _attempt(
-        report,
-        lambda: _choose_precision(fields.precision, accelerator, strategy_name, family, env, notes, rules),
-        None,
+        report, None, _choose_precision, fields.precision, accelerator, strategy_name, family, env, notes, rules
     )
     if precision is None:
         precision = fields.precision
@@ -348,18 +349,16 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
 
     mesh: MeshChoice | None = None
     if isinstance(options, ModelParallelOptions):
-        given_options = options
         mesh = _attempt(
             report,
-            lambda: choose_mesh(
-                given_options,
-                num_nodes=num_nodes,
-                processes_per_node=processes_per_node,
-                accelerator=accelerator,
-                backend=backend,
-                precision=precision,
-            ),
             None,
+            choose_mesh,
+            options,
+            num_nodes=num_nodes,
+            processes_per_node=processes_per_node,
+            accelerator=accelerator,
+            backend=backend,
+            precision=precision,
         )
         if mesh is not None:
             options = mesh.options
@@ -379,19 +378,23 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
 
     if not fields.ok:
         return None
-    normal_request = Request(
-        accelerator=fields.accelerator,
-        strategy=fields.strategy,
-        devices=fields.devices,
-        num_nodes=fields.num_nodes,
-        precision=fields.precision,
-        process_group_backend=fields.backend,
-        cluster=fields.cluster,
-        metrics_store=fields.metrics_store,
-        sync_batchnorm=fields.sync_batchnorm,
-        strategy_options=fields.options,
-        select_usable_gpus=fields.select_usable_gpus,
-        notes=fields.notes,
+    normal_request = (
+        request
+        if _already_normal(request, fields)
+        else Request(
+            accelerator=fields.accelerator,
+            strategy=fields.strategy,
+            devices=fields.devices,
+            num_nodes=fields.num_nodes,
+            precision=fields.precision,
+            process_group_backend=fields.backend,
+            cluster=fields.cluster,
+            metrics_store=fields.metrics_store,
+            sync_batchnorm=fields.sync_batchnorm,
+            strategy_options=fields.options,
+            select_usable_gpus=fields.select_usable_gpus,
+            notes=fields.notes,
+        )
     )
     if (fields.devices == "auto" or fields.num_nodes == "auto") and (facts.creates_processes or facts.launched):
         notes.append(
@@ -428,31 +431,72 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
 # Normalisation and the environment's own sanity
 
 
+def _already_normal(request: Request, fields: _Fields) -> bool:
+    """Whether the request holds the normalised values themselves (then it is its own normal form)."""
+    return (
+        request.accelerator is fields.accelerator
+        and request.strategy is fields.strategy
+        and request.devices is fields.devices
+        and request.num_nodes is fields.num_nodes
+        and type(request.precision) is str
+        and request.precision == fields.precision  # the same name (written in another module: another object)
+        and request.process_group_backend is fields.backend
+        and request.cluster is fields.cluster
+        and request.metrics_store is fields.metrics_store
+        and request.sync_batchnorm is fields.sync_batchnorm
+        and request.strategy_options is fields.options
+        and request.select_usable_gpus is fields.select_usable_gpus
+        and _same_items(request.notes, fields.notes)
+    )
+
+
+def _same_items(given: object, notes: tuple[Note, ...]) -> bool:
+    """The very notes, in order (compared by identity: a value of any type may sit in a hand-made request)."""
+    return type(given) is tuple and len(given) == len(notes) and all(map(operator.is_, given, notes))
+
+
 _ENVIRONMENT_FACTS = tuple(attribute.name for attribute in attrs.fields(Environment))
 
 
 def _plainly_valid(env: Environment) -> bool:
     """The common case, checked in one expression: every fact has its declared type and range."""
-    counts: tuple[object, ...] = (env.cuda_device_count, env.xla_device_count, env.cpu_count)
-    flags: tuple[object, ...] = (env.cuda_initialized, env.mps_available, env.interactive)
+    cuda: object = env.cuda_device_count
+    xla: object = env.xla_device_count
+    cpus: object = env.cpu_count
+    initialised: object = env.cuda_initialized
+    mps: object = env.mps_available
+    interactive: object = env.interactive
     usable: object = env.usable_cuda_devices
     variables: object = env.variables
     methods: object = env.start_methods
     packages: object = env.packages
     return (
-        all(type(count) is int for count in counts)
+        type(cuda) is int
+        and type(xla) is int
+        and type(cpus) is int
         and 0 <= env.cuda_device_count <= MAX_DEVICES_PER_NODE
         and 0 <= env.xla_device_count <= MAX_DEVICES_PER_NODE
         and 1 <= env.cpu_count <= MAX_CPU_COUNT
-        and isinstance(variables, Mapping)
-        and isinstance(methods, tuple)
-        and isinstance(packages, frozenset)
-        and all(type(flag) is bool for flag in flags)
+        and type(initialised) is bool
+        and type(mps) is bool
+        and type(interactive) is bool
         and usable is None
-        and all(method in START_METHODS for method in env.start_methods)
-        and all(type(name) is str for name in env.packages)
-        and all(type(key) is str and type(value) is str for key, value in env.variables.items())
+        and isinstance(methods, tuple)
+        and set(map(type, methods)) <= _STRINGS  # strings hash: the subset test below cannot raise
+        and _START_METHODS.issuperset(env.start_methods)
+        and isinstance(packages, frozenset)
+        and set(map(type, env.packages)) <= _STRINGS
+        and (
+            variables.plain
+            if isinstance(variables, FrozenMap)
+            else isinstance(variables, Mapping)
+            and all(type(key) is str and type(value) is str for key, value in env.variables.items())
+        )
     )
+
+
+_START_METHODS: frozenset[str] = frozenset(START_METHODS)
+_STRINGS: frozenset[type] = frozenset({str})
 
 
 def _check_environment(env: Environment, report: Report) -> bool:
@@ -514,6 +558,45 @@ def _check_environment(env: Environment, report: Report) -> bool:
 
 
 def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
+    try:
+        return _normalise_at_once(request, rules)
+    except TrainplanError:
+        return _normalise_field_by_field(request, report, rules)  # reports every refused field, in order
+
+
+def _normalise_at_once(request: Request, rules: Rules) -> _Fields:
+    """The same steps as `_normalise_field_by_field`, in one go: any refusal leaves it for that one to report."""
+    given_notes: object = request.notes
+    notes: list[Note] = (
+        [note for note in given_notes if isinstance(note, Note)] if isinstance(given_notes, tuple) else []
+    )
+    precision = normalise.precision(request.precision)
+    notes.extend(normalise.precision_alias_notes(request.precision, precision))
+    accelerator = normalise.accelerator(request.accelerator)
+    raw_accelerator: object = request.accelerator
+    if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() in rules.accelerator_alias_notes:
+        message = rules.accelerator_alias_notes[raw_accelerator.strip().lower()]
+        notes.append(Note(code="accelerator-alias", level="deprecation", message=message))
+    strategy = normalise.strategy_in(request.strategy, rules.strategy_spellings)
+    notes.extend(normalise.strategy_alias_notes(request.strategy, rules.strategy_alias_notes))
+    return _Fields(
+        accelerator=accelerator,
+        strategy=strategy,
+        devices=normalise.devices(request.devices),
+        num_nodes=normalise.num_nodes(request.num_nodes),
+        precision=precision,
+        backend=normalise.backend(request.process_group_backend),
+        cluster=normalise.cluster(request.cluster),
+        metrics_store=normalise.metrics_store(request.metrics_store),
+        sync_batchnorm=normalise.flag("sync_batchnorm", request.sync_batchnorm),
+        select_usable_gpus=normalise.flag("select_usable_gpus", request.select_usable_gpus),
+        options=normalise.strategy_options(request.strategy_options),
+        notes=tuple(notes),
+        ok=True,
+    )
+
+
+def _normalise_field_by_field(request: Request, report: Report, rules: Rules) -> _Fields:
     ok = True
 
     def field(step: Callable[[], T], fallback: T) -> T:
@@ -584,8 +667,11 @@ def _available(env: Environment, rules: Rules) -> dict[AcceleratorName, int]:
 
 def _describe(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
     parts: list[str] = []
-    for name in sorted(found, key=lambda name: -rules.accelerators[name].auto_priority):
-        if rules.accelerators[name].count_fact is None:
+    for rule in rules.accelerators_by_priority:
+        name = rule.name
+        if name not in found:
+            continue
+        if rule.count_fact is None:
             parts.append(name)
         else:
             count = found[name]
@@ -597,10 +683,8 @@ def _describe(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
 def _choose_accelerator(flag: AcceleratorFlag, env: Environment, rules: Rules) -> tuple[AcceleratorName, str]:
     found = _available(env, rules)
     if flag == "auto":
-        best = max(found, key=lambda name: rules.accelerators[name].auto_priority)
-        ranked = sorted(rules.accelerators.values(), key=lambda rule: -rule.auto_priority)
-        order = " > ".join(rule.name for rule in ranked)
-        return best, f"the best available of {_describe(found, rules)} (order: {order})"
+        best = next(rule.name for rule in rules.accelerators_by_priority if rule.name in found)
+        return best, f"the best available of {_describe(found, rules)} (order: {rules.accelerator_order})"
     group = rules.accelerator_groups.get(flag)
     if group is not None:
         for member in group:
@@ -892,9 +976,10 @@ def _choose_strategy(
 ) -> tuple[StrategyKey, str]:
     if flag != "auto":
         return flag, f"asked for {flag!r}"
-    for family, name in rules.auto_for_options.items():
-        if isinstance(options, OPTION_TYPES[family]):
-            return name, f"'auto' with {type(options).__name__}"
+    if options is not None:
+        for family, name in rules.auto_for_options.items():
+            if isinstance(options, OPTION_TYPES[family]):
+                return name, f"'auto' with {type(options).__name__}"
     for row in rules.auto_strategies:
         if _auto_row_holds(row, accelerator, len(devices), num_nodes, env.interactive):
             return row.strategy, row.reason.format(num_nodes=num_nodes, devices=len(devices))
@@ -967,8 +1052,8 @@ def _merge_options(
             expected=options_type.__name__,
             fix=f"Pass {options_type.__name__}(...)",
         )
-    merged: StrategyOptions = given if given is not None else options_type()
-    defaults = options_type()
+    defaults = _DEFAULT_OPTIONS[options_type]
+    merged: StrategyOptions = given if given is not None else defaults
     base = family.base_strategy
     for option, preset in rule.preset.items():
         current = getattr(merged, option)
@@ -990,6 +1075,12 @@ def _merge_options(
             "deepspeed-offload-stage", {"strategy": name, "strategy_options": merged}, stage=merged.stage
         )
     return merged
+
+
+_DEFAULT_OPTIONS: Mapping[type[StrategyOptions], StrategyOptions] = {
+    options_type: options_type() for options_type in OPTION_TYPES.values()
+}
+"""Each options record with every option at its default (records are values: one of each serves every plan)."""
 
 
 def _with_option(options: StrategyOptions, option: str, value: object) -> StrategyOptions:

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 
 class FrozenMap(Mapping[str, str]):
     """A read-only `Mapping[str, str]` that hashes and compares by content."""
 
-    __slots__ = ("_hash", "_items")
+    __slots__ = ("_hash", "_items", "plain")
 
     def __init__(self, items: Mapping[str, str] | None = None) -> None:
-        # Sorted by text, so keys of the wrong type (which resolve then reports) never make sorting raise.
-        self._items: dict[str, str] = dict(sorted((items or {}).items(), key=lambda item: (str(item[0]), repr(item))))
+        given = items or {}
+        self.plain: bool = _all_strings(given)
+        """Every key and every value is a string (checked once: the map never changes)."""
+        if self.plain:
+            # The common case: distinct string keys order the pairs alone (their values are never compared).
+            self._items: dict[str, str] = dict(sorted(given.items()))
+        else:
+            # Sorted by text, so keys of the wrong type (which resolve then reports) never make sorting raise.
+            self._items = dict(sorted(given.items(), key=lambda item: (str(item[0]), repr(item))))
         self._hash: int | None = None
 
     def __getitem__(self, key: str) -> str:
@@ -39,6 +47,16 @@ class FrozenMap(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"FrozenMap({self._items!r})"
+
+
+def _all_strings(items: Mapping[Any, Any]) -> bool:
+    """Whether every key and value is a `str` (joining them is the check at C speed: it takes strings only)."""
+    try:
+        "".join(items)
+        "".join(items.values())
+    except TypeError:
+        return False
+    return True
 
 
 def freeze_map(items: Mapping[str, str] | None) -> FrozenMap:

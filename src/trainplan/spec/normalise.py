@@ -98,6 +98,8 @@ def strategy(value: object) -> StrategyFlag:
 
 def strategy_in(value: object, spellings: Mapping[str, StrategyFlag | CustomName]) -> StrategyFlag | CustomName:
     """A strategy name of a rule set (its `Rules.strategy_spellings`: names, aliases and `auto`)."""
+    if type(value) is str and value in spellings:  # the common case: a name or an alias as written
+        return spellings[value]
     return spellings[_name("strategy", value, spellings, tuple(spellings))]
 
 
@@ -223,6 +225,8 @@ def devices(value: object) -> DevicesSpec:
     Refused here: 0, "0", [], booleans, floats, negatives other than -1, duplicate or negative
     indices, and strings that are neither a number nor a comma-separated list of indices.
     """
+    if type(value) is str and value == "auto":  # the default, as written
+        return "auto"
     if isinstance(value, (bool, float)):
         raise InvalidRequest(
             field="devices", value=value, reason=f"a {type(value).__name__} is not a device selection", fix=_DEVICES_FIX

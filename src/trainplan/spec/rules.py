@@ -92,12 +92,19 @@ class Rules:
     sync_batchnorm_accelerators: frozenset[AcceleratorName]
     strategy_spellings: Mapping[str, StrategyFlag | CustomName] = attrs.field(init=False)
     """Every accepted strategy spelling (names, aliases, 'auto') → its name: what the normaliser reads."""
+    accelerators_by_priority: tuple[AcceleratorRule, ...] = attrs.field(init=False)
+    """The accelerators, best first: the order `accelerator='auto'` takes them in (indexed once per rule set)."""
+    accelerator_order: str = attrs.field(init=False)
+    """That order as text ("xla > cuda > mps > cpu"), for the reason of an 'auto' choice."""
 
     def __attrs_post_init__(self) -> None:
         spellings: dict[str, StrategyFlag | CustomName] = {"auto": "auto"}
         spellings.update({name: name for name in self.strategies})
         spellings.update(self.strategy_aliases)
         object.__setattr__(self, "strategy_spellings", spellings)
+        ranked = tuple(sorted(self.accelerators.values(), key=lambda rule: -rule.auto_priority))
+        object.__setattr__(self, "accelerators_by_priority", ranked)
+        object.__setattr__(self, "accelerator_order", " > ".join(rule.name for rule in ranked))
 
     def strategy_name(self, name: str) -> StrategyKey:
         """`name` as a strategy of this rule set (typed), or `InvalidRequest` when it has no such strategy."""
