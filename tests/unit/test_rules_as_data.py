@@ -32,19 +32,20 @@ VOCABULARY: frozenset[str] = frozenset(
 
 DECIDING_MODULES = (
     "resolve/core.py",
+    "resolve/emit.py",
     "resolve/matrix.py",
     "resolve/mesh.py",
+    "resolve/world.py",
+    "spec/legacy.py",
     "spec/normalise.py",
     "spec/rules.py",
 )
-"""Modules that decide from the rules: the pipeline, the matrix, the mesh, the parser of loose input."""
+"""Modules that decide from the rules: the pipeline, the matrix, the mesh, the parsers of loose input and old flags,
+the emitted jobs and the launched workers' world."""
 
 NOT_YET_DATA = (
     "resolve/cluster.py",  # every cluster's reader: variable names, port formulas and hints are code still
     "resolve/training.py",  # the framework adapters' arguments (accelerator-specific keyword choices)
-    "resolve/world.py",  # the device binding of a joined world
-    "resolve/emit.py",  # the emitted job's CUDA_VISIBLE_DEVICES (being reworked with the Kubeflow emitter)
-    "spec/legacy.py",  # gpus=0 → cpu, the apex/ipus removals, gpu≈cuda merging
 )
 """Modules known to decide on literal names still (the issue's remaining work): the strict xfail below fails as
 soon as one of them is clean, so that it moves to DECIDING_MODULES."""

@@ -18,15 +18,17 @@ import shlex
 from collections.abc import Sequence
 
 from trainplan.resolve.core import incompatible
-from trainplan.resolve.world import carried_request, script_strategy_note
+from trainplan.resolve.world import carried_request, script_strategy_note, visibility_variable
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.plan import Plan
 from trainplan.spec.tables import (
+    ACCELERATORS,
     KUBEFLOW_MASTER_PORT,
     KUBERNETES_DEVICE_RESOURCES,
     REQUEST_VARIABLE,
     SELECTED_DEVICES_VARIABLE,
     SLURM_PORT_BASE,
+    lookup,
 )
 
 DEFAULT_SCRIPT: tuple[str, ...] = ("train.py",)
@@ -84,10 +86,11 @@ def _quote(words: Sequence[_Word]) -> str:
 
 def _gpu_selection(plan: Plan) -> dict[str, str]:
     """The variables that make exactly the plan's GPUs visible, in order, when they are not simply the first n."""
-    if plan.accelerator != "cuda":
+    visibility = visibility_variable(plan)
+    if visibility is None:
         return {}
     physical = plan.physical_devices or tuple(str(index) for index in plan.devices)
-    variables = {"CUDA_VISIBLE_DEVICES": ",".join(physical)}
+    variables = {visibility: ",".join(physical)}
     if list(physical) != [str(index) for index in plan.devices]:
         variables[SELECTED_DEVICES_VARIABLE] = ",".join(str(index) for index in plan.devices)
     return variables
@@ -122,8 +125,9 @@ def emit_slurm(plan: Plan, command: Sequence[str] = ()) -> str:
         f"#SBATCH --nodes={plan.num_nodes}",
         "#SBATCH --ntasks-per-node=1",
     ]
-    narrowed = plan.accelerator == "cuda" and plan.devices != tuple(range(len(plan.devices)))
-    if plan.accelerator == "cuda":
+    visibility = visibility_variable(plan)
+    narrowed = visibility is not None and plan.devices != tuple(range(len(plan.devices)))
+    if lookup(ACCELERATORS, plan.accelerator, name="ACCELERATORS").slurm_gpus:
         # Asking for the first max+1 GPUs keeps every index the plan names; the worker line narrows to them.
         wanted = max(plan.devices) + 1 if narrowed else len(plan.devices)
         lines.append(f"#SBATCH --gpus-per-node={wanted}")
@@ -152,8 +156,8 @@ def emit_slurm(plan: Plan, command: Sequence[str] = ()) -> str:
         positions = ",".join(f"${{visible[{index}]}}" for index in plan.devices)
         unset = ",".join(str(index) for index in range(max(plan.devices) + 1))
         inner = (
-            f'IFS=, read -ra visible <<< "${{CUDA_VISIBLE_DEVICES:-{unset}}}"; '
-            f'export CUDA_VISIBLE_DEVICES="{positions}" '
+            f'IFS=, read -ra visible <<< "${{{visibility}:-{unset}}}"; '
+            f'export {visibility}="{positions}" '
             f"{SELECTED_DEVICES_VARIABLE}={','.join(str(index) for index in plan.devices)}; exec {worker}"
         )
         lines.append(f"# The plan's GPUs {list(plan.devices)} among the node's visible ones, in that order:")

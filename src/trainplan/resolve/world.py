@@ -24,6 +24,7 @@ from trainplan.spec.options import DDPOptions, ModelParallelOptions
 from trainplan.spec.plan import Plan, request_to_dict
 from trainplan.spec.request import Request
 from trainplan.spec.tables import (
+    ACCELERATORS,
     DEFAULT_PROCESS_GROUP_TIMEOUT,
     LAUNCHED_MARKER,
     LAUNCHERS,
@@ -31,10 +32,17 @@ from trainplan.spec.tables import (
     SCRIPT_STRATEGY_FOR,
     SELECTED_DEVICES_VARIABLE,
     SERVED_START_METHODS,
+    lookup,
 )
 
 STARTING_LAUNCHERS: tuple[LauncherName, ...] = ("subprocess", "spawn", "fork")
 """Launchers that start a plan's workers from this process."""
+
+
+def visibility_variable(plan: Plan) -> str | None:
+    """The variable through which a launcher hands each node its selected devices (CUDA_VISIBLE_DEVICES), from
+    the accelerator's row; None where devices are not selected that way."""
+    return lookup(ACCELERATORS, plan.accelerator, name="ACCELERATORS").visibility_variable
 
 
 def worker_start_method(plan: Plan, available: Sequence[str]) -> StartMethod | None:
@@ -98,8 +106,9 @@ def worker_environment(
         PLAN_VARIABLE: json.dumps(plan.to_dict()) if plan_json is None else plan_json,
         LAUNCHED_MARKER: launcher,
     }
-    if plan.accelerator == "cuda":
-        variables["CUDA_VISIBLE_DEVICES"] = narrowed_visible_devices(visible_devices, visible_count, plan.devices)
+    visibility = visibility_variable(plan)
+    if visibility is not None:
+        variables[visibility] = narrowed_visible_devices(visible_devices, visible_count, plan.devices)
         variables[SELECTED_DEVICES_VARIABLE] = ",".join(str(index) for index in plan.devices)
     return variables
 
@@ -113,7 +122,7 @@ def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int
             f"rank {global_rank} (local rank {local_rank}) is outside the plan's world of {plan.world_size} "
             f"({plan.processes_per_node} per node); the worker's RANK/LOCAL_RANK do not belong to this plan"
         )
-    devices = tuple(range(len(plan.devices))) if plan.accelerator == "cuda" else plan.devices
+    devices = tuple(range(len(plan.devices))) if visibility_variable(plan) is not None else plan.devices
     launcher: LauncherName = "external" if plan.launcher in STARTING_LAUNCHERS else plan.launcher
     reasons = dict(plan.reasons)
     notes = list(plan.notes)
@@ -242,6 +251,7 @@ __all__ = [
     "script_request",
     "script_strategy_note",
     "unlaunchable",
+    "visibility_variable",
     "worker_environment",
     "worker_view",
 ]

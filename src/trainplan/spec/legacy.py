@@ -17,15 +17,18 @@ import attrs
 
 from trainplan.spec import normalise
 from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
-from trainplan.spec.names import AcceleratorFlag
 from trainplan.spec.notes import Note
 from trainplan.spec.options import OPTION_TYPES, StrategyOptions
 from trainplan.spec.request import Request
 from trainplan.spec.tables import (
+    ACCELERATOR_GROUPS,
     FAMILIES,
     LEGACY_ACCELERATORS,
+    LEGACY_CONFLICT_FIXES,
+    LEGACY_DEVICE_FLAGS,
     LEGACY_PRECISION_PLUGINS,
     LEGACY_STRATEGIES,
+    LEGACY_STRATEGY_FLAGS,
     RULES,
     STRATEGIES,
     UNSUPPORTED_ACCELERATORS,
@@ -98,13 +101,7 @@ def _strategy_claim(claims: _Claims, flag: str, raw: object) -> None:
         new += ", strategy_options=" + ", ".join(f"{key}={value!r}" for key, value in legacy.options.items())
     if flag == "strategy" and name == legacy.strategy:
         return  # a modern name in the modern flag: nothing to teach
-    why = {
-        "accelerator": "`accelerator` names hardware now; the distribution strategy has its own flag",
-        "distributed_backend": "distributed_backend was renamed strategy (and accelerator names hardware)",
-        "training_type": "training_type was the RFC's interim name for strategy",
-        "plugins": "strategies are no longer plugins",
-        "strategy": "the strategy was renamed",
-    }[flag]
+    why = LEGACY_STRATEGY_FLAGS[flag]
     if legacy.differs:
         why += f"; what differs: {legacy.differs}"
     claims.note(flag, f"{flag}={raw!r}", new, why)
@@ -128,16 +125,9 @@ def _accelerator(claims: _Claims, raw: object) -> None:
     claims.claim("accelerator", "accelerator", raw, normalise.accelerator(raw))
 
 
-_DEVICE_FLAGS: Final[Mapping[str, tuple[AcceleratorFlag, str]]] = {
-    "gpus": ("gpu", "devices= counts or lists devices of any accelerator; gpus= was removed in Lightning 2.0"),
-    "tpu_cores": ("xla", "TPUs run through the XLA accelerator, and devices= counts its cores"),
-    "num_processes": ("cpu", "num_processes counted CPU processes; devices= does that now"),
-}
-"""The old per-hardware device flags: the accelerator each one implied, and why devices= replaced it."""
-
-
-def _means_no_gpu(raw: object) -> bool:
-    """gpus=0, "0", [] or (): no GPU. Compared by type first, so array-likes never compare element-wise."""
+def _means_none(raw: object) -> bool:
+    """gpus=0, "0", [] or (): none of the flag's devices. Compared by type first, so array-likes never compare
+    element-wise."""
     if type(raw) is int:
         return raw == 0
     if isinstance(raw, str):
@@ -146,12 +136,13 @@ def _means_no_gpu(raw: object) -> bool:
 
 
 def _device_flag(flag: str) -> Callable[[_Claims, object], None]:
-    accelerator, why = _DEVICE_FLAGS[flag]
+    row = LEGACY_DEVICE_FLAGS[flag]
+    accelerator, why, instead = row.accelerator, row.why, row.none_accelerator
 
     def handle(claims: _Claims, raw: object) -> None:
-        if flag == "gpus" and _means_no_gpu(raw):
-            claims.claim("accelerator", flag, raw, "cpu")
-            claims.note(flag, f"gpus={raw!r}", "accelerator='cpu'", "gpus=0 meant no GPU; say where to run instead")
+        if instead is not None and _means_none(raw):
+            claims.claim("accelerator", flag, raw, instead)
+            claims.note(flag, f"{flag}={raw!r}", f"accelerator={instead!r}", row.none_why)
             return
         devices = normalise.devices(raw)
         claims.claim("accelerator", flag, raw, accelerator)
@@ -253,9 +244,7 @@ _HANDLERS: Final[Mapping[str, Callable[[_Claims, object], None]]] = {
     "metrics_store": lambda claims, raw: claims.claim("metrics_store", "metrics_store", raw, raw),
     "sync_batchnorm": _modern("sync_batchnorm"),
     "strategy_options": _modern("strategy_options"),
-    "gpus": _device_flag("gpus"),
-    "tpu_cores": _device_flag("tpu_cores"),
-    "num_processes": _device_flag("num_processes"),
+    **{flag: _device_flag(flag) for flag in LEGACY_DEVICE_FLAGS},
     "ipus": _unsupported("ipus"),
     "hpus": _unsupported("hpus"),
     "distributed_backend": lambda claims, raw: _strategy_claim(claims, "distributed_backend", raw),
@@ -292,11 +281,11 @@ def _agree(topic: str, claims: list[tuple[str, object, object]], fix: str) -> ob
 
 
 def _merge(topic: str, first: object, second: object) -> object | None:
-    if topic == "accelerator":
-        # `gpu` agrees with the GPU it turns out to be.
-        if first == "gpu" and second in ("gpu", "cuda", "mps"):
+    if topic == "accelerator" and isinstance(first, str) and isinstance(second, str):
+        # A group (`gpu`) agrees with itself and with each accelerator of the group: the more precise one wins.
+        if first in ACCELERATOR_GROUPS and (second == first or second in ACCELERATOR_GROUPS[first]):  # type: ignore[index]
             return second
-        if second == "gpu" and first in ("cuda", "mps"):
+        if second in ACCELERATOR_GROUPS and first in ACCELERATOR_GROUPS[second]:  # type: ignore[index]
             return first
     if topic == "strategy" and isinstance(first, LegacyStrategy) and isinstance(second, LegacyStrategy):
         same = (first.strategy, dict(first.options)) == (second.strategy, dict(second.options))
@@ -304,16 +293,6 @@ def _merge(topic: str, first: object, second: object) -> object | None:
     if type(first) is type(second) and first == second:
         return first
     return None
-
-
-_FIXES: Final[Mapping[str, str]] = {
-    "accelerator": "write accelerator= once, with the hardware (cpu, gpu, cuda, mps, xla)",
-    "devices": "write devices= once (it replaces gpus=, tpu_cores= and num_processes=)",
-    "strategy": "write strategy= once (it replaces accelerator='ddp', distributed_backend=, training_type= and "
-    "strategy plugins)",
-    "precision": "write precision= once (it replaces precision plugins and amp_backend)",
-    "metrics_store": "write metrics_store= once",
-}
 
 
 def from_legacy(flags: Mapping[str, object]) -> Request:
@@ -332,7 +311,7 @@ def from_legacy(flags: Mapping[str, object]) -> Request:
         if flag in flags and flags[flag] is not None:
             handle(claims, flags[flag])
     topics = {
-        topic: _agree(topic, values, _FIXES.get(topic, f"write {topic}= once"))
+        topic: _agree(topic, values, LEGACY_CONFLICT_FIXES.get(topic, f"write {topic}= once"))
         for topic, values in claims.by_topic.items()
     }
     config: dict[str, object] = {

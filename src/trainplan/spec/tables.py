@@ -85,6 +85,7 @@ class AcceleratorRule:
     host: bool  # the devices are the host's CPUs (a CPU-stored metric is already where it is reduced)
     interactive_auto_devices: int | None  # devices='auto' in a notebook with several devices takes this many
     visibility_variable: str | None  # the variable that hides devices (CUDA_VISIBLE_DEVICES)
+    slurm_gpus: bool  # SLURM allocates its devices as GPUs (an emitted job asks --gpus-per-node for them)
     job_layout: bool  # inside a started job, devices='auto' takes the job's processes per node (local rank i → i)
     probes_usable: bool  # select_usable_gpus can pick among its devices (the usable-GPU probe)
     fork_blocked_by: Literal["cuda_initialized"] | None  # the Environment fact after which a forked child fails
@@ -107,6 +108,7 @@ ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
             host=False,
             interactive_auto_devices=None,
             visibility_variable=None,
+            slurm_gpus=False,
             job_layout=False,
             probes_usable=False,
             fork_blocked_by=None,
@@ -125,6 +127,7 @@ ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
             host=False,
             interactive_auto_devices=1,
             visibility_variable="CUDA_VISIBLE_DEVICES",
+            slurm_gpus=True,
             job_layout=True,
             probes_usable=True,
             fork_blocked_by="cuda_initialized",
@@ -143,6 +146,7 @@ ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
             host=False,
             interactive_auto_devices=None,
             visibility_variable=None,
+            slurm_gpus=False,
             job_layout=False,
             probes_usable=False,
             fork_blocked_by=None,
@@ -162,6 +166,7 @@ ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
             host=True,
             interactive_auto_devices=None,
             visibility_variable=None,
+            slurm_gpus=False,
             job_layout=True,
             probes_usable=False,
             fork_blocked_by=None,
@@ -1771,3 +1776,52 @@ UNSUPPORTED_ACCELERATORS: Final[Mapping[str, str]] = {
     "hpu": "Habana Gaudi HPUs",
 }
 """Hardware old configs may name that trainplan does not plan for."""
+
+
+@attrs.frozen(kw_only=True)
+class LegacyDeviceFlag:
+    """An old per-hardware device flag (`gpus=`, `tpu_cores=`, `num_processes=`): what it implied."""
+
+    accelerator: AcceleratorFlag  # the accelerator the flag implied
+    why: str  # why devices= replaced it, for the note
+    none_accelerator: AcceleratorFlag | None  # where to run when the flag asks for none of its devices (gpus=0)
+    none_why: str = ""  # the note's reason for that
+
+
+LEGACY_DEVICE_FLAGS: Final[Mapping[str, LegacyDeviceFlag]] = {
+    "gpus": LegacyDeviceFlag(
+        accelerator="gpu",
+        why="devices= counts or lists devices of any accelerator; gpus= was removed in Lightning 2.0",
+        # Lightning 1.x read gpus=0 (and [] or "0") as "train on the CPU".
+        none_accelerator="cpu",
+        none_why="gpus=0 meant no GPU; say where to run instead",
+    ),
+    "tpu_cores": LegacyDeviceFlag(
+        accelerator="xla",
+        why="TPUs run through the XLA accelerator, and devices= counts its cores",
+        none_accelerator=None,
+    ),
+    "num_processes": LegacyDeviceFlag(
+        accelerator="cpu", why="num_processes counted CPU processes; devices= does that now", none_accelerator=None
+    ),
+}
+"""The old per-hardware device flags, in the order their claims are made."""
+
+LEGACY_STRATEGY_FLAGS: Final[Mapping[str, str]] = {
+    "accelerator": "`accelerator` names hardware now; the distribution strategy has its own flag",
+    "distributed_backend": "distributed_backend was renamed strategy (and accelerator names hardware)",
+    "training_type": "training_type was the RFC's interim name for strategy",
+    "plugins": "strategies are no longer plugins",
+    "strategy": "the strategy was renamed",
+}
+"""The flags that may carry an old strategy name, and why the strategy moved out of each (for the note)."""
+
+LEGACY_CONFLICT_FIXES: Final[Mapping[str, str]] = {
+    "accelerator": "write accelerator= once, with the hardware (cpu, gpu, cuda, mps, xla)",
+    "devices": "write devices= once (it replaces gpus=, tpu_cores= and num_processes=)",
+    "strategy": "write strategy= once (it replaces accelerator='ddp', distributed_backend=, training_type= and "
+    "strategy plugins)",
+    "precision": "write precision= once (it replaces precision plugins and amp_backend)",
+    "metrics_store": "write metrics_store= once",
+}
+"""The fix when old and new flags disagree on a topic (other topics: "write <topic>= once")."""
