@@ -20,9 +20,12 @@ from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, Mo
 from trainplan.spec.plan import Plan
 from trainplan.spec.tables import (
     FAMILY_RECIPES,
+    FRAMEWORK_ACCELERATORS,
+    LAUNCHERS,
     LIGHTNING_SIZES,
     PRECISION_RECIPES,
     FamilyRecipe,
+    FrameworkAccelerator,
     PrecisionRecipe,
     lookup,
 )
@@ -47,6 +50,11 @@ def precision_recipe(plan: Plan) -> PrecisionRecipe:
 def family_recipe(plan: Plan) -> FamilyRecipe:
     """How the plan's strategy family wraps a model, and which Lightning strategy and Accelerate flags match it."""
     return lookup(FAMILY_RECIPES, plan.strategy.family, name="FAMILY_RECIPES")
+
+
+def framework_accelerator(plan: Plan) -> FrameworkAccelerator:
+    """How Lightning and Accelerate spell the plan's accelerator and its devices."""
+    return lookup(FRAMEWORK_ACCELERATORS, plan.accelerator, name="FRAMEWORK_ACCELERATORS")
 
 
 def needs_grad_scaler(plan: Plan) -> bool:
@@ -110,9 +118,6 @@ class LightningArguments:
     sync_batchnorm: bool
 
 
-_LIGHTNING_ACCELERATORS = {"cpu": "cpu", "cuda": "cuda", "mps": "mps", "xla": "tpu"}
-
-
 def lightning_arguments(plan: Plan) -> LightningArguments:
     """The plan as Lightning Trainer / Fabric arguments, nothing lost: the strategy's options become the
     strategy object's arguments (DDP's flags and timeout, FSDP's sharding and offload, DeepSpeed's stage)."""
@@ -137,7 +142,7 @@ def lightning_arguments(plan: Plan) -> LightningArguments:
             gradient_as_bucket_view=options.gradient_as_bucket_view,
             timeout_seconds=options.timeout_seconds,
         )
-        start_method = {"spawn": "spawn", "fork": "fork"}.get(plan.launcher)
+        start_method = lookup(LAUNCHERS, plan.launcher, name="LAUNCHERS").start_method
         if start_method is not None:
             arguments["start_method"] = start_method
     elif isinstance(options, FSDPOptions):
@@ -155,16 +160,16 @@ def lightning_arguments(plan: Plan) -> LightningArguments:
         )
         if options.offload_device == "nvme":
             arguments["nvme_path"] = NVME_PATH
-    if plan.process_group_backend is not None and recipe.wrapper in ("ddp", "fsdp", "mesh"):
+    if plan.process_group_backend is not None and recipe.lightning_backend:
         arguments["process_group_backend"] = plan.process_group_backend
-    # Lightning takes GPU indices as a list; XLA as a count (all cores) or a one-index list; CPU as a count.
+    spelling = framework_accelerator(plan)
     devices: list[int] | int = plan.processes_per_node
-    if plan.accelerator == "cuda":
+    if spelling.lightning_devices == "indices":
         devices = list(plan.devices)
-    elif plan.accelerator == "xla":
+    elif spelling.lightning_devices == "one_index_or_count":
         devices = list(plan.devices) if len(plan.devices) == 1 else len(plan.devices)
     return LightningArguments(
-        accelerator=_LIGHTNING_ACCELERATORS[plan.accelerator],
+        accelerator=spelling.lightning,
         devices=devices,
         num_nodes=plan.num_nodes,
         precision=plan.precision,
@@ -272,11 +277,13 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
             extra += ["--use_fsdp", "--fsdp_version", "2"]
     flags = ["--num_processes", str(plan.world_size), "--num_machines", str(plan.num_nodes)]
     flags += ["--mixed_precision", recipe.accelerate]
-    if plan.accelerator == "cpu":
+    spelling = framework_accelerator(plan)
+    if spelling.accelerate_cpu:
         flags.append("--cpu")
-    elif plan.accelerator == "cuda":
+    elif spelling.accelerate_gpu_ids:
         flags += ["--gpu_ids", ",".join(str(index) for index in plan.devices)]
-        if plan.world_size > 1 and (plan.strategy.family == "ddp" or (plan.mesh is not None and fsdp is None)):
+        several = family_recipe(plan).accelerate_multi_gpu or (plan.mesh is not None and fsdp is None)
+        if plan.world_size > 1 and several:
             flags.append("--multi_gpu")
     flags += list(family_recipe(plan).accelerate_launch) + extra
     if plan.num_nodes > 1:
@@ -284,7 +291,7 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
         if plan.cluster.main_port is not None:
             flags += ["--main_process_port", str(plan.cluster.main_port)]
     return AccelerateArguments(
-        cpu=plan.accelerator == "cpu",
+        cpu=spelling.accelerate_cpu,
         mixed_precision=recipe.accelerate,
         ddp=ddp,
         process_group=process_group,
@@ -327,7 +334,7 @@ def accelerate_parallelism(mesh: MeshLayout) -> dict[str, int]:
 def accelerate_mesh_refusal(plan: Plan) -> Incompatible | None:
     """Why `accelerate.Accelerator` cannot take this plan's mesh, or None: Accelerate builds a ParallelismConfig
     mesh for FSDP2 or multi-GPU runs only, never for several CPU processes (its `_validate_accelerator`)."""
-    if plan.mesh is not None and plan.accelerator == "cpu" and plan.world_size > 1:
+    if plan.mesh is not None and not framework_accelerator(plan).accelerate_processes and plan.world_size > 1:
         return incompatible(
             "accelerate-mesh",
             {"strategy": plan.strategy.name, "accelerator": plan.accelerator, "world_size": plan.world_size},
@@ -341,8 +348,8 @@ def accelerate_mesh_refusal(plan: Plan) -> Incompatible | None:
 def accelerate_launch_flags(plan: Plan) -> list[str]:
     """The `accelerate launch` flags that start this plan's processes; several CPU processes are refused
     (accelerate launch starts those only through MPI)."""
-    if plan.accelerator == "cpu" and plan.world_size > 1:
-        raise incompatible("accelerate-cpu-processes", {"accelerator": "cpu", "world_size": plan.world_size})
+    if not framework_accelerator(plan).accelerate_processes and plan.world_size > 1:
+        raise incompatible("accelerate-cpu-processes", {"accelerator": plan.accelerator, "world_size": plan.world_size})
     return list(accelerate_arguments(plan).launch_flags)
 
 

@@ -1062,6 +1062,8 @@ class FamilyRecipe:
     accelerate_launch: tuple[str, ...]  # `accelerate launch` flags for this family (several processes)
     sharded_grad_scaler: bool = False  # each rank holds a shard: inf checks must agree across ranks
     lightning_precisions: frozenset[PrecisionName] | None = None  # what the Lightning strategy takes; None: any
+    lightning_backend: bool = False  # the Lightning strategy takes `process_group_backend`
+    accelerate_multi_gpu: bool = False  # several GPU processes run under `accelerate launch --multi_gpu`
 
 
 FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
@@ -1072,11 +1074,19 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
         ),
         # Lightning 2.0 removed DataParallel; Accelerate has no counterpart either.
         FamilyRecipe(family="dp", wrapper="data_parallel", lightning_strategy=None, accelerate_launch=()),
-        FamilyRecipe(family="ddp", wrapper="ddp", lightning_strategy="DDPStrategy", accelerate_launch=()),
+        FamilyRecipe(
+            family="ddp",
+            wrapper="ddp",
+            lightning_strategy="DDPStrategy",
+            accelerate_launch=(),
+            lightning_backend=True,
+            accelerate_multi_gpu=True,
+        ),
         FamilyRecipe(
             family="fsdp",
             wrapper="fsdp",
             lightning_strategy="FSDPStrategy",
+            lightning_backend=True,
             accelerate_launch=("--use_fsdp",),
             sharded_grad_scaler=True,
         ),
@@ -1095,6 +1105,7 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
             accelerate_launch=("--use_parallelism_config",),
             # Lightning's ModelParallelStrategy refuses the other precisions (its connector's own list).
             lightning_precisions=frozenset({"32-true", "bf16-mixed", "bf16-true", "16-true"}),
+            lightning_backend=True,
         ),
         FamilyRecipe(family="xla", wrapper="xla", lightning_strategy="XLAStrategy", accelerate_launch=("--tpu",)),
         FamilyRecipe(
@@ -1105,6 +1116,60 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
         ),
     )
 }
+
+
+@attrs.frozen(kw_only=True)
+class FrameworkAccelerator:
+    """How Lightning/Fabric and Hugging Face Accelerate spell an accelerator and its devices."""
+
+    accelerator: AcceleratorName
+    lightning: str  # Lightning's accelerator name
+    lightning_devices: Literal["count", "indices", "one_index_or_count"]  # how Lightning takes `devices`
+    accelerate_cpu: bool  # Accelerate runs it as `Accelerator(cpu=True)` / `accelerate launch --cpu`
+    accelerate_gpu_ids: bool  # `accelerate launch --gpu_ids` names its devices
+    accelerate_processes: bool  # Accelerate starts several processes of it (and builds a ParallelismConfig mesh)
+
+
+FRAMEWORK_ACCELERATORS: Final[Mapping[AcceleratorName, FrameworkAccelerator]] = {
+    row.accelerator: row
+    for row in (
+        # accelerate launch starts several CPU processes only through MPI; its mesh is for GPU runs only.
+        FrameworkAccelerator(
+            accelerator="cpu",
+            lightning="cpu",
+            lightning_devices="count",
+            accelerate_cpu=True,
+            accelerate_gpu_ids=False,
+            accelerate_processes=False,
+        ),
+        FrameworkAccelerator(
+            accelerator="cuda",
+            lightning="cuda",
+            lightning_devices="indices",  # GPU indices as a list
+            accelerate_cpu=False,
+            accelerate_gpu_ids=True,
+            accelerate_processes=True,
+        ),
+        FrameworkAccelerator(
+            accelerator="mps",
+            lightning="mps",
+            lightning_devices="count",
+            accelerate_cpu=False,
+            accelerate_gpu_ids=False,
+            accelerate_processes=True,
+        ),
+        # Lightning takes XLA cores as a count (all of them) or a one-index list.
+        FrameworkAccelerator(
+            accelerator="xla",
+            lightning="tpu",
+            lightning_devices="one_index_or_count",
+            accelerate_cpu=False,
+            accelerate_gpu_ids=False,
+            accelerate_processes=True,
+        ),
+    )
+}
+"""The frameworks' spelling of each accelerator (the adapters read it)."""
 
 
 # --------------------------------------------------------------------------------------------------
