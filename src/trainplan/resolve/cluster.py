@@ -63,15 +63,14 @@ def detect(flag: ClusterFlag, variables: Mapping[str, str]) -> ClusterFacts:
         return _ALONE[flag]  # no variable at all: this machine alone (the same facts as reading none)
     if flag == "auto":
         return _read(_detected(variables), variables, requested=False)
-    if flag != "local":
-        rule = lookup(CLUSTERS, flag, name="CLUSTERS")
-        if not _present(rule.detect_variables, variables):
-            needed = " and ".join(sorted(rule.detect_variables[0]))
-            raise Unavailable(
-                requested=f"cluster={flag!r}",
-                available=f"no {rule.description} variables ({needed} not set)",
-                fix=f"Run inside a {flag} job, set the variables by hand for a what-if, or use cluster='auto'",
-            )
+    rule = lookup(CLUSTERS, flag, name="CLUSTERS")
+    if not _present(rule.detect_variables, variables):  # a row without variables to find (local) is always present
+        needed = " and ".join(sorted(rule.detect_variables[0]))
+        raise Unavailable(
+            requested=f"cluster={flag!r}",
+            available=f"no {rule.description} variables ({needed} not set)",
+            fix=f"Run inside a {flag} job, set the variables by hand for a what-if, or use cluster='auto'",
+        )
     return _read(flag, variables, requested=True)
 
 
@@ -81,7 +80,8 @@ def _present(groups: tuple[frozenset[str], ...], variables: Mapping[str, str]) -
 
 _DETECTION_ORDER = tuple(
     sorted(
-        (rule for rule in CLUSTERS.values() if rule.detect_priority is not None and rule.name != "local"),
+        # Rows found by their variables; the one that needs none (this machine alone) is what remains.
+        (rule for rule in CLUSTERS.values() if rule.detect_priority is not None and all(rule.detect_variables)),
         key=lambda rule: -(rule.detect_priority or 0),
     )
 )
