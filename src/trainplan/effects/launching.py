@@ -352,6 +352,29 @@ def _forkserver_context() -> Any:
     return context
 
 
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP until the block ends, then deliver the first one received.
+
+    Starting a worker is not atomic: a forkserver forks it, then sends its pid back (the first time, only once
+    the server has imported torch: about a second). Interrupted in between, the caller would never learn the
+    pid of a worker that runs: held until the pid is known, the interrupt then stops it with its siblings.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    watched = [number for number in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if number]
+    previous = {number: signal.signal(number, lambda caught, frame: received.append(caught)) for number in watched}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if received:
+            signal.raise_signal(received[0])  # now, under the caller's own handler
+
+
 def _start_multiprocessing(
     method: StartMethod,
     specs: Sequence[WorkerSpec],
@@ -381,7 +404,7 @@ def _start_multiprocessing(
                     spawned = {**spec.variables, "PYTHONSAFEPATH": "1"}
                     if "PYTHONSAFEPATH" not in os.environ:
                         spawned[_SAFE_PATH_ADDED] = "1"  # the worker takes it out of its own environment again
-                with _temporary_environment(spawned):
+                with _temporary_environment(spawned), _interrupts_deferred():
                     process.start()
             except BaseException as error:
                 if process.pid is not None:  # started, then interrupted while being fed: stop it too
