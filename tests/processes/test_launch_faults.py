@@ -4,6 +4,7 @@ working directory, the rendezvous store's address, and the handlers a forked wor
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -384,3 +385,41 @@ def test_forked_workers_run_large_operations_after_the_caller_used_torchs_thread
 
     assert float(torch.ones(1_000_000).mul(2).sum()) == 2_000_000.0  # the caller's pool is now in use
     assert tp.launch_with(cpu_plan("ddp_fork"), workers.large_tensor_operations, timeout=60) == [400_008.0] * 2
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Pids of the processes whose environment holds `marker` (Linux: /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as environ:
+                    if marker.encode() in environ.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.9])
+def test_ctrl_c_while_the_first_workers_are_started_leaves_nothing(delay: float) -> None:
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("finds the processes through /proc")
+    marker = f"TRAINPLAN_TEST_MARKER_{os.getpid()}_{int(delay * 10)}"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "scripts" / "interrupted_first_launch.py"), str(delay)],
+        env={**_environment(), marker: "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 130 and "interrupted" in result.stdout, result.stderr[-2000:]
+    deadline = time.monotonic() + 20
+    while _processes_with(f"{marker}=1") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _processes_with(f"{marker}=1")
+    for pid in left:  # never leave them to the next test
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"left running after the interrupted launch: {left}"
