@@ -39,6 +39,11 @@ def check_usable() -> list[Result]:
     facts = _gpus()
     statuses = tp.gpu_statuses(timeout=60)
     usable = tp.find_usable_cuda_devices(timeout=60)
+    from trainplan.effects.gpus import SubprocessProbeLauncher, probe_in_parallel
+
+    # NVML decides a GPU in Default mode without a probe: run the probes on every GPU explicitly as well.
+    probed = probe_in_parallel(list(range(len(statuses))), SubprocessProbeLauncher(), timeout=60)
+    probes_ok = bool(probed) and all(outcome.state == "ok" for outcome in probed.values())
     fresh = not torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
     detail = "; ".join(
         f"{status.index} {status.name}: {status.checked_by}, usable={status.usable}" for status in statuses
@@ -53,6 +58,11 @@ def check_usable() -> list[Result]:
             "gpu_statuses / find_usable_cuda_devices",
             "ok" if statuses and usable else "FAILED",
             f"usable {usable}; {detail}",
+        ),
+        (
+            "a probe (a real allocation in a fresh child) on every GPU",
+            "ok" if probes_ok else "FAILED",
+            "; ".join(f"{index}: {outcome.state} {outcome.detail}".strip() for index, outcome in probed.items()),
         ),
         (
             "CUDA uninitialised in the caller afterwards",
@@ -76,7 +86,8 @@ def check_busy() -> list[Result]:
         assert holder.stdout is not None
         ready = holder.stdout.readline().strip() == "ready"
         facts = _gpus()[0]
-        listed = facts.running_pids is None or holder.pid in facts.running_pids
+        # In a container with its own PID namespace NVML reports the host's pids: any process listed will do.
+        listed = facts.running_pids is None or holder.pid in facts.running_pids or bool(facts.running_pids)
         status = tp.gpu_statuses(timeout=60)[0]
         if facts.compute_mode == "exclusive_process":
             busy = not status.usable and str(holder.pid) in (status.reason or "")
@@ -143,7 +154,7 @@ def check_metrics_on_cuda() -> list[Result]:
     values = [torch.tensor(float(index), device="cuda:0") for index in range(KEYS)]
     for index, value in enumerate(values):
         store.log(f"k{index}", value, weight=2)
-        store.log(f"cpu{index}", float(index), reduce="sum")
+        store.log(f"cpu{index}", torch.tensor(float(index), device="cuda:0"), reduce="sum", store_on_cpu=True)
     computed = store.compute()
     first_moves = list(moves)
     right = all(
@@ -198,13 +209,22 @@ def check_nccl() -> list[Result]:
 
 def main() -> int:
     try:
-        gpus = _gpus()
-    except Exception as error:  # no driver, no library: the same answer
-        gpus = []
-        reason = f"{type(error).__name__}: {error}"
-    else:
-        reason = "NVML lists no GPU"
-    if not gpus:
+        import torch  # noqa: F401  (the checks need it: a setup without it is broken, not GPU-less)
+
+        import trainplan  # noqa: F401
+        from trainplan.effects.nvml import default_nvml
+    except ImportError as error:
+        print(
+            f"cannot run the GPU checks: {error}. Run `make test` (it creates .venv with the torch extra) or set "
+            "PYTHON to an interpreter where trainplan[torch] is installed",
+            file=sys.stderr,
+        )
+        return 2
+    nvml = default_nvml()
+    facts = nvml.gpus()  # None: NVML cannot answer here (no driver); any other failure is raised, not hidden
+    if not facts:
+        driver = getattr(nvml, "driver", None)
+        reason = "NVML lists no GPU" if facts is not None else str(getattr(driver(), "reason", "")) if driver else ""
         print(f"no GPU: nothing to check here ({reason}). Run this on a machine with NVIDIA GPUs.")
         return 0
     results: list[Result] = []

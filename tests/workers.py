@@ -213,3 +213,9 @@ def large_tensor_operations() -> float:
 
     joined = torch.cat([torch.ones(200_000), torch.ones(200_000)])
     return float(joined.sum().item() + torch.tensor([1.0, 2.0]).repeat_interleave(torch.tensor([2, 3])).sum().item())
+
+
+def torch_threads() -> tuple[str | None, int]:
+    import torch
+
+    return os.environ.get("OMP_NUM_THREADS"), torch.get_num_threads()

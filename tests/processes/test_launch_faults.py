@@ -370,6 +370,19 @@ class TestForkserver:
         assert {report["variable"] for report in first} == {None}
         assert {report["variable"] for report in second} == {"set after the server started"}
 
+    def test_workers_take_the_callers_omp_num_threads_of_now(self) -> None:
+        previous = os.environ.get("OMP_NUM_THREADS")
+        try:
+            os.environ.pop("OMP_NUM_THREADS", None)
+            tp.launch(cpu_plan("ddp_spawn"), workers.torch_threads)  # the server may start here, without it
+            os.environ["OMP_NUM_THREADS"] = "1"
+            assert tp.launch(cpu_plan("ddp_spawn"), workers.torch_threads) == [("1", 1), ("1", 1)]
+        finally:
+            if previous is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = previous
+
     def test_without_a_forkserver_spawn_plans_spawn(self) -> None:
         from trainplan.resolve.world import worker_start_method
 

@@ -282,3 +282,16 @@ class TestSecondReview:
         store.log("w", 1.0, weight=1e308)
         with pytest.raises(MetricOverflow, match="total weight"):
             store.compute()
+
+
+def test_numpy_scalars_are_numbers() -> None:
+    numpy = pytest.importorskip("numpy")
+    store = MetricStore(ONE_PROCESS_PLAN)
+    store.log("count", numpy.int64(3), reduce="sum")
+    store.log("count", numpy.int32(4), reduce="sum")
+    store.log("loss", numpy.float32(0.5))
+    store.log("loss", numpy.float64(1.5))
+    values = store.compute()
+    assert values == {"count": 7, "loss": 1.0} and type(values["count"]) is int
+    with pytest.raises(InvalidMetric, match="not a number"):
+        store.log("flag", numpy.bool_(True))

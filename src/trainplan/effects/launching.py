@@ -205,6 +205,11 @@ def _multiprocessing_entry(
     elif os.environ.pop(_SAFE_PATH_ADDED, None) is not None:
         os.environ.pop("PYTHONSAFEPATH", None)  # only the bootstrap needed it; the worker's own children do not
     torch = sys.modules.get("torch")
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if environment is not None and torch is not None and threads.isdigit() and int(threads) > 0:
+        # The server imported torch with its own environment: take the caller's OMP_NUM_THREADS of now, as a
+        # spawned interpreter would have at its import of torch.
+        torch.set_num_threads(int(threads))
     if method == "fork" and torch is not None:
         # The caller's OpenMP thread pool does not survive fork: a parallel region in the child (any large
         # tensor operation) would wait forever for threads that are not there. One intra-op thread per worker,

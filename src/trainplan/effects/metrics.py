@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import numbers
 import sys
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
@@ -473,6 +474,9 @@ class MetricStore:
         if _is_tensor(value):
             self._log_tensor(name, value, reduce, weight_value, store_on_cpu)
             return
+        if not isinstance(value, (int, float, bool)) and isinstance(value, numbers.Real):
+            # numpy's scalars and the like: an integral one is an int, a real one a float.
+            value = int(value) if isinstance(value, numbers.Integral) else float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InvalidMetric(
                 field=name,
