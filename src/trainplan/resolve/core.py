@@ -334,7 +334,10 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     if family.has_process_group and backend is not None:
         backend_rule = lookup(rules.backends, backend, name="BACKENDS")
         how = "asked for {!r} ({})" if fields.backend is not None else "the default for {!r} ({})"
-        reasons["backend"] = (str.format, (how, backend if fields.backend is not None else accelerator, backend_rule.description))
+        reasons["backend"] = (
+            str.format,
+            (how, backend if fields.backend is not None else accelerator, backend_rule.description),
+        )
     elif family.has_process_group:
         reasons["backend"] = f"asked for {fields.backend!r}"
     else:

@@ -63,7 +63,7 @@ class LazyTexts(FrozenMap):
 
     __slots__ = ("_pending",)
 
-    def __init__(self, pending: Mapping[str, Text]) -> None:  # noqa: D107 - the class says it
+    def __init__(self, pending: Mapping[str, Text]) -> None:
         self._pending: Mapping[str, Text] | None = pending
         self._hash = None
         self.plain = True  # the resolver's keys, and texts (a render returns one)
@@ -73,7 +73,7 @@ class LazyTexts(FrozenMap):
         if pending is not None:
             # Distinct keys order the pairs alone: the specs are never compared.
             self._items = {
-                key: text if type(text) is str else text[0](*text[1])  # type: ignore[index]
+                key: text if isinstance(text, str) else text[0](*text[1])
                 for key, text in sorted(pending.items(), key=_first)
             }
             self._pending = None
