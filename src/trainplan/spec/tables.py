@@ -211,6 +211,7 @@ class LauncherRule:
     start_method: StartMethod | None
     forks: bool  # trainplan forks this process itself (refused where fork is unavailable or CUDA is initialised)
     in_started_job: LauncherName | None  # what it becomes inside a job that started every process; None: unchanged
+    trainplan_starts: bool  # trainplan's own launcher starts these workers (torch_xla starts the xla launcher's)
 
 
 LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
@@ -225,6 +226,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method=None,
             forks=False,
             in_started_job=None,
+            trainplan_starts=False,
         ),
         LauncherRule(
             name="subprocess",
@@ -236,6 +238,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method=None,
             forks=False,
             in_started_job="external",
+            trainplan_starts=True,
         ),
         LauncherRule(
             name="spawn",
@@ -247,6 +250,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method="spawn",
             forks=False,
             in_started_job="external",
+            trainplan_starts=True,
         ),
         LauncherRule(
             name="fork",
@@ -257,6 +261,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method="fork",
             forks=True,
             in_started_job="external",
+            trainplan_starts=True,
         ),
         LauncherRule(
             name="xla",
@@ -267,6 +272,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method="fork",
             forks=False,
             in_started_job=None,
+            trainplan_starts=False,
         ),
         LauncherRule(
             name="external",
@@ -277,6 +283,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method=None,
             forks=False,
             in_started_job=None,
+            trainplan_starts=False,
         ),
     )
 }
