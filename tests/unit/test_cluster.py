@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
 from tests.helpers import SLURM_2x4, TORCHRUN_2x2, cpu, cuda, plan_for
 from trainplan import ClusterEnvironmentError
+from trainplan.resolve import cluster as cluster_module
 from trainplan.resolve import expand_hostlist
 from trainplan.resolve.cluster import detect
+from trainplan.spec.names import ClusterSchema
+from trainplan.spec.tables import CLUSTERS
 
 
 class TestHostlist:
@@ -143,3 +148,26 @@ class TestOthers:
         plan = plan_for(cpu(variables=variables), accelerator="cpu", devices=2)
         assert plan.cluster.main_port == 29500
         assert "mpi-default-port" in {note.code for note in plan.notes}
+
+
+class TestClustersAreRows:
+    """Each row names the variables its processes carry (its schema); the module reads rows, not names."""
+
+    def test_every_schema_has_a_reader_and_every_row_one_schema(self) -> None:
+        assert set(cluster_module._READERS) == set(get_args(ClusterSchema))
+        assert {rule.schema for rule in CLUSTERS.values()} <= set(cluster_module._READERS)
+
+    def test_the_readers_facts_carry_their_rows_hint_and_kind(self) -> None:
+        for name, variables in (("slurm", SLURM_2x4), ("torchelastic", TORCHRUN_2x2), ("local", {})):
+            facts = detect(name, variables)  # type: ignore[arg-type]  # the loop's names are cluster names
+            assert facts.kind == name and facts.launch_hint == CLUSTERS[name].launch_hint
+
+    def test_job_ports_follow_the_rows_formula(self) -> None:
+        slurm, lsf = CLUSTERS["slurm"].job_port, CLUSTERS["lsf"].job_port
+        assert slurm is not None and lsf is not None
+        job = {**SLURM_2x4, "SLURM_JOB_ID": "98761234"}
+        job.pop("MASTER_PORT", None)
+        assert detect("slurm", job).main_port == slurm.base + 98761234 % slurm.modulo == 15000 + 1234
+        lsf_job = {"LSB_JOBID": "4321", "JSM_NAMESPACE_SIZE": "2", "JSM_NAMESPACE_RANK": "0"}
+        lsf_job |= {"JSM_NAMESPACE_LOCAL_RANK": "0"}
+        assert detect("lsf", lsf_job).main_port == lsf.base + 4321 % lsf.modulo == 10000 + 321

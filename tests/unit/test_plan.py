@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 
 from tests.helpers import SLURM_2x4, cpu, cuda, plan_for
 from trainplan import DeepSpeedOptions, Plan, PlanFormatError, Request
+from trainplan.resolve import resolve_uncached
+from trainplan.spec.frozen import FrozenMap
 from trainplan.spec.plan import plan_from_json_text
 
 
@@ -79,3 +82,20 @@ def test_records_are_immutable_values() -> None:
     with pytest.raises(AttributeError):
         plan.world_size = 3  # type: ignore[misc]
     assert hash(plan) == hash(plan_for(cpu()))
+
+
+def test_reasons_written_when_read_are_the_same_value_as_written_ones() -> None:
+    """The resolver leaves its reasons to be rendered on first read: the value is the map of the rendered texts."""
+    env = cuda(4, variables=SLURM_2x4)
+    for request in (Request(), Request(strategy="ddp", devices=4, num_nodes=2), Request(process_group_backend="gloo")):
+        plan, again = resolve_uncached(request, env), resolve_uncached(request, env)
+        written = FrozenMap(dict(again.reasons))
+        assert hash(plan.reasons) == hash(written) and plan.reasons == written and written == plan.reasons
+        assert plan == again and hash(plan) == hash(again)
+        assert len(plan.reasons) == len(written) and list(plan.reasons) == list(written)
+        assert "accelerator" in plan.reasons and plan.reasons["strategy"] == written["strategy"]
+        assert repr(plan.reasons) == repr(written)
+        copied = pickle.loads(pickle.dumps(plan.reasons))
+        assert type(copied) is FrozenMap and copied == written
+        assert all(type(text) is str for text in plan.reasons.values())
+    assert resolve_uncached(Request(), cpu()).reasons["accelerator"].startswith("the best available of only cpu")

@@ -31,6 +31,7 @@ VOCABULARY: frozenset[str] = frozenset(
 """Names a rule decides about. 'auto' is not one of them: it is the request's "decide for me"."""
 
 DECIDING_MODULES = (
+    "resolve/cluster.py",
     "resolve/core.py",
     "resolve/emit.py",
     "resolve/matrix.py",
@@ -41,14 +42,8 @@ DECIDING_MODULES = (
     "spec/normalise.py",
     "spec/rules.py",
 )
-"""Modules that decide from the rules: the pipeline, the matrix, the mesh, the parsers of loose input and old flags,
-the emitted jobs and the launched workers' world."""
-
-NOT_YET_DATA = (
-    "resolve/cluster.py",  # every cluster's reader: variable names, port formulas and hints are code still
-)
-"""Modules known to decide on literal names still (the issue's remaining work): the strict xfail below fails as
-soon as one of them is clean, so that it moves to DECIDING_MODULES."""
+"""Modules that decide from the rules: the pipeline, the cluster readers, the matrix, the mesh, the parsers of loose
+input and old flags, the emitted jobs and the launched workers' world."""
 
 
 def literal_decisions(path: Path) -> list[str]:
@@ -82,12 +77,6 @@ def literal_decisions(path: Path) -> list[str]:
 @pytest.mark.parametrize("module", DECIDING_MODULES)
 def test_no_decision_on_a_literal_name_outside_the_tables(module: str) -> None:
     assert literal_decisions(SOURCE / module) == [], f"{module} decides on literal names: move them into a row"
-
-
-@pytest.mark.xfail(strict=True, reason="the issue's remaining work: these modules still decide on literal names")
-@pytest.mark.parametrize("module", NOT_YET_DATA)
-def test_modules_not_yet_data_still_decide_on_literal_names(module: str) -> None:
-    assert literal_decisions(SOURCE / module) == []
 
 
 def test_the_check_finds_a_literal_decision() -> None:

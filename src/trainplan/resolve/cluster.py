@@ -10,23 +10,21 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import attrs
 
 from trainplan.spec.errors import ClusterEnvironmentError, Unavailable
-from trainplan.spec.names import ClusterFlag, ClusterName
+from trainplan.spec.names import ClusterFlag, ClusterName, ClusterSchema
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.tables import (
     CLUSTERS,
     DEFAULT_MAIN_PORT,
     LAUNCHED_MARKER,
-    LSF_PORT_BASE,
-    SLURM_DEFAULT_PORT,
-    SLURM_INTERACTIVE_JOB_NAMES,
-    SLURM_PORT_BASE,
     TRAINPLAN_RUN_ID_PREFIX,
+    ClusterRule,
+    JobPort,
     lookup,
 )
 
@@ -117,26 +115,42 @@ def _detected(variables: Mapping[str, str]) -> ClusterName:
     if not variables or launched_by_trainplan(variables):
         return "local"
     for rule in _DETECTION_ORDER:
-        if rule.name == "slurm" and variables.get("SLURM_JOB_NAME", "") in SLURM_INTERACTIVE_JOB_NAMES:
-            continue
-        if _present(rule.detect_variables, variables):
+        if _present(rule.detect_variables, variables) and not _passed_by(rule, variables):
             return rule.name
     return "local"
 
 
+def _passed_by(rule: ClusterRule, variables: Mapping[str, str]) -> bool:
+    """Whether the row's variables say the cluster does not manage the processes (SLURM's interactive sessions)."""
+    unless = rule.not_detected_when
+    return unless is not None and variables.get(unless.variable, "") in unless.values
+
+
+def _passed_by_notes(variables: Mapping[str, str]) -> tuple[Note, ...]:
+    """A note for each cluster whose variables are present but that detection passed by."""
+    return tuple(
+        Note(
+            code=rule.not_detected_when.note_code,
+            level="info",
+            message=rule.not_detected_when.note.format(
+                variable=rule.not_detected_when.variable, value=variables[rule.not_detected_when.variable]
+            ),
+        )
+        for rule in _DETECTION_ORDER
+        if rule.not_detected_when is not None
+        and _present(rule.detect_variables, variables)
+        and _passed_by(rule, variables)
+    )
+
+
+def _job_port(port: JobPort, job_id: int | None) -> int | None:
+    """The main port the row's formula gives for the job id (or its default without one)."""
+    return port.default if job_id is None else port.base + job_id % port.modulo
+
+
 def _read(kind: ClusterName, variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
-    how = "asked for" if requested else "detected"
-    if kind == "torchelastic":
-        return _torchelastic(variables, how)
-    if kind == "slurm":
-        return _slurm(variables, how)
-    if kind == "lsf":
-        return _lsf(variables, how)
-    if kind == "mpi":
-        return _mpi(variables, how)
-    if kind == "kubeflow":
-        return _kubeflow(variables, how)
-    return _local(variables, requested=requested)
+    rule = lookup(CLUSTERS, kind, name="CLUSTERS")
+    return _READERS[rule.schema](rule, variables, requested)
 
 
 class _Variables:
@@ -202,7 +216,7 @@ class _Variables:
             )
 
 
-def _local(variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
+def _local(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
     if launched_by_trainplan(variables):
         return _launched(variables)
     read = _Variables("local", variables)
@@ -215,25 +229,10 @@ def _local(variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
         if requested
         else "no cluster manager's variables were found (torchelastic, SLURM, Kubeflow, LSF, MPI)"
     )
-    notes: tuple[Note, ...] = ()
-    if (
-        not requested
-        and variables.get("SLURM_JOB_NAME", "") in SLURM_INTERACTIVE_JOB_NAMES
-        and "SLURM_NTASKS" in variables
-    ):
-        notes = (
-            Note(
-                code="slurm-interactive",
-                level="info",
-                message=(
-                    f"SLURM_JOB_NAME={variables['SLURM_JOB_NAME']!r} is an interactive allocation, so SLURM does not "
-                    "manage the processes; trainplan starts them itself (cluster='slurm' overrides this)"
-                ),
-            ),
-        )
+    notes = () if requested else _passed_by_notes(variables)
     return ClusterFacts(
-        kind="local",
-        creates_processes=False,
+        kind=rule.name,
+        creates_processes=rule.creates_processes,
         main_address=address or "127.0.0.1",
         main_port=port,
         node_rank=node_rank,
@@ -243,15 +242,15 @@ def _local(variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
         processes_per_node=None,
         num_nodes=None,
         detail="",
-        launch_hint="set NODE_RANK, MASTER_ADDR and MASTER_PORT on each node",
+        launch_hint=rule.launch_hint,
         reason=reason,
         notes=notes,
     )
 
 
 _ALONE: dict[ClusterFlag, ClusterFacts] = {
-    "auto": _local({}, requested=False),
-    "local": _local({}, requested=True),
+    "auto": _local(CLUSTERS["local"], {}, requested=False),
+    "local": _local(CLUSTERS["local"], {}, requested=True),
 }
 """The facts of a process without any cluster variable, read once."""
 
@@ -307,7 +306,8 @@ def _launched(variables: Mapping[str, str]) -> ClusterFacts:
     )
 
 
-def _torchelastic(variables: Mapping[str, str], how: str) -> ClusterFacts:
+def _torchelastic(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
+    how = "asked for" if requested else "detected"
     read = _Variables("torchelastic", variables)
     world = _torchrun_world(read)
     group_rank = read.integer("GROUP_RANK", minimum=0)
@@ -318,8 +318,8 @@ def _torchelastic(variables: Mapping[str, str], how: str) -> ClusterFacts:
     if port is None:
         raise read.error("MASTER_PORT", "torchrun always sets it, and it is missing", "Start the script with torchrun")
     return ClusterFacts(
-        kind="torchelastic",
-        creates_processes=True,
+        kind=rule.name,
+        creates_processes=rule.creates_processes,
         main_address=address,
         main_port=port,
         node_rank=group_rank,
@@ -329,12 +329,13 @@ def _torchelastic(variables: Mapping[str, str], how: str) -> ClusterFacts:
         processes_per_node=world.local_world,
         num_nodes=world.nodes,
         detail=f"WORLD_SIZE={world.world}, LOCAL_WORLD_SIZE={world.local_world}",
-        launch_hint="torchrun --nnodes={num_nodes} --nproc-per-node={processes_per_node}",
+        launch_hint=rule.launch_hint,
         reason=f"torchelastic was {how} (RANK, GROUP_RANK, LOCAL_RANK and LOCAL_WORLD_SIZE are set)",
     )
 
 
-def _slurm(variables: Mapping[str, str], how: str) -> ClusterFacts:
+def _slurm(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
+    how = "asked for" if requested else "detected"
     read = _Variables("SLURM", variables)
     world = read.integer("SLURM_NTASKS", minimum=1)
     rank = read.integer("SLURM_PROCID", minimum=0)
@@ -360,19 +361,16 @@ def _slurm(variables: Mapping[str, str], how: str) -> ClusterFacts:
                     nodelist_name, str(error), "Check the job's node list; set MASTER_ADDR to override it"
                 ) from None
     port = read.port("MASTER_PORT")
-    if port is None:
-        job_id = variables.get("SLURM_JOB_ID", "").strip()
-        if job_id:
-            if whole_number(job_id) is None:
-                raise read.error(
-                    "SLURM_JOB_ID", "it is not a job number", "Set MASTER_PORT to choose the port yourself"
-                )
-            port = SLURM_PORT_BASE + int(job_id[-4:])
-        else:
-            port = SLURM_DEFAULT_PORT
+    job_port = rule.job_port
+    if port is None and job_port is not None:
+        job_id = variables.get(job_port.variable, "").strip()
+        number = whole_number(job_id) if job_id else None
+        if job_id and number is None:
+            raise read.error(job_port.variable, "it is not a job number", "Set MASTER_PORT to choose the port yourself")
+        port = _job_port(job_port, number)
     return ClusterFacts(
-        kind="slurm",
-        creates_processes=True,
+        kind=rule.name,
+        creates_processes=rule.creates_processes,
         main_address=address,
         main_port=port,
         node_rank=node_rank,
@@ -382,7 +380,7 @@ def _slurm(variables: Mapping[str, str], how: str) -> ClusterFacts:
         processes_per_node=per_node,
         num_nodes=nodes,
         detail=f"SLURM_NTASKS={world}" + ("" if per_node is None else f", SLURM_NTASKS_PER_NODE={per_node}"),
-        launch_hint="#SBATCH --nodes={num_nodes} --ntasks-per-node={processes_per_node}, and run the script with srun",
+        launch_hint=rule.launch_hint,
         reason=f"SLURM was {how} (SLURM_NTASKS is set and SLURM_JOB_NAME is not an interactive allocation)",
     )
 
@@ -532,7 +530,8 @@ def _numbers(ranges: tuple[tuple[int, int, int], ...]) -> Iterable[str]:
     return [str(number).zfill(width) for low, high, width in ranges for number in range(low, high + 1)]
 
 
-def _lsf(variables: Mapping[str, str], how: str) -> ClusterFacts:
+def _lsf(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
+    how = "asked for" if requested else "detected"
     read = _Variables("LSF", variables)
     world = read.integer("JSM_NAMESPACE_SIZE", minimum=1)
     rank = read.integer("JSM_NAMESPACE_RANK", minimum=0)
@@ -544,11 +543,12 @@ def _lsf(variables: Mapping[str, str], how: str) -> ClusterFacts:
     if address is None:
         address = hosts[0] if hosts else "127.0.0.1"
     port = read.port("MASTER_PORT")
-    if port is None and job_id is not None:
-        port = LSF_PORT_BASE + job_id % 1000
+    job_port = rule.job_port
+    if port is None and job_port is not None and job_id is not None:
+        port = _job_port(job_port, job_id)
     return ClusterFacts(
-        kind="lsf",
-        creates_processes=True,
+        kind=rule.name,
+        creates_processes=rule.creates_processes,
         main_address=address,
         main_port=port,
         node_rank=None,
@@ -558,7 +558,7 @@ def _lsf(variables: Mapping[str, str], how: str) -> ClusterFacts:
         processes_per_node=None,
         num_nodes=len(hosts) if hosts else None,
         detail=f"JSM_NAMESPACE_SIZE={world}",
-        launch_hint="jsrun --nrs {num_nodes} --tasks_per_rs {processes_per_node}",
+        launch_hint=rule.launch_hint,
         reason=f"LSF was {how} (LSB_JOBID and the JSM_NAMESPACE_* variables are set)",
     )
 
@@ -575,7 +575,8 @@ def _lsf_hosts(read: _Variables, variables: Mapping[str, str]) -> list[str]:
     return hosts[1:] if len(hosts) > 1 else hosts
 
 
-def _mpi(variables: Mapping[str, str], how: str) -> ClusterFacts:
+def _mpi(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
+    how = "asked for" if requested else "detected"
     read = _Variables("MPI", variables)
     if "OMPI_COMM_WORLD_SIZE" in variables:
         names = (
@@ -610,8 +611,8 @@ def _mpi(variables: Mapping[str, str], how: str) -> ClusterFacts:
             ),
         )
     return ClusterFacts(
-        kind="mpi",
-        creates_processes=True,
+        kind=rule.name,
+        creates_processes=rule.creates_processes,
         main_address=address,
         main_port=port,
         node_rank=None,
@@ -621,13 +622,14 @@ def _mpi(variables: Mapping[str, str], how: str) -> ClusterFacts:
         processes_per_node=local_size,
         num_nodes=nodes,
         detail=f"{names[0]}={world}" + ("" if local_size is None else f", {names[3]}={local_size}"),
-        launch_hint="mpirun -np {world_size} --map-by ppr:{processes_per_node}:node",
+        launch_hint=rule.launch_hint,
         reason=f"MPI was {how} ({names[0]} and {names[1]} are set)",
         notes=notes,
     )
 
 
-def _kubeflow(variables: Mapping[str, str], how: str) -> ClusterFacts:
+def _kubeflow(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
+    how = "asked for" if requested else "detected"
     read = _Variables("Kubeflow", variables)
     world = read.integer("WORLD_SIZE", minimum=1)
     rank = read.integer("RANK", minimum=0)
@@ -635,8 +637,8 @@ def _kubeflow(variables: Mapping[str, str], how: str) -> ClusterFacts:
     address = read.address("MASTER_ADDR")
     port = read.port("MASTER_PORT")
     return ClusterFacts(
-        kind="kubeflow",
-        creates_processes=True,
+        kind=rule.name,
+        creates_processes=rule.creates_processes,
         main_address=address,
         main_port=port,
         node_rank=rank,
@@ -646,6 +648,19 @@ def _kubeflow(variables: Mapping[str, str], how: str) -> ClusterFacts:
         processes_per_node=1,
         num_nodes=world,
         detail=f"WORLD_SIZE={world} pods",
-        launch_hint="a PyTorchJob with {num_nodes} replicas",
+        launch_hint=rule.launch_hint,
         reason=f"Kubeflow was {how}",
     )
+
+
+_Reader = Callable[[ClusterRule, Mapping[str, str], bool], ClusterFacts]
+
+_READERS: Mapping[ClusterSchema, _Reader] = {
+    "torchrun": _torchelastic,
+    "srun": _slurm,
+    "jsrun": _lsf,
+    "mpirun": _mpi,
+    "pytorchjob": _kubeflow,
+    "by_hand": _local,
+}
+"""The reader of each set of variables a row may name (`ClusterRule.schema`)."""

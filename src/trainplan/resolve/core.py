@@ -25,7 +25,7 @@ from trainplan.resolve.visible import visible_entries
 from trainplan.spec import normalise
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import Incompatible, InvalidRequest, TrainplanError, Unavailable
-from trainplan.spec.frozen import FrozenMap
+from trainplan.spec.frozen import FrozenMap, LazyTexts, Text
 from trainplan.spec.names import (
     START_METHODS,
     AcceleratorFlag,
@@ -208,13 +208,13 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         return None
     fields = _normalise(request, report, rules)
     notes: list[Note] = list(fields.notes)
-    reasons: dict[str, str] = {}
+    reasons: dict[str, Text] = {}  # rendered when read (LazyTexts): the cold path writes no explanation
 
     facts = _attempt(report, _FALLBACK_CLUSTER, detect, fields.cluster, env.variables)
     notes.extend(facts.notes)
     num_nodes, nodes_reason = _choose_num_nodes(fields.num_nodes, facts)
 
-    chosen: tuple[AcceleratorName, str] | None = _attempt(
+    chosen: tuple[AcceleratorName, Text] | None = _attempt(
         report, None, _choose_accelerator, fields.accelerator, env, rules
     )
     if chosen is None:
@@ -270,7 +270,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
                 ),
             )
         )
-        reasons["strategy"] = f"{reasons['strategy']}; inside a started job it runs as {instead!r}"
+        reasons["strategy"] = f"{_rendered(reasons['strategy'])}; inside a started job it runs as {instead!r}"
         strategy_name = instead
     if fields.strategy == "auto":
         notes.append(Note(code="strategy-auto", level="info", message=f"strategy='auto' chose {strategy_name!r}"))
@@ -292,7 +292,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
                 fix="Ask for fewer nodes or processes per node",
             )
         )
-    reasons["layout"] = f"{family.description}; nodes: {nodes_reason}"
+    reasons["layout"] = (str.format, ("{}; nodes: {}", family.description, nodes_reason))
 
     no_launcher: LauncherName = "none"
     launcher = _attempt(
@@ -333,8 +333,11 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     backend = _attempt(report, None, _choose_backend, fields.backend, family, strategy_name, accelerator_rule, rules)
     if family.has_process_group and backend is not None:
         backend_rule = lookup(rules.backends, backend, name="BACKENDS")
-        how = f"asked for {backend!r}" if fields.backend is not None else f"the default for {accelerator!r}"
-        reasons["backend"] = f"{how} ({backend_rule.description})"
+        how = "asked for {!r} ({})" if fields.backend is not None else "the default for {!r} ({})"
+        reasons["backend"] = (
+            str.format,
+            (how, backend if fields.backend is not None else accelerator, backend_rule.description),
+        )
     elif family.has_process_group:
         reasons["backend"] = f"asked for {fields.backend!r}"
     else:
@@ -422,7 +425,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         precision=precision,
         metrics=metrics,
         notes=tuple(notes),
-        reasons=reasons,
+        reasons=LazyTexts(reasons),
         mesh=None if mesh is None else mesh.layout,
     )
 
@@ -665,6 +668,14 @@ def _available(env: Environment, rules: Rules) -> dict[AcceleratorName, int]:
     return found
 
 
+def _best_available(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
+    return f"the best available of {_describe(found, rules)} (order: {rules.accelerator_order})"
+
+
+def _rendered(text: Text) -> str:
+    return text if isinstance(text, str) else text[0](*text[1])
+
+
 def _describe(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
     parts: list[str] = []
     for rule in rules.accelerators_by_priority:
@@ -680,11 +691,11 @@ def _describe(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
     return "only " + parts[0] if alone else ", ".join(parts)
 
 
-def _choose_accelerator(flag: AcceleratorFlag, env: Environment, rules: Rules) -> tuple[AcceleratorName, str]:
+def _choose_accelerator(flag: AcceleratorFlag, env: Environment, rules: Rules) -> tuple[AcceleratorName, Text]:
     found = _available(env, rules)
     if flag == "auto":
         best = next(rule.name for rule in rules.accelerators_by_priority if rule.name in found)
-        return best, f"the best available of {_describe(found, rules)} (order: {rules.accelerator_order})"
+        return best, (_best_available, (found, rules))
     group = rules.accelerator_groups.get(flag)
     if group is not None:
         for member in group:
@@ -707,7 +718,7 @@ def _choose_accelerator(flag: AcceleratorFlag, env: Environment, rules: Rules) -
             available=_describe(found, rules) + (f" ({variable} hides every GPU)" if hidden else ""),
             fix="Use accelerator='auto' to take the best available, or run where that hardware is visible",
         )
-    return name, f"asked for {name!r} ({rule.description})"
+    return name, (str.format, ("asked for {!r} ({})", name, rule.description))
 
 
 def _select_devices(
@@ -973,17 +984,21 @@ def _choose_strategy(
     env: Environment,
     options: StrategyOptions | None,
     rules: Rules,
-) -> tuple[StrategyKey, str]:
+) -> tuple[StrategyKey, Text]:
     if flag != "auto":
-        return flag, f"asked for {flag!r}"
+        return flag, (str.format, ("asked for {!r}", flag))
     if options is not None:
         for family, name in rules.auto_for_options.items():
             if isinstance(options, OPTION_TYPES[family]):
                 return name, f"'auto' with {type(options).__name__}"
     for row in rules.auto_strategies:
         if _auto_row_holds(row, accelerator, len(devices), num_nodes, env.interactive):
-            return row.strategy, row.reason.format(num_nodes=num_nodes, devices=len(devices))
+            return row.strategy, (_auto_reason, (row, num_nodes, len(devices)))
     raise MissingRule(table="AUTO_STRATEGIES", key=(accelerator, len(devices), num_nodes, env.interactive))
+
+
+def _auto_reason(row: AutoStrategyRule, num_nodes: int, devices: int) -> str:
+    return row.reason.format(num_nodes=num_nodes, devices=devices)
 
 
 def _auto_row_holds(

@@ -35,8 +35,8 @@ from trainplan.spec.tables import (
     lookup,
 )
 
-STARTING_LAUNCHERS: tuple[LauncherName, ...] = ("subprocess", "spawn", "fork")
-"""Launchers that start a plan's workers from this process."""
+STARTING_LAUNCHERS: tuple[LauncherName, ...] = tuple(name for name, rule in LAUNCHERS.items() if rule.trainplan_starts)
+"""Launchers whose workers trainplan's launcher starts from this process (the rows say which)."""
 
 
 def visibility_variable(plan: Plan) -> str | None:

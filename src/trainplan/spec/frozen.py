@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeAlias
 
 
 class FrozenMap(Mapping[str, str]):
@@ -47,6 +47,69 @@ class FrozenMap(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"FrozenMap({self._items!r})"
+
+
+Text: TypeAlias = "str | tuple[Callable[..., str], tuple[object, ...]]"
+"""A text, or how to write it: `(render, arguments)`, rendered as `render(*arguments)` when first read."""
+
+
+class LazyTexts(FrozenMap):
+    """A `FrozenMap` whose texts are written when first read: a plan's reasons.
+
+    The resolver gives each value as a text or as `(render, arguments)`; nothing is rendered (nor sorted) until
+    the map is read, compared, hashed, printed or pickled, so a plan nobody asks "why" of costs no explanation.
+    It is a `FrozenMap` of the rendered texts in every other respect: equal to any mapping holding them.
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self, pending: Mapping[str, Text]) -> None:
+        self._pending: Mapping[str, Text] | None = pending
+        self._hash = None
+        self.plain = True  # the resolver's keys, and texts (a render returns one)
+
+    def _rendered(self) -> dict[str, str]:
+        pending = self._pending
+        if pending is not None:
+            # Distinct keys order the pairs alone: the specs are never compared.
+            self._items = {
+                key: text if isinstance(text, str) else text[0](*text[1])
+                for key, text in sorted(pending.items(), key=_first)
+            }
+            self._pending = None
+        return self._items
+
+    def __getitem__(self, key: str) -> str:
+        return self._rendered()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in (self._pending if self._pending is not None else self._items)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rendered())
+
+    def __len__(self) -> int:
+        return len(self._pending if self._pending is not None else self._items)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(tuple(self._rendered().items()))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._rendered() == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._rendered()!r})"
+
+    def __reduce__(self) -> tuple[type[FrozenMap], tuple[dict[str, str]]]:
+        return FrozenMap, (self._rendered(),)  # what it holds, rendered: a pickled plan carries no functions
+
+
+def _first(item: tuple[str, object]) -> str:
+    return item[0]
 
 
 def _all_strings(items: Mapping[Any, Any]) -> bool:

@@ -23,6 +23,7 @@ from trainplan.spec.names import (
     BackendName,
     ClusterFlag,
     ClusterName,
+    ClusterSchema,
     LauncherName,
     MeshDimension,
     PrecisionFlag,
@@ -210,6 +211,7 @@ class LauncherRule:
     start_method: StartMethod | None
     forks: bool  # trainplan forks this process itself (refused where fork is unavailable or CUDA is initialised)
     in_started_job: LauncherName | None  # what it becomes inside a job that started every process; None: unchanged
+    trainplan_starts: bool  # trainplan's own launcher starts these workers (torch_xla starts the xla launcher's)
 
 
 LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
@@ -224,6 +226,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method=None,
             forks=False,
             in_started_job=None,
+            trainplan_starts=False,
         ),
         LauncherRule(
             name="subprocess",
@@ -235,6 +238,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method=None,
             forks=False,
             in_started_job="external",
+            trainplan_starts=True,
         ),
         LauncherRule(
             name="spawn",
@@ -246,6 +250,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method="spawn",
             forks=False,
             in_started_job="external",
+            trainplan_starts=True,
         ),
         LauncherRule(
             name="fork",
@@ -256,6 +261,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method="fork",
             forks=True,
             in_started_job="external",
+            trainplan_starts=True,
         ),
         LauncherRule(
             name="xla",
@@ -266,6 +272,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method="fork",
             forks=False,
             in_started_job=None,
+            trainplan_starts=False,
         ),
         LauncherRule(
             name="external",
@@ -276,6 +283,7 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             start_method=None,
             forks=False,
             in_started_job=None,
+            trainplan_starts=False,
         ),
     )
 }
@@ -1176,6 +1184,38 @@ FRAMEWORK_ACCELERATORS: Final[Mapping[AcceleratorName, FrameworkAccelerator]] = 
 # Cluster environments
 
 
+SLURM_DEFAULT_PORT: Final[int] = 12910
+"""Lightning's SLURM main port when there is no job id."""
+
+SLURM_PORT_BASE: Final[int] = 15000
+"""SLURM main port with a job id: 15000 + the job id's last four digits (Lightning's rule, so every task agrees)."""
+
+LSF_PORT_BASE: Final[int] = 10000
+"""LSF main port: 10000 + job id modulo 1000 (Lightning's rule)."""
+
+
+@attrs.frozen(kw_only=True)
+class JobPort:
+    """A main port every process of a job computes alike from the job's id (Lightning's rules): `base + id % modulo`,
+    or `default` when the job has no id."""
+
+    variable: str  # the job id's variable
+    base: int
+    modulo: int
+    default: int | None = None  # None: no port (the launcher picks one)
+
+
+@attrs.frozen(kw_only=True)
+class NotDetectedWhen:
+    """A value of a variable under which the cluster's variables are present but it does not manage the processes
+    (SLURM's interactive allocations): detection passes it by, with a note."""
+
+    variable: str
+    values: frozenset[str]
+    note_code: str
+    note: str  # the note's message: {variable} and {value} are filled in
+
+
 @attrs.frozen(kw_only=True)
 class ClusterRule:
     name: ClusterName
@@ -1184,7 +1224,11 @@ class ClusterRule:
     detect_priority: int | None  # higher is tried first; None: only on request
     creates_processes: bool  # the cluster manager starts every process itself
     node_rank_variable: str  # what names the node rank in messages (the variable the cluster sets, or a phrase)
+    schema: ClusterSchema  # the variables its processes carry: which reader reads them
     max_processes_per_node: int | None = None  # None: no limit beyond the hardware
+    launch_hint: str = ""  # how to start the job with another layout: {num_nodes}, {processes_per_node}, {world_size}
+    job_port: JobPort | None = None  # the main port when MASTER_PORT is not set
+    not_detected_when: NotDetectedWhen | None = None
 
 
 CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
@@ -1198,15 +1242,32 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             detect_priority=6,
             creates_processes=True,
             node_rank_variable="GROUP_RANK",
+            schema="torchrun",
+            launch_hint="torchrun --nnodes={num_nodes} --nproc-per-node={processes_per_node}",
         ),
         ClusterRule(
             name="slurm",
             description="SLURM, processes started by srun",
-            # Interactive allocations (SLURM_JOB_NAME bash/interactive) are excluded: see SLURM_INTERACTIVE_JOB_NAMES.
             detect_variables=(frozenset({"SLURM_NTASKS"}),),
             detect_priority=5,
             creates_processes=True,
             node_rank_variable="SLURM_NODEID",
+            schema="srun",
+            launch_hint=(
+                "#SBATCH --nodes={num_nodes} --ntasks-per-node={processes_per_node}, and run the script with srun"
+            ),
+            # 15000 + the job id's last four digits, so every task agrees (Lightning's rule); 12910 without a job id.
+            job_port=JobPort(variable="SLURM_JOB_ID", base=SLURM_PORT_BASE, modulo=10000, default=SLURM_DEFAULT_PORT),
+            # `salloc`/`srun --pty bash` sessions: SLURM does not manage the processes there (Lightning's rule).
+            not_detected_when=NotDetectedWhen(
+                variable="SLURM_JOB_NAME",
+                values=frozenset({"bash", "interactive"}),
+                note_code="slurm-interactive",
+                note=(
+                    "{variable}={value!r} is an interactive allocation, so SLURM does not manage the processes; "
+                    "trainplan starts them itself (cluster='slurm' overrides this)"
+                ),
+            ),
         ),
         ClusterRule(
             name="lsf",
@@ -1217,6 +1278,9 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             detect_priority=3,
             creates_processes=True,
             node_rank_variable="node rank",
+            schema="jsrun",
+            launch_hint="jsrun --nrs {num_nodes} --tasks_per_rs {processes_per_node}",
+            job_port=JobPort(variable="LSB_JOBID", base=LSF_PORT_BASE, modulo=1000),  # 10000 + id % 1000 (Lightning)
         ),
         ClusterRule(
             name="mpi",
@@ -1229,6 +1293,8 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             detect_priority=2,
             creates_processes=True,
             node_rank_variable="node rank",
+            schema="mpirun",
+            launch_hint="mpirun -np {world_size} --map-by ppr:{processes_per_node}:node",
         ),
         ClusterRule(
             name="kubeflow",
@@ -1240,8 +1306,10 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             detect_priority=4,
             creates_processes=True,
             node_rank_variable="node rank",
+            schema="pytorchjob",
             # A PyTorchJob runs one process per pod (Lightning's KubeflowEnvironment counts its world in pods).
             max_processes_per_node=1,
+            launch_hint="a PyTorchJob with {num_nodes} replicas",
         ),
         ClusterRule(
             name="local",
@@ -1250,21 +1318,11 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             detect_priority=0,
             creates_processes=False,
             node_rank_variable="NODE_RANK",
+            schema="by_hand",
+            launch_hint="set NODE_RANK, MASTER_ADDR and MASTER_PORT on each node",
         ),
     )
 }
-
-SLURM_INTERACTIVE_JOB_NAMES: Final[frozenset[str]] = frozenset({"bash", "interactive"})
-"""`salloc`/`srun --pty bash` sessions: SLURM does not manage the processes there (Lightning's rule)."""
-
-SLURM_DEFAULT_PORT: Final[int] = 12910
-"""Lightning's SLURM main port when there is no job id."""
-
-SLURM_PORT_BASE: Final[int] = 15000
-"""SLURM main port with a job id: 15000 + the job id's last four digits (Lightning's rule, so every task agrees)."""
-
-LSF_PORT_BASE: Final[int] = 10000
-"""LSF main port: 10000 + job id modulo 1000 (Lightning's rule)."""
 
 LAUNCHED_MARKER: Final[str] = "TRAINPLAN_LAUNCHED"
 """Set by `trainplan.launch` in every worker it starts. Those workers also carry torchrun's variables (RANK,
