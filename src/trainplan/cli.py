@@ -410,7 +410,13 @@ def _strategy_options(items: list[str]) -> dict[str, object] | None:
             value = lowered == "true"
         elif number is not None:
             value = number
-        options[key.strip()] = value
+        key = key.strip()
+        if key in options:
+            earlier = next(given for given in items if given.partition("=")[0].strip() == key)
+            raise CliError(
+                f"--strategy-option {earlier!r} and --strategy-option {item!r} both set {key}: give each option once"
+            )
+        options[key] = value
     return options
 
 

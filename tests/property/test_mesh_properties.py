@@ -67,6 +67,30 @@ def _fixed(request: Request, env: Environment, error: TrainplanError) -> Plan:
     raise AssertionError(f"following the fixes ends in {error}")
 
 
+def _check_choices(request: Request, env: Environment, error: TrainplanError) -> None:
+    """Every degree a refusal offers ("Use tp=4 or 2"), written instead of the one refused, is not refused again for
+    that degree: not by the accelerator or precision rules, not for its own group or stage size."""
+    if not isinstance(error, Incompatible):
+        return
+    offered = re.match(r"Use (\w+)=(\d+(?:, \d+)*(?: or \d+)?)(?:,| there| *$)", str(error.fix))
+    if offered is None:
+        return
+    name = offered.group(1)
+    options = request.strategy_options
+    assert isinstance(options, ModelParallelOptions)
+    written = {field: getattr(options, field) for field in options.given}
+    for degree in map(int, re.findall(r"\d+", offered.group(2))):
+        changed = Request(**{**_fields(request), "strategy_options": ModelParallelOptions(**{**written, name: degree})})
+        outcome = _outcome(changed, env)
+        if isinstance(outcome, Incompatible) and outcome.rule in (
+            "mesh-inside-node",
+            "mesh-pipeline-nodes",
+            "mesh-accelerator",
+            "mesh-precision",
+        ):
+            assert outcome.values.get(name) != degree, f"{error} offers {name}={degree}, which is refused: {outcome}"
+
+
 def _follow(request: Request, error: TrainplanError) -> Request:
     """The request as the error's fix says to write it."""
     assert isinstance(error, (Incompatible, InvalidRequest)), error
@@ -135,6 +159,7 @@ class TestEveryLayoutOnCpu:
                 refusals += 1
                 assert isinstance(outcome, Incompatible) and outcome.rule.startswith("mesh-"), outcome
                 _fixed(request, env, outcome)
+                _check_choices(request, env, outcome)
         assert plans and refusals
 
 
@@ -182,3 +207,4 @@ class TestDegreesTimesLayouts:
         assert isinstance(outcome, TrainplanError)
         if isinstance(outcome, Incompatible) and outcome.rule.startswith("mesh-") and outcome.rule != "mesh-spellings":
             _fixed(request, env, outcome)
+            _check_choices(request, env, outcome)

@@ -93,6 +93,38 @@ class TestDegrees:
         assert plan.mesh is not None and plan.mesh.shape == (1, 1, 2, 1, 2)
 
 
+class TestRefusalsOfferWhatRuns:
+    """The degrees a refusal offers, and its example layout, keep the accelerator and precision rules and the degree
+    the user asked for."""
+
+    def test_cpu_never_offers_context_parallelism(self) -> None:
+        request = Request(accelerator="cpu", devices=4, strategy_options=MESH(cp=3))
+        with pytest.raises(Incompatible) as caught:
+            resolve(request, cpu())
+        assert "Use cp=1, e.g. dp_shard=4" in str(caught.value)
+
+    def test_fp16_amp_never_offers_pipeline_stages(self) -> None:
+        env = cuda(6, variables=TWO_NODES)
+        request = Request(devices=6, num_nodes=2, precision="16-mixed", strategy_options=MESH(pp=3))
+        with pytest.raises(Incompatible) as caught:
+            resolve(request, env)
+        assert caught.value.rule == "mesh-pipeline-nodes" and "Use pp=1, e.g. dp_shard=12" in str(caught.value)
+
+    def test_an_auto_degree_is_named_with_what_it_took(self) -> None:
+        env = cuda(4, variables=TWO_NODES)
+        with pytest.raises(Incompatible) as caught:
+            resolve(Request(devices=4, num_nodes=2, strategy_options=MESH(tp="auto")), env)
+        message = str(caught.value)
+        assert message.startswith("tp='auto' cannot be used: tp='auto' takes what the other degrees leave, 8 of")
+        assert "tp=8 needs 8 processes on one node" in message and "Use tp=4 or 2, e.g. dp_shard=2, tp=4" in message
+
+    def test_the_example_keeps_the_degree_it_offers(self) -> None:
+        env = cuda(2, variables=TWO_NODES)
+        with pytest.raises(Incompatible) as caught:
+            resolve(Request(devices=2, num_nodes=3, strategy_options=MESH(pp=2)), env)
+        assert "Use pp=3 or 6, e.g. pp=3, dp_shard=2" in str(caught.value)
+
+
 class TestLightningSpelling:
     """`data_parallel_size` / `tensor_parallel_size` (Lightning's ModelParallelStrategy) become dp_shard and tp."""
 
@@ -142,6 +174,13 @@ class TestArithmetic:
                 assert rank in layout.group(rank, name)
         replicas = {layout.data_parallel(rank) for rank in range(layout.world_size)}
         assert replicas == {(index, shape[1] * shape[2]) for index in range(shape[1] * shape[2])}
+
+    def test_a_negative_count_of_groups_or_members_is_refused(self) -> None:
+        layout = MeshLayout(shape=(1, 1, 2, 1, 2))
+        for keep in ({"limit": -1}, {"members": -1}, {"limit": True}):
+            with pytest.raises(ValueError, match="use 0 or more"):
+                layout.groups("tp", **keep)
+        assert layout.groups("tp", limit=0) == () and layout.groups("tp", limit=1, members=1) == ((0,),)
 
     def test_bad_ranks_and_names_say_what_fits(self) -> None:
         layout = MeshLayout(shape=(1, 1, 2, 1, 2))
@@ -219,10 +258,18 @@ class TestThePlan:
         with pytest.raises(PlanFormatError, match=words):
             Plan.from_dict(data)
 
+    @pytest.mark.parametrize("spelling", ["tp", "tensor_parallel_size"])
+    def test_a_plan_read_back_whose_request_asked_for_other_degrees_is_refused(self, spelling: str) -> None:
+        data = json.loads(json.dumps(mesh_plan(cuda(4), devices=4, strategy_options=MESH(tp=2)).to_dict()))
+        data["request"]["strategy_options"][spelling] = 4
+        with pytest.raises(PlanFormatError, match=rf"request\.strategy_options\.{spelling}.*tp=2"):
+            Plan.from_dict(data)
+
     def test_a_plan_read_back_breaking_a_rule_names_it(self) -> None:
         data = json.loads(json.dumps(mesh_plan(cuda(4), devices=4, strategy_options=MESH(tp=4)).to_dict()))
         data["mesh"]["shape"] = [1, 1, 1, 4, 1]
         data["strategy"]["options"].update(cp=4, tp=1)
+        data["request"]["strategy_options"].update(cp=4, tp=1)
         data["precision"] = data["request"]["precision"] = "64-true"
         with pytest.raises(PlanFormatError, match="mesh-precision"):
             Plan.from_dict(data)
@@ -432,6 +479,14 @@ class TestRuntime:
         with pytest.raises(NotWrappable, match=r"process_group=rt\.data_parallel_mesh\.get_group"):
             batchnorm.wrap(torch.nn.Linear(2, 2))
 
+    def test_a_mesh_runtime_after_leaving_says_to_keep_one_open(self) -> None:
+        rt, _ = runtime_for(mesh_plan(cuda(4), devices=4, strategy_options=MESH(tp=2)), rank=0)
+        rt.leave()
+        with pytest.raises(NotWrappable) as caught:
+            rt.wrap(torch.nn.Linear(2, 2))
+        assert "one runtime per process" in str(caught.value) and "keep it open" in str(caught.value)
+        assert "Start a new one" not in str(caught.value)
+
     def test_one_process_gets_a_real_mesh_and_leaves_no_group(self) -> None:
         from torch import distributed
 
@@ -472,6 +527,16 @@ class TestCommandLine:
         data = json.loads(out)
         assert code == 0 and data["mesh"]["shape"] == [1, 1, 1, 1, 4]
         assert data["request"]["strategy_options"]["tensor_parallel_size"] == 4
+
+    def test_a_repeated_option_is_refused_naming_both(self, capsys: pytest.CaptureFixture[str]) -> None:
+        flags = ["plan", "--no-probe", "--accelerator", "cpu", "--devices", "4", "--strategy", "model_parallel"]
+        code, _, err = self.run(capsys, *flags, "--strategy-option", "tp=2", "--strategy-option", "tp=4")
+        assert code == 2 and "'tp=2'" in err and "'tp=4'" in err and "give each option once" in err
+
+    def test_degrees_without_a_strategy_suggest_model_parallel(self, capsys: pytest.CaptureFixture[str]) -> None:
+        flags = ["plan", "--no-probe", "--accelerator", "cpu", "--devices", "4", "--strategy-option", "tp=2"]
+        code, _, err = self.run(capsys, *flags)
+        assert code == 2 and "strategy='model_parallel'" in err and "ModelParallelOptions(...)" in err
 
     def test_a_refusal_exits_2_naming_the_layout_that_fits(self, capsys: pytest.CaptureFixture[str]) -> None:
         flags = ["plan", "--no-probe", "--assume", "cuda=4", "--devices", "4", "--strategy-option", "tp=8"]

@@ -468,6 +468,14 @@ class Runtime:
 
     def _check_joined(self, what: str) -> None:
         if self.world.left:
+            if self.plan.mesh is not None:
+                # torch cannot make a mesh's groups again in this process once it has made subgroups (gloo's
+                # connectFullMesh fails), so a second runtime is no way out for a mesh plan.
+                raise NotWrappable(
+                    f"rt.{what} after leaving the world: this runtime's process group and device mesh are gone, and "
+                    "a mesh plan cannot build its mesh a second time in one process. Use one runtime per process: "
+                    "open trainplan.runtime(plan) once and keep it open (the whole loop inside its `with` block)"
+                )
             raise NotWrappable(
                 f"rt.{what} after leaving the world: this runtime's process group is gone. Start a new one with "
                 "trainplan.runtime(plan), and keep the loop inside its `with` block"

@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeVar
 import attrs
 
 from trainplan.resolve.cluster import ClusterFacts, detect
-from trainplan.resolve.mesh import MeshChoice, choose_mesh
+from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import visible_entries
 from trainplan.spec import normalise
@@ -277,7 +277,10 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     rule = lookup(rules.strategies, strategy_name, name="STRATEGIES")
     family = lookup(rules.families, rule.family, name="FAMILIES")
 
-    for problem in _strategy_problems(strategy_name, family, accelerator_rule, devices, num_nodes, env):
+    chosen_by = (
+        fields.options if fields.strategy == "auto" and strategy_name in rules.auto_for_options.values() else None
+    )
+    for problem in _strategy_problems(strategy_name, family, accelerator_rule, devices, num_nodes, env, chosen_by):
         report(problem)
     options = _attempt(report, None, _merge_options, strategy_name, rule, family, fields.options)
 
@@ -352,10 +355,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
 
     mesh: MeshChoice | None = None
     if isinstance(options, ModelParallelOptions):
-        mesh = _attempt(
-            report,
-            None,
-            choose_mesh,
+        outcome = mesh_or_refusals(
             options,
             num_nodes=num_nodes,
             processes_per_node=processes_per_node,
@@ -363,6 +363,11 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
             backend=backend,
             precision=precision,
         )
+        if isinstance(outcome, MeshChoice):
+            mesh = outcome
+        else:
+            for refusal in outcome:  # every rule the layout breaks, for check(); resolve raises the first
+                report(refusal)
         if mesh is not None:
             options = mesh.options
             reasons["mesh"] = mesh.reason
@@ -1020,9 +1025,21 @@ def _strategy_problems(
     devices: tuple[int, ...],
     num_nodes: int,
     env: Environment,
+    chosen_by: StrategyOptions | None = None,
 ) -> Iterator[TrainplanError]:
+    """`chosen_by`: the options record that made strategy='auto' choose `name` (the user wrote no strategy)."""
     accelerator = accelerator_rule.name
-    if accelerator not in family.accelerators:
+    if accelerator not in family.accelerators and chosen_by is not None:
+        supported = " or ".join(repr(item) for item in sorted(family.accelerators))
+        yield incompatible(
+            "options-accelerator",
+            {"strategy_options": chosen_by, "accelerator": accelerator},
+            options=type(chosen_by).__name__,
+            strategy=name,
+            supported=supported,
+            why=family.why_not.get(accelerator, "the strategy does not support it"),
+        )
+    elif accelerator not in family.accelerators:
         supported = " or ".join(repr(item) for item in sorted(family.accelerators))
         # The family's own fix (the XLA families point to XLA hardware), else the accelerator's, else the generic one.
         fix = (

@@ -56,6 +56,10 @@ class _World:
     def size(self) -> int:
         return self.num_nodes * self.processes_per_node
 
+    def runs(self, name: MeshDimension) -> bool:
+        """Whether a degree above 1 of `name` runs on this accelerator with this precision."""
+        return _runs(name, self.accelerator, self.precision)
+
     def fitting(self, asked: Mapping[MeshDimension, Degree]) -> str:
         fit = fitting_degrees(
             asked,
@@ -94,7 +98,55 @@ def choose_mesh(
     backend: BackendName | None,
     precision: PrecisionName,
 ) -> MeshChoice:
-    """The mesh for `options` on `num_nodes` × `processes_per_node`, or `Incompatible` naming a layout that fits."""
+    """The mesh for `options` on `num_nodes` × `processes_per_node`, or `Incompatible` naming a layout that fits
+    (the first of `mesh_or_refusals`' refusals)."""
+    outcome = mesh_or_refusals(
+        options,
+        num_nodes=num_nodes,
+        processes_per_node=processes_per_node,
+        accelerator=accelerator,
+        backend=backend,
+        precision=precision,
+    )
+    if isinstance(outcome, MeshChoice):
+        return outcome
+    raise outcome[0]
+
+
+def mesh_or_refusals(
+    options: ModelParallelOptions,
+    *,
+    num_nodes: int,
+    processes_per_node: int,
+    accelerator: AcceleratorName,
+    backend: BackendName | None,
+    precision: PrecisionName,
+) -> MeshChoice | tuple[Incompatible, ...]:
+    """The mesh for `options`, or every refusal of it: one while the degrees do not yet make a layout (a group too
+    big for a node, two 'auto's, a product that is not the world size), then every layout rule the degrees break
+    (each naming a layout that fits), for `check` to list them all."""
+    try:
+        return _choose_mesh(
+            options,
+            num_nodes=num_nodes,
+            processes_per_node=processes_per_node,
+            accelerator=accelerator,
+            backend=backend,
+            precision=precision,
+        )
+    except Incompatible as refusal:
+        return (refusal,)
+
+
+def _choose_mesh(
+    options: ModelParallelOptions,
+    *,
+    num_nodes: int,
+    processes_per_node: int,
+    accelerator: AcceleratorName,
+    backend: BackendName | None,
+    precision: PrecisionName,
+) -> MeshChoice | tuple[Incompatible, ...]:
     lightning = _lightning_sizes(options)
     names: dict[MeshDimension, str] = {name: name for name in MESH_DIMENSIONS}
     if lightning is not None:
@@ -134,15 +186,19 @@ def choose_mesh(
             "mesh-product", asked, shown, product=product, spelled=world.spelled(fixed, " × ") or "every degree 1"
         )
     degrees = {name: (world.size // product if name in autos else fixed[name]) for name in MESH_DIMENSIONS}
-    for violation in layout_violations(
-        degrees,
-        num_nodes=num_nodes,
-        processes_per_node=processes_per_node,
-        accelerator=accelerator,
-        backend=backend,
-        precision=precision,
-    ):
-        raise _refusal(violation, asked, degrees, world, backend)
+    refusals = tuple(
+        _refusal(violation, asked, degrees, world, backend)
+        for violation in layout_violations(
+            degrees,
+            num_nodes=num_nodes,
+            processes_per_node=processes_per_node,
+            accelerator=accelerator,
+            backend=backend,
+            precision=precision,
+        )
+    )
+    if refusals:
+        return refusals
     reason = _reason(asked, degrees, autos, world)
     notes: tuple[Note, ...] = ()
     if lightning is not None:
@@ -172,8 +228,7 @@ def fitting_degrees(
     chosen: dict[MeshDimension, int] = {name: 1 for name in MESH_DIMENSIONS}
 
     def runs(name: MeshDimension) -> bool:
-        rule = MESH_RULES[name]
-        return accelerator in rule.accelerators and precision not in rule.precisions_refused
+        return _runs(name, accelerator, precision)
 
     def largest(name: MeshDimension, candidates: list[int]) -> int:
         return max(d for d in candidates if d <= wanted.get(name, 1))
@@ -271,17 +326,35 @@ def _refusal(
         )
     rule = MESH_RULES[name]
     spelled = world.names[name]
-    values: dict[str, object] = {spelled: violation.degree}
+    # What was asked for this dimension: a degree written 'auto' is named as written, with the number it took.
+    auto = asked[name] == "auto"
+    values: dict[str, object] = {spelled: "auto" if auto else violation.degree}
+    took = (
+        f"{spelled}='auto' takes what the other degrees leave, {violation.degree} of the world of {world.size}, and "
+        if auto
+        else ""
+    )
     apart = strides(degrees)
+
+    def offered(candidates: list[int]) -> tuple[str, str]:
+        """The degrees to offer instead (only those the accelerator and precision rules let run above 1), and an
+        example layout that keeps the first of them."""
+        runnable = [d for d in _nearest(candidates, violation.degree) if d == 1 or world.runs(name)]
+        choices = [d for d in runnable if d > 1][:3] or [1]
+        return _choices(spelled, choices), world.fitting({**asked, name: choices[0]})
+
     if violation.rule == "mesh-inside-node":
         inner = [other for other in MESH_DIMENSIONS[MESH_DIMENSIONS.index(name) + 1 :] if degrees[other] > 1]
         around = " and ".join(MESH_RULES[other].title for other in inner)
         why = f"{rule.title} groups stay inside a node" + (f", around the {around} groups" if inner else "")
         room = world.processes_per_node // apart[name] if world.processes_per_node % apart[name] == 0 else 1
-        return world.refuse(
+        choices, fitting = offered(_divisors(room))
+        return _refuse_with(
             violation.rule,
-            asked,
+            world,
             values,
+            fitting,
+            took=took,
             what=world.spelled({other: degrees[other] for other in (name, *inner)}, " × "),
             needed=violation.needed,
             why=why,
@@ -290,27 +363,33 @@ def _refusal(
                 if violation.needed > world.processes_per_node
                 else f"this node's {world.processes_per_node} do not split into groups of {violation.needed}"
             ),
-            choices=_choices(spelled, _nearest(_divisors(room), violation.degree)),
+            choices=choices,
         )
     if violation.rule == "mesh-pipeline-nodes":
         grouped = math.prod(degrees[other] for other in MESH_DIMENSIONS if MESH_RULES[other].inside_node)
         candidates = [
             d for d in _divisors(world.size // grouped) if _aligned(world.size // d, world.processes_per_node)
         ]
-        return world.refuse(
+        choices, fitting = offered(candidates)
+        return _refuse_with(
             violation.rule,
-            asked,
+            world,
             values,
+            fitting,
+            took=took,
+            dimension=spelled,
+            degree=violation.degree,
             stage=violation.needed,
             num_nodes=world.num_nodes,
             processes_per_node=world.processes_per_node,
-            choices=_choices(spelled, _nearest(candidates, violation.degree)),
+            choices=choices,
         )
     if violation.rule == "mesh-accelerator":
         return world.refuse(
             violation.rule,
             asked,
             {**values, "accelerator": world.accelerator},
+            took=took,
             dimension=spelled,
             degree=violation.degree,
             why=violation.detail,
@@ -319,11 +398,20 @@ def _refusal(
     return incompatible(
         violation.rule,
         {**values, "precision": world.precision},
+        took=took,
         dimension=spelled,
         degree=violation.degree,
         why=violation.detail,
         instead=rule.instead.get(world.precision, DEFAULT_PRECISION),
     )
+
+
+def _refuse_with(
+    rule: str, world: _World, values: Mapping[str, object], fitting: str, **fields: object
+) -> Incompatible:
+    """A refusal whose example layout is `fitting` (one that keeps the degree it offers first)."""
+    layout = f"{world.num_nodes} node(s) × {world.processes_per_node} processes"
+    return incompatible(rule, dict(values), world_size=world.size, layout=layout, fitting=fitting, **fields)
 
 
 def _reason(
@@ -369,12 +457,18 @@ def _nearest(candidates: list[int], asked: int) -> list[int]:
     return sorted((d for d in candidates if d != asked), key=lambda d: (abs(d - asked), -d))
 
 
-def _choices(name: str, degrees: list[int]) -> str:
-    """`tp=4 or 2`: the degrees to offer (at most three, in the order given), without 1 unless nothing else fits."""
-    offered = [degree for degree in degrees if degree > 1][:3] or [1]
+def _choices(name: str, offered: list[int]) -> str:
+    """`tp=4 or 2`: the degrees offered, in the order given."""
     if len(offered) == 1:
         return f"{name}={offered[0]}"
     return f"{name}={', '.join(map(str, offered[:-1]))} or {offered[-1]}"
+
+
+def _runs(name: MeshDimension, accelerator: AcceleratorName, precision: PrecisionName) -> bool:
+    """Whether a degree above 1 of `name` runs on `accelerator` with `precision` (the mesh-accelerator and
+    mesh-precision rules)."""
+    rule = MESH_RULES[name]
+    return accelerator in rule.accelerators and precision not in rule.precisions_refused
 
 
 def _aligned(block: int, processes_per_node: int) -> bool:
@@ -396,4 +490,4 @@ def _divisors(number: int) -> list[int]:
     return small + large[::-1]
 
 
-__all__ = ["ABSORBING", "MeshChoice", "choose_mesh", "fitting_degrees"]
+__all__ = ["ABSORBING", "MeshChoice", "choose_mesh", "fitting_degrees", "mesh_or_refusals"]

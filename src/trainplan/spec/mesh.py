@@ -90,7 +90,11 @@ class MeshLayout:
     ) -> tuple[tuple[int, ...], ...]:
         """Every group along `dimension`, each in rank order, ordered by their first rank; there are
         `world_size // size(dimension)` in all. `limit` keeps the first groups only, `members` the first ranks of
-        each (for a drawing of a large world)."""
+        each (for a drawing of a large world); both are counts, 0 or more (`ValueError` otherwise)."""
+        for name, value in (("limit", limit), ("members", members)):
+            given: object = value
+            if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 0):
+                raise ValueError(f"{name}={value!r} is not a number of groups or ranks to keep; use 0 or more, or None")
         axis = self._index(dimension)
         size = self.shape[axis]
         stride = math.prod(self.shape[axis + 1 :])

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Literal, TypeAlias
 
+import attrs
+
 from trainplan.spec.errors import InvalidRequest, did_you_mean, shown
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
@@ -509,11 +511,21 @@ def _options_from_config(
     if value is None or not isinstance(value, Mapping):
         return strategy_options(value)
     if strategy_name == "auto":
+        # Suggest the strategy whose options record takes every key given (ddp when none does).
+        keys = {str(key) for key in value}
+        family = next(
+            (
+                family
+                for family, record in OPTION_TYPES.items()
+                if family in rules.strategies and keys <= {field.name for field in attrs.fields(record) if field.init}
+            ),
+            next(iter(OPTION_TYPES)),
+        )
         raise InvalidRequest(
             field="strategy_options",
             value=dict(value),
             reason="options given as a mapping need a strategy to say which options record they fill",
-            fix="Name the strategy too, e.g. strategy='ddp', or pass DDPOptions(...) itself",
+            fix=f"Name the strategy too, e.g. strategy={family!r}, or pass {OPTION_TYPES[family].__name__}(...) itself",
         )
     family = rules.strategies[strategy_name].family
     options_type = OPTION_TYPES.get(family)

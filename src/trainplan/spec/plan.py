@@ -738,6 +738,20 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
         or options.tensor_parallel_size is not None
     ):
         raise bad("strategy.options", f"the options in force are the mesh's degrees, {mesh.sizes}")
+    asked = plan.request.strategy_options
+    if isinstance(asked, ModelParallelOptions):
+        from trainplan.spec.tables import LIGHTNING_SIZES
+
+        # The degrees written (a default of 1 may be the mesh's rest) and Lightning's sizes (None: not used).
+        spellings: dict[str, MeshDimension] = {name: name for name in MESH_DIMENSIONS if name in asked.given}
+        spellings.update({size.argument: size.dimension for size in LIGHTNING_SIZES})
+        for spelling, name in spellings.items():
+            degree = getattr(asked, spelling)
+            if isinstance(degree, int) and degree != mesh.size(name):
+                raise bad(
+                    f"request.strategy_options.{spelling}",
+                    f"the request asked for {spelling}={degree}, but the mesh has {name}={mesh.size(name)}",
+                )
     for violation in layout_violations(
         mesh.sizes,
         num_nodes=plan.num_nodes,

@@ -852,6 +852,13 @@ class MeshDimensionRule:
 
 _MESH_ACCELERATORS: Final[frozenset[AcceleratorName]] = frozenset({"cpu", "cuda"})
 
+# torch's DTensor reduces GradScaler's found_inf over the placements of the first gradient only: with a replicated
+# gradient first and a sharded one holding the inf, one rank of a tp (or cp) group skips the step and another takes it.
+_SCALER_ACROSS_PLACEMENTS: Final = (
+    "torch's GradScaler reduces its overflow check over the placements of the first DTensor gradient only, so with "
+    "replicated and sharded gradients the ranks of one group can disagree on skipping a step"
+)
+
 MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
     rule.name: rule
     for rule in (
@@ -922,8 +929,9 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
             precisions_refused={
                 "64-true": "context parallelism runs attention through the flash, memory-efficient and cuDNN kernels, "
                 "none of which computes in float64",
+                "16-mixed": _SCALER_ACROSS_PLACEMENTS,
             },
-            instead={"64-true": "32-true"},
+            instead={"64-true": "32-true", "16-mixed": "bf16-mixed"},
             lightning_size=None,
             accelerate_size="cp_size",
         ),
@@ -937,8 +945,8 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
             stage_aligned=False,
             accelerators=_MESH_ACCELERATORS,
             why_not={},
-            precisions_refused={},
-            instead={},
+            precisions_refused={"16-mixed": _SCALER_ACROSS_PLACEMENTS},
+            instead={"16-mixed": "bf16-mixed"},
             lightning_size="tensor_parallel_size",
             accelerate_size="tp_size",
         ),
@@ -1104,8 +1112,9 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
             lightning_strategy="DeepSpeedStrategy",
             accelerate_launch=("--use_deepspeed",),
         ),
-        # The user's parallelize function applies the mesh (as Lightning's ModelParallelStrategy asks for one); a
-        # DTensor's gradients reduce their overflow check over its mesh, so torch's own GradScaler serves.
+        # The user's parallelize function applies the mesh (as Lightning's ModelParallelStrategy asks for one). fp16
+        # AMP runs with data parallelism alone (tp and cp refuse 16-mixed, pp too), where every gradient is a DTensor
+        # of the same placements, so torch's own GradScaler finds the same overflow on every rank.
         FamilyRecipe(
             family="model_parallel",
             wrapper="mesh",
@@ -1430,6 +1439,14 @@ RULES: Final[Mapping[str, Rule]] = {
             fix="{fix}",
         ),
         Rule(
+            id="options-accelerator",
+            reason=(
+                "strategy='auto' with {options} chose strategy {strategy!r}, which runs on {supported}, not "
+                "{accelerator!r}: {why}"
+            ),
+            fix="Drop strategy_options to run on {accelerator!r}, or keep them and use accelerator={supported}",
+        ),
+        Rule(
             id="strategy-package",
             reason="strategy {strategy!r} needs the {package!r} package, which is not installed",
             fix="Install it (`pip install {package}`) or choose another strategy, e.g. strategy='ddp'",
@@ -1669,20 +1686,21 @@ RULES: Final[Mapping[str, Rule]] = {
         ),
         Rule(
             id="mesh-inside-node",
-            reason="{what} needs {needed} processes on one node ({why}); {shortfall}",
+            reason="{took}{what} needs {needed} processes on one node ({why}); {shortfall}",
             fix="Use {choices}, e.g. {fitting}",
         ),
         Rule(
             id="mesh-pipeline-nodes",
             reason=(
-                "pipeline stages span nodes, each stage holding whole nodes or sharing a node with whole stages, but "
-                "pp={pp} makes stages of {stage} processes on {num_nodes} nodes of {processes_per_node}"
+                "{took}pipeline stages span nodes, each stage holding whole nodes or sharing a node with whole "
+                "stages, but {dimension}={degree} makes stages of {stage} processes on {num_nodes} nodes of "
+                "{processes_per_node}"
             ),
             fix="Use {choices}, e.g. {fitting}",
         ),
         Rule(
             id="mesh-accelerator",
-            reason="{dimension}={degree} does not run on {accelerator!r}: {why}",
+            reason="{took}{dimension}={degree} does not run on {accelerator!r}: {why}",
             fix="Use {dimension}=1 there, e.g. {fitting}, or run on {supported}",
         ),
         Rule(
@@ -1695,7 +1713,7 @@ RULES: Final[Mapping[str, Rule]] = {
         ),
         Rule(
             id="mesh-precision",
-            reason="{dimension}={degree} does not run with precision={precision!r}: {why}",
+            reason="{took}{dimension}={degree} does not run with precision={precision!r}: {why}",
             fix="Use precision={instead!r}, or {dimension}=1",
         ),
         Rule(
@@ -1799,9 +1817,10 @@ DIFFERENCES: Final[Mapping[str, str]] = {
     ),
     "model-parallel-precision": (
         "ModelParallelStrategy's precisions: Lightning runs 32-true, bf16-mixed, bf16-true and 16-true; trainplan "
-        "also plans 16-mixed (torch's GradScaler reduces its overflow check over a DTensor's mesh) except with "
-        "pipeline stages, and 64-true except with context parallelism. The Lightning adapter refuses what Lightning "
-        "cannot run."
+        "also plans 16-mixed, with data parallelism alone (replicas and shards: not with pipeline stages, nor with "
+        "tensor or context parallelism, where torch's GradScaler can make the ranks of one group disagree on skipping "
+        "a step; use bf16-mixed there), and 64-true except with context parallelism. The Lightning adapter refuses "
+        "what Lightning cannot run."
     ),
     "deepspeed-cpu": (
         "DeepSpeed on accelerator='cpu': Lightning's connector accepts it (DeepSpeed has a CPU accelerator); "
