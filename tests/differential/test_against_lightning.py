@@ -89,6 +89,9 @@ EXPLAINED: dict[str, Explanation] = {
         and str(flags["strategy"]).startswith("deepspeed")
         and (_value(error, "accelerator") == "cpu" or env.cuda_device_count == 0)
     ),
+    "xla-fsdp-trainer": lambda flags, env, mine, theirs, error: (
+        flags["strategy"] == "xla_fsdp" and theirs.error and not mine.error
+    ),
 }
 
 
@@ -124,3 +127,24 @@ def test_trainplan_agrees_with_lightning_except_on_purpose(monkeypatch: pytest.M
     )
     assert agreed > SAMPLE_SIZE // 2, "the sample should mostly be agreement, or it tests little"
     assert used, "the sample should exercise at least one deliberate difference"
+
+
+def test_xla_fsdp_is_fabric_only_and_the_difference_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fabric registers `xla_fsdp`, the Trainer does not: its connector refuses the name where trainplan plans it,
+    and the named predicate is what explains that."""
+    from lightning_fabric.strategies import STRATEGY_REGISTRY as FABRIC_STRATEGIES
+    from pytorch_lightning.strategies import StrategyRegistry as TRAINER_STRATEGIES
+
+    assert "xla_fsdp" in FABRIC_STRATEGIES and "xla_fsdp" not in TRAINER_STRATEGIES
+    flags: dict[str, Any] = {
+        "accelerator": "tpu",
+        "strategy": "xla_fsdp",
+        "devices": 8,
+        "num_nodes": 1,
+        "precision": "bf16-true",
+    }
+    env = Environment(xla_device_count=8, cpu_count=8)
+    mine, theirs = ours(request_for(flags), env), lightning(monkeypatch, flags, env)
+    assert (mine.family, mine.launcher, mine.world_size) == ("xla_fsdp", "xla", 8) and theirs.error
+    explained = [name for name, explains in EXPLAINED.items() if explains(flags, env, mine, theirs, None)]
+    assert explained == ["xla-fsdp-trainer"]

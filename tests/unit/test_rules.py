@@ -524,10 +524,12 @@ def _training_rules() -> set[str]:
 
     deepspeed = resolve(Request(strategy="deepspeed", devices=2), cuda(2, packages={"deepspeed"}))
     dp = resolve(Request(strategy="dp", devices=2), cuda(2))
+    xla_fsdp = resolve(Request(strategy="xla_fsdp"), Environment(xla_device_count=8))
     attempts: list[Callable[[], object]] = [
         lambda: deepspeed_config(dp),
         lambda: deepspeed_config(deepspeed, micro_batch_size=0),
         lambda: lightning_arguments(dp),
+        lambda: lightning_arguments(xla_fsdp, "trainer"),
         lambda: accelerate_arguments(resolve(Request(precision="bf16-true"), cuda(1))),
         lambda: accelerate_arguments(dp),
         lambda: accelerate_launch_flags(resolve(Request(accelerator="cpu", devices=2), cpu())),

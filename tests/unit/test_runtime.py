@@ -274,6 +274,43 @@ class TestFrameworkMappings:
         plan = resolve(Request(accelerator="xla", devices=8), Environment(xla_device_count=8))
         assert lightning_arguments(plan).devices == 8
 
+    def test_xla_fsdp_is_fabrics_and_refused_by_the_trainer_and_accelerate(self) -> None:
+        """Fabric registers `xla_fsdp` (XLAFSDPStrategy, built from its name where torch_xla lives); the Trainer
+        and Accelerate have no counterpart: each is refused with the strategy it runs instead."""
+        import trainplan as tp
+
+        plan = resolve(Request(accelerator="tpu", strategy="xla_fsdp", devices=8), Environment(xla_device_count=8))
+        assert (plan.strategy.family, plan.launcher, plan.world_size, plan.process_group_backend) == (
+            "xla_fsdp",
+            "xla",
+            8,
+            "xla",
+        )
+        mapped = lightning_arguments(plan)
+        assert (mapped.accelerator, mapped.devices, mapped.strategy.class_name) == ("tpu", 8, "XLAFSDPStrategy")
+        assert tp.fabric_arguments(plan)["strategy"] == "xla_fsdp"
+        with pytest.raises(Incompatible, match="Trainer registers no XLAFSDPStrategy") as trainer:
+            tp.lightning_trainer_arguments(plan)
+        assert trainer.value.rule == "lightning-trainer-strategy" and "strategy='xla'" in str(trainer.value)
+        with pytest.raises(Incompatible, match="Accelerate has no XLA FSDP") as accelerate:
+            accelerate_arguments(plan)
+        assert "strategy='xla'" in str(accelerate.value)
+        for other in ("xla", "single_xla"):  # the Trainer has those: only xla_fsdp is refused
+            devices = 8 if other == "xla" else 1
+            xla = resolve(Request(accelerator="xla", strategy=other, devices=devices), Environment(xla_device_count=8))
+            assert tp.lightning_trainer_arguments(xla)["strategy"] == other
+
+    def test_xla_fsdp_takes_the_xla_precisions_only(self) -> None:
+        env = Environment(xla_device_count=8)
+        for precision in ("32-true", "16-true", "bf16-true"):
+            assert resolve(Request(strategy="xla_fsdp", precision=precision), env).precision == precision
+        with pytest.raises(Incompatible):
+            resolve(Request(strategy="xla_fsdp", precision="bf16-mixed"), env)
+        with pytest.raises(Incompatible, match="xla_fsdp"):
+            resolve(Request(accelerator="xla", strategy="fsdp"), env)
+        with pytest.raises(Incompatible, match="strategy='fsdp' on CUDA"):
+            resolve(Request(accelerator="cuda", strategy="xla_fsdp", devices=2), cuda(2))
+
     def test_sync_batchnorm_is_never_lost(self) -> None:
         with pytest.raises(Incompatible, match="SyncBatchNorm synchronises batch statistics across CUDA"):
             resolve(Request(accelerator="cpu", devices=2, sync_batchnorm=True), cpu())

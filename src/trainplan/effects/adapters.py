@@ -23,6 +23,7 @@ from typing import Any
 from trainplan.effects.extras import MissingExtra, is_missing, require_torch
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.training import (
+    LightningFramework,
     accelerate_arguments,
     accelerate_mesh_refusal,
     framework_sync_batchnorm,
@@ -43,10 +44,15 @@ def _framework(module: str, install: str) -> ModuleType:
         raise  # installed, but broken inside: its own error says why
 
 
-def _strategy(plan: Plan, strategies: ModuleType, parallelize: Callable[..., Any] | None = None) -> object:
+def _strategy(
+    plan: Plan,
+    strategies: ModuleType,
+    parallelize: Callable[..., Any] | None = None,
+    framework: LightningFramework = "fabric",
+) -> object:
     """The Lightning/Fabric strategy object for the plan, built in `strategies` (either framework's); Fabric's
     ModelParallelStrategy also takes the function that applies the mesh (`parallelize`)."""
-    mapped = lightning_arguments(plan).strategy
+    mapped = lightning_arguments(plan, framework).strategy
     arguments: dict[str, Any] = dict(mapped.arguments)
     if parallelize is not None:
         arguments["parallelize_fn"] = parallelize
@@ -56,29 +62,36 @@ def _strategy(plan: Plan, strategies: ModuleType, parallelize: Callable[..., Any
         import torch
 
         arguments["device"] = torch.device(plan.device_for(0))
-    if mapped.class_name in ("XLAStrategy", "SingleDeviceXLAStrategy"):
-        return "xla" if mapped.class_name == "XLAStrategy" else "single_xla"
+    if mapped.registered_name is not None:  # torch_xla's strategies: the framework builds them from the name
+        return mapped.registered_name
     cls = getattr(strategies, mapped.class_name)
     if mapped.class_name == "DeepSpeedStrategy" and importlib.util.find_spec("deepspeed") is None:
         raise MissingExtra(framework="deepspeed (for Lightning's DeepSpeedStrategy)", install="deepspeed")
     return cls(**arguments)
 
 
-def _arguments(plan: Plan, strategies: ModuleType, parallelize: Callable[..., Any] | None = None) -> dict[str, Any]:
-    mapped = lightning_arguments(plan)
+def _arguments(
+    plan: Plan,
+    strategies: ModuleType,
+    parallelize: Callable[..., Any] | None = None,
+    framework: LightningFramework = "fabric",
+) -> dict[str, Any]:
+    mapped = lightning_arguments(plan, framework)
     return {
         "accelerator": mapped.accelerator,
         "devices": mapped.devices,
         "num_nodes": mapped.num_nodes,
         "precision": mapped.precision,
-        "strategy": _strategy(plan, strategies, parallelize),
+        "strategy": _strategy(plan, strategies, parallelize, framework),
     }
 
 
 def lightning_trainer_arguments(plan: Plan) -> dict[str, Any]:
-    """`pytorch_lightning.Trainer(**...)` arguments for the plan, with a real strategy object."""
+    """`pytorch_lightning.Trainer(**...)` arguments for the plan, with a real strategy object. A strategy only
+    Fabric registers (`xla_fsdp`) is `Incompatible` here, with the Trainer's nearest one."""
+    lightning_arguments(plan, "trainer")  # refuses before the framework is imported
     strategies = _framework("pytorch_lightning.strategies", "pytorch-lightning")
-    arguments = _arguments(plan, strategies)
+    arguments = _arguments(plan, strategies, framework="trainer")
     arguments["sync_batchnorm"] = lightning_arguments(plan).sync_batchnorm
     return arguments
 

@@ -33,6 +33,9 @@ from trainplan.spec.tables import (
     MESH_DIMENSIONS as MESH_RULES,
 )
 
+LightningFramework = Literal["trainer", "fabric"]
+"""Which of Lightning's two front ends takes the arguments: the Trainer or Fabric (their registries differ)."""
+
 NVME_PATH = "/local_nvme"
 """Where DeepSpeed offloads to NVMe when the options do not say (Lightning's default too)."""
 
@@ -104,6 +107,8 @@ class LightningStrategy:
 
     class_name: str
     arguments: dict[str, object]
+    registered_name: str | None = None
+    """Where the framework builds the strategy itself: the name to pass instead of an object (torch_xla's)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -118,12 +123,20 @@ class LightningArguments:
     sync_batchnorm: bool
 
 
-def lightning_arguments(plan: Plan) -> LightningArguments:
+def lightning_arguments(plan: Plan, framework: LightningFramework = "fabric") -> LightningArguments:
     """The plan as Lightning Trainer / Fabric arguments, nothing lost: the strategy's options become the
-    strategy object's arguments (DDP's flags and timeout, FSDP's sharding and offload, DeepSpeed's stage)."""
+    strategy object's arguments (DDP's flags and timeout, FSDP's sharding and offload, DeepSpeed's stage). A
+    strategy only Fabric registers (`xla_fsdp`) is refused for the Trainer."""
     recipe = family_recipe(plan)
     if recipe.lightning_strategy is None:
         raise incompatible("lightning-strategy", {"strategy": plan.strategy.name})
+    if framework == "trainer" and recipe.trainer_instead is not None:
+        raise incompatible(
+            "lightning-trainer-strategy",
+            {"strategy": plan.strategy.name},
+            strategy_class=recipe.lightning_strategy,
+            instead=recipe.trainer_instead,
+        )
     if recipe.lightning_precisions is not None and plan.precision not in recipe.lightning_precisions:
         raise incompatible(
             "lightning-precision",
@@ -173,7 +186,9 @@ def lightning_arguments(plan: Plan) -> LightningArguments:
         devices=devices,
         num_nodes=plan.num_nodes,
         precision=plan.precision,
-        strategy=LightningStrategy(class_name=recipe.lightning_strategy, arguments=arguments),
+        strategy=LightningStrategy(
+            class_name=recipe.lightning_strategy, arguments=arguments, registered_name=recipe.lightning_registered
+        ),
         sync_batchnorm=plan.request.sync_batchnorm is True,
     )
 
@@ -236,8 +251,14 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
     recipe = precision_recipe(plan)
     if recipe.accelerate is None:
         raise incompatible("accelerate-precision", {"precision": plan.precision})
-    if family_recipe(plan).wrapper == "data_parallel":
-        raise incompatible("accelerate-strategy", {"strategy": plan.strategy.name})
+    family = family_recipe(plan)
+    if family.accelerate_why_not is not None:
+        raise incompatible(
+            "accelerate-strategy",
+            {"strategy": plan.strategy.name},
+            why=family.accelerate_why_not,
+            instead=family.accelerate_instead,
+        )
     options = plan.strategy.options
     ddp: dict[str, object] = {}
     if isinstance(options, DDPOptions):

@@ -11,7 +11,7 @@ error naming both flags, never a silent pick. Pure: nothing here probes the mach
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
@@ -19,7 +19,6 @@ from trainplan.spec import normalise
 from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
 from trainplan.spec.notes import Note
 from trainplan.spec.options import OPTION_TYPES, StrategyOptions
-from trainplan.spec.request import Request
 from trainplan.spec.tables import (
     ACCELERATOR_GROUPS,
     FAMILIES,
@@ -295,8 +294,12 @@ def _merge(topic: str, first: object, second: object) -> object | None:
     return None
 
 
-def from_legacy(flags: Mapping[str, object]) -> Request:
-    """See `Request.from_legacy`: the modern request, with a deprecation note per old flag."""
+if TYPE_CHECKING:  # the record's module calls in here; the parsers take its class (no import cycle)
+    from trainplan.spec.request import Request
+
+
+def from_legacy(record: type[Request], flags: Mapping[str, object]) -> Request:
+    """See `Request.from_legacy`: the modern request (a `record`), with a deprecation note per old flag."""
     claims = _Claims()
     for flag in flags:
         if flag not in _HANDLERS:
@@ -335,7 +338,7 @@ def from_legacy(flags: Mapping[str, object]) -> Request:
             options = _options(legacy)
     if options is not None:
         config["strategy_options"] = options
-    request = normalise.request_from_config(config)
+    request = normalise.request_from_config(record, config)
     return attrs.evolve(request, select_usable_gpus=claims.select_usable_gpus, notes=(*request.notes, *claims.notes))
 
 
@@ -349,9 +352,9 @@ def _options(legacy: LegacyStrategy) -> StrategyOptions:
 
 def python_spelling(request: Request) -> str:
     """The request as the `Request(...)` call that builds it, defaults left out."""
-    default = Request()
+    default = type(request)()
     parts = []
-    for attribute in attrs.fields(Request):
+    for attribute in attrs.fields(type(request)):
         if attribute.name == "notes":
             continue
         value = getattr(request, attribute.name)
@@ -362,9 +365,9 @@ def python_spelling(request: Request) -> str:
 
 def flag_spelling(request: Request) -> str:
     """The request as `trainplan plan` flags, defaults left out."""
-    default = Request()
+    default = type(request)()
     parts: list[str] = []
-    for attribute in attrs.fields(Request):
+    for attribute in attrs.fields(type(request)):
         name = attribute.name
         value = getattr(request, name)
         if name == "notes" or value == getattr(default, name):

@@ -43,6 +43,7 @@ StrategyName = Literal[
     "model_parallel",
     "xla",
     "single_xla",
+    "xla_fsdp",
 ]
 """A registered strategy name; each maps to a family and preset options in `tables.STRATEGIES`."""
 
@@ -57,7 +58,9 @@ bare string is not a `CustomName`, so `Request(strategy="ddpx")` is still a type
 StrategyKey: TypeAlias = StrategyName | CustomName
 """A strategy name in a rule set: a built-in one or a downstream one."""
 
-StrategyFamily = Literal["single_device", "dp", "ddp", "fsdp", "deepspeed", "model_parallel", "xla", "single_xla"]
+StrategyFamily = Literal[
+    "single_device", "dp", "ddp", "fsdp", "deepspeed", "model_parallel", "xla", "single_xla", "xla_fsdp"
+]
 """How work is distributed, independent of how the processes are started."""
 
 LauncherName = Literal["none", "subprocess", "spawn", "fork", "xla", "external"]

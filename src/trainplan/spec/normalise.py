@@ -8,7 +8,7 @@ Nothing here looks at the machine: that is `resolve`'s job, with an `Environment
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import attrs
 
@@ -41,7 +41,6 @@ from trainplan.spec.options import (
     ModelParallelOptions,
     StrategyOptions,
 )
-from trainplan.spec.request import Request
 from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import (
     ACCELERATOR_ALIASES,
@@ -443,8 +442,12 @@ REQUEST_FIELDS: Final[tuple[str, ...]] = (
 )
 
 
-def request_from_config(config: Mapping[str, object], rules: Rules | None = None) -> Request:
-    """See `Request.from_config`."""
+if TYPE_CHECKING:  # the record's module calls in here; the parsers take its class (no import cycle)
+    from trainplan.spec.request import Request
+
+
+def request_from_config(record: type[Request], config: Mapping[str, object], rules: Rules | None = None) -> Request:
+    """See `Request.from_config`: a `record` (the `Request` class) built from loose values."""
     rules = BUILTIN_RULES if rules is None else rules
     given: object = config
     if not isinstance(given, Mapping):
@@ -474,7 +477,7 @@ def request_from_config(config: Mapping[str, object], rules: Rules | None = None
     normal_devices = devices(config.get("devices", "auto"))
     raw_precision = config.get("precision", rules.default_precision)
     canonical_precision = precision(raw_precision)
-    return Request(
+    return record(
         accelerator=accelerator(config.get("accelerator", "auto")),
         strategy=strategy_name,
         devices=normal_devices,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
+from trainplan.spec import legacy, normalise
 from trainplan.spec.names import (
     AcceleratorFlag,
     BackendName,
@@ -74,9 +75,7 @@ class Request:
         `rules` (default: the built-in rule set), and Lightning's names kept as aliases (`single_tpu`, `xla_debug`)
         add a deprecation note.
         """
-        from trainplan.spec.normalise import request_from_config
-
-        return request_from_config(config, rules)
+        return normalise.request_from_config(cls, config, rules)
 
     @classmethod
     def from_legacy(cls, **flags: object) -> Request:
@@ -86,6 +85,4 @@ class Request:
         strategy="ddp")`; its `notes` name each old spelling, the new one and why. Flags that disagree
         raise `Incompatible`; strategies without a modern counterpart (ddp2, horovod) too.
         """
-        from trainplan.spec.legacy import from_legacy
-
-        return from_legacy(flags)
+        return legacy.from_legacy(cls, flags)

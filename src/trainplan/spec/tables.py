@@ -113,7 +113,7 @@ ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
             job_layout=False,
             probes_usable=False,
             fork_blocked_by=None,
-            strategy_fix="Use strategy='xla' (several devices), 'single_xla' or 'auto'",
+            strategy_fix="Use strategy='xla' (several devices), 'xla_fsdp' (sharded), 'single_xla' or 'auto'",
         ),
         AcceleratorRule(
             name="cuda",
@@ -395,7 +395,8 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
             why_not={
                 "cpu": "FSDP shards parameters across CUDA devices",
                 "mps": "FSDP shards parameters across CUDA devices",
-                "xla": "XLA devices run through the XLA strategies",
+                # Fabric swaps fsdp for xla_fsdp on a TPU; trainplan names the strategy instead of swapping.
+                "xla": "torch FSDP shards over CUDA devices; XLA devices shard through strategy='xla_fsdp'",
             },
             base_strategy="fsdp",
         ),
@@ -453,6 +454,24 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
                 "mps": "the XLA strategies need XLA devices",
             },
             accelerator_fix="Use accelerator='xla' on an XLA machine, or strategy='auto'",
+        ),
+        FamilyRule(
+            family="xla_fsdp",
+            description="torch_xla's Fully Sharded Data Parallel (XlaFullyShardedDataParallel)",
+            accelerators=frozenset({"xla"}),
+            multi_process=True,
+            max_devices_per_node=None,
+            max_nodes=None,
+            has_process_group=True,
+            requires_package=None,
+            # Fabric's XLAFSDPStrategy takes Lightning's XLAPrecision only: 32-true, 16-true and bf16-true.
+            precisions=frozenset({"32-true", "16-true", "bf16-true"}),
+            why_not={
+                "cpu": "the XLA strategies need XLA devices",
+                "cuda": "the XLA strategies need XLA devices (torch FSDP on CUDA is strategy='fsdp')",
+                "mps": "the XLA strategies need XLA devices",
+            },
+            accelerator_fix="Use accelerator='xla' on an XLA machine, or strategy='fsdp' on CUDA",
         ),
         FamilyRule(
             family="single_xla",
@@ -537,6 +556,8 @@ STRATEGIES: Final[Mapping[StrategyKey, StrategyRule]] = {
         StrategyRule(name="model_parallel", family="model_parallel", launcher="subprocess"),
         StrategyRule(name="xla", family="xla", launcher="xla"),
         StrategyRule(name="single_xla", family="single_xla", launcher="none"),
+        # Fabric's XLAFSDPStrategy starts its workers through torch_xla (_XLALauncher), as XLAStrategy does.
+        StrategyRule(name="xla_fsdp", family="xla_fsdp", launcher="xla"),
     )
 }
 
@@ -1080,6 +1101,14 @@ class FamilyRecipe:
     lightning_precisions: frozenset[PrecisionName] | None = None  # what the Lightning strategy takes; None: any
     lightning_backend: bool = False  # the Lightning strategy takes `process_group_backend`
     accelerate_multi_gpu: bool = False  # several GPU processes run under `accelerate launch --multi_gpu`
+    lightning_registered: StrategyName | None = None
+    """The framework builds the strategy itself from this registered name (torch_xla's strategies need torch_xla
+    to be constructed, so on a machine without it the adapter passes the name); None: the adapter builds it."""
+    trainer_instead: StrategyName | None = None
+    """None: Lightning's Trainer registers this family's strategy too. A name: only Fabric registers it, and the
+    Trainer is refused with this strategy as the one it runs instead."""
+    accelerate_why_not: str | None = None  # why Accelerate cannot run the family; None: it can
+    accelerate_instead: StrategyName | None = None  # the strategy suggested to Accelerate where it cannot
 
 
 FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
@@ -1089,7 +1118,14 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
             family="single_device", wrapper="move", lightning_strategy="SingleDeviceStrategy", accelerate_launch=()
         ),
         # Lightning 2.0 removed DataParallel; Accelerate has no counterpart either.
-        FamilyRecipe(family="dp", wrapper="data_parallel", lightning_strategy=None, accelerate_launch=()),
+        FamilyRecipe(
+            family="dp",
+            wrapper="data_parallel",
+            lightning_strategy=None,
+            accelerate_launch=(),
+            accelerate_why_not="Accelerate runs one process per device; it has no DataParallel mode",
+            accelerate_instead="ddp",
+        ),
         FamilyRecipe(
             family="ddp",
             wrapper="ddp",
@@ -1124,12 +1160,31 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
             lightning_precisions=frozenset({"32-true", "bf16-mixed", "bf16-true", "16-true"}),
             lightning_backend=True,
         ),
-        FamilyRecipe(family="xla", wrapper="xla", lightning_strategy="XLAStrategy", accelerate_launch=("--tpu",)),
+        FamilyRecipe(
+            family="xla",
+            wrapper="xla",
+            lightning_strategy="XLAStrategy",
+            accelerate_launch=("--tpu",),
+            lightning_registered="xla",
+        ),
         FamilyRecipe(
             family="single_xla",
             wrapper="xla",
             lightning_strategy="SingleDeviceXLAStrategy",
             accelerate_launch=("--tpu",),
+            lightning_registered="single_xla",
+        ),
+        # Fabric registers `xla_fsdp` (XLAFSDPStrategy, beside `xla` and `single_xla`); Lightning 2.6's Trainer
+        # does not. Accelerate 1.x shards through torch FSDP on CUDA only: it has no XlaFullyShardedDataParallel.
+        FamilyRecipe(
+            family="xla_fsdp",
+            wrapper="xla",
+            lightning_strategy="XLAFSDPStrategy",
+            accelerate_launch=("--tpu",),
+            lightning_registered="xla_fsdp",
+            trainer_instead="xla",
+            accelerate_why_not="Accelerate has no XLA FSDP (its FSDP plugin is torch FSDP on CUDA devices)",
+            accelerate_instead="xla",
         ),
     )
 }
@@ -1641,6 +1696,12 @@ RULES: Final[Mapping[str, Rule]] = {
         ),
         Rule(id="deepspeed-count", reason="{name} counts samples or steps", fix="Write {name}=1 or more"),
         Rule(
+            id="lightning-trainer-strategy",
+            reason="Lightning's Trainer registers no {strategy_class} (only Fabric does)",
+            fix="Run the plan with Fabric (trainplan.fabric_arguments(plan)), or use strategy={instead!r} with the "
+            "Trainer",
+        ),
+        Rule(
             id="lightning-strategy",
             reason="Lightning has no strategy for it (Lightning 2.0 removed DataParallel)",
             fix="Use strategy='ddp' (one process per GPU), which Lightning and trainplan both run",
@@ -1652,8 +1713,8 @@ RULES: Final[Mapping[str, Rule]] = {
         ),
         Rule(
             id="accelerate-strategy",
-            reason="Accelerate runs one process per device; it has no DataParallel mode",
-            fix="Use strategy='ddp'",
+            reason="{why}",
+            fix="Use strategy={instead!r} with Accelerate",
         ),
         Rule(
             id="mesh-product",
@@ -1827,6 +1888,13 @@ DIFFERENCES: Final[Mapping[str, str]] = {
         "trainplan's deepspeed rows run on CUDA only, since its ZeRO offload and precision paths are planned and "
         "tested for CUDA devices. A framework that runs DeepSpeed on CPU extends the rule set with a deepspeed row "
         "that lists 'cpu' (tests/downstream_rules.py does)."
+    ),
+    "xla-fsdp-trainer": (
+        "strategy='xla_fsdp': Fabric registers it (XLAFSDPStrategy, torch_xla's FSDP) and the Trainer does not, so "
+        "Lightning's Trainer refuses the name; trainplan plans it (XLA devices, torch_xla's launcher, 32-true, "
+        "16-true or bf16-true), fabric_arguments builds it, and lightning_trainer_arguments refuses it, pointing to "
+        "strategy='xla'. Fabric also turns strategy='fsdp' on a TPU into xla_fsdp; trainplan refuses fsdp on XLA "
+        "and names xla_fsdp."
     ),
 }
 
