@@ -67,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainplan",
         description="Decide how a PyTorch training run is laid out on this machine (or a what-if one).",
+        allow_abbrev=False,  # `trainplan launch x.py --v`: a script's word is never read as an abbreviated flag
     )
     parser.add_argument("--version", action="version", version=f"trainplan {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -89,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
         "launch",
         help="run a script on each of the plan's workers through torchrun's engine: trainplan launch [flags] train.py",
         usage="trainplan launch [flags] (script.py | -m module | --no-python program) [script arguments]",
+        allow_abbrev=False,  # the script's own words (`--a 1` after it) must never match a flag's prefix
     )
     _add_request_flags(launch)
     _add_environment_flags(launch)

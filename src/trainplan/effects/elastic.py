@@ -729,8 +729,11 @@ def _run_engine(
                 words.append("--module")
             elif not command.python:
                 words.append("--no-python")
-            arguments = torchrun.get_args_parser().parse_args([*words, command.program, *command.arguments])
+            # torchrun's parser reads the flags and the program only: the script's own words (`--d 1`) would be
+            # read as abbreviations of its flags, so they are added to the worker's command line afterwards.
+            arguments = torchrun.get_args_parser().parse_args([*words, command.program])
             config, entrypoint, entry_arguments = torchrun.config_from_args(arguments)
+            entry_arguments = [*entry_arguments, *command.arguments]
             config.logs_specs = specs
             config.signals_to_handle = ENGINE_SIGNALS
             config.shutdown_timeout = max(0, math.ceil(grace))
