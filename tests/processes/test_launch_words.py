@@ -50,3 +50,47 @@ def test_words_after_the_script_are_the_scripts_even_when_they_abbreviate_launch
         launched = _run(["launch", "--quiet", "--devices", "1", *target, *ABBREVIATIONS])
         assert launched.returncode == 0, launched.stderr
         assert f"[rank 0] module __main__ args {ABBREVIATIONS!r} rank 0" in launched.stdout, launched.stdout
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _pod() -> dict[str, str]:
+    """The master pod of a two-pod Kubeflow job, as the operator gives it: the plan's launcher is `external`."""
+    port = str(choose_free_port("127.0.0.1"))
+    return {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": port,
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": port,
+        "WORLD_SIZE": "2",
+        "RANK": "0",
+        "PET_NPROC_PER_NODE": "1",
+        "PET_NODE_RANK": "0",
+        "PET_NNODES": "2",
+        "KUBERNETES_PORT": "tcp://10.96.0.1:443",
+    }
+
+
+def test_inside_a_started_job_nothing_the_script_started_survives_and_stderr_stays_stderr(tmp_path: Path) -> None:
+    record = tmp_path / "pids"
+    code = (
+        "import subprocess, sys, time; "
+        f"open({str(record)!r}, 'a').write(str(subprocess.Popen(['sleep', '302'], start_new_session=True).pid) + chr(10)); "
+        "print('to stdout'); print('to stderr', file=sys.stderr); sys.stdout.flush(); "
+        "time.sleep(float(sys.argv[1]))"
+    )
+    done = _run(["launch", "--quiet", "--accelerator", "cpu", "--", "-c", code, "0"], **_pod())
+    assert done.returncode == 0, done.stderr
+    assert "[rank 0] to stdout" in done.stdout and "to stderr" not in done.stdout, done.stdout
+    assert "[rank 0] to stderr" in done.stderr
+    stopped = _run(["launch", "--quiet", "--accelerator", "cpu", "--timeout", "2", "--", "-c", code, "60"], **_pod())
+    assert stopped.returncode == 124, stopped.stderr
+    assert "did not finish within 2 s" in stopped.stderr and "did not finish" not in stopped.stdout
+    pids = [int(line) for line in record.read_text().split()]
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids), "a child in a session of its own is reaped too"

@@ -24,7 +24,8 @@ torchrun's own. trainplan adds, on top of the engine:
   hang-up while no worker has started yet.
 
 Inside a started job (an srun task, a Kubeflow pod: the plan's launcher is `external`), the script runs once,
-as this process's rank, with torchrun's variables; the job's own manager supervises it.
+as this process's rank, with torchrun's variables; the job's own manager supervises it. Its stderr stays
+stderr, and nothing it started outlives it (every descendant is reaped, as on the engine's path).
 """
 
 from __future__ import annotations
@@ -638,7 +639,7 @@ def launch_script(
     if plan.launcher == "xla":
         raise LaunchError("trainplan launch does not start XLA workers; use torch_xla's launcher for this plan")
     if plan.launcher == "external":
-        code = _run_as_this_rank(plan, command, timeout=timeout, grace=grace_period, out=out)
+        code = _run_as_this_rank(plan, command, timeout=timeout, grace=grace_period, out=out, err=err)
     else:
         _check_startable(plan)
         redirects = _parse_streams("redirects", options.redirects)
@@ -797,8 +798,12 @@ def _run_engine(
     return code
 
 
-def _run_as_this_rank(plan: Plan, command: Command, *, timeout: float | None, grace: float, out: _Sink) -> int:
-    """Inside a started job: run the script once, as this process's rank, with torchrun's variables."""
+def _run_as_this_rank(
+    plan: Plan, command: Command, *, timeout: float | None, grace: float, out: _Sink, err: _Sink
+) -> int:
+    """Inside a started job: run the script once, as this process's rank, with torchrun's variables; its stdout
+    and stderr passed on to ours, rank-prefixed. Nothing it started is left alive when this returns, a
+    process in a session of its own included (this process is their subreaper)."""
     cluster = plan.cluster
     port = cluster.main_port or choose_free_port(cluster.main_address)
     rank = cluster.global_rank or 0
@@ -816,7 +821,9 @@ def _run_as_this_rank(plan: Plan, command: Command, *, timeout: float | None, gr
     }
     code = 0
     process: subprocess.Popen[bytes] | None = None
-    pump: threading.Thread | None = None
+    pumps: list[threading.Thread] = []
+    before = _children()
+    subreaper = _set_subreaper(True)
     try:
         with _sigterm_stops_workers():
             try:
@@ -825,24 +832,33 @@ def _run_as_this_rank(plan: Plan, command: Command, *, timeout: float | None, gr
                     env=environment,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
+                    stderr=subprocess.PIPE,
                     start_new_session=True,
                 )
             except OSError as error:
                 raise LaunchError(f"Cannot run {command.program!r} ({error.strerror or error})") from None
-            pump = threading.Thread(target=_pump, args=(process.stdout, f"[rank {rank}] ", out), daemon=True)
-            pump.start()
+            for stream, sink in ((process.stdout, out), (process.stderr, err)):
+                pump = threading.Thread(target=_pump, args=(stream, f"[rank {rank}] ", sink), daemon=True)
+                pump.start()
+                pumps.append(pump)
             try:
                 returned = process.wait(timeout)
             except subprocess.TimeoutExpired:
-                out.write(f"trainplan: the script did not finish within {timeout:g} s; stopping it\n")
-                return 124
-            code = returned if returned >= 0 else 128 - returned
+                err.write(f"trainplan: the script did not finish within {timeout:g} s; stopping it\n")
+                code = 124
+            else:
+                code = returned if returned >= 0 else 128 - returned
     except KeyboardInterrupt:
         code = 130
     finally:
-        if process is not None:
-            _stop([_ScriptWorker(process)], grace=grace)
-        if pump is not None:
+        try:
+            if process is not None:
+                _stop([_ScriptWorker(process)], grace=grace)
+            # What the script started and left (a child in a session of its own, say) is ours now: stop it.
+            _reap_descendants(before, 0.0 if code == 124 or code > 128 else grace)
+        finally:
+            if subreaper:
+                _set_subreaper(False)
+        for pump in pumps:
             pump.join(5.0)
     return code
