@@ -81,7 +81,8 @@ def test_inside_a_started_job_nothing_the_script_started_survives_and_stderr_sta
     record = tmp_path / "pids"
     code = (
         "import subprocess, sys, time; "
-        f"open({str(record)!r}, 'a').write(str(subprocess.Popen(['sleep', '302'], start_new_session=True).pid) + chr(10)); "
+        "child = subprocess.Popen(['sleep', '302'], start_new_session=True); "
+        f"open({str(record)!r}, 'a').write(str(child.pid) + chr(10)); "
         "print('to stdout'); print('to stderr', file=sys.stderr); sys.stdout.flush(); "
         "time.sleep(float(sys.argv[1]))"
     )
