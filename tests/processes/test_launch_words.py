@@ -95,3 +95,41 @@ def test_inside_a_started_job_nothing_the_script_started_survives_and_stderr_sta
     assert "did not finish within 2 s" in stopped.stderr and "did not finish" not in stopped.stdout
     pids = [int(line) for line in record.read_text().split()]
     assert len(pids) == 2 and not any(alive(pid) for pid in pids), "a child in a session of its own is reaped too"
+
+
+def test_the_workers_get_the_variables_the_plan_was_made_from(tmp_path: Path) -> None:
+    dotenv = tmp_path / "w.env"
+    dotenv.write_text("MYVAR=hello\n")
+    code = "import os; print('MYVAR', os.environ.get('MYVAR'), 'OTHER', os.environ.get('OTHER'))"
+    launched = _run(
+        ["launch", "--quiet", "--devices", "2", "--env-file", str(dotenv), "--set-env", "OTHER=x", "--", "-c", code]
+    )
+    assert launched.returncode == 0, launched.stderr
+    for rank in (0, 1):
+        assert f"[rank {rank}] MYVAR hello OTHER x" in launched.stdout, launched.stdout
+    inside = _run(["launch", "--quiet", "--accelerator", "cpu", "--env-file", str(dotenv), "--", "-c", code], **_pod())
+    assert inside.returncode == 0 and "[rank 0] MYVAR hello OTHER None" in inside.stdout, inside.stderr
+
+
+def test_a_first_word_is_a_python_script_as_under_torchrun(tmp_path: Path) -> None:
+    script = tmp_path / "noext"
+    script.write_text("import sys\nprint('python', sys.version_info[0], sys.argv[1:])\n")  # no shebang, no .py
+    launched = _run(["launch", "--quiet", "--devices", "1", str(script), "a"])
+    assert launched.returncode == 0 and "[rank 0] python 3 ['a']" in launched.stdout, launched.stderr
+
+
+def test_kept_log_files_are_named_and_a_quoted_error_file_still_exists() -> None:
+    redirected = _run(["launch", "--devices", "1", "--redirects", "1", "--", "-c", "print('hidden')"])
+    assert redirected.returncode == 0, redirected.stderr
+    (line,) = [line for line in redirected.stderr.splitlines() if "log files" in line]
+    kept = Path(line.split(" are kept in ")[1].split(" ")[0])
+    try:
+        assert (next(kept.glob("*/attempt_0")) / "0" / "stdout.log").read_text() == "hidden\n"
+    finally:
+        import shutil
+
+        shutil.rmtree(kept)
+    failing = _run(["launch", "--devices", "1", "tests/scripts/recorded_failure.py"])
+    assert failing.returncode == 1
+    assert "trainplan: its error: ValueError: the learning rate is negative" in failing.stderr, failing.stderr
+    assert "error.json" not in failing.stderr, "no path to a file removed at the end"
