@@ -159,7 +159,7 @@ def test_bad_launch_options_are_refused_before_anything_starts(options: dict[str
         ["launch", "--grace-period", "inf", "--", "x.py"],
         ["gpus", "--timeout", "nan"],
         ["launch", "--no-probe", "--", "/nonexistent_binary_xyz"],
-        ["launch", "--no-probe", "--", "/etc/passwd"],
+        ["launch", "--no-probe", "--", "/etc"],  # a directory is no script (a file is run as one, as torchrun)
         ["launch", "--no-probe", "--", ""],
     ],
 )
