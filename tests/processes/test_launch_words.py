@@ -29,14 +29,14 @@ def _environment(**extra: str) -> dict[str, str]:
     return environment
 
 
-def _run(arguments: list[str], *, timeout: float = 90.0, **extra: str) -> subprocess.CompletedProcess[str]:
+def _run(arguments: list[str], extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*TRAINPLAN, *arguments],
         cwd=ROOT,
-        env=_environment(**extra),
+        env=_environment(**(extra or {})),
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=90.0,
         check=False,
     )
 
@@ -86,11 +86,11 @@ def test_inside_a_started_job_nothing_the_script_started_survives_and_stderr_sta
         "print('to stdout'); print('to stderr', file=sys.stderr); sys.stdout.flush(); "
         "time.sleep(float(sys.argv[1]))"
     )
-    done = _run(["launch", "--quiet", "--accelerator", "cpu", "--", "-c", code, "0"], **_pod())
+    done = _run(["launch", "--quiet", "--accelerator", "cpu", "--", "-c", code, "0"], _pod())
     assert done.returncode == 0, done.stderr
     assert "[rank 0] to stdout" in done.stdout and "to stderr" not in done.stdout, done.stdout
     assert "[rank 0] to stderr" in done.stderr
-    stopped = _run(["launch", "--quiet", "--accelerator", "cpu", "--timeout", "2", "--", "-c", code, "60"], **_pod())
+    stopped = _run(["launch", "--quiet", "--accelerator", "cpu", "--timeout", "2", "--", "-c", code, "60"], _pod())
     assert stopped.returncode == 124, stopped.stderr
     assert "did not finish within 2 s" in stopped.stderr and "did not finish" not in stopped.stdout
     pids = [int(line) for line in record.read_text().split()]
@@ -107,7 +107,7 @@ def test_the_workers_get_the_variables_the_plan_was_made_from(tmp_path: Path) ->
     assert launched.returncode == 0, launched.stderr
     for rank in (0, 1):
         assert f"[rank {rank}] MYVAR hello OTHER x" in launched.stdout, launched.stdout
-    inside = _run(["launch", "--quiet", "--accelerator", "cpu", "--env-file", str(dotenv), "--", "-c", code], **_pod())
+    inside = _run(["launch", "--quiet", "--accelerator", "cpu", "--env-file", str(dotenv), "--", "-c", code], _pod())
     assert inside.returncode == 0 and "[rank 0] MYVAR hello OTHER None" in inside.stdout, inside.stderr
 
 
