@@ -67,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainplan",
         description="Decide how a PyTorch training run is laid out on this machine (or a what-if one).",
+        allow_abbrev=False,  # `trainplan launch x.py --v`: a script's word is never read as an abbreviated flag
     )
     parser.add_argument("--version", action="version", version=f"trainplan {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -89,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
         "launch",
         help="run a script on each of the plan's workers through torchrun's engine: trainplan launch [flags] train.py",
         usage="trainplan launch [flags] (script.py | -m module | --no-python program) [script arguments]",
+        allow_abbrev=False,  # the script's own words (`--a 1` after it) must never match a flag's prefix
     )
     _add_request_flags(launch)
     _add_environment_flags(launch)
@@ -360,6 +362,16 @@ def _read_env_file(path: Path) -> dict[str, str]:
 
 def _environment(arguments: argparse.Namespace) -> Environment:
     env = Environment() if arguments.no_probe else probe()
+    variables = _given_variables(arguments)
+    if variables:
+        env = env.with_variables(variables)
+    for assumption in arguments.assume:
+        env = _assume(env, assumption)
+    return env
+
+
+def _given_variables(arguments: argparse.Namespace) -> dict[str, str]:
+    """The variables of --env-file, then --set-env (a later one wins)."""
     variables: dict[str, str] = {}
     if arguments.env_file is not None:
         variables.update(_read_env_file(arguments.env_file))
@@ -368,11 +380,7 @@ def _environment(arguments: argparse.Namespace) -> Environment:
         if not separator or not key.strip():
             raise CliError(f"--set-env {item!r}: write KEY=VALUE, e.g. --set-env SLURM_NTASKS=8")
         variables[key.strip()] = value
-    if variables:
-        env = env.with_variables(variables)
-    for assumption in arguments.assume:
-        env = _assume(env, assumption)
-    return env
+    return variables
 
 
 def _request(arguments: argparse.Namespace) -> Request:
@@ -457,6 +465,11 @@ def _run_launch(arguments: argparse.Namespace) -> int:
         raise CliError("--grace-period must be a finite number of seconds ≥ 0")
     if arguments.max_restarts < 0:
         raise CliError("--max-restarts must be a whole number ≥ 0 (0: a failure ends the run)")
+    if arguments.assume:
+        raise CliError(
+            f"--assume {arguments.assume[0]}: what-if facts cannot be run for real; trainplan launch starts the "
+            "workers this machine has. Use `trainplan plan --assume ...` for what-ifs"
+        )
     _translate_torchrun_spellings(arguments)
     env = _environment(arguments)
     meeting = _meeting_variables(arguments)
@@ -492,6 +505,7 @@ def _run_launch(arguments: argparse.Namespace) -> int:
         options=options,
         quiet=arguments.quiet,
         exit_on_signal_while_waiting=True,
+        variables=_given_variables(arguments),  # the plan was made from them: the workers get them too
     )
 
 
@@ -545,19 +559,23 @@ def _meeting_variables(arguments: argparse.Namespace) -> dict[str, str]:
             raise CliError(f"--node-rank {arguments.node_rank}: write this machine's rank, 0 for the first node")
         variables["NODE_RANK"] = str(arguments.node_rank).strip()
     address, port = arguments.main_address, arguments.main_port
+    address_flag, port_flag = "--main-address", "--main-port"
     if arguments.rdzv_endpoint:
         host, separator, endpoint_port = str(arguments.rdzv_endpoint).rpartition(":")
         if not separator or not host:
             raise CliError(f"--rdzv-endpoint {arguments.rdzv_endpoint}: write host:port, e.g. node0:29400")
-        address, port = address or host.strip("[]"), port or endpoint_port
+        if address is None:
+            address, address_flag = host.strip("[]"), f"--rdzv-endpoint {arguments.rdzv_endpoint}: the host"
+        if port is None:
+            port, port_flag = endpoint_port, f"--rdzv-endpoint {arguments.rdzv_endpoint}: the port"
     if address is not None:
         if host_address(str(address)) is None:
-            raise CliError(f"--main-address {address!r}: write the host name or IP address of node 0")
+            raise CliError(f"{address_flag} {address!r}: write the host name or IP address of node 0")
         variables["MASTER_ADDR"] = str(address)
     if port is not None:
         number = whole_number(str(port).strip())
         if number is None or not 0 < number < 65536:
-            raise CliError(f"--main-port {port}: write a free TCP port (1-65535), the same on every node")
+            raise CliError(f"{port_flag} {port}: write a free TCP port (1-65535), the same on every node")
         variables["MASTER_PORT"] = str(number)
     return variables
 

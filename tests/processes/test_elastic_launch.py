@@ -185,6 +185,6 @@ def test_a_failed_workers_children_do_not_outlive_trainplan_launch(tmp_path: Pat
         f"open({str(record)!r}, 'a').write(str(subprocess.Popen(['sleep', '300']).pid) + chr(10)); "
         "sys.exit(int(os.environ['RANK']) + 4)"
     )
-    assert cli_main(["launch", "--no-probe", "--assume", "cpu=2", "--devices", "2", "--", "-c", code]) in (4, 5)
+    assert cli_main(["launch", "--accelerator", "cpu", "--devices", "2", "--", "-c", code]) in (4, 5)
     pids = [int(line) for line in record.read_text().split()]
     assert pids and not any(alive(pid) for pid in pids)

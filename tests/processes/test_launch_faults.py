@@ -59,7 +59,7 @@ def test_no_grandchild_outlives_trainplan_launch(tmp_path: Path) -> None:
         "import subprocess, os; "
         f"open({str(record)!r}, 'a').write(str(subprocess.Popen(['sleep', '300']).pid) + chr(10))"
     )
-    assert cli_main(["launch", "--no-probe", "--assume", "cpu=2", "--devices", "2", "--", "-c", code]) == 0
+    assert cli_main(["launch", "--accelerator", "cpu", "--devices", "2", "--", "-c", code]) == 0
     pids = [int(line) for line in record.read_text().split()]
     assert len(pids) == 2 and not any(alive(pid) for pid in pids)
 
@@ -159,7 +159,7 @@ def test_bad_launch_options_are_refused_before_anything_starts(options: dict[str
         ["launch", "--grace-period", "inf", "--", "x.py"],
         ["gpus", "--timeout", "nan"],
         ["launch", "--no-probe", "--", "/nonexistent_binary_xyz"],
-        ["launch", "--no-probe", "--", "/etc/passwd"],
+        ["launch", "--no-probe", "--", "/etc"],  # a directory is no script (a file is run as one, as torchrun)
         ["launch", "--no-probe", "--", ""],
     ],
 )

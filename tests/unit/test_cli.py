@@ -173,6 +173,14 @@ def test_python_dash_m_trainplan_is_the_command() -> None:
         (["launch", "--no-python", "-m", "x"], "--no-python and -m cannot go together"),
         (["launch", "--devices", "2", "no_such_script.py"], "No such script: 'no_such_script.py'"),
         (["launch", "--devices", "2"], "nothing to launch: name the script after the flags"),
+        (["launch", "--assume", "cuda=2", "x.py"], "what-if facts cannot be run for real"),
+        (["launch", "--assume", "cuda=2", "x.py"], "Use `trainplan plan --assume ...` for what-ifs"),
+        (["launch", "--rdzv-conf", "garbage", "--no-python", "true"], "'garbage' is not key=value"),
+        (["launch", "--timeout", "30", "--rdzv-conf", "timeout=abc", "--no-python", "true"], "is whole seconds"),
+        (["launch", "--log-dir", "/proc/nope", "--no-python", "true"], "cannot be created or used as"),
+        (["launch", "--rdzv-endpoint", "x:y", "x.py"], "--rdzv-endpoint x:y: the port y: write a free TCP port"),
+        (["launch", "--devices", "1", "echo", "hi"], "No such script: 'echo'"),
+        (["launch", "--devices", "1", "echo", "hi"], "is a program on PATH: add --no-python"),
         (["plan", "--accelerator", "cpu", "--emit", "kubeflow"], "--emit kubeflow needs --image"),
         (["plan", "--accelerator", "cpu", "--emit", "kubeflow", "--image", "i", "--job-name", "A"], "Kubernetes names"),
     ],
@@ -193,3 +201,34 @@ def test_torchruns_spellings_name_trainplans_with_a_hint(capsys: pytest.CaptureF
     assert "--nproc-per-node is torchrun's spelling; trainplan's is --devices: --devices -1 (every visible GPU)" in err
     assert "--nnodes is torchrun's spelling; trainplan's is --num-nodes" in err
     assert "--master-addr is torchrun's spelling; trainplan's is --main-address" in err
+
+
+def test_launch_names_what_it_cannot_use(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "plain_world.py"
+    afile = tmp_path / "somefile"
+    afile.write_text("")
+    code, _, err = run(capsys, "launch", "--no-probe", "--log-dir", str(afile), "--no-python", "true")
+    assert code == 2 and "cannot be used as the log directory (it is a file)" in err, err
+    code, _, err = run(capsys, "launch", "--no-probe", "--accelerator", "cpu", "--num-nodes", "2", str(script))
+    assert code == 2 and "--main-port 29500" in err and "MASTER_PORT" in err, err
+
+
+def test_launch_says_torch_failed_to_import_and_why(tmp_path: Path) -> None:
+    # torch installed but broken (a missing libcudart is an OSError at import), not a failure to write output.
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise OSError('libcudart.so.13: cannot open shared object file')\n")
+    script = tmp_path / "train.py"
+    script.write_text("")
+    root = Path(__file__).resolve().parents[2]
+    launched = subprocess.run(
+        [sys.executable, "-m", "trainplan.cli", "launch", "--no-probe", str(script)],
+        env={"PYTHONPATH": f"{tmp_path}:{root / 'src'}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert launched.returncode == 2, launched.stderr
+    assert "torch failed to import (OSError: libcudart.so.13" in launched.stderr, launched.stderr
+    assert "cannot write the output" not in launched.stderr

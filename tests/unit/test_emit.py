@@ -219,8 +219,15 @@ def operator_environment(manifest: dict[str, Any], replica: str, index: int) -> 
 
 
 def kubelet_command(container: dict[str, Any], environment: dict[str, str]) -> list[str]:
-    """The container's command with `$(VAR)` expanded from its environment, as the kubelet does."""
-    return [re.sub(r"\$\((\w+)\)", lambda found: environment[found.group(1)], word) for word in container["command"]]
+    """The container's command with `$(VAR)` expanded from its environment, as the kubelet does: `$$` is one `$`
+    (so `$$(X)` stays `$(X)`), and a reference to a variable the pod does not have is kept as written."""
+
+    def expand(found: re.Match[str]) -> str:
+        if found.group(0) == "$$":
+            return "$"
+        return environment.get(found.group(1), found.group(0))
+
+    return [re.sub(r"\$\$|\$\((\w+)\)", expand, word) for word in container["command"]]
 
 
 def pods(manifest: dict[str, Any]) -> list[tuple[str, int]]:
@@ -314,3 +321,23 @@ def test_the_scripts_words_in_a_manifest_are_data_not_yaml() -> None:
     manifest = yaml.safe_load(emit_kubeflow(plan, words, image="img"))
     container = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["python", *words], "every word a string, exactly as given"
+
+
+def test_a_manifest_keeps_the_scripts_dollar_words_refuses_no_script_and_says_it_cannot_choose_gpus() -> None:
+    plan = resolve(Request(accelerator="cpu", num_nodes=2), Environment(cpu_count=8))
+    words = ["train.py", "--tag", "$(RANK)-$(date)", "--cost", "$5"]
+    manifest = yaml.safe_load(emit_kubeflow(plan, words, image="img"))
+    for kind, index in pods(manifest):
+        container = manifest["spec"]["pytorchReplicaSpecs"][kind]["template"]["spec"]["containers"][0]
+        assert kubelet_command(container, operator_environment(manifest, kind, index)) == ["python", *words]
+    with pytest.raises(InvalidRequest, match="none was named"):
+        emit_kubeflow(plan, image="img")
+    picked = resolve(Request(devices=[0, 2], strategy="ddp"), Environment(cuda_device_count=4))
+    text = emit_kubeflow(picked, ["train.py"], image="img")
+    assert "the plan chose GPUs 0, 2 by index; a pod cannot choose physical GPUs" in text
+    assert yaml.safe_load(text)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0][
+        "resources"
+    ] == {"limits": {"nvidia.com/gpu": 2}}
+    assert "by index" not in emit_kubeflow(
+        resolve(Request(devices=2), Environment(cuda_device_count=4)), ["t.py"], image="i"
+    )

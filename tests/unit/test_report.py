@@ -14,9 +14,17 @@ import pytest
 
 import trainplan
 from trainplan.effects.report import bug_report, package_versions
-from trainplan.resolve.report import MASK, looks_secret, masked, render_report, report_to_dict, report_variables
+from trainplan.resolve.report import (
+    MASK,
+    looks_secret,
+    masked,
+    render_report,
+    report_to_dict,
+    report_variables,
+    shown_value,
+)
 from trainplan.spec.gpus import GpuFacts
-from trainplan.spec.report import DriverFacts, TorchFacts
+from trainplan.spec.report import BugReport, DriverFacts, TorchFacts
 
 H200 = GpuFacts(uuid="GPU-0000", name="NVIDIA H200", memory_total=141 * 2**30, compute_mode="default")
 
@@ -48,8 +56,12 @@ def built_torch() -> TorchFacts:
             "GPU-1a2b3c4d-0000-1111-2222-333344445555",
         ),
         ("PL_CALLBACK", "ghp_0123456789abcdef", MASK),  # a GitHub token, whatever the variable is called
-        ("TORCH_HOME", "https://alice:s3cret@mirror.example/torch", f"https://alice:{MASK}@mirror.example/torch"),
+        ("TORCH_HOME", "https://alice:s3cret@mirror.example/torch", f"https://{MASK}@mirror.example/torch"),
         ("TORCH_HOME", "https://mirror.example/torch", "https://mirror.example/torch"),
+        ("MASTER_ADDR", "admin:hunter2@10.0.0.1", f"{MASK}@10.0.0.1"),  # credentials without a scheme
+        ("TORCH_HUB_URL", "https://ghp_abc123@github.com/x", f"https://{MASK}@github.com/x"),  # a token as the user
+        ("NCCL_SOCKET_IFNAME", "eth0,ib0", "eth0,ib0"),
+        ("TORCH_HOME", "git@github.com:x/y", "git@github.com:x/y"),  # a user name alone is no secret
         ("MONKEY_BUSINESS", "visible", "visible"),  # "KEY" inside a word is not the word KEY
     ],
 )
@@ -171,3 +183,23 @@ def test_env_as_json_from_the_command(capsys: pytest.CaptureFixture[str]) -> Non
     data = json.loads(capsys.readouterr().out)
     assert data["trainplan"] == trainplan.__version__ and data["torch"]["installed"] is True
     assert set(data) == {"trainplan", "python", "system", "torch", "driver", "probe", "packages", "variables"}
+
+
+def test_a_value_with_control_characters_is_shown_escaped_and_cannot_forge_a_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = BugReport(
+        trainplan="0",
+        python="3",
+        system="Linux",
+        torch=TorchFacts(installed=False),
+        driver=DriverFacts(available=False),
+        environment=trainplan.Environment(),
+        packages=(),
+        variables=report_variables({"CUDA_X": "1\n- torch: 9.9 fake", "NCCL_DEBUG": "\x1b[2Jinfo"}),
+    )
+    text = render_report(report)
+    assert "    CUDA_X='1\\n- torch: 9.9 fake'" in text.splitlines()
+    assert "    NCCL_DEBUG='\\x1b[2Jinfo'" in text.splitlines()
+    assert "\x1b" not in text and not any(line.startswith("- torch: 9.9") for line in text.splitlines())
+    assert shown_value("plain value") == "plain value"

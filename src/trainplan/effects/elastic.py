@@ -24,7 +24,8 @@ torchrun's own. trainplan adds, on top of the engine:
   hang-up while no worker has started yet.
 
 Inside a started job (an srun task, a Kubeflow pod: the plan's launcher is `external`), the script runs once,
-as this process's rank, with torchrun's variables; the job's own manager supervises it.
+as this process's rank, with torchrun's variables; the job's own manager supervises it. Its stderr stays
+stderr, and nothing it started outlives it (every descendant is reaped, as on the engine's path).
 """
 
 from __future__ import annotations
@@ -121,8 +122,9 @@ class Command:
 
 
 def script_command(argv: Sequence[str], options: EngineOptions = EngineOptions()) -> Command:
-    """What each worker runs: a Python script (`train.py`), a module (`-m pkg.train` or `module=True`), code
-    (`-c ...`), or any other program (`no_python=True`, or a first word that is not a `.py` file)."""
+    """What each worker runs, as torchrun reads it: a module (`-m pkg.train` or `module=True`), code (`-c ...`),
+    a program (`no_python=True` only), or else a Python script: any other first word, `.py` or not (`./train`
+    with a python shebang, say), run by this Python interpreter."""
     words = list(argv)
     if not words or not words[0]:
         raise LaunchError(
@@ -137,18 +139,22 @@ def script_command(argv: Sequence[str], options: EngineOptions = EngineOptions()
             raise LaunchError("-m needs a module name, e.g. `trainplan launch -m pkg.train`")
     if module:
         return Command(words[0], tuple(words[1:]), python=True, module=True)
-    if not options.no_python and words[0].endswith(".py"):
-        if not Path(words[0]).is_file():
-            raise LaunchError(f"No such script: {words[0]!r}. Name a Python file that exists, e.g. train.py")
-        return Command(words[0], tuple(words[1:]), python=True, module=False)
     if not options.no_python and words[0].startswith("-"):
         # Interpreter options (-c code, -X ...): the interpreter itself is the program.
         return Command(sys.executable, ("-u", *words), python=False, module=False)
+    if not options.no_python:
+        if not Path(words[0]).is_file():
+            program = "" if shutil.which(words[0]) is None else f" ({words[0]!r} is a program on PATH: add --no-python)"
+            raise LaunchError(
+                f"No such script: {words[0]!r}. Name a Python file that exists, e.g. train.py; the first word is run "
+                f"as a Python script, as torchrun does, unless --no-python{program}"
+            )
+        return Command(words[0], tuple(words[1:]), python=True, module=False)
     found = shutil.which(words[0])
     if found is None:
         raise LaunchError(
-            f"Cannot run {words[0]!r}: it is not an executable program on PATH. Name a Python script (train.py), "
-            "a module (-m pkg.train), code (-- -c '...') or a program on PATH"
+            f"Cannot run {words[0]!r}: it is not an executable program on PATH. With --no-python, name a program "
+            "on PATH (or a path to one); without it, a Python script, a module (-m pkg.train) or code (-- -c '...')"
         )
     return Command(found, tuple(words[1:]), python=False, module=False)
 
@@ -603,6 +609,59 @@ def _parse_ranks_filter(text: str | None) -> set[int] | None:
     return ranks
 
 
+def _import_engine() -> None:
+    """torch's elastic engine, or a LaunchError that says why torch cannot be imported (not installed, or
+    installed but broken: a missing libcudart is an OSError)."""
+    try:
+        import torch.distributed.launcher.api
+        import torch.distributed.run  # noqa: F401
+    except (ImportError, OSError) as error:
+        raise LaunchError(
+            f"trainplan launch runs the workers through torch's elastic engine, and torch failed to import "
+            f"({type(error).__name__}: {error}). Install a torch that works in this environment"
+        ) from None
+
+
+_WHOLE_SECONDS = ("timeout", "join_timeout", "last_call_timeout", "close_timeout", "read_timeout")
+"""Rendezvous settings that torch reads as whole seconds."""
+
+
+def _parse_rdzv_conf(text: str) -> dict[str, str]:
+    """torchrun's `--rdzv-conf key=value,...`, checked before anything starts."""
+    settings: dict[str, str] = {}
+    for item in text.split(",") if text.strip() else []:
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip() or not value.strip():
+            raise LaunchError(
+                f"--rdzv-conf {text!r}: {item!r} is not key=value; write settings as key=value,..., e.g. timeout=60"
+            )
+        key, value = key.strip(), value.strip()
+        if key in _WHOLE_SECONDS and not (value.isascii() and value.isdigit()):
+            raise LaunchError(f"--rdzv-conf {key}={value}: {key} is whole seconds, e.g. {key}=60")
+        settings[key] = value
+    return settings
+
+
+def _log_dir(given: str | None) -> str:
+    """The engine's log directory: `--log-dir` (created if need be) or a new temporary one; refused when it
+    cannot be created or written."""
+    what = f"--log-dir {given}" if given is not None else "a temporary log directory"
+    try:
+        if given is None:
+            return tempfile.mkdtemp(prefix="trainplan-launch-")
+        os.makedirs(given, exist_ok=True)
+        if not os.access(given, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable")
+    except FileExistsError:
+        raise LaunchError(f"{what}: cannot be used as the log directory (it is a file); name a directory") from None
+    except OSError as error:
+        raise LaunchError(
+            f"{what}: cannot be created or used as the log directory ({error.strerror or error}); "
+            "name a directory this user can write"
+        ) from None
+    return given
+
+
 def launch_script(
     plan: Plan,
     argv: Sequence[str],
@@ -614,10 +673,12 @@ def launch_script(
     stderr: Any = None,
     quiet: bool = False,
     exit_on_signal_while_waiting: bool = False,
+    variables: Mapping[str, str] | None = None,
 ) -> int:
     """Run a script on each of the plan's workers on this node through torch's elastic agent, with the
     environment torchrun gives (so `torch.distributed.init_process_group()` with env:// works unchanged) plus
-    the plan; output prefixed by rank.
+    the plan; output prefixed by rank. `variables` go into the workers' environment too (the command line's
+    --env-file and --set-env, which the plan was made from); the plan's own variables win over them.
 
     Returns the exit code of the first failing worker (0 when all succeed, after any restarts; 124 on timeout;
     128 + N when this process got signal N); nothing it started is alive when it returns.
@@ -629,6 +690,8 @@ def launch_script(
     if not isinstance(restarts, int) or restarts < 0:
         raise LaunchError(f"max_restarts={options.max_restarts!r}: write a whole number ≥ 0")
     command = script_command(argv, options)
+    given = {str(key): str(value) for key, value in (variables or {}).items()}
+    rendezvous = _parse_rdzv_conf(options.rdzv_conf)
     out = _Sink(sys.stdout if stdout is None else stdout)
     err = _Sink(sys.stderr if stderr is None else stderr)
 
@@ -638,9 +701,10 @@ def launch_script(
     if plan.launcher == "xla":
         raise LaunchError("trainplan launch does not start XLA workers; use torch_xla's launcher for this plan")
     if plan.launcher == "external":
-        code = _run_as_this_rank(plan, command, timeout=timeout, grace=grace_period, out=out)
+        code = _run_as_this_rank(plan, command, timeout=timeout, grace=grace_period, out=out, err=err, variables=given)
     else:
         _check_startable(plan)
+        _import_engine()
         redirects = _parse_streams("redirects", options.redirects)
         tee = _parse_streams("tee", options.tee)
         ranks_filter = _parse_ranks_filter(options.local_ranks_filter)
@@ -660,6 +724,8 @@ def launch_script(
             say=say,
             quiet=quiet,
             watch_wait=exit_on_signal_while_waiting and meeting.backend == "static",
+            variables=given,
+            rendezvous=rendezvous,
         )
     for sink in (out, err):
         if sink.failure is not None:
@@ -684,20 +750,20 @@ def _run_engine(
     say: Any,
     quiet: bool,
     watch_wait: bool,
+    variables: Mapping[str, str],
+    rendezvous: Mapping[str, str],
 ) -> int:
-    try:
-        from torch.distributed import run as torchrun
-        from torch.distributed.elastic.multiprocessing import SignalException
-        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-        from torch.distributed.launcher.api import launch_agent
-    except ImportError as error:
-        raise LaunchError(
-            f"trainplan launch runs the workers through torch's elastic engine, and torch cannot be imported "
-            f"({error}). Install torch in this environment"
-        ) from None
+    _import_engine()
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import launch_agent
+
     redirects, tee, ranks_filter = logs
     keep_files = options.log_dir is not None or options.redirects != "0" or options.tee != "0"
-    log_dir = options.log_dir or tempfile.mkdtemp(prefix="trainplan-launch-")
+    log_dir = _log_dir(options.log_dir)
+    if keep_files and options.log_dir is None:
+        say(f"the workers' log files (--redirects/--tee) are kept in {log_dir} (--log-dir chooses where)")
     port = int(meeting.endpoint.rsplit(":", 1)[-1])
     timed_out = threading.Event()
     watch: Any = contextlib.nullcontext()
@@ -723,20 +789,23 @@ def _run_engine(
     deadline: threading.Timer | None = None
     code = 0
     try:
-        with _environment(_common_variables(plan, meeting, port)), _own_signals(), watch:
+        with _environment({**variables, **_common_variables(plan, meeting, port)}), _own_signals(), watch:
             words = _engine_arguments(plan, meeting, options, log_dir)
             if command.module:
                 words.append("--module")
             elif not command.python:
                 words.append("--no-python")
-            arguments = torchrun.get_args_parser().parse_args([*words, command.program, *command.arguments])
+            # torchrun's parser reads the flags and the program only: the script's own words (`--d 1`) would be
+            # read as abbreviations of its flags, so they are added to the worker's command line afterwards.
+            arguments = torchrun.get_args_parser().parse_args([*words, command.program])
             config, entrypoint, entry_arguments = torchrun.config_from_args(arguments)
+            entry_arguments = [*entry_arguments, *command.arguments]
             config.logs_specs = specs
             config.signals_to_handle = ENGINE_SIGNALS
             config.shutdown_timeout = max(0, math.ceil(grace))
             if timeout is not None:
                 # A static rendezvous waits inside torch's store: its own timeout must end that wait too.
-                config.rdzv_configs["timeout"] = min(int(config.rdzv_configs.get("timeout", 900)), math.ceil(timeout))
+                config.rdzv_configs["timeout"] = min(int(rendezvous.get("timeout", 900)), math.ceil(timeout))
 
                 def expire() -> None:
                     timed_out.set()
@@ -761,7 +830,9 @@ def _run_engine(
                 if isinstance(message, dict):  # the error file's own record: {"message": ..., "extraInfo": ...}
                     message = message.get("message")
                 if os.path.isfile(first.error_file) and isinstance(message, str) and message.strip():
-                    say(f"its error ({first.error_file}): {message.strip().splitlines()[0]}")
+                    # Without kept log files the error file is removed at the end: its text is quoted, not its path.
+                    where = f" ({first.error_file})" if keep_files else ""
+                    say(f"its error{where}: {message.strip().splitlines()[0]}")
             except (SignalException, _Interrupted) as stopped:
                 number = stopped.sigval if isinstance(stopped, SignalException) else stopped.number
                 code = 124 if timed_out.is_set() else 128 + int(number)
@@ -794,12 +865,23 @@ def _run_engine(
     return code
 
 
-def _run_as_this_rank(plan: Plan, command: Command, *, timeout: float | None, grace: float, out: _Sink) -> int:
-    """Inside a started job: run the script once, as this process's rank, with torchrun's variables."""
+def _run_as_this_rank(
+    plan: Plan,
+    command: Command,
+    *,
+    timeout: float | None,
+    grace: float,
+    out: _Sink,
+    err: _Sink,
+    variables: Mapping[str, str],
+) -> int:
+    """Inside a started job: run the script once, as this process's rank, with torchrun's variables; its stdout
+    and stderr passed on to ours, rank-prefixed. Nothing it started is left alive when this returns, a
+    process in a session of its own included (this process is their subreaper)."""
     cluster = plan.cluster
     port = cluster.main_port or choose_free_port(cluster.main_address)
     rank = cluster.global_rank or 0
-    variables = torchrun_variables(plan, rank=rank, local_rank=cluster.local_rank or 0, port=port)
+    given, variables = variables, torchrun_variables(plan, rank=rank, local_rank=cluster.local_rank or 0, port=port)
     words = (
         [sys.executable, "-u", *(["-m"] if command.module else []), command.program]
         if command.python
@@ -807,13 +889,16 @@ def _run_as_this_rank(plan: Plan, command: Command, *, timeout: float | None, gr
     )
     environment = {
         **os.environ,
+        **given,
         **variables,
         "TORCHELASTIC_RUN_ID": f"{tables.TRAINPLAN_RUN_ID_PREFIX}{port}",
         "PYTHONUNBUFFERED": "1",
     }
     code = 0
     process: subprocess.Popen[bytes] | None = None
-    pump: threading.Thread | None = None
+    pumps: list[threading.Thread] = []
+    before = _children()
+    subreaper = _set_subreaper(True)
     try:
         with _sigterm_stops_workers():
             try:
@@ -822,24 +907,33 @@ def _run_as_this_rank(plan: Plan, command: Command, *, timeout: float | None, gr
                     env=environment,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
+                    stderr=subprocess.PIPE,
                     start_new_session=True,
                 )
             except OSError as error:
                 raise LaunchError(f"Cannot run {command.program!r} ({error.strerror or error})") from None
-            pump = threading.Thread(target=_pump, args=(process.stdout, f"[rank {rank}] ", out), daemon=True)
-            pump.start()
+            for stream, sink in ((process.stdout, out), (process.stderr, err)):
+                pump = threading.Thread(target=_pump, args=(stream, f"[rank {rank}] ", sink), daemon=True)
+                pump.start()
+                pumps.append(pump)
             try:
                 returned = process.wait(timeout)
             except subprocess.TimeoutExpired:
-                out.write(f"trainplan: the script did not finish within {timeout:g} s; stopping it\n")
-                return 124
-            code = returned if returned >= 0 else 128 - returned
+                err.write(f"trainplan: the script did not finish within {timeout:g} s; stopping it\n")
+                code = 124
+            else:
+                code = returned if returned >= 0 else 128 - returned
     except KeyboardInterrupt:
         code = 130
     finally:
-        if process is not None:
-            _stop([_ScriptWorker(process)], grace=grace)
-        if pump is not None:
+        try:
+            if process is not None:
+                _stop([_ScriptWorker(process)], grace=grace)
+            # What the script started and left (a child in a session of its own, say) is ours now: stop it.
+            _reap_descendants(before, 0.0 if code == 124 or code > 128 else grace)
+        finally:
+            if subreaper:
+                _set_subreaper(False)
+        for pump in pumps:
             pump.join(5.0)
     return code

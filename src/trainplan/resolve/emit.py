@@ -211,7 +211,15 @@ def emit_kubeflow(plan: Plan, command: Sequence[str] = (), *, image: str, name: 
         raise incompatible("kubeflow-accelerator", {"accelerator": plan.accelerator}, supported=supported)
     resource = KUBERNETES_DEVICE_RESOURCES[plan.accelerator]
     port = plan.cluster.main_port or KUBEFLOW_MASTER_PORT
-    words = list(command) or list(DEFAULT_SCRIPT)
+    if not command:
+        raise InvalidRequest(
+            field="script",
+            value="",
+            reason="a PyTorchJob runs a script in its image, and none was named",
+            fix="Name the script after --, e.g. trainplan plan --emit kubeflow --image IMAGE -- train.py --lr 0.1",
+        )
+    # The kubelet expands $(VAR) in a container's command; the script's own `$(` is kept as written ($$().
+    words = [word.replace("$(", "$$(") for word in command]
     if plan.processes_per_node == 1:
         if words[0] == "-m" or words[0].startswith("-") or words[0].endswith(".py"):
             words = ["python", *words]
@@ -242,6 +250,12 @@ def emit_kubeflow(plan: Plan, command: Sequence[str] = (), *, image: str, name: 
         "spec": {"nprocPerNode": str(plan.processes_per_node), "pytorchReplicaSpecs": replicas},
     }
     header = [f"# {line[2:]}" if line.startswith("# ") else line for line in _notes(plan)]
+    chosen = tuple(plan.devices)
+    if resource is not None and chosen != tuple(range(len(chosen))):
+        header.append(
+            f"# note: the plan chose GPUs {', '.join(str(device) for device in chosen)} by index; a pod cannot "
+            f"choose physical GPUs: Kubernetes gives each pod {len(chosen)} GPU(s) of its choosing"
+        )
     header.append(
         f"# {plan.num_nodes} pod(s) × {plan.processes_per_node} process(es) = world size {plan.world_size}; "
         "kubectl apply -f this file"

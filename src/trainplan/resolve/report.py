@@ -51,7 +51,11 @@ _SECRET_PREFIXES = (
 """Values that are tokens whatever their variable is called (GitHub, GitLab, Hugging Face, OpenAI-style, Slack
 and AWS access keys)."""
 
-_CREDENTIALS_IN_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s]*):(?P<password>[^/@\s]*)@")
+_USERINFO_IN_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+"""A URL's user information (`https://TOKEN@host`, `https://user:password@host`): a token as the user is as
+secret as a password."""
+_CREDENTIALS_WITHOUT_SCHEME = re.compile(r"(?<![^\s,;=])[^\s/@:,;=]+:[^\s/@,;]*@(?=[^\s@])")
+"""`user:password@host` without a scheme (`MASTER_ADDR=admin:hunter2@10.0.0.1`)."""
 
 LONG_VALUE = 160
 """Characters of a value the text report shows (a plan's JSON is longer); `--json` shows it whole."""
@@ -70,10 +74,18 @@ def looks_secret(name: str, value: str) -> bool:
 
 
 def masked(name: str, value: str) -> str:
-    """The value as a bug report shows it: whole secrets masked, a password inside a URL masked."""
+    """The value as a bug report shows it: whole secrets masked, the user information in an address masked
+    (`https://<masked>@host`, and `<masked>@host` for `user:password@host` without a scheme)."""
     if value and looks_secret(name, value):
         return MASK
-    return _CREDENTIALS_IN_URL.sub(lambda match: f"{match['scheme']}{match['user']}:{MASK}@", value)
+    value = _USERINFO_IN_URL.sub(lambda match: f"{match['scheme']}{MASK}@", value)
+    return _CREDENTIALS_WITHOUT_SCHEME.sub(f"{MASK}@", value)
+
+
+def shown_value(value: str) -> str:
+    """A value as the text report prints it: as written, or escaped and quoted (as Python's repr) when it holds
+    a control character, so a newline or an escape code cannot forge a line of the report."""
+    return value if value.isprintable() else repr(value)
 
 
 def report_variables(environ: Mapping[str, str]) -> dict[str, str]:
@@ -152,7 +164,7 @@ def render_report(report: BugReport) -> str:
         lines.append(f"- not installed: {', '.join(absent)}")
     if report.variables:
         lines.append("- environment variables:")
-        lines += [f"    {name}={_shortened(value)}" for name, value in report.variables.items()]
+        lines += [f"    {name}={_shortened(shown_value(value))}" for name, value in report.variables.items()]
     else:
         lines.append("- environment variables: none that matter here")
     return "\n".join(lines)
@@ -197,4 +209,5 @@ __all__ = [
     "report_to_dict",
     "report_variables",
     "reported_variable",
+    "shown_value",
 ]

@@ -1664,7 +1664,10 @@ RULES: Final[Mapping[str, Rule]] = {
                 "num_nodes={num_nodes} with no main port: each node would choose its own free port, and the nodes "
                 "would never meet"
             ),
-            fix="Export the same MASTER_PORT (e.g. MASTER_PORT=29500) and MASTER_ADDR on every node before launching",
+            fix=(
+                "Give every node the same main port and address: `trainplan launch --main-port 29500 --main-address "
+                "node0`, or export MASTER_PORT=29500 and MASTER_ADDR on every node before launching"
+            ),
         ),
         Rule(
             id="kubeflow-accelerator",
