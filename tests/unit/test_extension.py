@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import attrs
 import pytest
 
@@ -14,11 +16,17 @@ from trainplan import (
     Environment,
     Incompatible,
     InvalidRequest,
+    Plan,
+    PlanFormatError,
     Request,
+    Rules,
     StrategyRule,
 )
 from trainplan.cli import main
+from trainplan.effects.rules_loading import read_plan_text
 from trainplan.resolve import check, resolve, resolve_uncached
+from trainplan.spec.plan import plan_from_json_text
+from trainplan.spec.rules import UNNAMED_RULES
 
 
 def test_a_downstream_strategy_resolves_with_its_preset_and_launcher() -> None:
@@ -93,7 +101,7 @@ def test_from_config_and_the_cli_take_the_rule_set(capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     ("spelled", "words"),
     [
-        ("tests.downstream_rules", "write MODULE:NAME"),
+        ("tests.downstream_rules", "Write MODULE:NAME"),
         ("tests.no_such_module:RULES", "cannot import"),
         ("tests.downstream_rules:CHECKPOINT_IO", "not a trainplan.Rules"),
     ],
@@ -113,3 +121,50 @@ def test_lightnings_still_registered_names_are_aliases_with_a_note(alias: str, n
     assert any(note.code == "strategy-alias" and alias in note.message for note in plan.notes)
     direct = resolve(Request(strategy=alias, accelerator="xla"), env)  # type: ignore[arg-type]  # a loose spelling
     assert any(note.code == "strategy-alias" for note in direct.notes)
+
+
+DEEPSPEED_ON_CPU = Request(accelerator="cpu", devices=2, strategy=STATIC_DEEPSPEED)
+
+
+def _deepspeed_on_cpu(rules: Rules = RULES) -> Plan:
+    return resolve_uncached(DEEPSPEED_ON_CPU, cpu(packages=frozenset({"deepspeed"})), rules)
+
+
+def test_a_plan_of_a_downstream_rule_set_reads_back_and_names_its_rules() -> None:
+    """A replaced family row (DeepSpeed on CPU) is no reason to refuse the plan a worker reads back."""
+    plan = _deepspeed_on_cpu()
+    assert plan.rules == "tests.downstream_rules:RULES"
+    text = json.dumps(plan.to_dict())
+    assert plan_from_json_text(text) == plan  # as far as its own facts go
+    assert plan_from_json_text(text, RULES) == plan
+    assert read_plan_text(text) == plan  # the worker's way: the recorded rule set imported
+    with pytest.raises(PlanFormatError, match=r"plan\.rules"):
+        plan_from_json_text(text, BUILTIN_RULES)
+
+
+def test_a_plan_of_trainplans_own_rules_records_none_and_is_checked_against_them() -> None:
+    plan = resolve_uncached(Request(accelerator="cpu", devices=2, strategy="ddp"), cpu())
+    assert plan.rules is None and "rules" not in plan.to_dict()
+    forged = {**_deepspeed_on_cpu().to_dict()}
+    del forged["rules"]  # the same DeepSpeed-on-CPU plan claiming to come from the built-in rules
+    with pytest.raises(PlanFormatError, match="does not run on 'cpu'"):
+        Plan.from_dict(forged)
+
+
+def test_an_unnamed_rule_set_relaxes_only_the_rows_it_may_replace() -> None:
+    unnamed = BUILTIN_RULES.extend(families=[RULES.families["deepspeed"]])
+    plan = resolve_uncached(
+        Request(accelerator="cpu", devices=2, strategy="deepspeed"), cpu(packages=frozenset({"deepspeed"})), unnamed
+    )
+    assert plan.rules == UNNAMED_RULES
+    assert read_plan_text(json.dumps(plan.to_dict())) == plan
+    broken = {**plan.to_dict(), "world_size": 3}
+    with pytest.raises(PlanFormatError, match="world_size"):
+        Plan.from_dict(broken)
+    with pytest.raises(PlanFormatError, match="process_group_backend"):
+        Plan.from_dict({**plan.to_dict(), "process_group_backend": "nccl"})  # backends are never replaced
+
+
+def test_extend_refuses_a_name_that_is_no_reference() -> None:
+    with pytest.raises(InvalidRequest, match=r"rules\.name"):
+        BUILTIN_RULES.extend(name="not a module")

@@ -432,6 +432,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         notes=tuple(notes),
         reasons=LazyTexts(reasons),
         mesh=None if mesh is None else mesh.layout,
+        rules=rules.plan_reference,
     )
 
 

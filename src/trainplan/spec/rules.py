@@ -66,6 +66,16 @@ from trainplan.spec.tables import (
 )
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
+_REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", flags=re.ASCII)
+
+UNNAMED_RULES: Final = "unnamed"
+"""What a plan records of a downstream rule set that has no reference: read back, it is checked as far as its own
+facts go."""
+
+
+def is_rules_reference(text: str) -> bool:
+    """Whether `text` reads as "package.module:NAME", where a rule set can be imported from."""
+    return _REFERENCE.fullmatch(text) is not None
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -90,6 +100,9 @@ class Rules:
     backends: Mapping[BackendName, BackendRule]
     clusters: Mapping[ClusterName, ClusterRule]
     sync_batchnorm_accelerators: frozenset[AcceleratorName]
+    reference: str | None = None
+    """Where this rule set can be imported from ("package.module:NAME"), recorded in the plans made from it so that
+    a launched worker reading its plan back checks it against the same rules; None: nowhere said."""
     strategy_spellings: Mapping[str, StrategyFlag | CustomName] = attrs.field(init=False)
     """Every accepted strategy spelling (names, aliases, 'auto') → its name: what the normaliser reads."""
     accelerators_by_priority: tuple[AcceleratorRule, ...] = attrs.field(init=False)
@@ -105,6 +118,13 @@ class Rules:
         ranked = tuple(sorted(self.accelerators.values(), key=lambda rule: -rule.auto_priority))
         object.__setattr__(self, "accelerators_by_priority", ranked)
         object.__setattr__(self, "accelerator_order", " > ".join(rule.name for rule in ranked))
+
+    @property
+    def plan_reference(self) -> str | None:
+        """What a plan made from this rule set records of it (`Plan.rules`): None for trainplan's own."""
+        if self is BUILTIN_RULES:
+            return None
+        return UNNAMED_RULES if self.reference is None else self.reference
 
     def strategy_name(self, name: str) -> StrategyKey:
         """`name` as a strategy of this rule set (typed), or `InvalidRequest` when it has no such strategy."""
@@ -127,12 +147,23 @@ class Rules:
         script_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         fork_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         spawn_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
+        name: str | None = None,
     ) -> Rules:
         """A new rule set: these strategies added, these family and precision rows in place of the built-in ones
         of the same name (their accelerators, precisions, needs and reasons), and the counterparts added.
 
         A new strategy has a `CustomName` of lowercase letters, digits and underscores, a family and a launcher of
-        the rule set, and a preset of its family's options. Refused with `InvalidRequest` naming what is wrong."""
+        the rule set, and a preset of its family's options. `name` is where the new rule set can be imported from
+        ("package.module:NAME", the module that builds it): plans made from it record it, and a launched worker
+        imports it to check the plan it reads back. Refused with `InvalidRequest` naming what is wrong."""
+        given_name: object = name
+        if given_name is not None and (not isinstance(given_name, str) or not is_rules_reference(given_name)):
+            raise InvalidRequest(
+                field="rules.name",
+                value=name,
+                reason="a rule set's name is where it is imported from",
+                fix="Write e.g. name='myframework.trainplan_rules:RULES'",
+            )
         added = tuple(strategies)
         new_families = {**self.families, **{rule.family: rule for rule in families}}
         new_precisions = {**self.precisions, **{rule.name: rule for rule in precisions}}
@@ -159,11 +190,11 @@ class Rules:
         counterparts = [script_counterparts or {}, fork_counterparts or {}, spawn_counterparts or {}]
         for table in counterparts:
             for key, value in table.items():
-                for name in (key, value):
-                    if name not in new_strategies:
+                for counterpart in (key, value):
+                    if counterpart not in new_strategies:
                         raise InvalidRequest(
                             field="rules.counterparts",
-                            value=name,
+                            value=counterpart,
                             reason="a counterpart names a strategy of the rule set",
                             allowed=tuple(new_strategies),
                         )
@@ -175,6 +206,7 @@ class Rules:
             script_strategy_for={**self.script_strategy_for, **counterparts[0]},
             fork_strategy_for={**self.fork_strategy_for, **counterparts[1]},
             spawn_strategy_for={**self.spawn_strategy_for, **counterparts[2]},
+            reference=name,
         )
 
 
