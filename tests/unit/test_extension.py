@@ -168,3 +168,29 @@ def test_an_unnamed_rule_set_relaxes_only_the_rows_it_may_replace() -> None:
 def test_extend_refuses_a_name_that_is_no_reference() -> None:
     with pytest.raises(InvalidRequest, match=r"rules\.name"):
         BUILTIN_RULES.extend(name="not a module")
+
+
+def test_a_refused_request_is_refused_once() -> None:
+    """The memo tries only its key: a refusal (a ValueError) is not caught and resolved a second time."""
+    with pytest.raises(Incompatible) as refused:
+        resolve(Request(accelerator="cpu", devices=2, strategy="deepspeed"), cpu(packages=frozenset({"deepspeed"})))
+    assert refused.value.__context__ is None and refused.value.__cause__ is None
+
+
+@pytest.mark.parametrize("rules", [None, "tests.downstream_rules:RULES", {}])
+def test_resolve_and_check_refuse_what_is_not_a_rule_set(rules: object) -> None:
+    request = Request(accelerator="cpu")
+    with pytest.raises(InvalidRequest, match=r"takes a trainplan\.Rules"):
+        resolve(request, cpu(), rules)  # type: ignore[arg-type]
+    problems = list(check(request, cpu(), rules))  # type: ignore[arg-type]
+    assert [type(problem) for problem in problems] == [InvalidRequest]
+
+
+def test_a_rule_set_cannot_be_changed_in_place() -> None:
+    """Tables are read-only: the memo and the cold path can never disagree about what a rule set says."""
+    ddp = BUILTIN_RULES.families["ddp"]
+    for table in (BUILTIN_RULES.families, BUILTIN_RULES.strategies, RULES.precisions, RULES.strategy_spellings):
+        with pytest.raises(TypeError):
+            table["ddp"] = ddp  # type: ignore[index]
+    with pytest.raises(TypeError):
+        del BUILTIN_RULES.launchers["spawn"]  # type: ignore[attr-defined]

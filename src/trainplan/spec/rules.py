@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Final
 
 import attrs
@@ -111,10 +112,16 @@ class Rules:
     """That order as text ("xla > cuda > mps > cpu"), for the reason of an 'auto' choice."""
 
     def __attrs_post_init__(self) -> None:
+        # Every table a read-only copy: a rule set is a value (an extension is a new one), so nobody can change one
+        # in place and have the memoised resolve and the cold path disagree.
+        for attribute in attrs.fields(Rules):
+            value = getattr(self, attribute.name) if attribute.init else None
+            if isinstance(value, Mapping):
+                object.__setattr__(self, attribute.name, MappingProxyType(dict(value)))
         spellings: dict[str, StrategyFlag | CustomName] = {"auto": "auto"}
         spellings.update({name: name for name in self.strategies})
         spellings.update(self.strategy_aliases)
-        object.__setattr__(self, "strategy_spellings", spellings)
+        object.__setattr__(self, "strategy_spellings", MappingProxyType(spellings))
         ranked = tuple(sorted(self.accelerators.values(), key=lambda rule: -rule.auto_priority))
         object.__setattr__(self, "accelerators_by_priority", ranked)
         object.__setattr__(self, "accelerator_order", " > ".join(rule.name for rule in ranked))
