@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import attrs
 import pytest
@@ -194,3 +196,24 @@ def test_a_rule_set_cannot_be_changed_in_place() -> None:
             table["ddp"] = ddp  # type: ignore[index]
     with pytest.raises(TypeError):
         del BUILTIN_RULES.launchers["spawn"]  # type: ignore[attr-defined]
+
+
+def test_the_cli_imports_rules_from_the_working_directory_and_names_a_module_that_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As `python -m` would: a console script finds the project's module; one that raises is a clean error (rc 2)."""
+    (tmp_path / "cwd_rules_for_trainplan.py").write_text(
+        "from trainplan import BUILTIN_RULES\nRULES = BUILTIN_RULES.extend()\n"
+    )
+    (tmp_path / "raising_rules_for_trainplan.py").write_text("raise RuntimeError('no licence server')\n")
+    monkeypatch.chdir(tmp_path)
+    path_before = list(sys.path)
+    assert main(["matrix", "--rules", "cwd_rules_for_trainplan:RULES"]) == 0
+    assert sys.path == path_before, "the working directory is on sys.path for that import only"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["matrix", "--rules", "raising_rules_for_trainplan:RULES"])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert "cannot import 'raising_rules_for_trainplan' (RuntimeError: no licence server)" in error
+    assert "Traceback" not in error
