@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -217,3 +219,53 @@ def test_the_cli_imports_rules_from_the_working_directory_and_names_a_module_tha
     assert exited.value.code == 2
     assert "cannot import 'raising_rules_for_trainplan' (RuntimeError: no licence server)" in error
     assert "Traceback" not in error
+
+
+def _mine(family: str = "ddp", launcher: str = "subprocess", **preset: object) -> StrategyRule:
+    return StrategyRule(name=CustomName("mine"), family=family, launcher=launcher, preset=preset)  # type: ignore[arg-type]
+
+
+PRECISION_32 = BUILTIN_RULES.precisions["32-true"]
+PRECISION_16 = BUILTIN_RULES.precisions["16-mixed"]
+NPU: frozenset[Any] = frozenset({"cpu", "npu"})  # an accelerator no rule set has
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        ({"strategies": [_mine(), _mine()]}, "two rows of one call"),
+        ({"families": [BUILTIN_RULES.families["ddp"]] * 2}, "two rows of one call"),
+        ({"strategies": [_mine(static_graph="yes")]}, "static_graph"),
+        ({"strategies": [_mine(timeout_seconds=-5)]}, "positive integer"),
+        ({"strategies": [_mine(launcher="none")]}, "does not run under it"),
+        ({"strategies": [_mine(launcher="xla")]}, "does not run under it"),
+        ({"strategies": [_mine(family="dp", launcher="spawn")]}, "does not run under it"),
+        ({"strategies": [_mine(family="single_device", launcher="fork")]}, "does not run under it"),
+        ({"script_counterparts": {"ddp_spawn": "fsdp"}}, "runs the same family"),
+        ({"fork_counterparts": {"ddp": "ddp_spawn"}}, "a notebook cannot run either"),
+        ({"spawn_counterparts": {"ddp_fork": "ddp_notebook"}}, "forks too"),
+        ({"script_counterparts": {"ddp_fork": "ddp_spawn"}}, "starts its processes itself"),
+        ({"precisions": [attrs.evolve(PRECISION_16, fallback_why={})]}, "a fallback says why"),
+        ({"precisions": [attrs.evolve(PRECISION_16, fallback={"cpu": "transformer-engine"})]}, "runs on 'cpu' itself"),
+        ({"precisions": [attrs.evolve(PRECISION_32, accelerators=NPU)]}, "no such accelerator"),
+        ({"families": [attrs.evolve(BUILTIN_RULES.families["ddp"], accelerators=NPU)]}, "no such accelerator"),
+        ({"strategies": "abc"}, "not a str"),
+        ({"strategies": ["abc"]}, "each row is a StrategyRule"),
+        ({"fork_counterparts": ["ddp"]}, "maps a strategy"),
+    ],
+)
+def test_extend_refuses_rows_that_cannot_work(arguments: dict[str, object], words: str) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(words)):
+        BUILTIN_RULES.extend(**arguments)  # type: ignore[arg-type]
+
+
+def test_extend_takes_the_rows_that_can() -> None:
+    """The refusals above are not blanket: the coherent spellings of the same rows are taken."""
+    rules = BUILTIN_RULES.extend(
+        strategies=[_mine(launcher="spawn", static_graph=True, timeout_seconds=60)],
+        families=iter([BUILTIN_RULES.families["ddp"]]),  # any iterable, read once
+        precisions=[PRECISION_16],
+        script_counterparts={CustomName("mine"): "ddp"},
+    )
+    plan = resolve_uncached(Request(accelerator="cpu", devices=2, strategy=CustomName("mine")), cpu(), rules)
+    assert (plan.launcher, plan.strategy.options) == ("spawn", DDPOptions(static_graph=True, timeout_seconds=60))

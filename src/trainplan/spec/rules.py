@@ -18,10 +18,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import attrs
 
+from trainplan.spec import normalise
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.names import (
     STRATEGY_FLAGS,
@@ -171,10 +172,15 @@ class Rules:
                 reason="a rule set's name is where it is imported from",
                 fix="Write e.g. name='myframework.trainplan_rules:RULES'",
             )
-        added = tuple(strategies)
-        new_families = {**self.families, **{rule.family: rule for rule in families}}
-        new_precisions = {**self.precisions, **{rule.name: rule for rule in precisions}}
-        for family in families:
+        added = _rows(strategies, StrategyRule, "rules.strategies")
+        replaced_families = _rows(families, FamilyRule, "rules.families")
+        replaced_precisions = _rows(precisions, PrecisionRule, "rules.precisions")
+        _unique("rules.strategies", [rule.name for rule in added])
+        _unique("rules.families", [rule.family for rule in replaced_families])
+        _unique("rules.precisions", [rule.name for rule in replaced_precisions])
+        new_families = {**self.families, **{rule.family: rule for rule in replaced_families}}
+        new_precisions = {**self.precisions, **{rule.name: rule for rule in replaced_precisions}}
+        for family in replaced_families:
             if family.family not in self.families:
                 raise InvalidRequest(
                     field="rules.families",
@@ -182,7 +188,17 @@ class Rules:
                     reason="a family row replaces a built-in family (custom families need a runtime of their own)",
                     allowed=tuple(self.families),
                 )
-        for precision in precisions:
+            where = f"rules.families[{family.family!r}]"
+            self._known_accelerators(where, [*family.accelerators, *family.why_not])
+            for precision_name in family.precisions:
+                if precision_name not in new_precisions:
+                    raise InvalidRequest(
+                        field=f"{where}.precisions",
+                        value=precision_name,
+                        reason="no such precision",
+                        allowed=tuple(new_precisions),
+                    )
+        for precision in replaced_precisions:
             if precision.name not in self.precisions:
                 raise InvalidRequest(
                     field="rules.precisions",
@@ -190,21 +206,29 @@ class Rules:
                     reason="a precision row replaces a built-in precision (its dtypes come from the runtime)",
                     allowed=tuple(self.precisions),
                 )
+        for precision in new_precisions.values():
+            _check_precision(precision, new_precisions, self)
         new_strategies = dict(self.strategies)
         for rule in added:
             _check_strategy(rule, self, new_families)
             new_strategies[rule.name] = rule
-        counterparts = [script_counterparts or {}, fork_counterparts or {}, spawn_counterparts or {}]
-        for table in counterparts:
-            for key, value in table.items():
-                for counterpart in (key, value):
-                    if counterpart not in new_strategies:
-                        raise InvalidRequest(
-                            field="rules.counterparts",
-                            value=counterpart,
-                            reason="a counterpart names a strategy of the rule set",
-                            allowed=tuple(new_strategies),
-                        )
+        counterparts: list[Mapping[StrategyKey, StrategyKey]] = []
+        for field, table in (
+            ("script_counterparts", script_counterparts),
+            ("fork_counterparts", fork_counterparts),
+            ("spawn_counterparts", spawn_counterparts),
+        ):
+            given_table: object = table
+            if given_table is not None and not isinstance(given_table, Mapping):
+                raise InvalidRequest(
+                    field=f"rules.{field}",
+                    value=given_table,
+                    reason=f"it maps a strategy to its counterpart, not a {type(given_table).__name__}",
+                    fix=f"Write e.g. {field}={{'my_strategy': 'ddp'}}",
+                )
+            counterparts.append(table or {})
+            for key, value in (table or {}).items():
+                self._check_counterpart(field, key, value, new_strategies)
         return attrs.evolve(
             self,
             strategies=new_strategies,
@@ -215,6 +239,105 @@ class Rules:
             spawn_strategy_for={**self.spawn_strategy_for, **counterparts[2]},
             reference=name,
         )
+
+    def _known_accelerators(self, field: str, names: Iterable[object]) -> None:
+        for accelerator in names:
+            if accelerator not in self.accelerators:
+                raise InvalidRequest(
+                    field=field, value=accelerator, reason="no such accelerator", allowed=tuple(self.accelerators)
+                )
+
+    def _check_counterpart(
+        self, field: str, key: StrategyKey, value: StrategyKey, strategies: Mapping[StrategyKey, StrategyRule]
+    ) -> None:
+        for counterpart in (key, value):
+            if counterpart not in strategies:
+                raise InvalidRequest(
+                    field=f"rules.{field}",
+                    value=counterpart,
+                    reason="a counterpart names a strategy of the rule set",
+                    allowed=tuple(strategies),
+                )
+        source, target = strategies[key], strategies[value]
+        launcher = self.launchers[target.launcher]
+        if source.family != target.family:
+            reason = f"{value!r} is of family {target.family!r}, {key!r} of {source.family!r}: a counterpart " + (
+                "runs the same family"
+            )
+        elif field == "fork_counterparts" and not launcher.interactive_compatible:
+            reason = f"{value!r} is started by {target.launcher!r}, which a notebook cannot run either"
+        elif field == "spawn_counterparts" and launcher.forks:
+            reason = f"{value!r} forks too (launcher {target.launcher!r}), where forking is what fails"
+        elif field == "script_counterparts" and launcher.start_method is not None:
+            reason = f"{value!r} starts its processes itself (launcher {target.launcher!r}), inside a started job too"
+        else:
+            return
+        raise InvalidRequest(
+            field=f"rules.{field}[{key!r}]", value=value, reason=reason, fix="Name a counterpart that runs there"
+        )
+
+
+R = TypeVar("R")
+
+
+def _rows(rows: object, kind: type[R], field: str) -> tuple[R, ...]:
+    """The rows given as an iterable of `kind` (a plain string is not one), or `InvalidRequest`."""
+    if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
+        raise InvalidRequest(
+            field=field,
+            value=rows,
+            reason=f"it takes a list of {kind.__name__}, not a {type(rows).__name__}",
+            fix=f"Write e.g. {field.rsplit('.', maxsplit=1)[-1]}=[{kind.__name__}(...)]",
+        )
+    found = tuple(rows)
+    for row in found:
+        if not isinstance(row, kind):
+            raise InvalidRequest(
+                field=field, value=row, reason=f"each row is a {kind.__name__}, not a {type(row).__name__}"
+            )
+    return found
+
+
+def _unique(field: str, names: list[str]) -> None:
+    for index, row_name in enumerate(names):
+        if row_name in names[:index]:
+            raise InvalidRequest(
+                field=field,
+                value=row_name,
+                reason="two rows of one call have that name (which one holds?)",
+                fix="Give each name one row",
+            )
+
+
+def _check_precision(rule: PrecisionRule, precisions: Mapping[PrecisionName, PrecisionRule], base: Rules) -> None:
+    where = f"rules.precisions[{rule.name!r}]"
+    base._known_accelerators(
+        where, [*rule.accelerators, *rule.fallback, *rule.fallback_why, *rule.why_not, *rule.instead]
+    )
+    for accelerator, fallback in rule.fallback.items():
+        if accelerator not in rule.fallback_why:
+            raise InvalidRequest(
+                field=f"{where}.fallback_why",
+                value=accelerator,
+                reason="a fallback says why, for the note",
+                fix=f"Add fallback_why={{{accelerator!r}: '...'}}",
+            )
+        target = precisions.get(fallback)
+        if target is None or accelerator not in target.accelerators or accelerator in target.fallback:
+            raise InvalidRequest(
+                field=f"{where}.fallback[{accelerator!r}]",
+                value=fallback,
+                reason=f"the fallback is a precision that runs on {accelerator!r} itself",
+                allowed=tuple(name for name, row in precisions.items() if accelerator in row.accelerators),
+            )
+    for accelerator, instead in rule.instead.items():
+        if instead not in precisions:
+            raise InvalidRequest(
+                field=f"{where}.instead[{accelerator!r}]",
+                value=instead,
+                reason="no such precision",
+                allowed=tuple(precisions),
+            )
 
 
 def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyFamily, FamilyRule]) -> None:
@@ -247,6 +370,16 @@ def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyF
             reason="no such launcher",
             allowed=tuple(base.launchers),
         )
+    pairs = {(strategy.family, strategy.launcher) for strategy in base.strategies.values()}
+    if (rule.family, rule.launcher) not in pairs:
+        launchers = tuple(sorted(launcher for family, launcher in pairs if family == rule.family))
+        raise InvalidRequest(
+            field=f"rules.strategies[{name!r}].launcher",
+            value=rule.launcher,
+            reason=f"family {rule.family!r} does not run under it (trainplan's runtime starts it with "
+            f"{', '.join(map(repr, launchers)) or 'no launcher'})",
+            allowed=launchers,
+        )
     options_type = OPTION_TYPES.get(rule.family)
     fields = () if options_type is None else tuple(attribute.name for attribute in attrs.fields(options_type))
     for option in rule.preset:
@@ -257,6 +390,17 @@ def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyF
                 reason=f"family {rule.family!r} has no such option",
                 allowed=fields,
             )
+    if options_type is not None:
+        try:
+            preset: dict[str, Any] = dict(rule.preset)
+            normalise.strategy_options(attrs.evolve(options_type(), **preset))  # as a request's options are
+        except InvalidRequest as error:
+            raise InvalidRequest(
+                field=f"rules.strategies[{name!r}].preset",
+                value=dict(rule.preset),
+                reason=error.reason if error.field.startswith("strategy_options") else str(error),
+                fix=error.fix,
+            ) from None
 
 
 BUILTIN_RULES: Final[Rules] = Rules(
