@@ -44,4 +44,5 @@ RULES: Final[Rules] = BUILTIN_RULES.extend(
     ],
     script_counterparts={CHECKPOINT_IO_NOTEBOOK: CHECKPOINT_IO},
     fork_counterparts={CHECKPOINT_IO: CHECKPOINT_IO_NOTEBOOK},
+    name="tests.downstream_rules:RULES",  # plans record it; a launched worker imports it from here
 )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import json
 import math
@@ -130,30 +129,22 @@ def _add_rules_flag(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="MODULE:NAME",
         help="a rule set to decide from instead of trainplan's own, e.g. myframework.trainplan_rules:RULES "
-        "(a trainplan.Rules, built with BUILTIN_RULES.extend(...))",
+        "(a trainplan.Rules, built with BUILTIN_RULES.extend(...)); the module is imported with the current "
+        "directory on sys.path, as python -m does",
     )
 
 
 def _rules(arguments: argparse.Namespace) -> Rules:
-    """The rule set `--rules module:NAME` names (imported), or the built-in one."""
+    """The rule set `--rules module:NAME` names (imported, the current directory searched too), or the built-in one."""
+    from trainplan.effects.rules_loading import load_rules
+
     spelled: str | None = getattr(arguments, "rules", None)
     if spelled is None:
         return BUILTIN_RULES
-    module_name, _, attribute = spelled.partition(":")
-    if not module_name or not attribute:
-        raise CliError(f"--rules {spelled}: write MODULE:NAME, e.g. --rules myframework.trainplan_rules:RULES")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise CliError(f"--rules {spelled}: cannot import {module_name!r} ({error})") from None
-    found: object = getattr(module, attribute, None)
-    if not isinstance(found, Rules):
-        what = "nothing" if found is None else f"a {type(found).__name__}"
-        raise CliError(
-            f"--rules {spelled}: {module_name}.{attribute} is {what}, not a trainplan.Rules; build one with "
-            "trainplan.BUILTIN_RULES.extend(...)"
-        )
-    return found
+        return load_rules(spelled, from_working_directory=True)
+    except InvalidRequest as error:
+        raise CliError(f"--rules: {error}") from None
 
 
 def _add_request_flags(parser: argparse.ArgumentParser) -> None:

@@ -270,3 +270,13 @@ def test_cli_launch_runs_a_torchrun_style_script(tmp_path: Path) -> None:
     )
     assert failing.returncode == 7
     assert "worker rank 1 failed" in failing.stderr  # trainplan's own lines go to stderr
+
+
+def test_a_plan_of_a_downstream_rule_set_launches() -> None:
+    """Its workers read the plan back against the rule set it records (DeepSpeed on CPU: a replaced family row)."""
+    from tests.downstream_rules import RULES, STATIC_DEEPSPEED
+
+    env = Environment(cpu_count=4, packages=frozenset({"deepspeed"}))
+    plan = resolve(Request(accelerator="cpu", strategy=STATIC_DEEPSPEED, devices=2), env, RULES)
+    assert (plan.strategy.family, plan.launcher) == ("deepspeed", "subprocess")
+    assert launch(plan, workers.all_reduce_rank) == [(0, 2, 3.0), (1, 2, 3.0)]

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
 import attrs
 import pytest
 
@@ -14,11 +20,17 @@ from trainplan import (
     Environment,
     Incompatible,
     InvalidRequest,
+    Plan,
+    PlanFormatError,
     Request,
+    Rules,
     StrategyRule,
 )
 from trainplan.cli import main
+from trainplan.effects.rules_loading import read_plan_text
 from trainplan.resolve import check, resolve, resolve_uncached
+from trainplan.spec.plan import plan_from_json_text
+from trainplan.spec.rules import UNNAMED_RULES
 
 
 def test_a_downstream_strategy_resolves_with_its_preset_and_launcher() -> None:
@@ -93,7 +105,7 @@ def test_from_config_and_the_cli_take_the_rule_set(capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     ("spelled", "words"),
     [
-        ("tests.downstream_rules", "write MODULE:NAME"),
+        ("tests.downstream_rules", "Write MODULE:NAME"),
         ("tests.no_such_module:RULES", "cannot import"),
         ("tests.downstream_rules:CHECKPOINT_IO", "not a trainplan.Rules"),
     ],
@@ -113,3 +125,147 @@ def test_lightnings_still_registered_names_are_aliases_with_a_note(alias: str, n
     assert any(note.code == "strategy-alias" and alias in note.message for note in plan.notes)
     direct = resolve(Request(strategy=alias, accelerator="xla"), env)  # type: ignore[arg-type]  # a loose spelling
     assert any(note.code == "strategy-alias" for note in direct.notes)
+
+
+DEEPSPEED_ON_CPU = Request(accelerator="cpu", devices=2, strategy=STATIC_DEEPSPEED)
+
+
+def _deepspeed_on_cpu(rules: Rules = RULES) -> Plan:
+    return resolve_uncached(DEEPSPEED_ON_CPU, cpu(packages=frozenset({"deepspeed"})), rules)
+
+
+def test_a_plan_of_a_downstream_rule_set_reads_back_and_names_its_rules() -> None:
+    """A replaced family row (DeepSpeed on CPU) is no reason to refuse the plan a worker reads back."""
+    plan = _deepspeed_on_cpu()
+    assert plan.rules == "tests.downstream_rules:RULES"
+    text = json.dumps(plan.to_dict())
+    assert plan_from_json_text(text) == plan  # as far as its own facts go
+    assert plan_from_json_text(text, RULES) == plan
+    assert read_plan_text(text) == plan  # the worker's way: the recorded rule set imported
+    with pytest.raises(PlanFormatError, match=r"plan\.rules"):
+        plan_from_json_text(text, BUILTIN_RULES)
+
+
+def test_a_plan_of_trainplans_own_rules_records_none_and_is_checked_against_them() -> None:
+    plan = resolve_uncached(Request(accelerator="cpu", devices=2, strategy="ddp"), cpu())
+    assert plan.rules is None and "rules" not in plan.to_dict()
+    forged = {**_deepspeed_on_cpu().to_dict()}
+    del forged["rules"]  # the same DeepSpeed-on-CPU plan claiming to come from the built-in rules
+    with pytest.raises(PlanFormatError, match="does not run on 'cpu'"):
+        Plan.from_dict(forged)
+
+
+def test_an_unnamed_rule_set_relaxes_only_the_rows_it_may_replace() -> None:
+    unnamed = BUILTIN_RULES.extend(families=[RULES.families["deepspeed"]])
+    plan = resolve_uncached(
+        Request(accelerator="cpu", devices=2, strategy="deepspeed"), cpu(packages=frozenset({"deepspeed"})), unnamed
+    )
+    assert plan.rules == UNNAMED_RULES
+    assert read_plan_text(json.dumps(plan.to_dict())) == plan
+    broken = {**plan.to_dict(), "world_size": 3}
+    with pytest.raises(PlanFormatError, match="world_size"):
+        Plan.from_dict(broken)
+    with pytest.raises(PlanFormatError, match="process_group_backend"):
+        Plan.from_dict({**plan.to_dict(), "process_group_backend": "nccl"})  # backends are never replaced
+
+
+def test_extend_refuses_a_name_that_is_no_reference() -> None:
+    with pytest.raises(InvalidRequest, match=r"rules\.name"):
+        BUILTIN_RULES.extend(name="not a module")
+
+
+def test_a_refused_request_is_refused_once() -> None:
+    """The memo tries only its key: a refusal (a ValueError) is not caught and resolved a second time."""
+    with pytest.raises(Incompatible) as refused:
+        resolve(Request(accelerator="cpu", devices=2, strategy="deepspeed"), cpu(packages=frozenset({"deepspeed"})))
+    assert refused.value.__context__ is None and refused.value.__cause__ is None
+
+
+@pytest.mark.parametrize("rules", [None, "tests.downstream_rules:RULES", {}])
+def test_resolve_and_check_refuse_what_is_not_a_rule_set(rules: object) -> None:
+    request = Request(accelerator="cpu")
+    with pytest.raises(InvalidRequest, match=r"takes a trainplan\.Rules"):
+        resolve(request, cpu(), rules)  # type: ignore[arg-type]
+    problems = list(check(request, cpu(), rules))  # type: ignore[arg-type]
+    assert [type(problem) for problem in problems] == [InvalidRequest]
+
+
+def test_a_rule_set_cannot_be_changed_in_place() -> None:
+    """Tables are read-only: the memo and the cold path can never disagree about what a rule set says."""
+    ddp = BUILTIN_RULES.families["ddp"]
+    for table in (BUILTIN_RULES.families, BUILTIN_RULES.strategies, RULES.precisions, RULES.strategy_spellings):
+        with pytest.raises(TypeError):
+            table["ddp"] = ddp  # type: ignore[index]
+    with pytest.raises(TypeError):
+        del BUILTIN_RULES.launchers["spawn"]  # type: ignore[attr-defined]
+
+
+def test_the_cli_imports_rules_from_the_working_directory_and_names_a_module_that_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As `python -m` would: a console script finds the project's module; one that raises is a clean error (rc 2)."""
+    (tmp_path / "cwd_rules_for_trainplan.py").write_text(
+        "from trainplan import BUILTIN_RULES\nRULES = BUILTIN_RULES.extend()\n"
+    )
+    (tmp_path / "raising_rules_for_trainplan.py").write_text("raise RuntimeError('no licence server')\n")
+    monkeypatch.chdir(tmp_path)
+    path_before = list(sys.path)
+    assert main(["matrix", "--rules", "cwd_rules_for_trainplan:RULES"]) == 0
+    assert sys.path == path_before, "the working directory is on sys.path for that import only"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["matrix", "--rules", "raising_rules_for_trainplan:RULES"])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert "cannot import 'raising_rules_for_trainplan' (RuntimeError: no licence server)" in error
+    assert "Traceback" not in error
+
+
+def _mine(family: str = "ddp", launcher: str = "subprocess", **preset: object) -> StrategyRule:
+    return StrategyRule(name=CustomName("mine"), family=family, launcher=launcher, preset=preset)  # type: ignore[arg-type]
+
+
+PRECISION_32 = BUILTIN_RULES.precisions["32-true"]
+PRECISION_16 = BUILTIN_RULES.precisions["16-mixed"]
+NPU: frozenset[Any] = frozenset({"cpu", "npu"})  # an accelerator no rule set has
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        ({"strategies": [_mine(), _mine()]}, "two rows of one call"),
+        ({"families": [BUILTIN_RULES.families["ddp"]] * 2}, "two rows of one call"),
+        ({"strategies": [_mine(static_graph="yes")]}, "static_graph"),
+        ({"strategies": [_mine(timeout_seconds=-5)]}, "positive integer"),
+        ({"strategies": [_mine(launcher="none")]}, "does not run under it"),
+        ({"strategies": [_mine(launcher="xla")]}, "does not run under it"),
+        ({"strategies": [_mine(family="dp", launcher="spawn")]}, "does not run under it"),
+        ({"strategies": [_mine(family="single_device", launcher="fork")]}, "does not run under it"),
+        ({"script_counterparts": {"ddp_spawn": "fsdp"}}, "runs the same family"),
+        ({"fork_counterparts": {"ddp": "ddp_spawn"}}, "a notebook cannot run either"),
+        ({"spawn_counterparts": {"ddp_fork": "ddp_notebook"}}, "forks too"),
+        ({"script_counterparts": {"ddp_fork": "ddp_spawn"}}, "starts its processes itself"),
+        ({"precisions": [attrs.evolve(PRECISION_16, fallback_why={})]}, "a fallback says why"),
+        ({"precisions": [attrs.evolve(PRECISION_16, fallback={"cpu": "transformer-engine"})]}, "runs on 'cpu' itself"),
+        ({"precisions": [attrs.evolve(PRECISION_32, accelerators=NPU)]}, "no such accelerator"),
+        ({"families": [attrs.evolve(BUILTIN_RULES.families["ddp"], accelerators=NPU)]}, "no such accelerator"),
+        ({"strategies": "abc"}, "not a str"),
+        ({"strategies": ["abc"]}, "each row is a StrategyRule"),
+        ({"fork_counterparts": ["ddp"]}, "maps a strategy"),
+    ],
+)
+def test_extend_refuses_rows_that_cannot_work(arguments: dict[str, object], words: str) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(words)):
+        BUILTIN_RULES.extend(**arguments)  # type: ignore[arg-type]
+
+
+def test_extend_takes_the_rows_that_can() -> None:
+    """The refusals above are not blanket: the coherent spellings of the same rows are taken."""
+    rules = BUILTIN_RULES.extend(
+        strategies=[_mine(launcher="spawn", static_graph=True, timeout_seconds=60)],
+        families=iter([BUILTIN_RULES.families["ddp"]]),  # any iterable, read once
+        precisions=[PRECISION_16],
+        script_counterparts={CustomName("mine"): "ddp"},
+    )
+    plan = resolve_uncached(Request(accelerator="cpu", devices=2, strategy=CustomName("mine")), cpu(), rules)
+    assert (plan.launcher, plan.strategy.options) == ("spawn", DDPOptions(static_graph=True, timeout_seconds=60))

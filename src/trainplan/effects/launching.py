@@ -37,6 +37,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import attrs
 
 from trainplan.effects.extras import require_torch
+from trainplan.effects.rules_loading import read_plan_text
 from trainplan.effects.world import join
 from trainplan.resolve.cluster import launched_by_trainplan
 from trainplan.resolve.world import (
@@ -52,7 +53,7 @@ from trainplan.spec import tables
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import StartMethod
 from trainplan.spec.numbers import real_number
-from trainplan.spec.plan import Plan, plan_from_json_text
+from trainplan.spec.plan import Plan
 
 R = TypeVar("R")
 
@@ -161,7 +162,7 @@ def run_worker(
     os.environ.update(spec.environment())
     try:
         plan = worker_view(
-            plan_from_json_text(spec.plan_json),
+            read_plan_text(spec.plan_json),
             global_rank=spec.global_rank,
             local_rank=spec.local_rank,
             main_port=spec.main_port,
@@ -878,7 +879,7 @@ def worker_plan(environ: Mapping[str, str] | None = None) -> Plan | None:
     text = environ.get(PLAN_VARIABLE)
     if text is None or not launched_by_trainplan(environ):
         return None
-    plan = plan_from_json_text(text)
+    plan = read_plan_text(text)
     try:
         rank, local_rank = int(environ["RANK"]), int(environ["LOCAL_RANK"])
         port, world = int(environ["MASTER_PORT"]), int(environ["WORLD_SIZE"])

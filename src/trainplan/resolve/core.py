@@ -78,12 +78,13 @@ def resolve(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) ->
         return resolve_uncached(request, env, rules)  # reports the wrong type as an InvalidRequest
     try:
         key = (request, request.notes, env, rules, _type_signature(request, env))
-        return _resolve_cached(*key)
+        hash(key)
     except (TypeError, ValueError, RecursionError):
         # Unhashable garbage in a field (a dict for `devices`, say), or a value whose repr cannot be made (an
         # integer past Python's digit limit, a structure nested too deep): resolve it without the cache, which
-        # reports it as an InvalidRequest.
+        # reports it as an InvalidRequest. Only the key is tried here: a refusal (a ValueError too) is raised once.
         return resolve_uncached(request, env, rules)
+    return _resolve_cached(*key)
 
 
 def resolve_uncached(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> Plan:
@@ -200,6 +201,17 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
                 value=given_env,
                 reason=f"resolve takes a trainplan.Environment, not {type(given_env).__name__}",
                 fix="Use trainplan.probe() for this machine, or Environment(...) for a what-if",
+            )
+        )
+        return None
+    given_rules: object = rules
+    if not isinstance(given_rules, Rules):
+        report(
+            InvalidRequest(
+                field="rules",
+                value=given_rules,
+                reason=f"resolve takes a trainplan.Rules, not {type(given_rules).__name__}",
+                fix="Pass trainplan.BUILTIN_RULES (the default) or a rule set built with BUILTIN_RULES.extend(...)",
             )
         )
         return None
@@ -432,6 +444,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         notes=tuple(notes),
         reasons=LazyTexts(reasons),
         mesh=None if mesh is None else mesh.layout,
+        rules=rules.plan_reference,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 
 import attrs
 
@@ -40,6 +40,10 @@ from trainplan.spec.names import (
 from trainplan.spec.notes import Note, freeze_notes
 from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.request import NumNodes, Request
+
+if TYPE_CHECKING:
+    from trainplan.spec.rules import Rules
+    from trainplan.spec.tables import FamilyRule
 
 _CUSTOM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
 
@@ -133,6 +137,9 @@ class Plan:
     mesh: MeshLayout | None = None
     """The device mesh (strategy `model_parallel`): its dimensions in their fixed order and their sizes; None for
     the other strategies."""
+    rules: str | None = None
+    """The rule set the plan was made from: None for trainplan's own; its reference ("module:NAME", which a worker
+    imports to check the plan it reads back) for a downstream one; `UNNAMED_RULES` for one without a reference."""
 
     @property
     def mesh_coordinates(self) -> dict[MeshDimension, int] | None:
@@ -328,17 +335,22 @@ class Plan:
             "mesh": None
             if self.mesh is None
             else {"dimensions": list(self.mesh.dimensions), "shape": list(self.mesh.shape)},
+            **({} if self.rules is None else {"rules": self.rules}),
         }
 
     @classmethod
-    def from_dict(cls, data: object) -> Plan:
+    def from_dict(cls, data: object, rules: Rules | None = None) -> Plan:
         """Read `to_dict`'s output back; anything else raises `PlanFormatError` naming the bad path.
 
         A plan read back is as valid as one resolved (workers trust it): ranges and consistency are checked
         (world size = nodes × processes, one device per process, ranks inside the world, a real port, options
-        and request fields that resolve would accept)."""
+        and request fields that resolve would accept), against the rules it was made from. `rules` is that rule
+        set; without it, a plan of trainplan's own rules is checked against `BUILTIN_RULES`, and a plan of a
+        downstream rule set (whose rows may replace the built-in ones) only as far as its own facts allow: the
+        family's and precision's rows are not read (a launched worker imports the recorded rule set:
+        `trainplan.effects.read_plan_text`)."""
         plan = cls._read(data)
-        _check_plan(plan)
+        _check_plan(plan, rules)
         return plan
 
     @classmethod
@@ -385,6 +397,7 @@ class Plan:
             reasons=read.string_map("reasons"),
             physical_devices=tuple(read.string_list("physical_devices") if "physical_devices" in read.data else ()),
             mesh=_mesh_from(read),
+            rules=_rules_reference_from(read),
         )
 
 
@@ -587,30 +600,56 @@ def _request_from_dict(read: _Reader) -> Request:
     )
 
 
+def _lookup_family(rules: Rules, family: StrategyFamily, bad: Callable[[str, str], PlanFormatError]) -> FamilyRule:
+    found = rules.families.get(family)
+    if found is None:
+        raise bad("strategy.family", f"the rule set has no family {family!r}")
+    return found
+
+
+def _rules_reference_from(read: _Reader) -> str | None:
+    from trainplan.spec.rules import UNNAMED_RULES, is_rules_reference
+
+    if "rules" not in read.data:
+        return None
+    reference = read.field("rules", str)
+    if reference != UNNAMED_RULES and not is_rules_reference(reference):
+        raise PlanFormatError(
+            path="plan.rules", reason=f"expected 'module:NAME' or {UNNAMED_RULES!r}, found {reference!r}"
+        )
+    return reference
+
+
 def _num_nodes_from(read: _Reader) -> NumNodes:
     if read._get("num_nodes") == "auto":
         return "auto"
     return read.field("num_nodes", int)
 
 
-def _check_plan(plan: Plan) -> None:
+def _check_plan(plan: Plan, given: Rules | None) -> None:
     """Ranges and consistency of a plan read from JSON; `PlanFormatError` names the first bad path."""
     from trainplan.spec import normalise
     from trainplan.spec.errors import InvalidRequest
     from trainplan.spec.options import OPTION_TYPES
-    from trainplan.spec.tables import (
-        ACCELERATORS,
-        BACKENDS,
-        FAMILIES,
-        MAX_DEVICES_PER_NODE,
-        MAX_NODES,
-        PRECISIONS,
-        STRATEGIES,
-        SYNC_BATCHNORM_ACCELERATORS,
-    )
+    from trainplan.spec.rules import BUILTIN_RULES, UNNAMED_RULES, Rules
+    from trainplan.spec.tables import MAX_DEVICES_PER_NODE, MAX_NODES
 
     def bad(path: str, reason: str) -> PlanFormatError:
         return PlanFormatError(path=f"plan.{path}", reason=reason)
+
+    supplied: object = given
+    if supplied is not None and not isinstance(supplied, Rules):
+        raise TypeError(f"rules must be a trainplan.Rules, not {type(supplied).__name__}")
+    if given is not None and plan.rules not in (None, UNNAMED_RULES, given.reference):
+        raise bad(
+            "rules",
+            f"the plan was made from the rule set {plan.rules!r}, and is read with "
+            f"{given.reference or 'another one'!r}: read it with the rule set it names",
+        )
+    # Without its rule set, a downstream plan is checked as far as its own facts go: its family's and precision's
+    # rows may be replaced (the tables no extension can change, backends and accelerators, are still read).
+    relaxed = given is None and plan.rules is not None
+    rules = BUILTIN_RULES if given is None else given
 
     if not 1 <= plan.num_nodes <= MAX_NODES:
         raise bad("num_nodes", f"it must be from 1 to {MAX_NODES}, not {plan.num_nodes}")
@@ -621,60 +660,65 @@ def _check_plan(plan: Plan) -> None:
             "world_size",
             f"it is {plan.world_size}, but num_nodes × processes_per_node = {plan.num_nodes * plan.processes_per_node}",
         )
-    # A downstream rule set's strategy (a CustomName) is checked against its family; a built-in one also against
-    # its own row (family and launcher).
-    rule = STRATEGIES.get(plan.strategy.name)
+    # A strategy is checked against its row (family and launcher) where the rule set at hand has it.
+    rule = rules.strategies.get(plan.strategy.name)
     if rule is not None and plan.strategy.family != rule.family:
         raise bad("strategy.family", f"strategy {plan.strategy.name!r} is of family {rule.family!r}")
-    family = FAMILIES[plan.strategy.family]
+    family = None if relaxed else _lookup_family(rules, plan.strategy.family, bad)
+    backend = plan.process_group_backend
+    # What the family row says, or (relaxed) what the plan's own facts say: a process group has a backend.
+    multi_process = plan.processes_per_node > 1 or backend is not None if family is None else family.multi_process
+    has_process_group = backend is not None if family is None else family.has_process_group
+    family_name = plan.strategy.family
     devices = plan.devices
     if len(set(devices)) != len(devices) or any(not 0 <= index < MAX_DEVICES_PER_NODE for index in devices):
         raise bad("devices", "device indices are distinct, from 0 to the node's device count")
-    if family.multi_process and len(devices) != plan.processes_per_node:
+    if multi_process and len(devices) != plan.processes_per_node:
         raise bad(
             "devices",
-            f"{family.family} runs one process per device: {len(devices)} devices, "
+            f"{family_name} runs one process per device: {len(devices)} devices, "
             f"{plan.processes_per_node} processes per node",
         )
-    if not family.multi_process and (plan.processes_per_node != 1 or not devices):
-        raise bad("processes_per_node", f"{family.family} runs one process over its devices")
+    if not multi_process and (plan.processes_per_node != 1 or not devices):
+        raise bad("processes_per_node", f"{family_name} runs one process over its devices")
     if plan.physical_devices and (
         len(plan.physical_devices) != len(devices) or len(set(plan.physical_devices)) != len(devices)
     ):
         raise bad("physical_devices", "it names one distinct physical GPU per device")
-    if plan.accelerator not in family.accelerators:
-        raise bad("accelerator", f"strategy family {family.family!r} does not run on {plan.accelerator!r}")
+    if family is not None and plan.accelerator not in family.accelerators:
+        raise bad("accelerator", f"strategy family {family_name!r} does not run on {plan.accelerator!r}")
     if (rule is not None and plan.launcher not in (rule.launcher, "external")) or (
-        plan.launcher == "external" and not family.has_process_group
+        plan.launcher == "external" and not has_process_group
     ):
         started_by = "its own launcher" if rule is None else repr(rule.launcher)
         raise bad("launcher", f"strategy {plan.strategy.name!r} is started by {started_by} (or joins: 'external')")
-    backend = plan.process_group_backend
-    if family.has_process_group != (backend is not None):
+    if family is not None and family.has_process_group != (backend is not None):
         raise bad(
             "process_group_backend",
-            f"family {family.family!r} {'needs' if family.has_process_group else 'has'} "
+            f"family {family_name!r} {'needs' if family.has_process_group else 'has'} "
             f"{'a process-group backend' if family.has_process_group else 'no process group'}",
         )
-    if backend is not None and plan.accelerator not in BACKENDS[backend].accelerators:
+    if backend is not None and plan.accelerator not in rules.backends[backend].accelerators:
         raise bad("process_group_backend", f"{backend!r} does not reduce {plan.accelerator!r} tensors")
-    if plan.precision not in family.precisions or plan.accelerator not in PRECISIONS[plan.precision].accelerators:
+    if family is not None and (
+        plan.precision not in family.precisions or plan.accelerator not in rules.precisions[plan.precision].accelerators
+    ):
         raise bad("precision", f"{plan.precision!r} does not run with {plan.strategy.name!r} on {plan.accelerator!r}")
-    if plan.accelerator in PRECISIONS[plan.precision].fallback:
+    if family is not None and plan.accelerator in rules.precisions[plan.precision].fallback:
         raise bad("precision", f"{plan.precision!r} runs as its fallback on {plan.accelerator!r}")
-    device_type = ACCELERATORS[plan.accelerator].device_type
+    device_type = rules.accelerators[plan.accelerator].device_type
     if plan.metrics.device_type != device_type:
         raise bad("metrics.device_type", f"the plan's accelerator {plan.accelerator!r} has device type {device_type!r}")
     if (
         plan.request.sync_batchnorm is True
         and plan.world_size > 1
-        and plan.accelerator not in SYNC_BATCHNORM_ACCELERATORS
+        and plan.accelerator not in rules.sync_batchnorm_accelerators
     ):
         raise bad("request.sync_batchnorm", f"SyncBatchNorm does not run on {plan.accelerator!r}")
     if plan.world_size == 1 or backend is None:
         reduces_on = "nowhere"
     else:
-        reduces_on = "device" if BACKENDS[backend].needs_device_tensors else "where_stored"
+        reduces_on = "device" if rules.backends[backend].needs_device_tensors else "where_stored"
     if plan.metrics.reduces_on != reduces_on:
         raise bad("metrics.reduces_on", f"this plan's metrics are {reduces_on!r}")
     moves = reduces_on == "device" and device_type != "cpu"
@@ -692,10 +736,10 @@ def _check_plan(plan: Plan) -> None:
         raise bad("cluster.global_rank", f"it must be from 0 to {plan.world_size - 1}")
     if cluster.local_rank is not None and not 0 <= cluster.local_rank < plan.processes_per_node:
         raise bad("cluster.local_rank", f"it must be from 0 to {plan.processes_per_node - 1}")
-    expected = OPTION_TYPES.get(family.family)
+    expected = OPTION_TYPES.get(family_name)
     options = plan.strategy.options
     if (expected is None) != (options is None) or (expected is not None and not isinstance(options, expected)):
-        raise bad("strategy.options", f"family {family.family!r} takes {expected.__name__ if expected else 'none'}")
+        raise bad("strategy.options", f"family {family_name!r} takes {expected.__name__ if expected else 'none'}")
     _check_mesh(plan, bad)
     request = plan.request
     checks: dict[str, Callable[[], object]] = {
@@ -778,8 +822,9 @@ def request_from_json_text(text: str, *, source: str = "request") -> Request:
     return _request_from_dict(_Reader(data, source))
 
 
-def plan_from_json_text(text: str) -> Plan:
-    """A plan from its JSON text (as `json.dumps(plan.to_dict())` wrote it)."""
+def plan_from_json_text(text: str, rules: Rules | None = None) -> Plan:
+    """A plan from its JSON text (as `json.dumps(plan.to_dict())` wrote it), checked against `rules` (see
+    `Plan.from_dict`)."""
     import json
 
     given: object = text
@@ -789,7 +834,7 @@ def plan_from_json_text(text: str) -> Plan:
         data = json.loads(text)
     except (ValueError, RecursionError) as error:
         raise PlanFormatError(path="plan", reason=f"not JSON, or nested too deeply ({error})") from None
-    return Plan.from_dict(data)
+    return Plan.from_dict(data, rules)
 
 
 __all__ = [

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Final
+from types import MappingProxyType
+from typing import Any, Final, TypeVar
 
 import attrs
 
+from trainplan.spec import normalise
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.names import (
     STRATEGY_FLAGS,
@@ -66,6 +68,16 @@ from trainplan.spec.tables import (
 )
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
+_REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", flags=re.ASCII)
+
+UNNAMED_RULES: Final = "unnamed"
+"""What a plan records of a downstream rule set that has no reference: read back, it is checked as far as its own
+facts go."""
+
+
+def is_rules_reference(text: str) -> bool:
+    """Whether `text` reads as "package.module:NAME", where a rule set can be imported from."""
+    return _REFERENCE.fullmatch(text) is not None
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -90,6 +102,9 @@ class Rules:
     backends: Mapping[BackendName, BackendRule]
     clusters: Mapping[ClusterName, ClusterRule]
     sync_batchnorm_accelerators: frozenset[AcceleratorName]
+    reference: str | None = None
+    """Where this rule set can be imported from ("package.module:NAME"), recorded in the plans made from it so that
+    a launched worker reading its plan back checks it against the same rules; None: nowhere said."""
     strategy_spellings: Mapping[str, StrategyFlag | CustomName] = attrs.field(init=False)
     """Every accepted strategy spelling (names, aliases, 'auto') → its name: what the normaliser reads."""
     accelerators_by_priority: tuple[AcceleratorRule, ...] = attrs.field(init=False)
@@ -98,13 +113,26 @@ class Rules:
     """That order as text ("xla > cuda > mps > cpu"), for the reason of an 'auto' choice."""
 
     def __attrs_post_init__(self) -> None:
+        # Every table a read-only copy: a rule set is a value (an extension is a new one), so nobody can change one
+        # in place and have the memoised resolve and the cold path disagree.
+        for attribute in attrs.fields(Rules):
+            value = getattr(self, attribute.name) if attribute.init else None
+            if isinstance(value, Mapping):
+                object.__setattr__(self, attribute.name, MappingProxyType(dict(value)))
         spellings: dict[str, StrategyFlag | CustomName] = {"auto": "auto"}
         spellings.update({name: name for name in self.strategies})
         spellings.update(self.strategy_aliases)
-        object.__setattr__(self, "strategy_spellings", spellings)
+        object.__setattr__(self, "strategy_spellings", MappingProxyType(spellings))
         ranked = tuple(sorted(self.accelerators.values(), key=lambda rule: -rule.auto_priority))
         object.__setattr__(self, "accelerators_by_priority", ranked)
         object.__setattr__(self, "accelerator_order", " > ".join(rule.name for rule in ranked))
+
+    @property
+    def plan_reference(self) -> str | None:
+        """What a plan made from this rule set records of it (`Plan.rules`): None for trainplan's own."""
+        if self is BUILTIN_RULES:
+            return None
+        return UNNAMED_RULES if self.reference is None else self.reference
 
     def strategy_name(self, name: str) -> StrategyKey:
         """`name` as a strategy of this rule set (typed), or `InvalidRequest` when it has no such strategy."""
@@ -127,16 +155,32 @@ class Rules:
         script_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         fork_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         spawn_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
+        name: str | None = None,
     ) -> Rules:
         """A new rule set: these strategies added, these family and precision rows in place of the built-in ones
         of the same name (their accelerators, precisions, needs and reasons), and the counterparts added.
 
         A new strategy has a `CustomName` of lowercase letters, digits and underscores, a family and a launcher of
-        the rule set, and a preset of its family's options. Refused with `InvalidRequest` naming what is wrong."""
-        added = tuple(strategies)
-        new_families = {**self.families, **{rule.family: rule for rule in families}}
-        new_precisions = {**self.precisions, **{rule.name: rule for rule in precisions}}
-        for family in families:
+        the rule set, and a preset of its family's options. `name` is where the new rule set can be imported from
+        ("package.module:NAME", the module that builds it): plans made from it record it, and a launched worker
+        imports it to check the plan it reads back. Refused with `InvalidRequest` naming what is wrong."""
+        given_name: object = name
+        if given_name is not None and (not isinstance(given_name, str) or not is_rules_reference(given_name)):
+            raise InvalidRequest(
+                field="rules.name",
+                value=name,
+                reason="a rule set's name is where it is imported from",
+                fix="Write e.g. name='myframework.trainplan_rules:RULES'",
+            )
+        added = _rows(strategies, StrategyRule, "rules.strategies")
+        replaced_families = _rows(families, FamilyRule, "rules.families")
+        replaced_precisions = _rows(precisions, PrecisionRule, "rules.precisions")
+        _unique("rules.strategies", [rule.name for rule in added])
+        _unique("rules.families", [rule.family for rule in replaced_families])
+        _unique("rules.precisions", [rule.name for rule in replaced_precisions])
+        new_families = {**self.families, **{rule.family: rule for rule in replaced_families}}
+        new_precisions = {**self.precisions, **{rule.name: rule for rule in replaced_precisions}}
+        for family in replaced_families:
             if family.family not in self.families:
                 raise InvalidRequest(
                     field="rules.families",
@@ -144,7 +188,17 @@ class Rules:
                     reason="a family row replaces a built-in family (custom families need a runtime of their own)",
                     allowed=tuple(self.families),
                 )
-        for precision in precisions:
+            where = f"rules.families[{family.family!r}]"
+            self._known_accelerators(where, [*family.accelerators, *family.why_not])
+            for precision_name in family.precisions:
+                if precision_name not in new_precisions:
+                    raise InvalidRequest(
+                        field=f"{where}.precisions",
+                        value=precision_name,
+                        reason="no such precision",
+                        allowed=tuple(new_precisions),
+                    )
+        for precision in replaced_precisions:
             if precision.name not in self.precisions:
                 raise InvalidRequest(
                     field="rules.precisions",
@@ -152,21 +206,29 @@ class Rules:
                     reason="a precision row replaces a built-in precision (its dtypes come from the runtime)",
                     allowed=tuple(self.precisions),
                 )
+        for precision in new_precisions.values():
+            _check_precision(precision, new_precisions, self)
         new_strategies = dict(self.strategies)
         for rule in added:
             _check_strategy(rule, self, new_families)
             new_strategies[rule.name] = rule
-        counterparts = [script_counterparts or {}, fork_counterparts or {}, spawn_counterparts or {}]
-        for table in counterparts:
-            for key, value in table.items():
-                for name in (key, value):
-                    if name not in new_strategies:
-                        raise InvalidRequest(
-                            field="rules.counterparts",
-                            value=name,
-                            reason="a counterpart names a strategy of the rule set",
-                            allowed=tuple(new_strategies),
-                        )
+        counterparts: list[Mapping[StrategyKey, StrategyKey]] = []
+        for field, table in (
+            ("script_counterparts", script_counterparts),
+            ("fork_counterparts", fork_counterparts),
+            ("spawn_counterparts", spawn_counterparts),
+        ):
+            given_table: object = table
+            if given_table is not None and not isinstance(given_table, Mapping):
+                raise InvalidRequest(
+                    field=f"rules.{field}",
+                    value=given_table,
+                    reason=f"it maps a strategy to its counterpart, not a {type(given_table).__name__}",
+                    fix=f"Write e.g. {field}={{'my_strategy': 'ddp'}}",
+                )
+            counterparts.append(table or {})
+            for key, value in (table or {}).items():
+                self._check_counterpart(field, key, value, new_strategies)
         return attrs.evolve(
             self,
             strategies=new_strategies,
@@ -175,7 +237,107 @@ class Rules:
             script_strategy_for={**self.script_strategy_for, **counterparts[0]},
             fork_strategy_for={**self.fork_strategy_for, **counterparts[1]},
             spawn_strategy_for={**self.spawn_strategy_for, **counterparts[2]},
+            reference=name,
         )
+
+    def _known_accelerators(self, field: str, names: Iterable[object]) -> None:
+        for accelerator in names:
+            if accelerator not in self.accelerators:
+                raise InvalidRequest(
+                    field=field, value=accelerator, reason="no such accelerator", allowed=tuple(self.accelerators)
+                )
+
+    def _check_counterpart(
+        self, field: str, key: StrategyKey, value: StrategyKey, strategies: Mapping[StrategyKey, StrategyRule]
+    ) -> None:
+        for counterpart in (key, value):
+            if counterpart not in strategies:
+                raise InvalidRequest(
+                    field=f"rules.{field}",
+                    value=counterpart,
+                    reason="a counterpart names a strategy of the rule set",
+                    allowed=tuple(strategies),
+                )
+        source, target = strategies[key], strategies[value]
+        launcher = self.launchers[target.launcher]
+        if source.family != target.family:
+            reason = f"{value!r} is of family {target.family!r}, {key!r} of {source.family!r}: a counterpart " + (
+                "runs the same family"
+            )
+        elif field == "fork_counterparts" and not launcher.interactive_compatible:
+            reason = f"{value!r} is started by {target.launcher!r}, which a notebook cannot run either"
+        elif field == "spawn_counterparts" and launcher.forks:
+            reason = f"{value!r} forks too (launcher {target.launcher!r}), where forking is what fails"
+        elif field == "script_counterparts" and launcher.start_method is not None:
+            reason = f"{value!r} starts its processes itself (launcher {target.launcher!r}), inside a started job too"
+        else:
+            return
+        raise InvalidRequest(
+            field=f"rules.{field}[{key!r}]", value=value, reason=reason, fix="Name a counterpart that runs there"
+        )
+
+
+R = TypeVar("R")
+
+
+def _rows(rows: object, kind: type[R], field: str) -> tuple[R, ...]:
+    """The rows given as an iterable of `kind` (a plain string is not one), or `InvalidRequest`."""
+    if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
+        raise InvalidRequest(
+            field=field,
+            value=rows,
+            reason=f"it takes a list of {kind.__name__}, not a {type(rows).__name__}",
+            fix=f"Write e.g. {field.rsplit('.', maxsplit=1)[-1]}=[{kind.__name__}(...)]",
+        )
+    found = tuple(rows)
+    for row in found:
+        if not isinstance(row, kind):
+            raise InvalidRequest(
+                field=field, value=row, reason=f"each row is a {kind.__name__}, not a {type(row).__name__}"
+            )
+    return found
+
+
+def _unique(field: str, names: list[str]) -> None:
+    for index, row_name in enumerate(names):
+        if row_name in names[:index]:
+            raise InvalidRequest(
+                field=field,
+                value=row_name,
+                reason="two rows of one call have that name (which one holds?)",
+                fix="Give each name one row",
+            )
+
+
+def _check_precision(rule: PrecisionRule, precisions: Mapping[PrecisionName, PrecisionRule], base: Rules) -> None:
+    where = f"rules.precisions[{rule.name!r}]"
+    base._known_accelerators(
+        where, [*rule.accelerators, *rule.fallback, *rule.fallback_why, *rule.why_not, *rule.instead]
+    )
+    for accelerator, fallback in rule.fallback.items():
+        if accelerator not in rule.fallback_why:
+            raise InvalidRequest(
+                field=f"{where}.fallback_why",
+                value=accelerator,
+                reason="a fallback says why, for the note",
+                fix=f"Add fallback_why={{{accelerator!r}: '...'}}",
+            )
+        target = precisions.get(fallback)
+        if target is None or accelerator not in target.accelerators or accelerator in target.fallback:
+            raise InvalidRequest(
+                field=f"{where}.fallback[{accelerator!r}]",
+                value=fallback,
+                reason=f"the fallback is a precision that runs on {accelerator!r} itself",
+                allowed=tuple(name for name, row in precisions.items() if accelerator in row.accelerators),
+            )
+    for accelerator, instead in rule.instead.items():
+        if instead not in precisions:
+            raise InvalidRequest(
+                field=f"{where}.instead[{accelerator!r}]",
+                value=instead,
+                reason="no such precision",
+                allowed=tuple(precisions),
+            )
 
 
 def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyFamily, FamilyRule]) -> None:
@@ -208,6 +370,16 @@ def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyF
             reason="no such launcher",
             allowed=tuple(base.launchers),
         )
+    pairs = {(strategy.family, strategy.launcher) for strategy in base.strategies.values()}
+    if (rule.family, rule.launcher) not in pairs:
+        launchers = tuple(sorted(launcher for family, launcher in pairs if family == rule.family))
+        raise InvalidRequest(
+            field=f"rules.strategies[{name!r}].launcher",
+            value=rule.launcher,
+            reason=f"family {rule.family!r} does not run under it (trainplan's runtime starts it with "
+            f"{', '.join(map(repr, launchers)) or 'no launcher'})",
+            allowed=launchers,
+        )
     options_type = OPTION_TYPES.get(rule.family)
     fields = () if options_type is None else tuple(attribute.name for attribute in attrs.fields(options_type))
     for option in rule.preset:
@@ -218,6 +390,17 @@ def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyF
                 reason=f"family {rule.family!r} has no such option",
                 allowed=fields,
             )
+    if options_type is not None:
+        try:
+            preset: dict[str, Any] = dict(rule.preset)
+            normalise.strategy_options(attrs.evolve(options_type(), **preset))  # as a request's options are
+        except InvalidRequest as error:
+            raise InvalidRequest(
+                field=f"rules.strategies[{name!r}].preset",
+                value=dict(rule.preset),
+                reason=error.reason if error.field.startswith("strategy_options") else str(error),
+                fix=error.fix,
+            ) from None
 
 
 BUILTIN_RULES: Final[Rules] = Rules(
