@@ -269,3 +269,22 @@ def test_extend_takes_the_rows_that_can() -> None:
     )
     plan = resolve_uncached(Request(accelerator="cpu", devices=2, strategy=CustomName("mine")), cpu(), rules)
     assert (plan.launcher, plan.strategy.options) == ("spawn", DDPOptions(static_graph=True, timeout_seconds=60))
+
+
+def test_a_forking_strategy_without_a_spawn_counterpart_is_not_offered_ddp_spawn() -> None:
+    from tests.downstream_rules import CHECKPOINT_IO_NOTEBOOK, RULES
+    from trainplan import Environment, Incompatible, Request
+    from trainplan.resolve import resolve_uncached
+
+    cases = [
+        (Request(accelerator="cpu", strategy=CHECKPOINT_IO_NOTEBOOK, devices=2), Environment(start_methods=("spawn",))),
+        (
+            Request(accelerator="cuda", strategy=CHECKPOINT_IO_NOTEBOOK, devices=2),
+            Environment(cuda_device_count=2, cuda_initialized=True),
+        ),
+    ]
+    for (request, env), rule in zip(cases, ("fork-unavailable", "fork-after-cuda"), strict=True):
+        with pytest.raises(Incompatible) as caught:
+            resolve_uncached(request, env, rules=RULES)
+        assert caught.value.rule == rule
+        assert "ddp_spawn" not in str(caught.value) and "no spawn-started variant" in str(caught.value)

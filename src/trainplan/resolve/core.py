@@ -1166,17 +1166,29 @@ def _choose_launcher(
             )
         raise error
     if launcher_rule.forks:
-        instead = rules.spawn_strategy_for.get(name, "ddp_spawn")
+        instead = rules.spawn_strategy_for.get(name)
+        blocked_by = accelerator.fork_blocked_by
+        refusal: Incompatible | None = None
         if launcher_rule.start_method not in env.start_methods:
-            raise incompatible(
+            refusal = incompatible(
                 "fork-unavailable",
                 {"strategy": name},
                 methods=", ".join(env.start_methods) or "no start method",
-                instead=instead,
+                instead=instead or "",
             )
-        blocked_by = accelerator.fork_blocked_by
-        if blocked_by is not None and getattr(env, blocked_by):
-            raise incompatible("fork-after-cuda", {"strategy": name}, instead=instead)
+        elif blocked_by is not None and getattr(env, blocked_by):
+            refusal = incompatible("fork-after-cuda", {"strategy": name}, instead=instead or "")
+        if refusal is not None and instead is None:
+            # A strategy of an extended rule set without a spawn counterpart: there is no name to offer.
+            refusal = Incompatible(
+                values=refusal.values,
+                rule=refusal.rule,
+                reason=refusal.reason,
+                fix=f"{name!r} has no spawn-started variant in this rule set: run the code as a script, or give it "
+                "one (Rules.extend(spawn_counterparts=...))",
+            )
+        if refusal is not None:
+            raise refusal
     return launcher
 
 
