@@ -89,30 +89,6 @@ class _World:
         )
 
 
-def choose_mesh(
-    options: ModelParallelOptions,
-    *,
-    num_nodes: int,
-    processes_per_node: int,
-    accelerator: AcceleratorName,
-    backend: BackendName | None,
-    precision: PrecisionName,
-) -> MeshChoice:
-    """The mesh for `options` on `num_nodes` × `processes_per_node`, or `Incompatible` naming a layout that fits
-    (the first of `mesh_or_refusals`' refusals)."""
-    outcome = mesh_or_refusals(
-        options,
-        num_nodes=num_nodes,
-        processes_per_node=processes_per_node,
-        accelerator=accelerator,
-        backend=backend,
-        precision=precision,
-    )
-    if isinstance(outcome, MeshChoice):
-        return outcome
-    raise outcome[0]
-
-
 def mesh_or_refusals(
     options: ModelParallelOptions,
     *,
@@ -490,4 +466,4 @@ def _divisors(number: int) -> list[int]:
     return small + large[::-1]
 
 
-__all__ = ["ABSORBING", "MeshChoice", "choose_mesh", "fitting_degrees", "mesh_or_refusals"]
+__all__ = ["ABSORBING", "MeshChoice", "fitting_degrees", "mesh_or_refusals"]
