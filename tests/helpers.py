@@ -62,3 +62,30 @@ LAUNCHED_1_OF_2 = {
     "TRAINPLAN_LAUNCHED": "subprocess",
 }
 """Worker 1 of 2 that trainplan's launcher started on one node (as `worker_environment` writes it)."""
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper that is not ours counts as gone)."""
+    from pathlib import Path
+
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def child_environment(**extra: str) -> dict[str, str]:
+    """This process's environment for a test's child, without any job's, launcher's or trainplan's variables (so
+    the child resolves as a fresh command would), the project importable, and `extra` on top."""
+    import os
+    from pathlib import Path
+
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("TRAINPLAN_", "SLURM_", "PET_", "TORCHELASTIC_", "MASTER_", "WORLD_", "RANK"))
+        and key not in ("OMP_NUM_THREADS", "LOCAL_RANK", "NODE_RANK", "MYVAR")
+    }
+    environment.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), **extra)
+    return environment

@@ -6,7 +6,6 @@ after a failure."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import alive, child_environment
 from trainplan.cli import main as cli_main
 from trainplan.effects.launching import choose_free_port
 
@@ -25,21 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAINPLAN = [sys.executable, "-m", "trainplan.cli"]
 
 
-def _environment(**extra: str) -> dict[str, str]:
-    environment = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("TRAINPLAN_", "SLURM_", "PET_", "TORCHELASTIC_")) and key != "OMP_NUM_THREADS"
-    }
-    environment.update(PYTHONPATH=str(ROOT), **extra)
-    return environment
-
-
 def _run(arguments: list[str], *, timeout: float = 90.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*TRAINPLAN, *arguments],
         cwd=ROOT,
-        env=_environment(),
+        env=child_environment(),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -60,7 +50,7 @@ def test_two_nodes_given_in_torchruns_spelling_form_one_world_over_loopback() ->
         command += ["--master-addr", "127.0.0.1", "--master-port", port, "tests/scripts/env_world.py"]
         nodes.append(
             subprocess.Popen(
-                command, cwd=ROOT, env=_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                command, cwd=ROOT, env=child_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
         )
     outputs = [node.communicate(timeout=120) for node in nodes]
@@ -128,7 +118,7 @@ def _start_lonely_node(*flags: str) -> subprocess.Popen[str]:
     command = [*TRAINPLAN, "launch", "--accelerator", "cpu", "--num-nodes", "2", "--node-rank", "0", *flags]
     command += ["--main-address", "127.0.0.1", "--main-port", port, "--", "-c", "print('never')"]
     return subprocess.Popen(
-        command, cwd=ROOT, env=_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command, cwd=ROOT, env=child_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
@@ -167,14 +157,6 @@ def test_a_node_waiting_for_its_peer_ends_at_the_timeout() -> None:
         node.kill()
         pytest.fail("the timeout did not end a node waiting for its peer")
     assert node.returncode == 124 and "did not finish within 3 s" in stderr, stderr
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def test_a_failed_workers_children_do_not_outlive_trainplan_launch(tmp_path: Path) -> None:

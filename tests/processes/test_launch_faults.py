@@ -18,6 +18,7 @@ import pytest
 
 import trainplan as tp
 from tests import workers
+from tests.helpers import alive, child_environment
 from trainplan.cli import main as cli_main
 from trainplan.effects.launching import LaunchError, NotImportable, choose_free_port
 from trainplan.resolve import resolve
@@ -30,21 +31,6 @@ LAUNCHERS = ["ddp_fork", "ddp_spawn", "ddp"]  # fork, spawn, subprocess
 
 def cpu_plan(strategy: str = "ddp_fork", devices: int = 2) -> tp.Plan:
     return resolve(tp.Request(accelerator="cpu", strategy=strategy, devices=devices), tp.Environment(cpu_count=2))  # type: ignore[arg-type]
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for a reaper that is not ours counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def _environment() -> dict[str, str]:
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("TRAINPLAN_")}
-    environment["PYTHONPATH"] = str(ROOT)
-    return environment
 
 
 @pytest.mark.parametrize("strategy", LAUNCHERS)
@@ -69,7 +55,13 @@ def test_a_closed_stdout_never_deadlocks_trainplan_launch() -> None:
     noisy = "[print('line', i) for i in range(200000)]"
     command = f"{sys.executable} -m trainplan.cli launch --devices 2 -- -c {noisy!r} | head -2"
     result = subprocess.run(
-        ["bash", "-c", command], capture_output=True, text=True, timeout=60, env=_environment(), cwd=ROOT, check=False
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_environment(),
+        cwd=ROOT,
+        check=False,
     )
     assert result.stdout.splitlines()[0].endswith("] line 0") and result.stdout.count("line") == 2, result.stdout
     assert "Traceback" not in result.stderr, result.stderr
@@ -98,7 +90,7 @@ def test_a_second_ctrl_c_during_the_grace_period_stops_everything(how: str, tmp_
         command = [sys.executable, "-m", "trainplan.cli", "launch", "--devices", "2", "--grace-period", "30"]
         command += ["--", script, str(record), "cli-inner"]
     caller = subprocess.Popen(
-        command, env=_environment(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        command, env=child_environment(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     pids = _pids_from(record, 2)
     assert len(pids) == 2
@@ -197,7 +189,7 @@ def test_the_subprocess_launcher_never_imports_from_the_working_directory(tmp_pa
     result = subprocess.run(
         [sys.executable, str(caller)],
         cwd=shared,
-        env=_environment(),
+        env=child_environment(),
         capture_output=True,
         text=True,
         timeout=90,
@@ -259,7 +251,7 @@ def test_spawned_workers_never_import_from_the_working_directory(tmp_path: Path)
     result = subprocess.run(
         [sys.executable, str(caller)],
         cwd=shared,
-        env=_environment(),
+        env=child_environment(),
         capture_output=True,
         text=True,
         timeout=90,
@@ -288,7 +280,7 @@ def test_a_hangup_stops_trainplan_launch_and_its_workers(tmp_path: Path) -> None
     command = [sys.executable, "-m", "trainplan.cli", "launch", "--devices", "2", "--grace-period", "1"]
     caller = subprocess.Popen(
         [*command, "--", script, str(record), "cli-inner"],
-        env=_environment(),
+        env=child_environment(),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -307,7 +299,13 @@ def test_a_hangup_stops_trainplan_launch_and_its_workers(tmp_path: Path) -> None
 def test_the_cli_survives_a_closed_or_full_stdout(shell: str) -> None:
     command = shell.replace("trainplan", f"{sys.executable} -m trainplan.cli")
     result = subprocess.run(
-        ["bash", "-c", command], capture_output=True, text=True, timeout=60, env=_environment(), cwd=ROOT, check=False
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_environment(),
+        cwd=ROOT,
+        check=False,
     )
     assert "Traceback" not in result.stderr, result.stderr
 
@@ -315,7 +313,13 @@ def test_the_cli_survives_a_closed_or_full_stdout(shell: str) -> None:
 def test_worker_output_that_cannot_be_written_is_reported() -> None:
     command = f"{sys.executable} -m trainplan.cli launch --no-probe --devices 1 -- -c 'print(1)' > /dev/full"
     result = subprocess.run(
-        ["bash", "-c", command], capture_output=True, text=True, timeout=60, env=_environment(), cwd=ROOT, check=False
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_environment(),
+        cwd=ROOT,
+        check=False,
     )
     assert result.returncode == 2 and "could not be written" in result.stderr
 
@@ -421,7 +425,7 @@ def test_ctrl_c_while_the_first_workers_are_started_leaves_nothing(delay: float)
     marker = f"TRAINPLAN_TEST_MARKER_{os.getpid()}_{int(delay * 10)}"
     result = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "scripts" / "interrupted_first_launch.py"), str(delay)],
-        env={**_environment(), marker: "1"},
+        env={**child_environment(), marker: "1"},
         capture_output=True,
         text=True,
         timeout=120,

@@ -3,13 +3,13 @@ and nothing a worker started outlives a started job (review findings on issue 14
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import alive, child_environment
 from trainplan.effects.launching import choose_free_port
 
 pytestmark = pytest.mark.processes
@@ -18,22 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAINPLAN = [sys.executable, "-m", "trainplan.cli"]
 
 
-def _environment(**extra: str) -> dict[str, str]:
-    environment = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("TRAINPLAN_", "SLURM_", "PET_", "TORCHELASTIC_", "MASTER_", "WORLD_", "RANK"))
-        and key not in ("OMP_NUM_THREADS", "LOCAL_RANK", "NODE_RANK", "MYVAR")
-    }
-    environment.update(PYTHONPATH=str(ROOT), **extra)
-    return environment
-
-
 def _run(arguments: list[str], extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*TRAINPLAN, *arguments],
         cwd=ROOT,
-        env=_environment(**(extra or {})),
+        env=child_environment(**(extra or {})),
         capture_output=True,
         text=True,
         timeout=90.0,
@@ -50,14 +39,6 @@ def test_words_after_the_script_are_the_scripts_even_when_they_abbreviate_launch
         launched = _run(["launch", "--quiet", "--devices", "1", *target, *ABBREVIATIONS])
         assert launched.returncode == 0, launched.stderr
         assert f"[rank 0] module __main__ args {ABBREVIATIONS!r} rank 0" in launched.stdout, launched.stdout
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _pod() -> dict[str, str]:

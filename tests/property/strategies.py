@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 from hypothesis import strategies as st
 
+from tests.helpers import LAUNCHED_1_OF_2
 from trainplan import DDPOptions, DeepSpeedOptions, Environment, FSDPOptions, ModelParallelOptions, Request, Rules
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
@@ -149,18 +150,6 @@ _KUBEFLOW = {
     "RANK": "2",
 }
 """One pod of a Kubeflow PyTorchJob (one process per pod)."""
-_LAUNCHED = {
-    "RANK": "1",
-    "LOCAL_RANK": "1",
-    "WORLD_SIZE": "2",
-    "LOCAL_WORLD_SIZE": "2",
-    "NODE_RANK": "0",
-    "GROUP_RANK": "0",
-    "MASTER_ADDR": "127.0.0.1",
-    "MASTER_PORT": "29555",
-    "TRAINPLAN_LAUNCHED": "subprocess",
-}
-"""Worker 1 of 2 that trainplan's own launcher started."""
 
 
 @st.composite
@@ -179,7 +168,7 @@ def variables(draw: st.DrawFn) -> dict[str, str]:
                     _MPI,
                     _LOCAL,
                     _KUBEFLOW,
-                    _LAUNCHED,
+                    LAUNCHED_1_OF_2,
                     {**_SLURM, "SLURM_JOB_NAME": "bash"},
                 ]
             )
