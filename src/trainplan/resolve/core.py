@@ -579,97 +579,64 @@ def _check_environment(env: Environment, report: Report) -> bool:
 
 
 def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
-    try:
-        return _normalise_at_once(request, rules)
-    except TrainplanError:
-        return _normalise_field_by_field(request, report, rules)  # reports every refused field, in order
-
-
-def _normalise_at_once(request: Request, rules: Rules) -> _Fields:
-    """The same steps as `_normalise_field_by_field`, in one go: any refusal leaves it for that one to report."""
+    """Every field in its normal form; each refused field is reported (in field order) and takes its default, so
+    that `check` lists every problem and `resolve` raises the first."""
+    problems: list[TrainplanError] = []
     given_notes: object = request.notes
     notes: list[Note] = (
         [note for note in given_notes if isinstance(note, Note)] if isinstance(given_notes, tuple) else []
     )
-    precision = normalise.precision(request.precision)
-    notes.extend(normalise.precision_alias_notes(request.precision, precision))
-    accelerator = normalise.accelerator(request.accelerator)
-    raw_accelerator: object = request.accelerator
-    if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() in rules.accelerator_alias_notes:
-        message = rules.accelerator_alias_notes[raw_accelerator.strip().lower()]
-        notes.append(Note(code="accelerator-alias", level="deprecation", message=message))
-    strategy = normalise.strategy_in(request.strategy, rules.strategy_spellings)
-    notes.extend(normalise.strategy_alias_notes(request.strategy, rules.strategy_alias_notes))
-    return _Fields(
-        accelerator=accelerator,
-        strategy=strategy,
-        devices=normalise.devices(request.devices),
-        num_nodes=normalise.num_nodes(request.num_nodes),
-        precision=precision,
-        backend=normalise.backend(request.process_group_backend),
-        cluster=normalise.cluster(request.cluster),
-        metrics_store=normalise.metrics_store(request.metrics_store),
-        sync_batchnorm=normalise.flag("sync_batchnorm", request.sync_batchnorm),
-        select_usable_gpus=normalise.flag("select_usable_gpus", request.select_usable_gpus),
-        options=normalise.strategy_options(request.strategy_options),
-        notes=tuple(notes),
-        ok=True,
-    )
-
-
-def _normalise_field_by_field(request: Request, report: Report, rules: Rules) -> _Fields:
-    ok = True
-
-    def field(step: Callable[[], T], fallback: T) -> T:
-        nonlocal ok
-        try:
-            return step()
-        except TrainplanError as error:
-            ok = False
-            report(error)
-            return fallback
-
-    given_notes: object = request.notes
-    notes: list[Note] = (
-        [note for note in given_notes if isinstance(note, Note)] if isinstance(given_notes, tuple) else []
-    )
-    default_precision = rules.default_precision
-    auto_accelerator: AcceleratorFlag = "auto"
-    auto_strategy: StrategyFlag | CustomName = "auto"
-    auto_cluster: ClusterFlag = "auto"
-    device_store: MetricsStore = "device"
-    auto_devices: DevicesSpec = "auto"
-    no_backend: BackendName | None = None
-    no_options: StrategyOptions | None = None
-    precision = field(lambda: normalise.precision(request.precision), default_precision)
-    if ok:
+    precision = _step(problems, rules.default_precision, normalise.precision, request.precision)
+    if not problems:
         notes.extend(normalise.precision_alias_notes(request.precision, precision))
-    accelerator = field(lambda: normalise.accelerator(request.accelerator), auto_accelerator)
+    accelerator: AcceleratorFlag = _step(problems, "auto", normalise.accelerator, request.accelerator)
     raw_accelerator: object = request.accelerator
     if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() in rules.accelerator_alias_notes:
         message = rules.accelerator_alias_notes[raw_accelerator.strip().lower()]
         notes.append(Note(code="accelerator-alias", level="deprecation", message=message))
-    strategy = field(lambda: normalise.strategy_in(request.strategy, rules.strategy_spellings), auto_strategy)
-    raw_strategy: object = request.strategy
-    if isinstance(raw_strategy, str):
-        spelled = raw_strategy.strip().lower().replace(" ", "_").replace("-", "_")
-        if spelled in rules.strategy_alias_notes:
-            notes.append(Note(code="strategy-alias", level="deprecation", message=rules.strategy_alias_notes[spelled]))
+    strategy: StrategyFlag | CustomName = _step(
+        problems, "auto", normalise.strategy_in, request.strategy, rules.strategy_spellings
+    )
+    notes.extend(normalise.strategy_alias_notes(request.strategy, rules.strategy_alias_notes))
+    converted: dict[str, Any] = {}
+    for name, attribute, convert, fallback in _PLAIN_FIELDS:
+        try:
+            converted[name] = convert(getattr(request, attribute))
+        except TrainplanError as error:
+            problems.append(error)
+            converted[name] = fallback
+    for problem in problems:
+        report(problem)
     return _Fields(
         accelerator=accelerator,
         strategy=strategy,
-        devices=field(lambda: normalise.devices(request.devices), auto_devices),
-        num_nodes=field(lambda: normalise.num_nodes(request.num_nodes), _AUTO_NODES),
         precision=precision,
-        backend=field(lambda: normalise.backend(request.process_group_backend), no_backend),
-        cluster=field(lambda: normalise.cluster(request.cluster), auto_cluster),
-        metrics_store=field(lambda: normalise.metrics_store(request.metrics_store), device_store),
-        sync_batchnorm=field(lambda: normalise.flag("sync_batchnorm", request.sync_batchnorm), False),
-        select_usable_gpus=field(lambda: normalise.flag("select_usable_gpus", request.select_usable_gpus), False),
-        options=field(lambda: normalise.strategy_options(request.strategy_options), no_options),
         notes=tuple(notes),
-        ok=ok,
+        ok=not problems,
+        **converted,
     )
+
+
+_PLAIN_FIELDS: tuple[tuple[str, str, Callable[[object], Any], object], ...] = (
+    ("devices", "devices", normalise.devices, "auto"),
+    ("num_nodes", "num_nodes", normalise.num_nodes, _AUTO_NODES),
+    ("backend", "process_group_backend", normalise.backend, None),
+    ("cluster", "cluster", normalise.cluster, "auto"),
+    ("metrics_store", "metrics_store", normalise.metrics_store, "device"),
+    ("sync_batchnorm", "sync_batchnorm", functools.partial(normalise.flag, "sync_batchnorm"), False),
+    ("select_usable_gpus", "select_usable_gpus", functools.partial(normalise.flag, "select_usable_gpus"), False),
+    ("options", "strategy_options", normalise.strategy_options, None),
+)
+"""(field, the request's attribute, its normaliser, the default a refused value takes), in reporting order."""
+
+
+def _step(problems: list[TrainplanError], fallback: Any, convert: Callable[..., Any], *given: object) -> Any:
+    """`convert(*given)`, or `fallback` with the refusal kept in `problems` (a plain call: no closure per field)."""
+    try:
+        return convert(*given)
+    except TrainplanError as error:
+        problems.append(error)
+        return fallback
 
 
 # --------------------------------------------------------------------------------------------------
