@@ -27,15 +27,16 @@ from trainplan.effects.extras import require_torch
 from trainplan.effects.gpus import gpu_statuses
 from trainplan.effects.probing import probe
 from trainplan.effects.report import bug_report
+from trainplan.parse.legacy import LEGACY_FLAGS, MODERN_FLAGS
+from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun
+from trainplan.render.matrix import render_matrix
+from trainplan.render.report import render_report, report_to_dict
+from trainplan.render.spelling import flag_spelling, python_spelling
 from trainplan.resolve import check, resolve
 from trainplan.resolve.cluster import host_address
-from trainplan.resolve.emit import emit_kubeflow, emit_slurm, emit_torchrun
-from trainplan.resolve.matrix import render_matrix
-from trainplan.resolve.report import render_report, report_to_dict
 from trainplan.resolve.world import script_request
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import InvalidRequest, TrainplanError, did_you_mean
-from trainplan.spec.legacy import LEGACY_FLAGS, MODERN_FLAGS, flag_spelling, python_spelling
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,

@@ -21,8 +21,8 @@ import trainplan as tp
 from tests import workers
 from tests.scripts import plain_world
 from trainplan.effects.launching import choose_free_port
+from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun, slurm_worker_line
 from trainplan.resolve import resolve
-from trainplan.resolve.emit import emit_kubeflow, emit_slurm, emit_torchrun, slurm_worker_line
 
 pytestmark = pytest.mark.processes
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from trainplan import DDPOptions, Environment, Incompatible, InvalidRequest, Plan, Request
+from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun, slurm_worker_line
 from trainplan.resolve import resolve
-from trainplan.resolve.emit import emit_kubeflow, emit_slurm, emit_torchrun, slurm_worker_line
 from trainplan.spec.plan import request_from_json_text
 
 PLANS = {

@@ -14,8 +14,8 @@ import pytest
 
 from tests.downstream_rules import RULES as DOWNSTREAM_RULES
 from trainplan import BUILTIN_RULES, Environment, Plan, Request, Rules, TrainplanError
+from trainplan.render.matrix import render_matrix
 from trainplan.resolve import resolve_uncached
-from trainplan.resolve.matrix import render_matrix
 from trainplan.spec.names import ACCELERATORS, PRECISIONS, AcceleratorName, PrecisionName, StrategyKey
 
 RULE_SETS = pytest.mark.parametrize("rules", [BUILTIN_RULES, DOWNSTREAM_RULES], ids=["builtin", "downstream"])

@@ -1,4 +1,5 @@
-"""The layering contract: the core (spec, resolve) is pure and torch-free; `import trainplan` skips torch."""
+"""The layering contract: the core (spec, parse, resolve, render) is pure and torch-free; `import trainplan` skips
+torch."""
 
 from __future__ import annotations
 
@@ -41,15 +42,29 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+SPEC_ENTRY_POINTS = {
+    ("spec/request.py", "trainplan.parse"),
+    ("spec/plan.py", "trainplan.parse"),
+}
+"""The only imports from spec upwards: the records' own entry points (`Request.from_config`, `.from_legacy`, a plan
+read back) hand their class to the parsers, which never import the records."""
+
+
 def test_core_modules_import_nothing_impure() -> None:
     offenders = []
-    for layer in ("spec", "resolve"):
+    for layer in ("spec", "parse", "resolve", "render"):
         for path in sorted((PACKAGE / layer).glob("*.py")):
+            module = str(path.relative_to(PACKAGE))
             for name in imported_modules(path):
                 if any(name == banned or name.startswith(banned + ".") for banned in FORBIDDEN_IN_CORE):
-                    offenders.append(f"{path.relative_to(PACKAGE)} imports {name}")
-                if layer == "spec" and name.startswith("trainplan.") and not name.startswith("trainplan.spec"):
-                    offenders.append(f"{path.relative_to(PACKAGE)} imports {name}")
+                    offenders.append(f"{module} imports {name}")
+                if (
+                    layer == "spec"
+                    and name.startswith("trainplan.")
+                    and not name.startswith("trainplan.spec")
+                    and (module, name) not in SPEC_ENTRY_POINTS
+                ):
+                    offenders.append(f"{module} imports {name}")
     assert offenders == []
 
 

@@ -22,8 +22,8 @@ from trainplan import (
     Unavailable,
 )
 from trainplan.cli import main
+from trainplan.render.spelling import flag_spelling, python_spelling
 from trainplan.resolve import resolve
-from trainplan.spec.legacy import flag_spelling, python_spelling
 
 # old flags → (the modern request, the note codes)
 TABLE: dict[str, tuple[dict[str, Any], Request, set[str]]] = {

@@ -13,7 +13,7 @@ import pytest
 from sybil import Example
 
 from tests.readme_examples import Session, parse
-from trainplan.resolve.matrix import render_matrix
+from trainplan.render.matrix import render_matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -14,7 +14,7 @@ import pytest
 
 import trainplan
 from trainplan.effects.report import bug_report, package_versions
-from trainplan.resolve.report import (
+from trainplan.render.report import (
     MASK,
     looks_secret,
     masked,

@@ -565,8 +565,8 @@ def _raise(error: TrainplanError | None) -> None:
 
 
 def _emit_rules() -> set[str]:
-    """The rules the emitters apply to a plan (`resolve.emit`)."""
-    from trainplan.resolve.emit import emit_kubeflow
+    """The rules the emitters apply to a plan (`render.emit`)."""
+    from trainplan.render.emit import emit_kubeflow
 
     with pytest.raises(Incompatible) as caught:
         emit_kubeflow(resolve(Request(accelerator="mps"), Environment(mps_available=True)), image="img")

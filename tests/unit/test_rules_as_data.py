@@ -31,15 +31,15 @@ VOCABULARY: frozenset[str] = frozenset(
 """Names a rule decides about. 'auto' is not one of them: it is the request's "decide for me"."""
 
 DECIDING_MODULES = (
+    "parse/legacy.py",
+    "parse/normalise.py",
+    "render/emit.py",
+    "render/matrix.py",
     "resolve/cluster.py",
     "resolve/core.py",
-    "resolve/emit.py",
-    "resolve/matrix.py",
     "resolve/mesh.py",
     "resolve/training.py",
     "resolve/world.py",
-    "spec/legacy.py",
-    "spec/normalise.py",
     "spec/rules.py",
 )
 """Modules that decide from the rules: the pipeline, the cluster readers, the matrix, the mesh, the parsers of loose

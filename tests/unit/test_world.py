@@ -28,8 +28,8 @@ from trainplan import (
 )
 from trainplan.effects.launching import choose_free_port
 from trainplan.effects.metrics import CollectiveOp
+from trainplan.render.emit import emit_slurm, emit_torchrun, slurm_worker_line
 from trainplan.resolve import resolve
-from trainplan.resolve.emit import emit_slurm, emit_torchrun, slurm_worker_line
 from trainplan.resolve.world import (
     nested_launch,
     process_group_timeout,

@@ -18,7 +18,7 @@ from trainplan._version import __version__
 from trainplan.effects.extras import torch_installed
 from trainplan.effects.nvml import PynvmlQuery
 from trainplan.effects.probing import probe
-from trainplan.resolve.report import report_variables
+from trainplan.render.report import report_variables
 from trainplan.spec.gpus import GpuFacts
 from trainplan.spec.report import BugReport, DriverFacts, TorchFacts
 

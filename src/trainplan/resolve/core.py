@@ -18,11 +18,13 @@ from typing import Any, ParamSpec, TypeVar
 
 import attrs
 
+from trainplan.parse import normalise
+from trainplan.parse.normalise import DevicesSpec
 from trainplan.resolve.cluster import ClusterFacts, detect
 from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import visible_entries
-from trainplan.spec import normalise
+from trainplan.spec import option_checks
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import Incompatible, InvalidRequest, TrainplanError, Unavailable
 from trainplan.spec.frozen import FrozenMap, LazyTexts, Text
@@ -40,7 +42,6 @@ from trainplan.spec.names import (
     StrategyFlag,
     StrategyKey,
 )
-from trainplan.spec.normalise import DevicesSpec
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.options import OPTION_TYPES, DeepSpeedOptions, ModelParallelOptions, StrategyOptions
@@ -625,7 +626,7 @@ _PLAIN_FIELDS: tuple[tuple[str, str, Callable[[object], Any], object], ...] = (
     ("metrics_store", "metrics_store", normalise.metrics_store, "device"),
     ("sync_batchnorm", "sync_batchnorm", functools.partial(normalise.flag, "sync_batchnorm"), False),
     ("select_usable_gpus", "select_usable_gpus", functools.partial(normalise.flag, "select_usable_gpus"), False),
-    ("options", "strategy_options", normalise.strategy_options, None),
+    ("options", "strategy_options", option_checks.strategy_options, None),
 )
 """(field, the request's attribute, its normaliser, the default a refused value takes), in reporting order."""
 

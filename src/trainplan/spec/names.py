@@ -1,7 +1,7 @@
 """The vocabulary: every name a request, an environment or a plan may hold, as `Literal` types.
 
 Downstream code type-checks against these, so `Request(accelerator="gpux")` is a mypy error there;
-the runtime normaliser (`trainplan.spec.normalise`) accepts the same names plus aliases and case.
+the runtime normaliser (`trainplan.parse.normalise`) accepts the same names plus aliases and case.
 The tuples beside each type are the runtime view of the same set; a test keeps them in step.
 """
 

@@ -628,7 +628,8 @@ def _num_nodes_from(read: _Reader) -> NumNodes:
 
 def _check_plan(plan: Plan, given: Rules | None) -> None:
     """Ranges and consistency of a plan read from JSON; `PlanFormatError` names the first bad path."""
-    from trainplan.spec import normalise
+    from trainplan.parse import normalise
+    from trainplan.spec import option_checks
     from trainplan.spec.errors import InvalidRequest
     from trainplan.spec.options import OPTION_TYPES
     from trainplan.spec.rules import BUILTIN_RULES, UNNAMED_RULES, Rules
@@ -743,7 +744,7 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
     _check_mesh(plan, bad)
     request = plan.request
     checks: dict[str, Callable[[], object]] = {
-        "strategy.options": lambda: normalise.strategy_options(options),
+        "strategy.options": lambda: option_checks.strategy_options(options),
         "request.accelerator": lambda: normalise.accelerator(request.accelerator),
         # A downstream strategy name was read as a CustomName already; a built-in spelling is checked here.
         "request.strategy": lambda: (
@@ -757,7 +758,7 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         "request.process_group_backend": lambda: normalise.backend(request.process_group_backend),
         "request.cluster": lambda: normalise.cluster(request.cluster),
         "request.metrics_store": lambda: normalise.metrics_store(request.metrics_store),
-        "request.strategy_options": lambda: normalise.strategy_options(request.strategy_options),
+        "request.strategy_options": lambda: option_checks.strategy_options(request.strategy_options),
     }
     for path, check in checks.items():
         try:

@@ -56,7 +56,7 @@ class TorchFacts:
 
 @attrs.frozen(kw_only=True)
 class BugReport:
-    """Everything `trainplan env` prints, as data (`--json` prints `resolve.report.report_to_dict`)."""
+    """Everything `trainplan env` prints, as data (`--json` prints `render.report.report_to_dict`)."""
 
     trainplan: str
     python: str

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
-from trainplan.spec import legacy, normalise
+from trainplan.parse import legacy, normalise
 from trainplan.spec.names import (
     AcceleratorFlag,
     BackendName,

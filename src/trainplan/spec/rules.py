@@ -22,7 +22,6 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from trainplan.spec import normalise
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.names import (
     STRATEGY_FLAGS,
@@ -37,6 +36,7 @@ from trainplan.spec.names import (
     StrategyFlag,
     StrategyKey,
 )
+from trainplan.spec.option_checks import strategy_options
 from trainplan.spec.options import OPTION_TYPES
 from trainplan.spec.tables import (
     ACCELERATOR_ALIAS_NOTES,
@@ -393,7 +393,7 @@ def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyF
     if options_type is not None:
         try:
             preset: dict[str, Any] = dict(rule.preset)
-            normalise.strategy_options(attrs.evolve(options_type(), **preset))  # as a request's options are
+            strategy_options(attrs.evolve(options_type(), **preset))  # as a request's options are
         except InvalidRequest as error:
             raise InvalidRequest(
                 field=f"rules.strategies[{name!r}].preset",

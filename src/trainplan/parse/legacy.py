@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from trainplan.spec import normalise
+from trainplan.parse import normalise
 from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
 from trainplan.spec.notes import Note
 from trainplan.spec.options import OPTION_TYPES, StrategyOptions
@@ -146,7 +146,7 @@ def _device_flag(flag: str) -> Callable[[_Claims, object], None]:
         devices = normalise.devices(raw)
         claims.claim("accelerator", flag, raw, accelerator)
         claims.claim("devices", flag, raw, devices)
-        claims.note(flag, f"{flag}={raw!r}", f"accelerator={accelerator!r}, devices={_devices_text(devices)}", why)
+        claims.note(flag, f"{flag}={raw!r}", f"accelerator={accelerator!r}, devices={devices_text(devices)}", why)
 
     return handle
 
@@ -257,7 +257,8 @@ _HANDLERS: Final[Mapping[str, Callable[[_Claims, object], None]]] = {
 """Each flag's translation; the order of this table is the order claims are made (and conflicts named)."""
 
 
-def _devices_text(devices: object) -> str:
+def devices_text(devices: object) -> str:
+    """`devices` as written in Python: a tuple of indices as the list a user writes."""
     return repr(list(devices)) if isinstance(devices, tuple) else repr(devices)
 
 
@@ -348,40 +349,3 @@ def _options(legacy: LegacyStrategy) -> StrategyOptions:
     options_type = OPTION_TYPES[family.family]
     values: dict[str, Any] = dict(legacy.options)
     return options_type(**values)
-
-
-def python_spelling(request: Request) -> str:
-    """The request as the `Request(...)` call that builds it, defaults left out."""
-    default = type(request)()
-    parts = []
-    for attribute in attrs.fields(type(request)):
-        if attribute.name == "notes":
-            continue
-        value = getattr(request, attribute.name)
-        if value != getattr(default, attribute.name) or type(value) is not type(getattr(default, attribute.name)):
-            parts.append(f"{attribute.name}={_devices_text(value) if attribute.name == 'devices' else repr(value)}")
-    return f"Request({', '.join(parts)})"
-
-
-def flag_spelling(request: Request) -> str:
-    """The request as `trainplan plan` flags, defaults left out."""
-    default = type(request)()
-    parts: list[str] = []
-    for attribute in attrs.fields(type(request)):
-        name = attribute.name
-        value = getattr(request, name)
-        if name == "notes" or value == getattr(default, name):
-            continue
-        option = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            parts.append(option)
-        elif name == "devices" and isinstance(value, tuple):
-            parts.append(f"{option} {','.join(str(index) for index in value)}")
-        elif name == "strategy_options":
-            defaults = type(value)()
-            for key, field in attrs.fields_dict(type(value)).items():
-                if field.init and getattr(value, key) != getattr(defaults, key):
-                    parts.append(f"--strategy-option {key}={getattr(value, key)}")
-        else:
-            parts.append(f"{option} {value}")
-    return " ".join(parts)

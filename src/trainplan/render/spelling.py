@@ -1,0 +1,48 @@
+"""A request written back as the user would write it: the `Request(...)` call, or the `trainplan plan` flags.
+
+What `trainplan legacy` prints for old Trainer flags, so the modern spelling can be pasted in.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from trainplan.parse.legacy import devices_text
+from trainplan.spec.request import Request
+
+
+def python_spelling(request: Request) -> str:
+    """The request as the `Request(...)` call that builds it, defaults left out."""
+    default = type(request)()
+    parts = []
+    for attribute in attrs.fields(type(request)):
+        if attribute.name == "notes":
+            continue
+        value = getattr(request, attribute.name)
+        if value != getattr(default, attribute.name) or type(value) is not type(getattr(default, attribute.name)):
+            parts.append(f"{attribute.name}={devices_text(value) if attribute.name == 'devices' else repr(value)}")
+    return f"Request({', '.join(parts)})"
+
+
+def flag_spelling(request: Request) -> str:
+    """The request as `trainplan plan` flags, defaults left out."""
+    default = type(request)()
+    parts: list[str] = []
+    for attribute in attrs.fields(type(request)):
+        name = attribute.name
+        value = getattr(request, name)
+        if name == "notes" or value == getattr(default, name):
+            continue
+        option = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            parts.append(option)
+        elif name == "devices" and isinstance(value, tuple):
+            parts.append(f"{option} {','.join(str(index) for index in value)}")
+        elif name == "strategy_options":
+            defaults = type(value)()
+            for key, field in attrs.fields_dict(type(value)).items():
+                if field.init and getattr(value, key) != getattr(defaults, key):
+                    parts.append(f"--strategy-option {key}={getattr(value, key)}")
+        else:
+            parts.append(f"{option} {value}")
+    return " ".join(parts)
