@@ -48,11 +48,6 @@ if TYPE_CHECKING:
 _CUSTOM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
 
 ReducesOn: TypeAlias = Literal["device", "where_stored", "nowhere"]
-_REDUCES_ON: dict[ReducesOn, str] = {
-    "device": "reduced on the device",
-    "where_stored": "reduced where stored",
-    "nowhere": "never reduced (one process)",
-}
 
 
 def _freeze_strings(value: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -197,117 +192,9 @@ class Plan:
 
     def explain(self) -> str:
         """A human-readable account of the plan: each choice with its reason, then the notes."""
-        options = "" if self.strategy.options is None else f" {self.strategy.options!r}"
-        cluster = self.cluster
-        port = "chosen at launch" if cluster.main_port is None else str(cluster.main_port)
-        rank = (
-            ""
-            if cluster.global_rank is None
-            else f", global rank {cluster.global_rank}, local rank {cluster.local_rank}"
-        )
-        rows: list[tuple[str, str, str]] = [
-            ("accelerator", self.accelerator, "accelerator"),
-            ("devices", self._describe_devices(), "devices"),
-            ("strategy", f"{self.strategy.name} (family {self.strategy.family}){options}", "strategy"),
-            (
-                "layout",
-                f"{self.num_nodes} node(s) × {self.processes_per_node} process(es) = world size {self.world_size}",
-                "layout",
-            ),
-            *(
-                ()
-                if self.mesh is None
-                else (("mesh", f"{self.mesh.describe()} = {self.mesh.world_size} rank(s)", "mesh"),)
-            ),
-            ("launcher", self.launcher, "launcher"),
-            (
-                "cluster",
-                f"{cluster.kind}, main {cluster.main_address}:{port}, node rank {cluster.node_rank}{rank}",
-                "cluster",
-            ),
-            ("backend", self.process_group_backend or "none (single process)", "backend"),
-            ("precision", self.precision, "precision"),
-            (
-                "metrics",
-                f"stored on {self.metrics.default_store}, {_REDUCES_ON[self.metrics.reduces_on]}",
-                "metrics",
-            ),
-        ]
-        width = max(len(label) for label, _, _ in rows)
-        lines = ["trainplan: the plan"]
-        for label, value, key in rows:
-            lines.append(f"  {label.ljust(width)}  {value}")
-            reason = self.reasons.get(key)
-            if reason:
-                lines.append(f"  {' ' * width}    why: {reason}")
-        if self.mesh is not None:
-            lines.extend(self._draw_mesh(self.mesh))
-        if self.notes:
-            lines.append("notes:")
-            lines.extend(f"  - {note}" for note in self.notes)
-        return "\n".join(lines)
+        from trainplan.render.explain import explain  # the record's entry point; the renderer lives above it
 
-    def _draw_mesh(self, mesh: MeshLayout) -> list[str]:
-        """Nodes × processes with each rank's number, the tensor-parallel groups in brackets and pipeline stages
-        apart; then the groups along each dimension above 1, and this rank's coordinates."""
-        tp, pp = mesh.size("tp"), mesh.size("pp")
-        stage = mesh.world_size // pp
-        legend = ["ranks"]
-        if tp > 1:
-            legend.append("[ ] a tensor-parallel group")
-        if pp > 1:
-            legend.append("| between pipeline stages")
-        lines = [f"layout (node × process: {'; '.join(legend)}):"]
-        per_node = self.processes_per_node
-        for node in range(min(self.num_nodes, _DRAWN_NODES)):
-            first = node * per_node
-            shown = range(first, first + min(per_node, _DRAWN_RANKS))
-            cells: list[str] = []
-            for rank in shown:
-                if rank > first and pp > 1 and rank % stage == 0:
-                    cells.append("|")
-                text = str(rank)
-                if tp > 1 and rank % tp == 0:
-                    text = "[" + text
-                if tp > 1 and (rank % tp == tp - 1 or rank == shown[-1]):
-                    text += "]"
-                cells.append(text)
-            if per_node > _DRAWN_RANKS:
-                cells.append(f"… ({per_node - _DRAWN_RANKS} more)")
-            stages = sorted({rank // stage for rank in (first, first + per_node - 1)})
-            where = ""
-            if pp > 1:
-                where = f"   stage {stages[0]}" if len(stages) == 1 else f"   stages {stages[0]}-{stages[-1]}"
-            lines.append(f"  node {node}  {' '.join(cells)}{where}")
-        if self.num_nodes > _DRAWN_NODES:
-            lines.append(f"  … {self.num_nodes - _DRAWN_NODES} more node(s)")
-        dimensions = [name for name in mesh.dimensions if mesh.size(name) > 1]
-        if dimensions:
-            lines.append("groups (the ranks that share every other coordinate):")
-            width = max(len(name) for name in dimensions)
-            for name in dimensions:
-                size = mesh.size(name)
-                groups = mesh.groups(name, limit=_DRAWN_GROUPS, members=_DRAWN_MEMBERS)
-                cut = f",… ({size} ranks)" if size > _DRAWN_MEMBERS else ""
-                shown_groups = " ".join("{" + ",".join(map(str, group)) + cut + "}" for group in groups)
-                total = mesh.world_size // mesh.size(name)
-                more = f" … ({total} groups)" if total > _DRAWN_GROUPS else ""
-                lines.append(f"  {name.ljust(width)}  {shown_groups}{more}")
-        coordinates = self.mesh_coordinates
-        if coordinates is not None:
-            place = ", ".join(f"{name} {index}" for name, index in coordinates.items())
-            lines.append(f"this rank: {self.cluster.global_rank} at {place}")
-        return lines
-
-    def _describe_devices(self) -> str:
-        strings = self.device_strings
-        if not self.physical_devices or all(
-            physical == str(index) for physical, index in zip(self.physical_devices, self.devices, strict=False)
-        ):
-            return ", ".join(strings)
-        return ", ".join(
-            f"{device} (GPU {physical})" for device, physical in zip(strings, self.physical_devices, strict=False)
-        )
+        return explain(self)
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-compatible data; `Plan.from_dict` reads it back to an equal plan."""
@@ -484,12 +371,6 @@ class _Reader:
         ):
             raise PlanFormatError(path=f"{self.path}.{key}", reason="expected an object of strings")
         return dict(value)
-
-
-_DRAWN_NODES = 8
-_DRAWN_RANKS = 32
-_DRAWN_GROUPS = 8
-_DRAWN_MEMBERS = 16
 
 
 def _mesh_from(read: _Reader) -> MeshLayout | None:
