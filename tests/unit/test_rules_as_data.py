@@ -386,8 +386,10 @@ class _Program:
         self.functions: dict[str, set[str]] = {}  # functions and methods annotated as returning rows
         for tree in trees.values():
             for node in ast.walk(tree):
-                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                    self.attributes.setdefault(node.target.id, set()).update(_classes_named(node.annotation))
+                if isinstance(node, ast.ClassDef):
+                    for field in node.body:
+                        if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name):
+                            self.attributes.setdefault(field.target.id, set()).update(_classes_named(field.annotation))
                 elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     self.functions.setdefault(node.name, set()).update(_classes_named(node.returns))
         self.exports: dict[Path, dict[str, set[str]]] = {}
