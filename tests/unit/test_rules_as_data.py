@@ -7,6 +7,9 @@ resolver or adds a table field nothing reads.
 from __future__ import annotations
 
 import ast
+import functools
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import attrs
@@ -31,47 +34,189 @@ VOCABULARY: frozenset[str] = frozenset(
 """Names a rule decides about. 'auto' is not one of them: it is the request's "decide for me"."""
 
 DECIDING_MODULES = (
-    "parse/legacy.py",
-    "parse/normalise.py",
-    "render/emit.py",
-    "render/matrix.py",
-    "resolve/cluster.py",
-    "resolve/core.py",
-    "resolve/mesh.py",
-    "resolve/training.py",
-    "resolve/world.py",
+    *sorted(
+        path.relative_to(SOURCE).as_posix()
+        for package in ("parse", "resolve", "render")
+        for path in (SOURCE / package).glob("*.py")
+    ),
     "spec/rules.py",
 )
-"""Modules that decide from the rules: the pipeline, the cluster readers, the matrix, the mesh, the parsers of loose
-input and old flags, the emitted jobs and the launched workers' world."""
+"""Modules that decide from the rules: every module of `parse` (loose input and old flags), `resolve` and `render`
+(the matrix, the emitted jobs, explain), listed from the folders so that a new one is checked without an edit here,
+and the rule set's builder."""
+
+UNCHECKED_CONSTANTS = ("trainplan.spec.tables", "trainplan.spec.names")
+"""Modules whose constants hold literal names by right: the tables (the rows) and the vocabulary itself
+(`names.ACCELERATOR_FLAGS` is every accelerator flag: going through a whole vocabulary decides on no name)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# No decision on a literal name outside the tables
+
+
+def _strings(node: ast.AST | None) -> list[str]:
+    """The string literals `node` evaluates to: itself, the items of a tuple, list or set (or of `frozenset(...)`),
+    either branch of `a if c else b`, any operand of `a or b`."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [value for item in node.elts for value in _strings(item)]
+    if isinstance(node, ast.Starred):
+        return _strings(node.value)
+    if isinstance(node, ast.IfExp):
+        return _strings(node.body) + _strings(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        first = node.values[0]
+        # `", ".join(items) or "none"` is text: the word a message shows for an empty list, not a name decided on.
+        if isinstance(first, ast.Call) and isinstance(first.func, ast.Attribute) and first.func.attr == "join":
+            return []
+        return [value for operand in node.values for value in _strings(operand)]
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("frozenset", "set", "tuple"):
+        return [value for argument in node.args for value in _strings(argument)]
+    return []
+
+
+def _named(node: ast.AST | None) -> list[str]:
+    return [value for value in _strings(node) if value in VOCABULARY]
+
+
+def _module_constants(path: Path) -> dict[str, list[str]]:
+    """The string literals of each module-level constant of `path`."""
+    constants: dict[str, list[str]] = {}
+    for statement in ast.parse(path.read_text()).body:
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            constants.update(
+                {target.id: _strings(statement.value) for target in targets if isinstance(target, ast.Name)}
+            )
+    return constants
+
+
+def _source_of(module: str) -> Path | None:
+    """The file of a trainplan module (None: not trainplan's, or one of `UNCHECKED_CONSTANTS`)."""
+    if module in UNCHECKED_CONSTANTS or not module.startswith("trainplan."):
+        return None
+    base = SOURCE.joinpath(*module.split(".")[1:])
+    return next((path for path in (base.with_suffix(".py"), base / "__init__.py") if path.exists()), None)
+
+
+def _constants_in_reach(tree: ast.Module, path: Path) -> dict[str, list[str]]:
+    """The constants `tree` can name: its own, those it imports by name from trainplan's modules, and those of a
+    module it imports whole (`from trainplan.spec import normalise` lends `normalise.X`)."""
+    reach = _module_constants(path)
+    for statement in tree.body:
+        if isinstance(statement, ast.ImportFrom) and statement.module is not None and statement.level == 0:
+            source = _source_of(statement.module)
+            for alias in statement.names:
+                bound = alias.asname or alias.name
+                whole = _source_of(f"{statement.module}.{alias.name}")
+                if whole is not None:
+                    reach.update({f"{bound}.{name}": value for name, value in _module_constants(whole).items()})
+                elif source is not None:
+                    reach[bound] = _module_constants(source).get(alias.name, [])
+    return reach
+
+
+class _LiteralDecisions(ast.NodeVisitor):
+    """Every form of deciding on a vocabulary name written as a literal; one finding per line."""
+
+    def __init__(self, constants: Mapping[str, list[str]]) -> None:
+        self.constants = constants
+        self.found: dict[int, str] = {}
+
+    def flag(self, node: ast.AST, form: str) -> None:
+        line = getattr(node, "lineno", 0)
+        self.found.setdefault(line, f"{line}: {form}: {ast.unparse(node)[:100]}")
+
+    def bound(self, node: ast.AST) -> list[str]:
+        """The literals of the constant `node` names (`NAME` or `module.NAME`), if it names one."""
+        return self.constants.get(ast.unparse(node), []) if isinstance(node, (ast.Name, ast.Attribute)) else []
+
+    def visit_Compare(self, node: ast.Compare) -> None:  # x == "cuda", x in ("cpu", "cuda"), x in GPU_NAMES
+        if any(
+            _named(operand) or VOCABULARY.intersection(self.bound(operand))
+            for operand in (node.left, *node.comparators)
+        ):
+            self.flag(node, "comparison")
+        self.generic_visit(node)
+
+    def visit_MatchValue(self, node: ast.MatchValue) -> None:  # case "cuda": (each side of case "a" | "b": too)
+        # `case None` / `True` / `False` (ast.MatchSingleton) cannot hold a name: it needs no visit of its own.
+        if _named(node.value):
+            self.flag(node, "match")
+
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> None:  # case {"ddp": options}:
+        if any(_named(key) for key in node.keys):
+            self.flag(node, "match")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+        if method in ("startswith", "endswith"):  # x.startswith("deepspeed"), x.endswith("_offload"): part of a name
+            pieces = [piece for argument in node.args for piece in [*_strings(argument), *self.bound(argument)]]
+            if any(getattr(name, method)(piece) for piece in pieces if piece for name in VOCABULARY):
+                self.flag(node, method)
+        # A name handed on is a decided value: table.get("ddp"), detect("local", ...), Facts(kind="local").
+        if any(_named(argument) for argument in (*node.args, *(keyword.value for keyword in node.keywords))):
+            self.flag(node, "argument")
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:  # TABLE["ddp"]
+        # `Literal["cuda", "mps"]` is a type (mypy checks the names against it), not a lookup: not looked into.
+        if ast.unparse(node.value).split(".")[-1] == "Literal":
+            return
+        if _named(node.slice):
+            self.flag(node, "subscript")
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> None:
+        if any(_named(default) for default in (*node.args.defaults, *node.args.kw_defaults)):  # def f(strategy="ddp")
+            self.flag(node, "default")
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+    def visit_Return(self, node: ast.Return | ast.Yield) -> None:  # return "ddp_spawn"
+        if _named(node.value):
+            self.flag(node, "returned")
+        self.generic_visit(node)
+
+    visit_Yield = visit_Return
+
+    def visit_Assign(self, node: ast.Assign | ast.AnnAssign | ast.AugAssign | ast.NamedExpr) -> None:
+        if _named(node.value):  # family = "ddp", GPU_NAMES = ("cuda", "mps")
+            self.flag(node, "assigned")
+        self.generic_visit(node)
+
+    visit_AnnAssign = visit_AugAssign = visit_NamedExpr = visit_Assign
+
+    def visit_For(self, node: ast.For | ast.comprehension) -> None:  # for name in ("cuda", "mps"):
+        if _named(node.iter) or VOCABULARY.intersection(self.bound(node.iter)):
+            self.flag(node.iter, "iterated")
+        self.generic_visit(node)
+
+    visit_comprehension = visit_For
+
+    def visit_Set(self, node: ast.Set) -> None:  # {"cuda", "mps"}
+        if _named(node):
+            self.flag(node, "set")
+        self.generic_visit(node)
+
+    def visit_Dict(self, node: ast.Dict) -> None:  # {"ddp": ...}: a table outside the tables
+        if any(_named(key) for key in node.keys):
+            self.flag(node, "keyed")
+        self.generic_visit(node)
+
+    def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
+        """An f-string is a message: the names in it are shown, not decided on (so it is not looked into)."""
 
 
 def literal_decisions(path: Path) -> list[str]:
-    """`x == "cuda"`, `x in ("cpu", "cuda")` and inline `{"ddp": ..., "fsdp": ...}` tables, as 'line: source'."""
-    text = path.read_text()
-    tree = ast.parse(text)
-    found: list[str] = []
-
-    def constants(node: ast.AST) -> list[str]:
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return [node.value]
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            return [item.value for item in node.elts if isinstance(item, ast.Constant) and isinstance(item.value, str)]
-        return []
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            operands = [node.left, *node.comparators]
-            named = [value for operand in operands for value in constants(operand) if value in VOCABULARY]
-            # The metrics store's values ('cpu', 'device') are a request field, not a rule's name.
-            others = " ".join(ast.unparse(operand) for operand in operands)
-            if named and "store" not in others:
-                found.append(f"{node.lineno}: {ast.unparse(node)}")
-        elif isinstance(node, ast.Dict):
-            keys = [key.value for key in node.keys if isinstance(key, ast.Constant) and isinstance(key.value, str)]
-            if len([key for key in keys if key in VOCABULARY]) >= 2:
-                found.append(f"{node.lineno}: {ast.unparse(node)[:80]}")
-    return found
+    """Every line of `path` that decides on a literal vocabulary name, as 'line: form: source'."""
+    tree = ast.parse(path.read_text())
+    visitor = _LiteralDecisions(_constants_in_reach(tree, path))
+    visitor.visit(tree)
+    return [visitor.found[line] for line in sorted(visitor.found)]
 
 
 @pytest.mark.parametrize("module", DECIDING_MODULES)
@@ -79,18 +224,76 @@ def test_no_decision_on_a_literal_name_outside_the_tables(module: str) -> None:
     assert literal_decisions(SOURCE / module) == [], f"{module} decides on literal names: move them into a row"
 
 
-def test_the_check_finds_a_literal_decision() -> None:
-    """The check itself can fail: the code the review quoted is found."""
-    sample = SOURCE.parent / "__sample_literal__.py"
-    code = 'def f(accelerator, family):\n    if accelerator == "xla":\n        return {"ddp": "ddp", "fsdp": "fsdp"}\n'
-    tree_path = Path(__file__).with_name("_literal_sample.txt")
-    del sample
-    tree_path.write_text(code)
-    try:
-        found = literal_decisions(tree_path)
-    finally:
-        tree_path.unlink()
-    assert [line.split(":")[0] for line in found] == ["2", "3"]
+def test_every_module_of_resolve_is_checked() -> None:
+    assert {"resolve/core.py", "render/report.py", "resolve/cluster.py", "parse/legacy.py"} <= set(DECIDING_MODULES)
+    assert len(DECIDING_MODULES) == len(set(DECIDING_MODULES)) > len(list((SOURCE / "resolve").glob("*.py")))
+
+
+LITERAL_SAMPLE = '''\
+from typing import Literal
+
+from trainplan.effects import probing
+from trainplan.effects.probing import OPTIONAL_PACKAGES
+from trainplan.spec.tables import GPU_ACCELERATORS
+
+GPU_NAMES = ("cuda", "mps")  # found: assigned
+
+
+def choose(accelerator: Literal["cpu", "cuda"], name, table, strategy="ddp"):  # found: default
+    """Choose "cuda" (a docstring is no decision)."""
+    if accelerator == "xla":  # found: comparison
+        return {"ddp": 1, "fsdp": 2}  # found: keyed
+    if accelerator in ("cpu", "cuda"):  # found: comparison
+        family = "ddp"  # found: assigned
+    if accelerator in GPU_NAMES:  # found: comparison
+        return "ddp_spawn"  # found: returned
+    if name in OPTIONAL_PACKAGES:  # found: comparison
+        yield name
+    if name not in probing.OPTIONAL_PACKAGES:  # found: comparison
+        yield name
+    match accelerator:
+        case "cuda" | "mps":  # found: match
+            pass
+        case {"fsdp": options}:  # found: match
+            pass
+        case None:
+            pass
+    if name.startswith("deepspeed_stage"):  # found: startswith
+        pass
+    if name.endswith("_offload"):  # found: endswith
+        pass
+    rule = table["ddp"]  # found: subscript
+    rule = table.get("fsdp")  # found: argument
+    rule = dict(kind="local")  # found: argument
+    {"cuda", "mps"}.issuperset(name)  # found: set
+    for each in ("gloo", "nccl"):  # found: iterated
+        pass
+    if accelerator in GPU_ACCELERATORS:
+        message = f"{accelerator!r} is not 'cuda'; use 'cpu'"
+    shown = ", ".join(name) or "none"
+    return rule, message, shown, name.startswith("MIG-")
+'''
+"""One line per form the check finds (marked `# found: form`) and the lines it must pass by: a Literal annotation,
+a docstring, a table's constant, an f-string message, the placeholder of an empty list, an unrelated prefix."""
+
+
+def test_the_check_finds_a_literal_decision(tmp_path: Path) -> None:
+    """The check itself can fail: each form of deciding on a literal name is found, on its own line, and nothing
+    else is."""
+    sample = tmp_path / "sample.py"
+    sample.write_text(LITERAL_SAMPLE)
+    found = [line.split(": ")[:2] for line in literal_decisions(sample)]
+    marked = [
+        [str(number), line.split("# found: ")[1]]
+        for number, line in enumerate(LITERAL_SAMPLE.splitlines(), start=1)
+        if "# found: " in line
+    ]
+    assert found == marked
+    assert len({form for _, form in marked}) == 12
+
+
+# --------------------------------------------------------------------------------------------------
+# Every field of every rule has a reader
 
 
 RULE_CLASSES = [
@@ -99,26 +302,209 @@ RULE_CLASSES = [
     if isinstance(value, type) and attrs.has(value) and value.__module__ == tables.__name__
 ]
 
-
-def _attribute_reads() -> set[str]:
-    """Every `something.name` read in trainplan outside the tables module (where rows are only written)."""
-    reads: set[str] = set()
-    for path in SOURCE.rglob("*.py"):
-        if path.name == "tables.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-                reads.add(node.attr)
-    return reads
+_RULE_CLASS_NAMES = frozenset(rule_class.__name__ for rule_class in RULE_CLASSES)
+_WORD = re.compile(r"\w+")
+_HANDING_ON = frozenset(
+    {"lookup", "get", "values", "items", "pop", "next", "iter", "sorted", "reversed", "tuple", "list", "filter"}
+    | {"frozenset", "set", "min", "max", "evolve"}
+)
+"""Calls whose result holds rows of what they are given: `lookup(TABLE, key)`, `TABLE.get(key)`, `TABLE.values()`,
+`next(rows)`, `sorted(rows, key=...)`, `attrs.evolve(row, ...)`."""
 
 
-READS = _attribute_reads()
+def _classes_named(annotation: ast.AST | None) -> set[str]:
+    """The rule classes an annotation names (`AcceleratorRule | None`, `Mapping[str, ClusterRule]`, a string)."""
+    return set(_RULE_CLASS_NAMES.intersection(_WORD.findall(ast.unparse(annotation)))) if annotation else set()
+
+
+class _Rows:
+    """Which rule classes' rows each expression of one scope may hold: names bound from tables, lookups, rule
+    fields, functions annotated as returning rows, and parameters annotated with a rule class."""
+
+    def __init__(self, program: _Program, names: dict[str, set[str]], modules: dict[str, Path]) -> None:
+        self.program = program
+        self.names = names
+        self.modules = modules
+
+    def of(self, node: ast.AST) -> set[str]:
+        if isinstance(node, ast.Name):
+            return self.names.get(node.id, set()) | ({node.id} & _RULE_CLASS_NAMES)
+        if isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name) and node.value.id in self.modules:  # tables.CLUSTERS
+                return set(self.program.exports.get(self.modules[node.value.id], {}).get(node.attr, set()))
+            return set(self.program.attributes.get(node.attr, set()))  # rules.clusters, rule.job_port
+        if isinstance(node, (ast.Subscript, ast.Starred)):
+            return self.of(node.value)
+        if isinstance(node, ast.Call):
+            receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else ast.unparse(node.func)
+            found = self.program.functions.get(called, set()) | ({called} & _RULE_CLASS_NAMES)
+            if called in _HANDING_ON:  # table.values(), table.get(key); lookup(table, key), attrs.evolve(row)
+                given = [receiver] if receiver is not None and called != "evolve" else node.args[:1]
+                found |= {name for argument in given for name in self.of(argument)}
+            return found
+        if isinstance(node, ast.IfExp):
+            return self.of(node.body) | self.of(node.orelse)
+        if isinstance(node, (ast.BoolOp, ast.Tuple, ast.List, ast.Set)):
+            parts = node.values if isinstance(node, ast.BoolOp) else node.elts
+            return {name for part in parts for name in self.of(part)}
+        if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+            return self.of(node.elt)
+        if isinstance(node, ast.DictComp):
+            return self.of(node.value)
+        return set()
+
+    def bind(self, target: ast.AST, classes: set[str]) -> None:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name) and classes:
+                self.names.setdefault(node.id, set()).update(classes)
+
+    def learn(self, scope: ast.AST) -> None:
+        """Bind every name of `scope` (flow-insensitive: a name bound twice may hold either)."""
+        for node in ast.walk(scope):
+            if isinstance(node, ast.arg):
+                self.bind(ast.Name(node.arg), _classes_named(node.annotation))
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    self.bind(target, self.of(node.value))
+            elif isinstance(node, ast.AnnAssign):
+                self.bind(node.target, _classes_named(node.annotation) | (self.of(node.value) if node.value else set()))
+            elif isinstance(node, ast.NamedExpr):
+                self.bind(node.target, self.of(node.value))
+            elif isinstance(node, (ast.For, ast.comprehension)):
+                self.bind(node.target, self.of(node.iter))
+            elif isinstance(node, ast.Call) and node.args:  # sorted(rows, key=lambda rule: rule.priority)
+                for keyword in node.keywords:
+                    if isinstance(keyword.value, ast.Lambda):
+                        for argument in keyword.value.args.args:
+                            self.bind(ast.Name(argument.arg), self.of(node.args[0]))
+
+
+class _Program:
+    """trainplan's sources, read for `row.field` where `row` is known to hold a row of a rule class."""
+
+    def __init__(self, trees: Mapping[Path, ast.Module]) -> None:
+        self.trees = trees
+        self.attributes: dict[str, set[str]] = {}  # class-level fields annotated with rows (Rules.clusters)
+        self.functions: dict[str, set[str]] = {}  # functions and methods annotated as returning rows
+        for tree in trees.values():
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef):
+                    for field in node.body:
+                        if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name):
+                            self.attributes.setdefault(field.target.id, set()).update(_classes_named(field.annotation))
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.functions.setdefault(node.name, set()).update(_classes_named(node.returns))
+        self.exports: dict[Path, dict[str, set[str]]] = {}
+        for _ in range(2):  # a module's constants may come from another's (imports in any order)
+            for path, tree in trees.items():
+                self.exports[path] = self.module_rows(tree).names
+
+    def module_path(self, module: str) -> Path | None:
+        base = SOURCE.joinpath(*module.split(".")[1:])
+        paths = (base.with_suffix(".py"), base / "__init__.py")
+        return next((path for path in paths if path in self.trees), None) if module.startswith("trainplan.") else None
+
+    def module_rows(self, tree: ast.Module) -> _Rows:
+        """What the module's own constants and its imports from trainplan hold."""
+        rows = _Rows(self, {}, {})
+        for statement in tree.body:
+            if isinstance(statement, ast.ImportFrom) and statement.module is not None and statement.level == 0:
+                source = self.module_path(statement.module)
+                for alias in statement.names:
+                    whole = self.module_path(f"{statement.module}.{alias.name}")
+                    if whole is not None:
+                        rows.modules[alias.asname or alias.name] = whole
+                    elif source is not None:
+                        rows.bind(
+                            ast.Name(alias.asname or alias.name), self.exports.get(source, {}).get(alias.name, set())
+                        )
+        for _ in range(2):
+            for statement in tree.body:
+                if isinstance(statement, ast.Assign):
+                    for target in statement.targets:
+                        rows.bind(target, rows.of(statement.value))
+                elif isinstance(statement, ast.AnnAssign):
+                    value = rows.of(statement.value) if statement.value else set()
+                    rows.bind(statement.target, _classes_named(statement.annotation) | value)
+        return rows
+
+    def reads(self, paths: Iterable[Path]) -> set[tuple[str, str]]:
+        """(rule class, field) for each `row.field` read in `paths`, scope by scope (a function, a method, a
+        module-level statement)."""
+        found: set[tuple[str, str]] = set()
+        for path in paths:
+            module = self.module_rows(self.trees[path])
+            body = self.trees[path].body
+            for scope in [part for node in body for part in (node.body if isinstance(node, ast.ClassDef) else [node])]:
+                rows = _Rows(self, {name: set(classes) for name, classes in module.names.items()}, module.modules)
+                for _ in range(2):
+                    rows.learn(scope)
+                for node in ast.walk(scope):
+                    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                        found.update((rule_class, node.attr) for rule_class in rows.of(node.value))
+        return found
+
+
+@functools.cache
+def _trainplan() -> _Program:
+    return _Program({path: ast.parse(path.read_text()) for path in sorted(SOURCE.rglob("*.py"))})
+
+
+@functools.cache
+def _trainplan_reads() -> set[tuple[str, str]]:
+    return _trainplan().reads(_trainplan().trees)
+
+
+def _unread(rule_class: type, reads: set[tuple[str, str]]) -> list[str]:
+    return [field.name for field in attrs.fields(rule_class) if (rule_class.__name__, field.name) not in reads]
 
 
 @pytest.mark.parametrize("rule_class", RULE_CLASSES, ids=lambda rule_class: rule_class.__name__)
 def test_every_field_of_every_rule_has_a_reader(rule_class: type) -> None:
-    unread = [field.name for field in attrs.fields(rule_class) if field.name not in READS]
+    """Each field of each rule class is read off a row of that class, not merely by name: `.description` read off a
+    plan, or off a `FamilyRule`, is no reader of `AcceleratorRule.description` (many fields share a name: name,
+    description, accelerators, why_not, reason, fix). A row is known by a small inference over each function: a name
+    bound from a table (`ACCELERATORS`, `rules.accelerators`, imported or not), from `lookup`/`.get`/`.values()`/
+    `next`/`sorted` over one, from a rule field or function annotated with the class (`rule.job_port`,
+    `precision_recipe(plan)`), or a parameter annotated with it. A table's own index (`{rule.name: rule for ...}` in
+    tables.py) reads its key field. The inference errs towards "unread": a row reached through nothing annotated is
+    not seen, and the test fails until its reader says what it holds; it is flow-insensitive within a function (a
+    name bound to rows of two classes counts for both)."""
+    unread = _unread(rule_class, _trainplan_reads())
     assert unread == [], f"{rule_class.__name__} fields nothing reads (read them, or remove them): {unread}"
+
+
+READS_SAMPLE = """\
+from trainplan.spec import tables
+from trainplan.spec.tables import ACCELERATORS, FamilyRule, lookup
+
+
+def described(plan, family: FamilyRule, name):
+    shown = plan.description, family.description, family.why_not
+    row = lookup(ACCELERATORS, name)
+    return shown, row.host, [rule.device_type for rule in tables.ACCELERATORS.values()]
+"""
+
+
+def test_a_field_is_read_only_off_a_row_of_its_class() -> None:
+    """The check can fail: a field read under its name off something else (a plan, a row of another class) is not
+    read, where the name-based check it replaces counted it."""
+    sample = SOURCE / "_reads_sample.py"  # a path of the program only: nothing is written there
+    program = _Program({**_trainplan().trees, sample: ast.parse(READS_SAMPLE)})
+    reads = program.reads([sample])
+    assert {("AcceleratorRule", "host"), ("AcceleratorRule", "device_type"), ("FamilyRule", "why_not")} <= reads
+    assert ("FamilyRule", "description") in reads
+    assert ("AcceleratorRule", "description") not in reads
+    assert "description" in _unread(tables.AcceleratorRule, reads)
+
+
+def test_a_field_whose_only_reader_goes_is_unread() -> None:
+    """`AcceleratorRule.slurm_gpus` is read in one place (the emitted SLURM job): without that read, it is unread."""
+    emit = SOURCE / "render" / "emit.py"
+    assert ("AcceleratorRule", "slurm_gpus") in _trainplan().reads([emit])
+    without = _Program({**_trainplan().trees, emit: ast.parse(emit.read_text().replace(".slurm_gpus", ".gpus"))})
+    assert ("AcceleratorRule", "slurm_gpus") not in without.reads(without.trees)
 
 
 def test_the_rule_classes_are_all_found() -> None:

@@ -22,6 +22,7 @@ from trainplan.spec.options import OPTION_TYPES, StrategyOptions
 from trainplan.spec.tables import (
     ACCELERATOR_GROUPS,
     FAMILIES,
+    HOST_METRICS_STORE,
     LEGACY_ACCELERATORS,
     LEGACY_CONFLICT_FIXES,
     LEGACY_DEVICE_FLAGS,
@@ -192,7 +193,7 @@ def _auto_select_gpus(claims: _Claims, raw: object) -> None:
 
 def _move_metrics_to_cpu(claims: _Claims, raw: object) -> None:
     if normalise.flag("move_metrics_to_cpu", raw):
-        claims.claim("metrics_store", "move_metrics_to_cpu", True, "cpu")
+        claims.claim("metrics_store", "move_metrics_to_cpu", True, HOST_METRICS_STORE)
         claims.note(
             "move_metrics_to_cpu",
             "move_metrics_to_cpu=True",

@@ -84,6 +84,10 @@ _DETECTION_ORDER = tuple(
     )
 )
 
+THIS_MACHINE: ClusterName = next(rule.name for rule in CLUSTERS.values() if not all(rule.detect_variables))
+"""The cluster found without any variable (the row with an empty set of them: this machine alone), where detection
+ends when no cluster manager's variables are found."""
+
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,252})", flags=re.ASCII)
 
@@ -113,11 +117,11 @@ def launched_by_trainplan(variables: Mapping[str, str]) -> bool:
 
 def _detected(variables: Mapping[str, str]) -> ClusterName:
     if not variables or launched_by_trainplan(variables):
-        return "local"
+        return THIS_MACHINE
     for rule in _DETECTION_ORDER:
         if _present(rule.detect_variables, variables) and not _passed_by(rule, variables):
             return rule.name
-    return "local"
+    return THIS_MACHINE
 
 
 def _passed_by(rule: ClusterRule, variables: Mapping[str, str]) -> bool:
@@ -219,7 +223,7 @@ class _Variables:
 def _local(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
     if launched_by_trainplan(variables):
         return _launched(variables)
-    read = _Variables("local", variables)
+    read = _Variables(rule.name, variables)
     node_rank_name = "NODE_RANK" if "NODE_RANK" in variables else "GROUP_RANK"
     node_rank = read.integer(node_rank_name, minimum=0, required=False, default=0)
     address = read.address("MASTER_ADDR")
@@ -249,8 +253,8 @@ def _local(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> 
 
 
 _ALONE: dict[ClusterFlag, ClusterFacts] = {
-    "auto": _local(CLUSTERS["local"], {}, requested=False),
-    "local": _local(CLUSTERS["local"], {}, requested=True),
+    "auto": _local(CLUSTERS[THIS_MACHINE], {}, requested=False),
+    THIS_MACHINE: _local(CLUSTERS[THIS_MACHINE], {}, requested=True),
 }
 """The facts of a process without any cluster variable, read once."""
 
@@ -285,7 +289,7 @@ def _launched(variables: Mapping[str, str]) -> ClusterFacts:
     world = _torchrun_world(read)
     how = variables.get(LAUNCHED_MARKER, "").strip() or "a"
     return ClusterFacts(
-        kind="local",
+        kind=THIS_MACHINE,
         creates_processes=True,
         main_address=read.address("MASTER_ADDR") or "127.0.0.1",
         main_port=read.port("MASTER_PORT"),
@@ -308,7 +312,7 @@ def _launched(variables: Mapping[str, str]) -> ClusterFacts:
 
 def _torchelastic(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
     how = "asked for" if requested else "detected"
-    read = _Variables("torchelastic", variables)
+    read = _Variables(rule.name, variables)
     world = _torchrun_world(read)
     group_rank = read.integer("GROUP_RANK", minimum=0)
     address = read.address("MASTER_ADDR")

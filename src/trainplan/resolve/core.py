@@ -20,7 +20,7 @@ import attrs
 
 from trainplan.parse import normalise
 from trainplan.parse.normalise import DevicesSpec
-from trainplan.resolve.cluster import ClusterFacts, detect
+from trainplan.resolve.cluster import THIS_MACHINE, ClusterFacts, detect
 from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import visible_entries
@@ -49,6 +49,8 @@ from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, 
 from trainplan.spec.request import NumNodes, Request
 from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import (
+    HOST_DEVICE,
+    HOST_METRICS_STORE,
     MAX_CPU_COUNT,
     MAX_DEVICES_PER_NODE,
     MAX_WORLD_SIZE,
@@ -180,8 +182,13 @@ class _Fields:
 
 _AUTO_NODES: NumNodes = "auto"
 
-_FALLBACK_CLUSTER = detect("local", {})
+_FALLBACK_CLUSTER = detect(THIS_MACHINE, {})
 """What `check` goes on with after an error in the cluster's variables (resolve stops at the error)."""
+
+_FALLBACK_LAUNCHER: LauncherName = next(
+    rule.name for rule in BUILTIN_RULES.launchers.values() if not (rule.starts_processes or rule.joins)
+)
+"""What `check` goes on with after the launcher is refused: the row that starts no process and joins no world."""
 
 
 def _run(request: object, given_env: object, report: Report, rules: Rules) -> Plan | None:
@@ -310,9 +317,8 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         )
     reasons["layout"] = (str.format, ("{}; nodes: {}", family.description, nodes_reason))
 
-    no_launcher: LauncherName = "none"
     launcher = _attempt(
-        report, no_launcher, _choose_launcher, strategy_name, rule, family, facts, env, accelerator_rule, rules
+        report, _FALLBACK_LAUNCHER, _choose_launcher, strategy_name, rule, family, facts, env, accelerator_rule, rules
     )
     launcher_rule = lookup(rules.launchers, launcher, name="LAUNCHERS")
     reasons["launcher"] = launcher_rule.description
@@ -1324,7 +1330,7 @@ def _metric_placement(
     store: MetricsStore, accelerator: AcceleratorRule, backend: BackendName | None, world_size: int, rules: Rules
 ) -> MetricPlacement:
     device_type = accelerator.device_type
-    where = "on the CPU" if store == "cpu" or accelerator.host else f"on the {device_type} device"
+    where = "on the CPU" if store == HOST_METRICS_STORE or accelerator.host else f"on the {device_type} device"
     if world_size == 1 or backend is None:
         return MetricPlacement(
             default_store=store,
@@ -1376,12 +1382,12 @@ def place_metric(
             allowed=(True, False, None),
         )
     metrics = plan.metrics
-    on_cpu = (metrics.default_store == "cpu") if store_on_cpu is None else store_on_cpu
-    device = plan.device_for(0) if plan.processes_per_node > 0 else "cpu"
+    on_cpu = (metrics.default_store == HOST_METRICS_STORE) if store_on_cpu is None else store_on_cpu
+    device = plan.device_for(0) if plan.processes_per_node > 0 else HOST_DEVICE
     host = lookup(rules.accelerators, plan.accelerator, name="ACCELERATORS").host
     if host:
         on_cpu = True
-    store_device = "cpu" if on_cpu else device
+    store_device = HOST_DEVICE if on_cpu else device
     if metrics.reduces_on == "nowhere":
         return MetricSlot(
             store_device=store_device, reduce_device=None, moves_for_reduction=False, explanation=metrics.explanation
@@ -1395,7 +1401,7 @@ def place_metric(
                 device_type=metrics.device_type,
             )
         return MetricSlot(
-            store_device="cpu",
+            store_device=HOST_DEVICE,
             reduce_device=device,
             moves_for_reduction=True,
             explanation=f"kept on the CPU; moved to {device} for each reduction ({plan.process_group_backend} needs "
@@ -1425,7 +1431,7 @@ def _advice(
                 "and this plan has one",
             )
         )
-    if fields.metrics_store == "cpu" and accelerator.host:
+    if fields.metrics_store == HOST_METRICS_STORE and accelerator.host:
         notes.append(
             Note(code="metrics-store-cpu", level="info", message="metrics_store='cpu' changes nothing on a CPU run")
         )

@@ -19,6 +19,7 @@ from trainplan.spec.names import MESH_DIMENSIONS
 from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions
 from trainplan.spec.plan import Plan
 from trainplan.spec.tables import (
+    DEEPSPEED_NO_OFFLOAD,
     FAMILY_RECIPES,
     FRAMEWORK_ACCELERATORS,
     LAUNCHERS,
@@ -278,8 +279,8 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
         extra += ["--fsdp_sharding_strategy", options.sharding_strategy]
         extra += ["--fsdp_offload_params", "true" if options.cpu_offload else "false"]
     if isinstance(options, DeepSpeedOptions):
-        optimizer_device = options.offload_device if options.offload_optimizer else "none"
-        param_device = options.offload_device if options.offload_parameters else "none"
+        optimizer_device = options.offload_device if options.offload_optimizer else DEEPSPEED_NO_OFFLOAD
+        param_device = options.offload_device if options.offload_parameters else DEEPSPEED_NO_OFFLOAD
         deepspeed = {
             "zero_stage": options.stage,
             "offload_optimizer_device": optimizer_device,

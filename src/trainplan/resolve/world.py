@@ -123,7 +123,9 @@ def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int
             f"({plan.processes_per_node} per node); the worker's RANK/LOCAL_RANK do not belong to this plan"
         )
     devices = tuple(range(len(plan.devices))) if visibility_variable(plan) is not None else plan.devices
-    launcher: LauncherName = "external" if plan.launcher in STARTING_LAUNCHERS else plan.launcher
+    # A worker of trainplan's own launcher is inside the job that launcher started: it becomes what the row says.
+    launcher_rule = lookup(LAUNCHERS, plan.launcher, name="LAUNCHERS")
+    launcher = (launcher_rule.in_started_job or plan.launcher) if launcher_rule.trainplan_starts else plan.launcher
     reasons = dict(plan.reasons)
     notes = list(plan.notes)
     who = (
@@ -139,7 +141,7 @@ def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int
                 level="info",
                 message=(
                     f"inside a started job: {plan.num_nodes} node(s) × {plan.processes_per_node} process(es) as "
-                    f"{who} started them; this process (rank {global_rank}) joins it (launcher 'external')"
+                    f"{who} started them; this process (rank {global_rank}) joins it (launcher {launcher!r})"
                 ),
             )
         )

@@ -26,6 +26,7 @@ from trainplan.spec.names import (
     ClusterSchema,
     LauncherName,
     MeshDimension,
+    MetricsStore,
     PrecisionFlag,
     PrecisionName,
     StartMethod,
@@ -850,6 +851,16 @@ BACKENDS: Final[Mapping[BackendName, BackendRule]] = {
     )
 }
 
+# Metric placement (the backend's `needs_device_tensors` and the accelerator's `host` decide the rest).
+
+HOST_METRICS_STORE: Final[MetricsStore] = "cpu"
+"""The `metrics_store` that keeps logged tensors in host memory (Lightning's `move_metrics_to_cpu=True`); the other
+keeps them on the run's device."""
+
+HOST_DEVICE: Final[str] = next(rule.device_type for rule in ACCELERATORS.values() if rule.host)
+"""The torch device of host memory (the device type of the accelerator whose devices are the host's CPUs): where a
+CPU-stored metric lives."""
+
 
 # --------------------------------------------------------------------------------------------------
 # Device meshes (strategy `model_parallel`): the dimensions, in the mesh's fixed order, and where each may grow.
@@ -1188,6 +1199,9 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
         ),
     )
 }
+
+DEEPSPEED_NO_OFFLOAD: Final[str] = "none"
+"""DeepSpeed's (and `accelerate launch`'s) offload device for a part that stays on the accelerator."""
 
 
 @attrs.frozen(kw_only=True)
