@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from typing import get_args
 
+import attrs
 import pytest
 
 from tests.helpers import SLURM_2x4, TORCHRUN_2x2, cpu, cuda, plan_for
-from trainplan import ClusterEnvironmentError
+from trainplan import BUILTIN_RULES, ClusterEnvironmentError, Incompatible, Request
+from trainplan.effects.probing import relevant_variables
 from trainplan.resolve import cluster as cluster_module
 from trainplan.resolve import expand_hostlist
 from trainplan.resolve.cluster import detect
-from trainplan.spec.names import ClusterSchema
-from trainplan.spec.tables import CLUSTERS
+from trainplan.resolve.core import resolve_uncached
+from trainplan.resolve.world import worker_environment
+from trainplan.spec.tables import (
+    CLUSTERS,
+    LAUNCHED_WORKERS,
+    ClusterRule,
+    JobPort,
+    JobVariable,
+    JobVariables,
+    VariableFormat,
+    job_variables,
+)
 
 
 class TestHostlist:
@@ -153,9 +165,30 @@ class TestOthers:
 class TestClustersAreRows:
     """Each row names the variables its processes carry (its schema); the module reads rows, not names."""
 
-    def test_every_schema_has_a_reader_and_every_row_one_schema(self) -> None:
-        assert set(cluster_module._READERS) == set(get_args(ClusterSchema))
-        assert {rule.schema for rule in CLUSTERS.values()} <= set(cluster_module._READERS)
+    def test_every_format_has_one_parser_and_every_variable_a_format_its_fact_reads(self) -> None:
+        numbers, addresses = cluster_module._NUMBER_FORMATS, cluster_module._ADDRESS_FORMATS
+        assert set(numbers) | set(addresses) == set(get_args(VariableFormat))
+        for schema in (*(schema for rule in CLUSTERS.values() for schema in rule.schemas), LAUNCHED_WORKERS.schema):
+            for fact, source in job_variables(schema):
+                assert source.format in (addresses if fact == "main_address" else numbers), (schema.label, fact)
+
+    def test_the_probe_copies_every_variable_a_row_names(self) -> None:
+        named = {name for rule in CLUSTERS.values() for group in rule.detect_variables for name in group}
+        for schema in (*(schema for rule in CLUSTERS.values() for schema in rule.schemas), LAUNCHED_WORKERS.schema):
+            named |= {name for _, source in job_variables(schema) for name in source.names}
+        assert len(named) > 30
+        assert set(relevant_variables(dict.fromkeys(named, "1"))) == named
+
+    def test_a_launcher_writes_what_its_workers_read(self) -> None:
+        plan = plan_for(cpu(), accelerator="cpu", devices=2)
+        variables = worker_environment(
+            plan, local_rank=1, main_port=29555, visible_devices=None, visible_count=0, launcher="subprocess"
+        )
+        read = {name for _, source in job_variables(LAUNCHED_WORKERS.schema) for name in source.names}
+        assert read | set(LAUNCHED_WORKERS.also_written) <= set(variables)
+        facts = detect("auto", variables)
+        assert (facts.launched, facts.kind, facts.launch_hint) == (True, "local", LAUNCHED_WORKERS.launch_hint)
+        assert (facts.global_rank, facts.local_rank, facts.world_size, facts.main_port) == (1, 1, 2, 29555)
 
     def test_the_readers_facts_carry_their_rows_hint_and_kind(self) -> None:
         for name, variables in (("slurm", SLURM_2x4), ("torchelastic", TORCHRUN_2x2), ("local", {})):
@@ -171,3 +204,99 @@ class TestClustersAreRows:
         lsf_job = {"LSB_JOBID": "4321", "JSM_NAMESPACE_SIZE": "2", "JSM_NAMESPACE_RANK": "0"}
         lsf_job |= {"JSM_NAMESPACE_LOCAL_RANK": "0"}
         assert detect("lsf", lsf_job).main_port == lsf.base + 4321 % lsf.modulo == 10000 + 321
+
+
+PBS = ClusterRule(
+    name="pbs",  # type: ignore[arg-type]  # an invented cluster: its name is none of trainplan's
+    description="PBS, processes started by pbsdsh (invented for this test)",
+    detect_variables=(frozenset({"PBS_JOBNUM", "PBS_TASKNUM"}),),
+    detect_priority=7,
+    creates_processes=True,
+    node_rank_variable="PBS_NODENUM",
+    schemas=(
+        JobVariables(
+            label="PBS",
+            reason="PBS was {how} (PBS_JOBNUM and PBS_TASKNUM are set)",
+            world_size=JobVariable(names=("PBS_NP",), required=True),
+            processes_per_node=JobVariable(names=("PBS_NUM_PPN",), required=True),
+            global_rank=JobVariable(names=("PBS_TASKNUM",), required=True),
+            local_rank=JobVariable(names=("PBS_VNODENUM",), required=True),
+            node_rank=JobVariable(names=("PBS_NODENUM",), required=True),
+            main_address=(JobVariable(names=("PBS_MOM_HOST",), format="host"),),
+            main_port=JobVariable(names=("PBS_PORT",), format="port"),
+            job_id=JobVariable(names=("PBS_JOBNUM",), required=True),
+        ),
+    ),
+    launch_hint="qsub -l nodes={num_nodes}:ppn={processes_per_node}",
+    job_port=JobPort(base=20000, modulo=1000),
+)
+"""A cluster trainplan does not know, with plain integer variables: one row, and nothing else."""
+
+PBS_RULES = attrs.evolve(BUILTIN_RULES, clusters={**BUILTIN_RULES.clusters, PBS.name: PBS})
+"""A rule set with the row (a rule set value; `Rules.extend` takes no cluster rows)."""
+
+PBS_JOB = {
+    "PBS_JOBNUM": "4321",
+    "PBS_NP": "8",
+    "PBS_NUM_PPN": "4",
+    "PBS_TASKNUM": "5",
+    "PBS_VNODENUM": "1",
+    "PBS_NODENUM": "1",
+    "PBS_MOM_HOST": "mom01",
+}
+"""Task 5 of a 2-node job with 4 tasks per node."""
+
+
+class TestANewClusterIsOneRow:
+    """A cluster manager with plain integer variables is one `ClusterRule` row: detected, read, checked and
+    refused through the same reader as the built-in ones."""
+
+    def test_a_job_under_it_resolves_to_its_layout(self) -> None:
+        plan = resolve_uncached(Request(accelerator="cpu"), cpu(variables=PBS_JOB), PBS_RULES)
+        cluster = plan.cluster
+        assert (cluster.kind, plan.launcher, plan.world_size, plan.num_nodes, plan.processes_per_node) == (
+            "pbs",
+            "external",
+            8,
+            2,
+            4,
+        )
+        assert (cluster.global_rank, cluster.local_rank, cluster.node_rank) == (5, 1, 1)
+        assert (cluster.main_address, cluster.main_port) == ("mom01", 20000 + 4321 % 1000)
+        assert plan.reasons["cluster"] == "PBS was detected (PBS_JOBNUM and PBS_TASKNUM are set)"
+
+    def test_the_built_in_rules_do_not_know_it(self) -> None:
+        plan = resolve_uncached(Request(accelerator="cpu"), cpu(variables=PBS_JOB), BUILTIN_RULES)
+        assert plan.cluster.kind == "local"
+        assert detect("auto", PBS_JOB, PBS_RULES).reason.startswith("PBS was detected")
+        alone = detect("auto", {}, PBS_RULES).reason
+        assert alone == "no cluster manager's variables were found (PBS, torchelastic, SLURM, Kubeflow, LSF, MPI)"
+
+    @pytest.mark.parametrize(
+        ("variable", "value", "words"),
+        [
+            ("PBS_TASKNUM", "five", "whole number"),
+            ("PBS_TASKNUM", "8", "smaller than PBS_NP=8"),
+            ("PBS_VNODENUM", "4", "smaller than PBS_NUM_PPN=4"),
+            ("PBS_NUM_PPN", "0", "at least 1"),
+            ("PBS_PORT", "70000", "65535"),
+            ("PBS_MOM_HOST", "mom01:22", "host name"),
+        ],
+    )
+    def test_garbage_names_the_variable(self, variable: str, value: str, words: str) -> None:
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            resolve_uncached(Request(accelerator="cpu"), cpu(variables={**PBS_JOB, variable: value}), PBS_RULES)
+        assert (caught.value.variable, caught.value.cluster) == (variable, "PBS")
+        assert words in str(caught.value)
+
+    def test_a_missing_variable_is_named(self) -> None:
+        variables = {name: value for name, value in PBS_JOB.items() if name != "PBS_NP"}
+        with pytest.raises(ClusterEnvironmentError, match="Start the processes with the PBS launcher"):
+            detect("auto", variables, PBS_RULES)
+
+    def test_another_layout_is_refused_with_its_launch_hint(self) -> None:
+        request = Request(accelerator="cpu", devices=2, num_nodes=2)
+        with pytest.raises(Incompatible) as caught:
+            resolve_uncached(request, cpu(variables=PBS_JOB), PBS_RULES)
+        assert caught.value.rule == "cluster-world-size"
+        assert "qsub -l nodes=2:ppn=2" in str(caught.value)

@@ -891,7 +891,7 @@ def _run_as_this_rank(
         **os.environ,
         **given,
         **variables,
-        "TORCHELASTIC_RUN_ID": f"{tables.TRAINPLAN_RUN_ID_PREFIX}{port}",
+        tables.RUN_ID_VARIABLE: f"{tables.TRAINPLAN_RUN_ID_PREFIX}{port}",
         "PYTHONUNBUFFERED": "1",
     }
     code = 0

@@ -1,12 +1,15 @@
 """Reading the cluster environment from environment variables (pure: the variables are passed in).
 
-Detection order and required variables come from `tables.CLUSTERS`; this module parses each
-manager's variables, checks them (a rank that is not a number, a port out of range, a rank beyond
-the world size) and reports garbage as `ClusterEnvironmentError` naming the variable.
+Detection order, required variables and each cluster's variable schema come from the rule set's clusters
+(`tables.CLUSTERS`, `ClusterRule.schemas`): one reader reads any schema through its row, checks the values (a rank
+that is not a number, a port out of range, a rank beyond the world size) and reports garbage as
+`ClusterEnvironmentError` naming the variable. The special spellings (SLURM's tasks per node and host lists, LSF's
+host list) are one small parser per format, whichever cluster uses them.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import itertools
 import re
@@ -15,16 +18,22 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 import attrs
 
 from trainplan.spec.errors import ClusterEnvironmentError, Unavailable
-from trainplan.spec.names import ClusterFlag, ClusterName, ClusterSchema
+from trainplan.spec.names import ClusterFlag, ClusterName
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
+from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import (
-    CLUSTERS,
-    DEFAULT_MAIN_PORT,
     LAUNCHED_MARKER,
+    LAUNCHED_WORKERS,
+    RUN_ID_VARIABLE,
     TRAINPLAN_RUN_ID_PREFIX,
     ClusterRule,
+    DefaultPort,
     JobPort,
+    JobVariable,
+    JobVariables,
+    MissingRule,
+    VariableFormat,
     lookup,
 )
 
@@ -48,6 +57,7 @@ class ClusterFacts:
     reason: str
     notes: tuple[Note, ...] = ()
     launched: bool = False  # this process is a worker trainplan's launcher started
+    address_from: str | None = None  # the variable that gave main_address (None: a default, or unknown)
 
     @property
     def started_by(self) -> str:
@@ -55,13 +65,14 @@ class ClusterFacts:
         return "trainplan's launcher" if self.launched else self.kind
 
 
-def detect(flag: ClusterFlag, variables: Mapping[str, str]) -> ClusterFacts:
-    """The cluster environment asked for (or detected, for `auto`) with its facts."""
-    if not variables and flag in _ALONE:
-        return _ALONE[flag]  # no variable at all: this machine alone (the same facts as reading none)
+def detect(flag: ClusterFlag, variables: Mapping[str, str], rules: Rules = BUILTIN_RULES) -> ClusterFacts:
+    """The cluster environment asked for (or detected, for `auto`) with its facts, from the rule set's clusters."""
+    index = _BUILTIN_INDEX if rules is BUILTIN_RULES else _index(rules)
+    if not variables and flag in index.alone:
+        return index.alone[flag]  # no variable at all: this machine alone (the same facts as reading none)
     if flag == "auto":
-        return _read(_detected(variables), variables, requested=False)
-    rule = lookup(CLUSTERS, flag, name="CLUSTERS")
+        return _read(_detected(index, variables), index, variables, requested=False)
+    rule = lookup(rules.clusters, flag, name="CLUSTERS")
     if not _present(rule.detect_variables, variables):  # a row without variables to find (local) is always present
         needed = " and ".join(sorted(rule.detect_variables[0]))
         raise Unavailable(
@@ -69,24 +80,39 @@ def detect(flag: ClusterFlag, variables: Mapping[str, str]) -> ClusterFacts:
             available=f"no {rule.description} variables ({needed} not set)",
             fix=f"Run inside a {flag} job, set the variables by hand for a what-if, or use cluster='auto'",
         )
-    return _read(flag, variables, requested=True)
+    return _read(rule, index, variables, requested=True)
 
 
 def _present(groups: tuple[frozenset[str], ...], variables: Mapping[str, str]) -> bool:
     return any(all(name in variables for name in group) for group in groups)
 
 
-_DETECTION_ORDER = tuple(
-    sorted(
-        # Rows found by their variables; the one that needs none (this machine alone) is what remains.
-        (rule for rule in CLUSTERS.values() if rule.detect_priority is not None and all(rule.detect_variables)),
-        key=lambda rule: -(rule.detect_priority or 0),
-    )
-)
+@attrs.frozen
+class _Index:
+    """One rule set's clusters, indexed once: the detection order, and the facts of a process without variables."""
 
-THIS_MACHINE: ClusterName = next(rule.name for rule in CLUSTERS.values() if not all(rule.detect_variables))
-"""The cluster found without any variable (the row with an empty set of them: this machine alone), where detection
-ends when no cluster manager's variables are found."""
+    order: tuple[ClusterRule, ...]  # rows found by their variables, highest priority first
+    fallback: ClusterRule  # the row that needs no variable (this machine): what remains
+    managers: str  # the clusters detection looks for, for the fallback's reason
+    alone: dict[ClusterFlag, ClusterFacts] = attrs.field(factory=dict)  # filled once, by `_index`
+
+
+@functools.lru_cache(maxsize=16)
+def _index(rules: Rules) -> _Index:
+    clusters = rules.clusters.values()
+    order = tuple(
+        sorted(
+            (rule for rule in clusters if rule.detect_priority is not None and all(rule.detect_variables)),
+            key=lambda rule: -(rule.detect_priority or 0),
+        )
+    )
+    fallbacks = [rule for rule in clusters if rule.detect_priority is not None and not all(rule.detect_variables)]
+    if not fallbacks:
+        raise MissingRule(table="CLUSTERS", key="the row of a process without cluster variables (detect_variables=())")
+    index = _Index(order, fallbacks[0], ", ".join(rule.schemas[0].label for rule in order))
+    index.alone["auto"] = _read(index.fallback, index, {}, requested=False)
+    index.alone[index.fallback.name] = _read(index.fallback, index, {}, requested=True)
+    return index
 
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,252})", flags=re.ASCII)
@@ -112,16 +138,16 @@ def launched_by_trainplan(variables: Mapping[str, str]) -> bool:
     that worker has since given this process a world of its own (torchrun's run id is then not trainplan's)."""
     if LAUNCHED_MARKER not in variables:
         return False
-    return variables.get("TORCHELASTIC_RUN_ID", TRAINPLAN_RUN_ID_PREFIX).startswith(TRAINPLAN_RUN_ID_PREFIX)
+    return variables.get(RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX).startswith(TRAINPLAN_RUN_ID_PREFIX)
 
 
-def _detected(variables: Mapping[str, str]) -> ClusterName:
+def _detected(index: _Index, variables: Mapping[str, str]) -> ClusterRule:
     if not variables or launched_by_trainplan(variables):
-        return THIS_MACHINE
-    for rule in _DETECTION_ORDER:
+        return index.fallback
+    for rule in index.order:
         if _present(rule.detect_variables, variables) and not _passed_by(rule, variables):
-            return rule.name
-    return THIS_MACHINE
+            return rule
+    return index.fallback
 
 
 def _passed_by(rule: ClusterRule, variables: Mapping[str, str]) -> bool:
@@ -130,7 +156,7 @@ def _passed_by(rule: ClusterRule, variables: Mapping[str, str]) -> bool:
     return unless is not None and variables.get(unless.variable, "") in unless.values
 
 
-def _passed_by_notes(variables: Mapping[str, str]) -> tuple[Note, ...]:
+def _passed_by_notes(index: _Index, variables: Mapping[str, str]) -> tuple[Note, ...]:
     """A note for each cluster whose variables are present but that detection passed by."""
     return tuple(
         Note(
@@ -140,273 +166,321 @@ def _passed_by_notes(variables: Mapping[str, str]) -> tuple[Note, ...]:
                 variable=rule.not_detected_when.variable, value=variables[rule.not_detected_when.variable]
             ),
         )
-        for rule in _DETECTION_ORDER
+        for rule in index.order
         if rule.not_detected_when is not None
         and _present(rule.detect_variables, variables)
         and _passed_by(rule, variables)
     )
 
 
-def _job_port(port: JobPort, job_id: int | None) -> int | None:
-    """The main port the row's formula gives for the job id (or its default without one)."""
-    return port.default if job_id is None else port.base + job_id % port.modulo
+def _read(rule: ClusterRule, index: _Index, variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
+    """The facts of a job under `rule`: its schema read; on the row that needs no variables, a worker trainplan's
+    launcher started reads the launched workers' schema instead."""
+    if not rule.creates_processes and launched_by_trainplan(variables):
+        return _launched(rule, variables)
+    schemas = rule.schemas
+    schema = next((each for each in schemas if _sets_world_size(each, variables)), schemas[-1])
+    job = _Job.read(schema, variables, rule.job_port, rule.default_port)
+    template = schema.reason_asked if requested and schema.reason_asked else schema.reason
+    reason = template.format(how="asked for" if requested else "detected", values=job.values, managers=index.managers)
+    notes = job.notes
+    if not requested and rule is index.fallback:
+        notes += _passed_by_notes(index, variables)
+    return job.facts(rule.name, rule.creates_processes, rule.launch_hint, reason, notes)
 
 
-def _read(kind: ClusterName, variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
-    rule = lookup(CLUSTERS, kind, name="CLUSTERS")
-    return _READERS[rule.schema](rule, variables, requested)
+def _sets_world_size(schema: JobVariables, variables: Mapping[str, str]) -> bool:
+    return schema.world_size is not None and any(name in variables for name in schema.world_size.names)
 
 
-class _Variables:
-    """Typed reads of one cluster's variables; garbage raises `ClusterEnvironmentError` naming the variable."""
+def _launched(rule: ClusterRule, variables: Mapping[str, str]) -> ClusterFacts:
+    """A worker started by trainplan's launcher: the world and this worker's place in it."""
+    schema = LAUNCHED_WORKERS.schema
+    job = _Job.read(schema, variables, None, None)
+    launcher = variables.get(LAUNCHED_MARKER, "").strip() or "a"
+    reason = schema.reason.format(how="detected", values=job.values, launcher=launcher, managers="")
+    return job.facts(rule.name, True, LAUNCHED_WORKERS.launch_hint, reason, job.notes, launched=True)
 
-    def __init__(self, cluster: str, variables: Mapping[str, str]) -> None:
-        self.cluster = cluster
-        self.variables = variables
+
+class _Unreadable(Exception):
+    """A variable's text is not in its format: why, and what to do (a template: {cluster}, {address}, {port})."""
+
+    def __init__(self, reason: str, fix: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.fix = fix
+
+
+_FACTS = (
+    ("world_size", 1),
+    ("processes_per_node", 1),
+    ("global_rank", 0),
+    ("local_rank", 0),
+    ("node_rank", 0),
+    ("num_nodes", 1),
+)
+"""The numeric facts in reading order, with the least each may be: a count is at least 1, a rank at least 0."""
+
+_SHOWN = ("world_size", "processes_per_node")
+"""The facts whose variables a message shows (`ClusterFacts.detail`)."""
+
+_BELOW = (("global_rank", "world_size"), ("local_rank", "processes_per_node"), ("node_rank", "num_nodes"))
+"""A rank and the count it must stay below."""
+
+
+@attrs.define
+class _Job:
+    """One schema read from the variables: the facts, and the variable each came from."""
+
+    schema: JobVariables
+    variables: Mapping[str, str]
+    values: dict[str, int | None] = attrs.field(factory=dict)
+    names: dict[str, str] = attrs.field(factory=dict)  # fact → the variable it was read from
+    address: str | None = None
+    address_from: str | None = None
+    port: int | None = None
+    notes: tuple[Note, ...] = ()
+
+    @classmethod
+    def read(
+        cls, schema: JobVariables, variables: Mapping[str, str], job_port: JobPort | None, default: DefaultPort | None
+    ) -> _Job:
+        """Read `schema` in order: the counts and ranks, each rank against its count, a required job id, the main
+        address, the main port (its variable, else the row's formula from the job id, else the row's default)."""
+        job = cls(schema, variables)
+        values, names = job.values, job.names
+        for fact, minimum in _FACTS:
+            source = getattr(schema, fact)
+            values[fact] = job.number(fact, source, minimum=minimum) if isinstance(source, JobVariable) else source
+        world, per_node = values["world_size"], values["processes_per_node"]
+        if values["num_nodes"] is None and world is not None and per_node is not None and world % per_node == 0:
+            values["num_nodes"] = world // per_node
+        for rank, count in _BELOW:  # checked where both come from variables
+            value, limit = values[rank], values[count]
+            if rank in names and count in names and value is not None and limit is not None and value >= limit:
+                raise job.error(
+                    names[rank],
+                    f"it must be smaller than {names[count]}={limit}",
+                    f"Check how the job was started: ranks run from 0 to {limit - 1}",
+                )
+        job_id = schema.job_id
+        if job_id is not None and job_id.required:
+            values["job_id"] = job.number("job_id", job_id, minimum=0)
+        job.read_address()
+        job.read_port(job_port, default)
+        return job
 
     def error(self, name: str, reason: str, fix: str) -> ClusterEnvironmentError:
+        """The error for variable `name`; the fix may name the cluster and the schema's address and port variables."""
+        schema = self.schema
+        fix = fix.format(
+            cluster=schema.label,
+            address=schema.main_address[0].names[0] if schema.main_address else "the main address",
+            port=schema.main_port.names[0] if schema.main_port is not None else "the main port",
+        )
         return ClusterEnvironmentError(
-            cluster=self.cluster, variable=name, value=self.variables.get(name, ""), reason=reason, fix=fix
+            cluster=schema.label, variable=name, value=self.variables.get(name, ""), reason=reason, fix=fix
         )
 
-    def integer(self, name: str, *, minimum: int, required: bool = True, default: int | None = None) -> int | None:
-        raw = self.variables.get(name)
-        if raw is None:
-            if required:
-                raise ClusterEnvironmentError(
-                    cluster=self.cluster,
-                    variable=name,
-                    value="",
-                    reason="it is not set, and the cluster environment needs it",
-                    fix=f"Start the processes with the {self.cluster} launcher, which sets it, or set it by hand",
-                )
-            return default
-        value = whole_number(raw.strip(), signed=True)
-        if value is None:
-            raise self.error(
-                name, "it is not a whole number (ASCII digits, at most 18)", "Unset it, or set it to a whole number"
-            )
-        if value < minimum:
-            raise self.error(name, f"it must be at least {minimum}", f"Set it to a number ≥ {minimum}")
+    def text(self, source: JobVariable) -> tuple[str, str | None]:
+        """The variable read for `source` (the first set) and its text; unset: its last name, and None (an error
+        for a required one)."""
+        for name in source.names:
+            text = self.variables.get(name)
+            if text is not None:
+                return name, text
+        name = source.names[-1]
+        if source.required:
+            raise self.error(name, source.unset_reason, source.unset_fix)
+        return name, None
+
+    def number(self, fact: str, source: JobVariable | int | None, *, minimum: int) -> int | None:
+        """A count, rank, port or job id: parsed in its variable's format, or the variable's default when unset."""
+        if not isinstance(source, JobVariable):
+            return source  # a fact of the cluster itself, or unknown
+        name = source.names[0]
+        text = self.variables.get(name)
+        if text is None:  # a fallback, or unset
+            name, text = self.text(source)
+            if text is None:
+                return source.default
+        parse = _NUMBER_FORMATS.get(source.format) or lookup(_NUMBER_FORMATS, source.format, name="number formats")
+        try:
+            value = parse(text, minimum)
+        except _Unreadable as unreadable:
+            raise self.error(name, unreadable.reason, unreadable.fix) from None
+        if value is not None:
+            self.names[fact] = name
         return value
 
-    def port(self, name: str) -> int | None:
-        value = self.integer(name, minimum=0, required=False)
-        if value is not None and not 1 <= value <= 65535:
-            raise self.error(
-                name, "a TCP port is between 1 and 65535", "Set it to a free port such as 29500, or unset it"
-            )
-        return value
-
-    def address(self, name: str) -> str | None:
-        raw = self.variables.get(name)
-        if raw is None:
-            return None
-        host = host_address(raw.strip())
-        if host is None:
-            raise self.error(
-                name,
-                "it is not a host name or an IP address (letters, digits, '.', '-', '_'; an IPv6 address)",
-                "Set it to the host of rank 0, e.g. node001 or 10.0.0.1, without a port",
-            )
-        return host
-
-    def below(self, name: str, value: int | None, limit: int | None, limit_name: str) -> None:
-        if value is not None and limit is not None and value >= limit:
-            raise self.error(
-                name,
-                f"it must be smaller than {limit_name}={limit}",
-                f"Check how the job was started: ranks run from 0 to {limit - 1}",
-            )
-
-
-def _local(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
-    if launched_by_trainplan(variables):
-        return _launched(variables)
-    read = _Variables(rule.name, variables)
-    node_rank_name = "NODE_RANK" if "NODE_RANK" in variables else "GROUP_RANK"
-    node_rank = read.integer(node_rank_name, minimum=0, required=False, default=0)
-    address = read.address("MASTER_ADDR")
-    port = read.port("MASTER_PORT")
-    reason = (
-        "cluster='local' was asked for"
-        if requested
-        else "no cluster manager's variables were found (torchelastic, SLURM, Kubeflow, LSF, MPI)"
-    )
-    notes = () if requested else _passed_by_notes(variables)
-    return ClusterFacts(
-        kind=rule.name,
-        creates_processes=rule.creates_processes,
-        main_address=address or "127.0.0.1",
-        main_port=port,
-        node_rank=node_rank,
-        global_rank=None,
-        local_rank=None,
-        world_size=None,
-        processes_per_node=None,
-        num_nodes=None,
-        detail="",
-        launch_hint=rule.launch_hint,
-        reason=reason,
-        notes=notes,
-    )
-
-
-_ALONE: dict[ClusterFlag, ClusterFacts] = {
-    "auto": _local(CLUSTERS[THIS_MACHINE], {}, requested=False),
-    THIS_MACHINE: _local(CLUSTERS[THIS_MACHINE], {}, requested=True),
-}
-"""The facts of a process without any cluster variable, read once."""
-
-
-@attrs.frozen
-class _World:
-    """The torchrun-style variables every torchrun (and trainplan-launched) worker carries."""
-
-    world: int | None
-    local_world: int | None
-    rank: int | None
-    local_rank: int | None
-    nodes: int | None
-
-
-def _torchrun_world(read: _Variables) -> _World:
-    world = read.integer("WORLD_SIZE", minimum=1)
-    local_world = read.integer("LOCAL_WORLD_SIZE", minimum=1)
-    rank = read.integer("RANK", minimum=0)
-    local_rank = read.integer("LOCAL_RANK", minimum=0)
-    read.below("RANK", rank, world, "WORLD_SIZE")
-    read.below("LOCAL_RANK", local_rank, local_world, "LOCAL_WORLD_SIZE")
-    nodes = None
-    if world is not None and local_world is not None and world % local_world == 0:
-        nodes = world // local_world
-    return _World(world, local_world, rank, local_rank, nodes)
-
-
-def _launched(variables: Mapping[str, str]) -> ClusterFacts:
-    """A worker started by trainplan's launcher: the world and this worker's place in it."""
-    read = _Variables("trainplan launch", variables)
-    world = _torchrun_world(read)
-    how = variables.get(LAUNCHED_MARKER, "").strip() or "a"
-    return ClusterFacts(
-        kind=THIS_MACHINE,
-        creates_processes=True,
-        main_address=read.address("MASTER_ADDR") or "127.0.0.1",
-        main_port=read.port("MASTER_PORT"),
-        # A static meeting gives NODE_RANK; a c10d rendezvous assigns node ranks as nodes arrive (GROUP_RANK).
-        node_rank=read.integer("NODE_RANK" if "NODE_RANK" in variables else "GROUP_RANK", minimum=0),
-        global_rank=world.rank,
-        local_rank=world.local_rank,
-        world_size=world.world,
-        processes_per_node=world.local_world,
-        num_nodes=world.nodes,
-        detail=f"WORLD_SIZE={world.world}, LOCAL_WORLD_SIZE={world.local_world}",
-        launch_hint="trainplan launch with num_nodes={num_nodes} and devices={processes_per_node}",
-        reason=(
-            f"this process is worker {world.rank} of {world.world} that trainplan's {how!r} launcher started "
-            f"({LAUNCHED_MARKER} is set)"
-        ),
-        launched=True,
-    )
-
-
-def _torchelastic(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
-    how = "asked for" if requested else "detected"
-    read = _Variables(rule.name, variables)
-    world = _torchrun_world(read)
-    group_rank = read.integer("GROUP_RANK", minimum=0)
-    address = read.address("MASTER_ADDR")
-    if address is None:
-        raise read.error("MASTER_ADDR", "torchrun always sets it, and it is missing", "Start the script with torchrun")
-    port = read.port("MASTER_PORT")
-    if port is None:
-        raise read.error("MASTER_PORT", "torchrun always sets it, and it is missing", "Start the script with torchrun")
-    return ClusterFacts(
-        kind=rule.name,
-        creates_processes=rule.creates_processes,
-        main_address=address,
-        main_port=port,
-        node_rank=group_rank,
-        global_rank=world.rank,
-        local_rank=world.local_rank,
-        world_size=world.world,
-        processes_per_node=world.local_world,
-        num_nodes=world.nodes,
-        detail=f"WORLD_SIZE={world.world}, LOCAL_WORLD_SIZE={world.local_world}",
-        launch_hint=rule.launch_hint,
-        reason=f"torchelastic was {how} (RANK, GROUP_RANK, LOCAL_RANK and LOCAL_WORLD_SIZE are set)",
-    )
-
-
-def _slurm(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
-    how = "asked for" if requested else "detected"
-    read = _Variables("SLURM", variables)
-    world = read.integer("SLURM_NTASKS", minimum=1)
-    rank = read.integer("SLURM_PROCID", minimum=0)
-    local_rank = read.integer("SLURM_LOCALID", minimum=0)
-    node_rank = read.integer("SLURM_NODEID", minimum=0)
-    read.below("SLURM_PROCID", rank, world, "SLURM_NTASKS")
-    nodes_name = "SLURM_NNODES" if "SLURM_NNODES" in variables else "SLURM_JOB_NUM_NODES"
-    nodes = read.integer(nodes_name, minimum=1, required=False)
-    read.below("SLURM_NODEID", node_rank, nodes, nodes_name)
-    per_node = _slurm_tasks_per_node(read, variables)
-    read.below("SLURM_LOCALID", local_rank, per_node, "SLURM_NTASKS_PER_NODE")
-    address = read.address("MASTER_ADDR")
-    if address is None:
-        nodelist_name = "SLURM_NODELIST" if "SLURM_NODELIST" in variables else "SLURM_JOB_NODELIST"
-        nodelist = variables.get(nodelist_name)
-        if nodelist is None:
-            address = "127.0.0.1"
-        else:
+    def read_address(self) -> None:
+        """The host of rank 0: the first of the schema's address variables that gives one, else 127.0.0.1 (only for
+        a job known to run on one node, where the schema says so)."""
+        for source in self.schema.main_address:
+            name, text = self.text(source)
+            if text is None:
+                continue
+            parse = lookup(_ADDRESS_FORMATS, source.format, name="address formats")
             try:
-                address = first_host(nodelist)
-            except ValueError as error:
-                raise read.error(
-                    nodelist_name, str(error), "Check the job's node list; set MASTER_ADDR to override it"
-                ) from None
-    port = read.port("MASTER_PORT")
-    job_port = rule.job_port
-    if port is None and job_port is not None:
-        job_id = variables.get(job_port.variable, "").strip()
-        number = whole_number(job_id) if job_id else None
-        if job_id and number is None:
-            raise read.error(job_port.variable, "it is not a job number", "Set MASTER_PORT to choose the port yourself")
-        port = _job_port(job_port, number)
-    return ClusterFacts(
-        kind=rule.name,
-        creates_processes=rule.creates_processes,
-        main_address=address,
-        main_port=port,
-        node_rank=node_rank,
-        global_rank=rank,
-        local_rank=local_rank,
-        world_size=world,
-        processes_per_node=per_node,
-        num_nodes=nodes,
-        detail=f"SLURM_NTASKS={world}" + ("" if per_node is None else f", SLURM_NTASKS_PER_NODE={per_node}"),
-        launch_hint=rule.launch_hint,
-        reason=f"SLURM was {how} (SLURM_NTASKS is set and SLURM_JOB_NAME is not an interactive allocation)",
-    )
+                host = parse(text)
+            except _Unreadable as unreadable:
+                raise self.error(name, unreadable.reason, unreadable.fix) from None
+            if host is not None:
+                self.address, self.address_from = host, name
+                return
+        if not self.schema.loopback_needs_one_node or self.values["num_nodes"] == 1:
+            self.address = "127.0.0.1"
+
+    def read_port(self, job_port: JobPort | None, default: DefaultPort | None) -> None:
+        schema = self.schema
+        self.port = self.number("main_port", schema.main_port, minimum=0)
+        if self.port is None and job_port is not None and schema.job_id is not None:
+            job_id = (
+                self.values["job_id"] if "job_id" in self.values else self.number("job_id", schema.job_id, minimum=0)
+            )
+            if job_id is not None:
+                self.port = job_port.base + job_id % job_port.modulo
+        if self.port is None and default is not None:
+            self.port = default.port
+            if default.note:
+                variable = schema.main_port.names[0] if schema.main_port is not None else "the main port"
+                message = default.note.format(port=default.port, variable=variable)
+                self.notes += (Note(code=default.note_code, level="info", message=message),)
+
+    def facts(
+        self,
+        kind: ClusterName,
+        creates_processes: bool,
+        launch_hint: str,
+        reason: str,
+        notes: tuple[Note, ...],
+        *,
+        launched: bool = False,
+    ) -> ClusterFacts:
+        """The facts read, with what the row adds; `detail` shows the variables behind the world's size."""
+        values = self.values
+        shown = [f"{self.names[fact]}={values[fact]}" for fact in _SHOWN if fact in self.names]
+        detail = ", ".join(shown)
+        if detail and self.schema.detail_unit:
+            detail += f" {self.schema.detail_unit}"
+        return ClusterFacts(
+            kind=kind,
+            creates_processes=creates_processes,
+            main_address=self.address,
+            main_port=self.port,
+            node_rank=values["node_rank"],
+            global_rank=values["global_rank"],
+            local_rank=values["local_rank"],
+            world_size=values["world_size"],
+            processes_per_node=values["processes_per_node"],
+            num_nodes=values["num_nodes"],
+            detail=detail,
+            launch_hint=launch_hint,
+            reason=reason,
+            notes=notes,
+            launched=launched,
+            address_from=self.address_from,
+        )
 
 
-def _slurm_tasks_per_node(read: _Variables, variables: Mapping[str, str]) -> int | None:
-    raw = variables.get("SLURM_NTASKS_PER_NODE")
-    if raw is None:
-        return None
+# --------------------------------------------------------------------------------------------------
+# One parser per format (`tables.VariableFormat`): the text of a set variable → its value, or `_Unreadable`.
+
+
+def _integer(text: str, minimum: int) -> int:
+    value = whole_number(text.strip(), signed=True)
+    if value is None:
+        raise _Unreadable(
+            "it is not a whole number (ASCII digits, at most 18)", "Unset it, or set it to a whole number"
+        )
+    if value < minimum:
+        raise _Unreadable(f"it must be at least {minimum}", f"Set it to a number ≥ {minimum}")
+    return value
+
+
+def _port(text: str, minimum: int) -> int:
+    value = _integer(text, minimum)
+    if not 1 <= value <= 65535:
+        raise _Unreadable("a TCP port is between 1 and 65535", "Set it to a free port such as 29500, or unset it")
+    return value
+
+
+def _tasks_per_node(text: str, minimum: int) -> int:
     # "4" or "4(x2)" (four tasks on each of two nodes); uneven layouts ("4(x2),2") have no single value.
-    match = re.fullmatch(r"\s*(\d{1,18})(?:\(x\d{1,18}\))?\s*", raw, flags=re.ASCII)
+    match = re.fullmatch(r"\s*(\d{1,18})(?:\(x\d{1,18}\))?\s*", text, flags=re.ASCII)
     if match is None:
-        if re.fullmatch(r"[\d(x),]+", raw.strip(), flags=re.ASCII):
-            raise read.error(
-                "SLURM_NTASKS_PER_NODE",
+        if re.fullmatch(r"[\d(x),]+", text.strip(), flags=re.ASCII):
+            raise _Unreadable(
                 "the job has a different number of tasks on different nodes",
                 "Ask SLURM for the same --ntasks-per-node on every node",
             )
-        raise read.error("SLURM_NTASKS_PER_NODE", "it is not a number of tasks", "Unset it or fix the job script")
+        raise _Unreadable("it is not a number of tasks", "Unset it or fix the job script")
     value = int(match.group(1))
-    if value < 1:
-        raise read.error("SLURM_NTASKS_PER_NODE", "it must be at least 1", "Fix the job's --ntasks-per-node")
+    if value < minimum:
+        raise _Unreadable(f"it must be at least {minimum}", "Fix the job's --ntasks-per-node")
     return value
+
+
+def _job_number(text: str, minimum: int) -> int | None:
+    stripped = text.strip()
+    if not stripped:
+        return None  # a blank job id: the job has none
+    value = whole_number(stripped)  # unsigned: at least 0
+    if value is None:
+        raise _Unreadable("it is not a job number", "Set {port} to choose the port yourself")
+    return value
+
+
+def _rank_hosts(text: str) -> list[str]:
+    words = text.split()
+    if len(words) % 2 != 0 or not all(whole_number(count) is not None for count in words[1::2]):
+        raise _Unreadable("it is not a list of 'host count' pairs", "Unset it, or set {address}")
+    hosts = words[0::2]
+    # The first entry is the launch (batch) node, which runs no rank under jsrun (Lightning skips it too).
+    return hosts[1:] if len(hosts) > 1 else hosts
+
+
+def _rank_host_count(text: str, minimum: int) -> int | None:
+    return len(_rank_hosts(text)) or None
+
+
+def _first_rank_host(text: str) -> str | None:
+    hosts = _rank_hosts(text)
+    return hosts[0] if hosts else None
+
+
+def _host(text: str) -> str:
+    host = host_address(text.strip())
+    if host is None:
+        raise _Unreadable(
+            "it is not a host name or an IP address (letters, digits, '.', '-', '_'; an IPv6 address)",
+            "Set it to the host of rank 0, e.g. node001 or 10.0.0.1, without a port",
+        )
+    return host
+
+
+def _first_listed_host(text: str) -> str:
+    try:
+        return first_host(text)
+    except ValueError as error:
+        raise _Unreadable(str(error), "Check the job's node list; set {address} to override it") from None
+
+
+_NUMBER_FORMATS: Mapping[VariableFormat, Callable[[str, int], int | None]] = {
+    "integer": _integer,
+    "port": _port,
+    "tasks_per_node": _tasks_per_node,
+    "job_number": _job_number,
+    "rank_hosts": _rank_host_count,
+}
+"""The parser of each format a count, a rank, a port or a job id may be written in."""
+
+_ADDRESS_FORMATS: Mapping[VariableFormat, Callable[[str], str | None]] = {
+    "host": _host,
+    "slurm_hostlist": _first_listed_host,
+    "rank_hosts": _first_rank_host,
+}
+"""The parser of each format the main address may be written in."""
 
 
 MAX_HOSTS = 100_000
@@ -534,137 +608,9 @@ def _numbers(ranges: tuple[tuple[int, int, int], ...]) -> Iterable[str]:
     return [str(number).zfill(width) for low, high, width in ranges for number in range(low, high + 1)]
 
 
-def _lsf(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
-    how = "asked for" if requested else "detected"
-    read = _Variables("LSF", variables)
-    world = read.integer("JSM_NAMESPACE_SIZE", minimum=1)
-    rank = read.integer("JSM_NAMESPACE_RANK", minimum=0)
-    local_rank = read.integer("JSM_NAMESPACE_LOCAL_RANK", minimum=0)
-    read.below("JSM_NAMESPACE_RANK", rank, world, "JSM_NAMESPACE_SIZE")
-    job_id = read.integer("LSB_JOBID", minimum=0)
-    address = read.address("MASTER_ADDR")
-    hosts = _lsf_hosts(read, variables)
-    if address is None:
-        address = hosts[0] if hosts else "127.0.0.1"
-    port = read.port("MASTER_PORT")
-    job_port = rule.job_port
-    if port is None and job_port is not None and job_id is not None:
-        port = _job_port(job_port, job_id)
-    return ClusterFacts(
-        kind=rule.name,
-        creates_processes=rule.creates_processes,
-        main_address=address,
-        main_port=port,
-        node_rank=None,
-        global_rank=rank,
-        local_rank=local_rank,
-        world_size=world,
-        processes_per_node=None,
-        num_nodes=len(hosts) if hosts else None,
-        detail=f"JSM_NAMESPACE_SIZE={world}",
-        launch_hint=rule.launch_hint,
-        reason=f"LSF was {how} (LSB_JOBID and the JSM_NAMESPACE_* variables are set)",
-    )
+_BUILTIN_INDEX = _index(BUILTIN_RULES)
+"""trainplan's own clusters, indexed at import (the cold path reads them without a cache lookup)."""
 
-
-def _lsf_hosts(read: _Variables, variables: Mapping[str, str]) -> list[str]:
-    raw = variables.get("LSB_MCPU_HOSTS")
-    if raw is None:
-        return []
-    words = raw.split()
-    if len(words) % 2 != 0 or not all(whole_number(count) is not None for count in words[1::2]):
-        raise read.error("LSB_MCPU_HOSTS", "it is not a list of 'host count' pairs", "Unset it, or set MASTER_ADDR")
-    hosts = words[0::2]
-    # The first entry is the launch (batch) node, which runs no rank under jsrun (Lightning skips it too).
-    return hosts[1:] if len(hosts) > 1 else hosts
-
-
-def _mpi(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
-    how = "asked for" if requested else "detected"
-    read = _Variables("MPI", variables)
-    if "OMPI_COMM_WORLD_SIZE" in variables:
-        names = (
-            "OMPI_COMM_WORLD_SIZE",
-            "OMPI_COMM_WORLD_RANK",
-            "OMPI_COMM_WORLD_LOCAL_RANK",
-            "OMPI_COMM_WORLD_LOCAL_SIZE",
-        )
-    else:
-        names = ("PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
-    world = read.integer(names[0], minimum=1)
-    rank = read.integer(names[1], minimum=0)
-    read.below(names[1], rank, world, names[0])
-    local_rank = read.integer(names[2], minimum=0, required=False)
-    local_size = read.integer(names[3], minimum=1, required=False)
-    read.below(names[2], local_rank, local_size, names[3])
-    nodes = None
-    if world is not None and local_size is not None and world % local_size == 0:
-        nodes = world // local_size
-    address = read.address("MASTER_ADDR")
-    if address is None and nodes == 1:
-        address = "127.0.0.1"
-    port = read.port("MASTER_PORT")
-    notes: tuple[Note, ...] = ()
-    if port is None:
-        port = DEFAULT_MAIN_PORT
-        notes = (
-            Note(
-                code="mpi-default-port",
-                level="info",
-                message=f"MPI gives no port; using {DEFAULT_MAIN_PORT} (export MASTER_PORT to choose another)",
-            ),
-        )
-    return ClusterFacts(
-        kind=rule.name,
-        creates_processes=rule.creates_processes,
-        main_address=address,
-        main_port=port,
-        node_rank=None,
-        global_rank=rank,
-        local_rank=local_rank,
-        world_size=world,
-        processes_per_node=local_size,
-        num_nodes=nodes,
-        detail=f"{names[0]}={world}" + ("" if local_size is None else f", {names[3]}={local_size}"),
-        launch_hint=rule.launch_hint,
-        reason=f"MPI was {how} ({names[0]} and {names[1]} are set)",
-        notes=notes,
-    )
-
-
-def _kubeflow(rule: ClusterRule, variables: Mapping[str, str], requested: bool) -> ClusterFacts:
-    how = "asked for" if requested else "detected"
-    read = _Variables("Kubeflow", variables)
-    world = read.integer("WORLD_SIZE", minimum=1)
-    rank = read.integer("RANK", minimum=0)
-    read.below("RANK", rank, world, "WORLD_SIZE")
-    address = read.address("MASTER_ADDR")
-    port = read.port("MASTER_PORT")
-    return ClusterFacts(
-        kind=rule.name,
-        creates_processes=rule.creates_processes,
-        main_address=address,
-        main_port=port,
-        node_rank=rank,
-        global_rank=rank,
-        local_rank=0,
-        world_size=world,
-        processes_per_node=1,
-        num_nodes=world,
-        detail=f"WORLD_SIZE={world} pods",
-        launch_hint=rule.launch_hint,
-        reason=f"Kubeflow was {how}",
-    )
-
-
-_Reader = Callable[[ClusterRule, Mapping[str, str], bool], ClusterFacts]
-
-_READERS: Mapping[ClusterSchema, _Reader] = {
-    "torchrun": _torchelastic,
-    "srun": _slurm,
-    "jsrun": _lsf,
-    "mpirun": _mpi,
-    "pytorchjob": _kubeflow,
-    "by_hand": _local,
-}
-"""The reader of each set of variables a row may name (`ClusterRule.schema`)."""
+THIS_MACHINE: ClusterName = _BUILTIN_INDEX.fallback.name
+"""The cluster found without any variable (the row with an empty set of them: this machine alone), where detection
+ends when no cluster manager's variables are found."""

@@ -230,7 +230,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     notes: list[Note] = list(fields.notes)
     reasons: dict[str, Text] = {}  # rendered when read (LazyTexts): the cold path writes no explanation
 
-    facts = _attempt(report, _FALLBACK_CLUSTER, detect, fields.cluster, env.variables)
+    facts = _attempt(report, _FALLBACK_CLUSTER, detect, fields.cluster, env.variables, rules)
     notes.extend(facts.notes)
     num_nodes, nodes_reason = _choose_num_nodes(fields.num_nodes, facts)
 
@@ -340,7 +340,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         )
     reasons["cluster"] = facts.reason
     cluster_rule = lookup(rules.clusters, facts.kind, name="CLUSTERS")
-    if not cluster_rule.creates_processes and num_nodes > 1 and "MASTER_ADDR" not in env.variables:
+    if not cluster_rule.creates_processes and num_nodes > 1 and facts.address_from is None:
         notes.append(
             Note(
                 code="multi-node-local",

@@ -27,11 +27,13 @@ from trainplan.spec.tables import (
     ACCELERATORS,
     DEFAULT_PROCESS_GROUP_TIMEOUT,
     LAUNCHED_MARKER,
+    LAUNCHED_WORKERS,
     LAUNCHERS,
     PLAN_VARIABLE,
     SCRIPT_STRATEGY_FOR,
     SELECTED_DEVICES_VARIABLE,
     SERVED_START_METHODS,
+    job_variables,
     lookup,
 )
 
@@ -71,16 +73,26 @@ def global_rank_of(plan: Plan, local_rank: int) -> int:
 
 
 def torchrun_variables(plan: Plan, *, rank: int, local_rank: int, port: int) -> dict[str, str]:
-    """torchrun's variables for one process of the plan's world (what env:// scripts and frameworks read)."""
+    """torchrun's variables for one process of the plan's world (what env:// scripts and frameworks read): every
+    variable of the launched workers' schema (`tables.LAUNCHED_WORKERS`), which is what a worker reads back."""
+    facts = _worker_facts(plan, rank=rank, local_rank=local_rank, port=port)
     return {
-        "RANK": str(rank),
-        "LOCAL_RANK": str(local_rank),
-        "WORLD_SIZE": str(plan.world_size),
-        "LOCAL_WORLD_SIZE": str(plan.processes_per_node),
-        "NODE_RANK": str(plan.cluster.node_rank),
-        "GROUP_RANK": str(plan.cluster.node_rank),
-        "MASTER_ADDR": plan.cluster.main_address,
-        "MASTER_PORT": str(port),
+        name: lookup(facts, fact, name="the facts a launcher writes")
+        for fact, source in job_variables(LAUNCHED_WORKERS.schema)
+        for name in source.names
+    }
+
+
+def _worker_facts(plan: Plan, *, rank: int, local_rank: int, port: int) -> dict[str, str]:
+    """The facts of one worker's place in the plan's world, as the text of its variables."""
+    return {
+        "world_size": str(plan.world_size),
+        "processes_per_node": str(plan.processes_per_node),
+        "global_rank": str(rank),
+        "local_rank": str(local_rank),
+        "node_rank": str(plan.cluster.node_rank),
+        "main_address": plan.cluster.main_address,
+        "main_port": str(port),
     }
 
 
@@ -99,10 +111,13 @@ def worker_environment(
     worker), trainplan's marker and, on CUDA, the node's selected GPUs through CUDA_VISIBLE_DEVICES (narrowed
     from the launcher's own `visible_devices`)."""
     rank = global_rank_of(plan, local_rank)
+    facts = _worker_facts(plan, rank=rank, local_rank=local_rank, port=main_port)
     variables = {
         **torchrun_variables(plan, rank=rank, local_rank=local_rank, port=main_port),
-        "ROLE_RANK": str(rank),
-        "ROLE_WORLD_SIZE": str(plan.world_size),
+        **{
+            name: lookup(facts, fact, name="the facts a launcher writes")
+            for name, fact in LAUNCHED_WORKERS.also_written.items()
+        },
         PLAN_VARIABLE: json.dumps(plan.to_dict()) if plan_json is None else plan_json,
         LAUNCHED_MARKER: launcher,
     }

@@ -105,10 +105,6 @@ ClusterName = Literal["local", "slurm", "torchelastic", "lsf", "mpi", "kubeflow"
 """A resolved cluster environment."""
 
 ClusterFlag: TypeAlias = Literal["auto"] | ClusterName
-
-ClusterSchema = Literal["torchrun", "srun", "jsrun", "mpirun", "pytorchjob", "by_hand"]
-"""The set of variables a cluster's processes carry, each read by its own reader (`ClusterRule.schema`): the rows
-choose it, so a cluster that sets another's variables (a torchrun-compatible manager, say) is a row, not code."""
 """What a request may say for the cluster environment; `auto` detects it from environment variables."""
 
 MetricsStore = Literal["device", "cpu"]
