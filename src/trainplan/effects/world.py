@@ -21,7 +21,7 @@ from typing import Any
 from trainplan.effects.extras import require_torch
 from trainplan.resolve.world import STARTING_LAUNCHERS, job_of, process_group_timeout
 from trainplan.spec.errors import TrainplanError
-from trainplan.spec.names import BackendName
+from trainplan.spec.names import BackendKey
 from trainplan.spec.plan import Plan
 
 
@@ -55,7 +55,7 @@ class World:
         self.world_size = plan.world_size
         self.device = device
         """This process's torch device string ("cuda:0", "cpu"); on CUDA it is the current device."""
-        self.backend: BackendName | None = plan.process_group_backend
+        self.backend: BackendKey | None = plan.process_group_backend
         self.created = created
         """Whether joining created the process group (then leaving destroys it)."""
         self.timeout_seconds = timeout_seconds
