@@ -23,7 +23,7 @@ from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import visible_entries
 from trainplan.spec import normalise
-from trainplan.spec.environment import Environment
+from trainplan.spec.environment import DeviceCounts, Environment
 from trainplan.spec.errors import Incompatible, InvalidRequest, TrainplanError, Unavailable
 from trainplan.spec.frozen import FrozenMap, LazyTexts, Text
 from trainplan.spec.names import (
@@ -114,6 +114,7 @@ def _type_signature(request: Request, env: Environment) -> tuple[object, ...]:
     raw: object = request.devices
     options: object = request.strategy_options
     usable: object = env.usable_cuda_devices
+    counts: object = env.device_counts
     return (
         type(request.accelerator),
         type(request.strategy),
@@ -137,7 +138,7 @@ def _type_signature(request: Request, env: Environment) -> tuple[object, ...]:
         type(env.cpu_count),
         type(env.interactive),
         tuple(map(type, usable)) if isinstance(usable, tuple) else None,
-        tuple(map(type, env.device_counts.values())) if env.device_counts else None,  # True == 1, yet refused
+        tuple(map(type, counts.values())) if isinstance(counts, Mapping) else None,  # True == 1, yet refused
     )
 
 
@@ -498,6 +499,7 @@ def _plainly_valid(env: Environment) -> bool:
     variables: object = env.variables
     methods: object = env.start_methods
     packages: object = env.packages
+    counts: object = env.device_counts
     return (
         type(cuda) is int
         and type(xla) is int
@@ -514,7 +516,8 @@ def _plainly_valid(env: Environment) -> bool:
         and _START_METHODS.issuperset(env.start_methods)
         and isinstance(packages, frozenset)
         and set(map(type, env.packages)) <= _STRINGS
-        and not env.device_counts  # downstream accelerators' counts: checked one by one below
+        and type(counts) is DeviceCounts
+        and not counts  # downstream accelerators' counts: checked one by one by _check_environment
         and (
             variables.plain
             if isinstance(variables, FrozenMap)

@@ -762,8 +762,9 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
     request = plan.request
     checks: dict[str, Callable[[], object]] = {
         "strategy.options": lambda: normalise.strategy_options(options),
-        "request.accelerator": lambda: _builtin_or_custom(request.accelerator, ACCELERATOR_FLAGS)
-        or normalise.accelerator(request.accelerator),
+        "request.accelerator": lambda: (
+            _builtin_or_custom(request.accelerator, ACCELERATOR_FLAGS) or normalise.accelerator(request.accelerator)
+        ),
         # A downstream strategy name was read as a CustomName already; a built-in spelling is checked here.
         "request.strategy": lambda: (
             request.strategy in STRATEGY_FLAGS
@@ -772,10 +773,14 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         ),
         "request.devices": lambda: normalise.devices(request.devices),
         "request.num_nodes": lambda: normalise.num_nodes(request.num_nodes),
-        "request.precision": lambda: _builtin_or_custom(request.precision, PRECISION_FLAGS, _CUSTOM_PRECISION)
-        or normalise.precision(request.precision),
-        "request.process_group_backend": lambda: _builtin_or_custom(request.process_group_backend, (*BACKENDS, None))
-        or normalise.backend(request.process_group_backend),
+        "request.precision": lambda: (
+            _builtin_or_custom(request.precision, PRECISION_FLAGS, _CUSTOM_PRECISION)
+            or normalise.precision(request.precision)
+        ),
+        "request.process_group_backend": lambda: (
+            _builtin_or_custom(request.process_group_backend, (*BACKENDS, None))
+            or normalise.backend(request.process_group_backend)
+        ),
         "request.cluster": lambda: normalise.cluster(request.cluster),
         "request.metrics_store": lambda: normalise.metrics_store(request.metrics_store),
         "request.strategy_options": lambda: normalise.strategy_options(request.strategy_options),

@@ -26,10 +26,7 @@ from trainplan.spec import normalise
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
-    ACCELERATORS as ACCELERATOR_NAMES,
-    BACKENDS as BACKEND_NAMES,
     PRECISION_FLAGS,
-    PRECISIONS as PRECISION_NAMES,
     STRATEGY_FLAGS,
     AcceleratorFlag,
     AcceleratorKey,
@@ -42,6 +39,15 @@ from trainplan.spec.names import (
     StrategyFamily,
     StrategyFlag,
     StrategyKey,
+)
+from trainplan.spec.names import (
+    ACCELERATORS as ACCELERATOR_NAMES,
+)
+from trainplan.spec.names import (
+    BACKENDS as BACKEND_NAMES,
+)
+from trainplan.spec.names import (
+    PRECISIONS as PRECISION_NAMES,
 )
 from trainplan.spec.options import OPTION_TYPES
 from trainplan.spec.tables import (
@@ -425,9 +431,6 @@ def _new_name(field: str, name: object, known: Iterable[str], pattern: re.Patter
         )
 
 
-_VARIABLE = re.compile(r"[A-Z_][A-Z0-9_]{0,127}", flags=re.ASCII)
-
-
 def _check_accelerator(rule: AcceleratorRule, rules: Rules) -> None:
     """A downstream accelerator's row: its devices counted by `Environment.device_counts`, indexed devices of its
     own (not the host's CPUs, not CUDA's usable-GPU probe), and a place of its own in the 'auto' order."""
@@ -476,10 +479,11 @@ def _check_accelerator(rule: AcceleratorRule, rules: Rules) -> None:
             f"Write device_type={rule.name!r}",
         ),
         (
-            visibility is not None and not (isinstance(visibility, str) and _VARIABLE.fullmatch(visibility)),
+            visibility is not None,
             "visibility_variable",
-            "it is an environment variable's name (or None)",
-            "Write e.g. visibility_variable='ASCEND_RT_VISIBLE_DEVICES'",
+            "trainplan's launcher hands a downstream accelerator's devices to its workers through the plan (each "
+            "binds device_for(local_rank)), not by narrowing a visibility variable",
+            "Write visibility_variable=None",
         ),
         (
             interactive is not None
