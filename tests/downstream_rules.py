@@ -18,6 +18,7 @@ from trainplan import (
     AcceleratorRule,
     BackendRule,
     CustomName,
+    PrecisionName,
     PrecisionRecipe,
     PrecisionRule,
     Rules,
@@ -46,7 +47,7 @@ INT8_QAT: Final = CustomName("int8-qat")
 
 _FAMILIES = BUILTIN_RULES.families
 _PRECISIONS = BUILTIN_RULES.precisions
-_NPU_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")  # the NPU's own, as the plugin supports them
+_NPU_PRECISIONS: Final[tuple[PrecisionName, ...]] = ("32-true", "bf16-mixed", "bf16-true")  # as the plugin runs them
 
 RULES: Final[Rules] = BUILTIN_RULES.extend(
     accelerators=[

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import functools
+import io
 import json
 import math
 import os

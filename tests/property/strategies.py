@@ -278,15 +278,15 @@ def pairs_for(rules: Rules) -> st.SearchStrategy[tuple[Request, Environment]]:
     def downstream(draw: st.DrawFn) -> tuple[Request, Environment]:
         request, env = draw(pairs)
         changes: dict[str, Any] = {}
-        if custom and draw(st.booleans()):
+        if draw(st.booleans()) and custom:
             changes["strategy"] = draw(st.sampled_from(custom))
-        if accelerators and draw(st.booleans()):
+        if draw(st.booleans()) and accelerators:
             changes["accelerator"] = _spelled(draw, draw(st.sampled_from(accelerators)))
-        if precisions and draw(st.booleans()):
+        if draw(st.booleans()) and precisions:
             changes["precision"] = _spelled(draw, draw(st.sampled_from(precisions)))
-        if backends and draw(st.booleans()):
+        if draw(st.booleans()) and backends:
             changes["process_group_backend"] = draw(st.sampled_from(backends))
-        if accelerators and draw(st.booleans()):
+        if draw(st.booleans()) and accelerators:
             counts = st.integers(min_value=0, max_value=8)
             wrong = st.one_of(st.just(-1), st.just(True), st.just("4"), st.just(1 << 13))
             env = env.with_device_counts(

@@ -16,7 +16,7 @@ from tests.downstream_rules import RULES as DOWNSTREAM_RULES
 from trainplan import BUILTIN_RULES, Environment, Plan, Request, Rules, TrainplanError
 from trainplan.resolve import resolve_uncached
 from trainplan.resolve.matrix import render_matrix
-from trainplan.spec.names import ACCELERATORS, PRECISIONS, AcceleratorName, PrecisionName, StrategyKey
+from trainplan.spec.names import ACCELERATORS, PRECISIONS, AcceleratorName, PrecisionKey, PrecisionName, StrategyKey
 
 RULE_SETS = pytest.mark.parametrize("rules", [BUILTIN_RULES, DOWNSTREAM_RULES], ids=["builtin", "downstream"])
 FACTS = list(itertools.product([False, True], [False, True], [False, True]))  # interactive, fork offered, CUDA up
@@ -55,7 +55,7 @@ def expected_precision(
     precision: PrecisionName,
     rules: Rules,
     facts: tuple[bool, bool, bool],
-) -> PrecisionName | None:
+) -> PrecisionKey | None:
     """What the rows say: the plan's precision, or None where some row refuses the cell."""
     interactive, fork, cuda_initialized = facts
     rule = rules.strategies[strategy]

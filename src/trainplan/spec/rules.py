@@ -49,7 +49,7 @@ from trainplan.spec.names import (
 from trainplan.spec.names import (
     PRECISIONS as PRECISION_NAMES,
 )
-from trainplan.spec.options import OPTION_TYPES
+from trainplan.spec.options import OPTION_TYPES, ModelParallelOptions
 from trainplan.spec.tables import (
     ACCELERATOR_ALIAS_NOTES,
     ACCELERATOR_ALIASES,
@@ -63,6 +63,7 @@ from trainplan.spec.tables import (
     FAMILIES,
     FORK_STRATEGY_FOR,
     LAUNCHERS,
+    MESH_BACKENDS,
     PRECISION_ALIASES,
     PRECISION_RECIPES,
     PRECISIONS,
@@ -269,6 +270,16 @@ class Rules:
                 )
             where = f"rules.families[{family.family!r}]"
             extended._known_accelerators(where, [*family.accelerators, *family.why_not])
+            if OPTION_TYPES.get(family.family) is ModelParallelOptions:
+                for accelerator_name in family.accelerators:
+                    if accelerator_name not in MESH_BACKENDS:
+                        raise InvalidRequest(
+                            field=f"{where}.accelerators",
+                            value=accelerator_name,
+                            reason="a device mesh's collectives run over the backends trainplan's mesh knows "
+                            f"({', '.join(f'{backend} on {name}' for name, backend in MESH_BACKENDS.items())})",
+                            allowed=tuple(MESH_BACKENDS),
+                        )
             for precision_name in family.precisions:
                 if precision_name not in new_precisions:
                     raise InvalidRequest(
