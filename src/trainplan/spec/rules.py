@@ -10,6 +10,10 @@ its global `StrategyRegistry`) builds an extended value instead and passes it al
     )
     plan = tp.resolve(tp.Request(strategy=RULES.strategy_name("ddp_custom_checkpoint_io")), rules=RULES)
 
+A device plugin's accelerator (with its backend) and a new precision (with its runtime recipe) are rows of an
+extension too (`extend(accelerators=..., backends=..., precisions=..., precision_recipes=...)`), their names
+`CustomName`s; `Environment.device_counts` counts such an accelerator's devices.
+
 Nothing is registered anywhere: two rule sets live side by side, and the built-in one never changes.
 """
 
