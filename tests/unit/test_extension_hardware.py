@@ -29,6 +29,7 @@ from trainplan import (
     Request,
     Unavailable,
     join,
+    place_metric,
     runtime,
 )
 from trainplan.cli import main
@@ -289,3 +290,12 @@ def test_extend_takes_the_coherent_rows_and_leaves_the_builtin_set_alone() -> No
     assert NPU not in BUILTIN_RULES.accelerators and HCCL not in BUILTIN_RULES.backends
     assert INT8_QAT not in BUILTIN_RULES.precisions and INT8_QAT not in BUILTIN_RULES.precision_recipes
     assert type(QAT_RECIPE) is PrecisionRecipe and type(QAT_ROW) is PrecisionRule and type(HCCL_ROW) is BackendRule
+
+
+def test_metrics_on_downstream_hardware_are_placed_from_the_plan_alone() -> None:
+    """HCCL takes device tensors: a CPU-stored value moves to the NPU to be reduced; a stateful metric cannot."""
+    plan = resolve_uncached(Request(accelerator=NPU, devices=2), npus(2), RULES)
+    slot = place_metric(plan, "tensor", store_on_cpu=True)
+    assert (slot.store_device, slot.reduce_device, slot.moves_for_reduction) == ("cpu", "npu:0", True)
+    with pytest.raises(Incompatible, match="hccl"):
+        place_metric(plan, "stateful", store_on_cpu=True)

@@ -1430,7 +1430,8 @@ def place_metric(
     metrics = plan.metrics
     on_cpu = (metrics.default_store == "cpu") if store_on_cpu is None else store_on_cpu
     device = plan.device_for(0) if plan.processes_per_node > 0 else "cpu"
-    host = lookup(rules.accelerators, plan.accelerator, name="ACCELERATORS").host
+    row = rules.accelerators.get(plan.accelerator)
+    host = row is not None and row.host  # a downstream accelerator (its rules elsewhere) is never the host's CPUs
     if host:
         on_cpu = True
     store_device = "cpu" if on_cpu else device
