@@ -1,8 +1,10 @@
-"""A downstream framework's rule set, as a framework would ship it: trainplan's own rules plus its strategies.
+"""A downstream framework's rule set, as a framework would ship it: trainplan's own rules plus its strategies, an
+accelerator (with its backend) and a precision.
 
-Lightning users register strategies such as `ddp_custom_checkpoint_io` in Lightning's global `StrategyRegistry`;
-with trainplan the framework builds a value instead and passes it to `resolve`, `check`, `render_matrix` and the
-CLI (`trainplan plan --rules tests.downstream_rules:RULES --strategy ddp_custom_checkpoint_io`).
+Lightning users register strategies such as `ddp_custom_checkpoint_io` in Lightning's global `StrategyRegistry`,
+and accelerators such as Ascend's NPU or Gaudi's HPU through plugins; with trainplan the framework builds a value
+instead and passes it to `resolve`, `check`, `render_matrix` and the CLI (`trainplan plan --rules
+tests.downstream_rules:RULES --strategy ddp_custom_checkpoint_io`, `--assume npu=8 --accelerator npu`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,17 @@ from typing import Final
 
 import attrs
 
-from trainplan import BUILTIN_RULES, CustomName, Rules, StrategyRule
+from trainplan import (
+    BUILTIN_RULES,
+    AcceleratorRule,
+    BackendRule,
+    CustomName,
+    PrecisionName,
+    PrecisionRecipe,
+    PrecisionRule,
+    Rules,
+    StrategyRule,
+)
 
 CHECKPOINT_IO: Final = CustomName("ddp_custom_checkpoint_io")
 """DDP with the framework's own checkpoint IO: one process per device, started by re-running the script."""
@@ -24,7 +36,76 @@ STATIC_DEEPSPEED: Final = CustomName("deepspeed_static_stage_1")
 
 CUSTOM_NAMES: Final = (CHECKPOINT_IO, CHECKPOINT_IO_NOTEBOOK, STATIC_DEEPSPEED)
 
+NPU: Final = CustomName("npu")
+"""Ascend's NPU, as its torch plugin (torch_npu) registers it: device type "npu", devices counted by the plugin."""
+
+HCCL: Final = CustomName("hccl")
+"""Ascend's collective library: the NPU's process-group backend."""
+
+INT8_QAT: Final = CustomName("int8-qat")
+"""Quantisation-aware training: bfloat16 autocast over fake-quantised int8 layers (the framework's own modules)."""
+
+_FAMILIES = BUILTIN_RULES.families
+_PRECISIONS = BUILTIN_RULES.precisions
+_NPU_PRECISIONS: Final[tuple[PrecisionName, ...]] = ("32-true", "bf16-mixed", "bf16-true")  # as the plugin runs them
+
 RULES: Final[Rules] = BUILTIN_RULES.extend(
+    accelerators=[
+        AcceleratorRule(
+            name=NPU,
+            description="Ascend NPU through the torch_npu plugin",
+            auto_priority=5,  # the framework prefers its own hardware where it is present
+            default_backend=HCCL,
+            device_type="npu",
+            count_fact="device_counts",  # the framework supplies the count: probe().with_device_counts(...)
+            takes_indices=True,
+            device_counts="any",
+            counts_why="",
+            host=False,
+            interactive_auto_devices=None,
+            visibility_variable=None,
+            slurm_gpus=False,
+            job_layout=True,
+            probes_usable=False,
+            fork_blocked_by=None,
+            strategy_fix="Use strategy='ddp', 'single_device' or 'auto' on NPUs",
+        )
+    ],
+    backends=[
+        BackendRule(
+            name=HCCL,
+            description="Huawei's collective communication library (NPU tensors)",
+            accelerators=frozenset({NPU}),
+            needs_device_tensors=True,
+            why_not={"cpu": "HCCL reduces NPU tensors only", "cuda": "HCCL reduces NPU tensors only"},
+        )
+    ],
+    precisions=[
+        *(
+            attrs.evolve(_PRECISIONS[name], accelerators=_PRECISIONS[name].accelerators | {NPU})
+            for name in _NPU_PRECISIONS
+        ),
+        PrecisionRule(
+            name=INT8_QAT,
+            description="int8 quantisation-aware training (bfloat16 autocast over fake-quantised layers)",
+            accelerators=frozenset({"cpu", "cuda", NPU}),
+            fallback={},
+            fallback_why={},
+            requires_package="torchao",  # its fake-quantised layers
+            why_not={"mps": "the fake-quantised kernels have no MPS build", "xla": "XLA casts the whole model"},
+            instead={"mps": "bf16-mixed", "xla": "bf16-true"},
+        ),
+    ],
+    precision_recipes=[
+        PrecisionRecipe(
+            name=INT8_QAT,
+            autocast_dtype="bfloat16",
+            parameter_dtype="float32",
+            grad_scaler_on=frozenset(),
+            accelerate=None,
+            engine="torch",
+        )
+    ],
     strategies=[
         StrategyRule(name=CHECKPOINT_IO, family="ddp", launcher="subprocess", preset={"static_graph": True}),
         StrategyRule(name=CHECKPOINT_IO_NOTEBOOK, family="ddp", launcher="fork", preset={"static_graph": True}),
@@ -40,7 +121,16 @@ RULES: Final[Rules] = BUILTIN_RULES.extend(
                 for accelerator, why in BUILTIN_RULES.families["deepspeed"].why_not.items()
                 if accelerator != "cpu"
             },
-        )
+        ),
+        # One-device and DDP runs take the NPU; they, FSDP and the device mesh take int8 QAT.
+        *(
+            attrs.evolve(
+                _FAMILIES[family],
+                accelerators=_FAMILIES[family].accelerators | ({NPU} if family in ("single_device", "ddp") else set()),
+                precisions=_FAMILIES[family].precisions | {INT8_QAT},
+            )
+            for family in ("single_device", "ddp", "fsdp", "model_parallel")
+        ),
     ],
     script_counterparts={CHECKPOINT_IO_NOTEBOOK: CHECKPOINT_IO},
     fork_counterparts={CHECKPOINT_IO: CHECKPOINT_IO_NOTEBOOK},

@@ -56,9 +56,17 @@ from trainplan.spec import (
     TrainplanError,
     Unavailable,
 )
-from trainplan.spec.names import CustomName, StrategyKey
+from trainplan.spec.names import AcceleratorKey, BackendKey, CustomName, PrecisionKey, StrategyKey
 from trainplan.spec.rules import BUILTIN_RULES, Rules
-from trainplan.spec.tables import AutoStrategyRule, FamilyRule, PrecisionRule, StrategyRule
+from trainplan.spec.tables import (
+    AcceleratorRule,
+    AutoStrategyRule,
+    BackendRule,
+    FamilyRule,
+    PrecisionRecipe,
+    PrecisionRule,
+    StrategyRule,
+)
 
 if TYPE_CHECKING:
     from trainplan.effects.adapters import (
@@ -195,9 +203,13 @@ def check(
 __all__ = [
     "BUILTIN_RULES",
     "AcceleratorFlag",
+    "AcceleratorKey",
     "AcceleratorName",
+    "AcceleratorRule",
     "AutoStrategyRule",
+    "BackendKey",
     "BackendName",
+    "BackendRule",
     "ClusterEnvironmentError",
     "ClusterFlag",
     "ClusterInfo",
@@ -238,7 +250,9 @@ __all__ = [
     "Plan",
     "PlanFormatError",
     "PrecisionFlag",
+    "PrecisionKey",
     "PrecisionName",
+    "PrecisionRecipe",
     "PrecisionRule",
     "Request",
     "Rules",

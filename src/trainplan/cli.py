@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import math
@@ -247,7 +248,7 @@ def _add_environment_flags(parser: argparse.ArgumentParser) -> None:
         metavar="FACT",
         help=(
             "cuda=N, usable=0,2, mps[=yes|no], xla=N, cpu=N, interactive[=yes|no], cuda-initialized[=yes|no], "
-            "start-methods=spawn,forkserver, package=NAME"
+            "start-methods=spawn,forkserver, package=NAME; with --rules, NAME=N for an accelerator the rule set adds"
         ),
     )
     group.add_argument(
@@ -276,7 +277,8 @@ def _count(fact: str, value: str | None) -> int:
     return number
 
 
-def _assume(env: Environment, assumption: str) -> Environment:
+def _assume(env: Environment, assumption: str, downstream: tuple[str, ...] = ()) -> Environment:
+    """`env` with one what-if fact; `downstream`: the accelerators a `--rules` rule set adds (NAME=N counts them)."""
     fact, _, rest = assumption.partition("=")
     value = rest if "=" in assumption else None
     fact = fact.strip().lower().replace("_", "-")
@@ -292,6 +294,10 @@ def _assume(env: Environment, assumption: str) -> Environment:
         "no-fork": lambda: attrs.evolve(env, start_methods=tuple(m for m in env.start_methods if m != "fork")),
         "package": lambda: attrs.evolve(env, packages={*env.packages, _package(value)}),
     }
+    for name in downstream:  # a downstream accelerator's devices: what its plugin would count
+        appliers[name.replace("_", "-")] = functools.partial(
+            lambda name: env.with_device_counts({name: _count(fact, value)}), name
+        )
     if fact not in appliers:
         raise InvalidRequest(
             field="--assume", value=assumption, reason="it is not a known fact", allowed=tuple(appliers)
@@ -357,8 +363,11 @@ def _environment(arguments: argparse.Namespace) -> Environment:
     variables = _given_variables(arguments)
     if variables:
         env = env.with_variables(variables)
+    downstream: tuple[str, ...] = ()
+    if arguments.assume and getattr(arguments, "rules", None) is not None:
+        downstream = tuple(name for name in _rules(arguments).accelerators if name not in BUILTIN_RULES.accelerators)
     for assumption in arguments.assume:
-        env = _assume(env, assumption)
+        env = _assume(env, assumption, downstream)
     return env
 
 

@@ -240,11 +240,74 @@ pairs: st.SearchStrategy[tuple[Request, Environment]] = st.one_of(
 
 
 def pairs_for(rules: Rules) -> st.SearchStrategy[tuple[Request, Environment]]:
-    """`pairs`, with the strategy sometimes one a downstream rule set adds (its names beyond the built-in ones)."""
+    """`pairs`, with names a downstream rule set adds beyond the built-in ones sometimes drawn: its strategies,
+    accelerators (their devices counted in `Environment.device_counts`, sometimes wrongly), precisions and
+    backends."""
     custom = sorted(name for name in rules.strategies if name not in STRATEGY_FLAGS)
-    if not custom:
+    accelerators = sorted(name for name in rules.accelerators if name not in ACCELERATOR_FLAGS)
+    precisions = sorted(name for name in rules.precisions if name not in PRECISION_FLAGS)
+    backends = sorted(name for name in rules.backends if name not in BACKENDS)
+    if not (custom or accelerators or precisions or backends):
         return pairs
-    with_custom = st.tuples(pairs, st.sampled_from(custom)).map(
-        lambda drawn: (attrs.evolve(drawn[0][0], strategy=drawn[1]), drawn[0][1])
-    )
-    return st.one_of(pairs, with_custom)
+
+    @st.composite
+    def on_downstream_hardware(draw: st.DrawFn) -> tuple[Request, Environment]:
+        """A request written for a downstream accelerator that the environment counts."""
+        request, env = draw(plausible_pairs())
+        accelerator = draw(st.sampled_from(accelerators))
+        count = draw(st.integers(min_value=1, max_value=8))
+        runs_there = sorted(name for name, rule in rules.precisions.items() if accelerator in rule.accelerators)
+        strategies = sorted(
+            name for name, rule in rules.strategies.items() if accelerator in rules.families[rule.family].accelerators
+        )
+        request = attrs.evolve(
+            request,
+            accelerator=draw(st.sampled_from([accelerator, "auto"])),
+            strategy=draw(st.sampled_from(["auto", *strategies])),
+            devices=draw(st.one_of(st.just("auto"), st.integers(min_value=1, max_value=count))),
+            precision=draw(st.sampled_from(runs_there)),
+            process_group_backend=draw(st.sampled_from([None, rules.accelerators[accelerator].default_backend])),
+            strategy_options=None,
+            select_usable_gpus=False,
+            sync_batchnorm=False,
+        )
+        packages = {*env.packages, *(rule.requires_package or "" for rule in rules.precisions.values())} - {""}
+        return request, attrs.evolve(env, packages=packages).with_device_counts({accelerator: count})
+
+    @st.composite
+    def downstream(draw: st.DrawFn) -> tuple[Request, Environment]:
+        request, env = draw(pairs)
+        changes: dict[str, Any] = {}
+        if draw(st.booleans()) and custom:
+            changes["strategy"] = draw(st.sampled_from(custom))
+        if draw(st.booleans()) and accelerators:
+            changes["accelerator"] = _spelled(draw, draw(st.sampled_from(accelerators)))
+        if draw(st.booleans()) and precisions:
+            changes["precision"] = _spelled(draw, draw(st.sampled_from(precisions)))
+        if draw(st.booleans()) and backends:
+            changes["process_group_backend"] = draw(st.sampled_from(backends))
+        if draw(st.booleans()) and accelerators:
+            counts = st.integers(min_value=0, max_value=8)
+            wrong = st.one_of(st.just(-1), st.just(True), st.just("4"), st.just(1 << 13))
+            env = env.with_device_counts(
+                draw(
+                    st.dictionaries(
+                        st.sampled_from([*accelerators, "unlisted"]),
+                        st.one_of(counts, counts, counts, wrong),
+                        max_size=2,
+                    )
+                )
+            )
+        if draw(st.booleans()):
+            packages = {*env.packages, *(rule.requires_package or "" for rule in rules.precisions.values())} - {""}
+            env = attrs.evolve(env, packages=packages)
+        return attrs.evolve(request, **changes), env
+
+    if not accelerators:
+        return st.one_of(pairs, downstream())
+    return st.one_of(pairs, downstream(), on_downstream_hardware())
+
+
+def _spelled(draw: st.DrawFn, name: str) -> str:
+    """A name as written, or upper-cased (the normaliser folds case)."""
+    return name.upper() if draw(st.integers(min_value=0, max_value=3)) == 0 else name

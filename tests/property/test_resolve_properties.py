@@ -87,6 +87,11 @@ class TestInvariants:
             assert all(0 <= index < env.xla_device_count for index in plan.devices)
         if plan.accelerator == "mps":
             assert plan.devices == (0,) and env.mps_available
+        if rules.accelerators[plan.accelerator].count_fact == "device_counts":  # a downstream accelerator's
+            assert all(0 <= index < env.device_counts[plan.accelerator] for index in plan.devices)
+            assert plan.device_strings == tuple(f"{plan.accelerator}:{index}" for index in plan.devices)
+        assert plan.process_group_backend is None or plan.process_group_backend in rules.backends
+        assert plan.precision in rules.precision_recipes
         assert plan.accelerator in family.accelerators
         assert plan.strategy.family == rule.family
         assert plan.launcher == rule.launcher or (plan.launcher == "external" and plan.cluster.creates_processes)

@@ -31,14 +31,14 @@ from trainplan import (
 plan = trainplan.resolve(Request(accelerator="gpu", strategy="ddp", devices=2))
 assert_type(plan, Plan)
 assert_type(trainplan.resolve(Request(), Environment(cuda_device_count=2)), Plan)
-assert_type(plan.accelerator, AcceleratorName)
+assert_type(plan.accelerator, AcceleratorName | trainplan.CustomName)
 # A built-in name or a downstream rule set's (`CustomName`): resolve may be given an extended rule set.
 assert_type(plan.strategy.name, StrategyName | trainplan.CustomName)
 assert_type(plan.devices, tuple[int, ...])
 assert_type(plan.world_size, int)
 assert_type(plan.launcher, LauncherName)
-assert_type(plan.process_group_backend, BackendName | None)
-assert_type(plan.precision, PrecisionName)
+assert_type(plan.process_group_backend, BackendName | trainplan.CustomName | None)
+assert_type(plan.precision, PrecisionName | trainplan.CustomName)
 assert_type(plan.device_for(0), str)
 assert_type(plan.to_dict(), dict[str, object])
 assert_type(Plan.from_dict({}), Plan)
@@ -50,7 +50,7 @@ with trainplan.join(plan) as world:
     assert_type(world, trainplan.World)
     assert_type(world.rank, int)
     assert_type(world.device, str)
-    assert_type(world.backend, BackendName | None)
+    assert_type(world.backend, BackendName | trainplan.CustomName | None)
 with trainplan.runtime(plan) as rt:
     assert_type(rt, trainplan.Runtime)
     assert_type(rt.rank, int)
@@ -79,6 +79,13 @@ RULES = trainplan.BUILTIN_RULES.extend(
 )
 assert_type(trainplan.resolve(Request(strategy=CUSTOM), Environment(), RULES), Plan)
 trainplan.StrategyRule(name=CUSTOM, family="ddpx", launcher="subprocess")  # type: ignore[arg-type]
+# So do a downstream accelerator, backend and precision: their CustomNames, while bare strings stay refused.
+NPU, HCCL, QAT = trainplan.CustomName("npu"), trainplan.CustomName("hccl"), trainplan.CustomName("int8-qat")
+Request(accelerator=NPU, process_group_backend=HCCL, precision=QAT)
+Request(accelerator="npu")  # type: ignore[arg-type]
+Request(precision="int8-qat")  # type: ignore[arg-type]
+assert_type(trainplan.Environment().with_device_counts({NPU: 8}).device_counts["npu"], int)
+trainplan.BackendRule(name="hccl", description="", accelerators=frozenset(), needs_device_tensors=True, why_not={})  # type: ignore[arg-type]
 Request(precision="bf17")  # type: ignore[arg-type]
 Request(process_group_backend="ncl")  # type: ignore[arg-type]
 Request(cluster="sge")  # type: ignore[arg-type]

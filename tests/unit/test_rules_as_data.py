@@ -102,7 +102,7 @@ def _source_of(module: str) -> Path | None:
 
 def _constants_in_reach(tree: ast.Module, path: Path) -> dict[str, list[str]]:
     """The constants `tree` can name: its own, those it imports by name from trainplan's modules, and those of a
-    module it imports whole (`from trainplan.spec import normalise` lends `normalise.X`)."""
+    module it imports whole (`from trainplan.parse import normalise` lends `normalise.X`)."""
     reach = _module_constants(path)
     for statement in tree.body:
         if isinstance(statement, ast.ImportFrom) and statement.module is not None and statement.level == 0:

@@ -68,6 +68,10 @@ def probe(
     start methods) are read once per process; environment variables, CUDA's state and the session on
     every call. `usable_gpus=True` also finds which visible GPUs can take a new process now
     (`find_usable_cuda_devices`' probe), for requests with `select_usable_gpus`.
+
+    The accelerators a downstream rule set adds (`Rules.extend(accelerators=...)`) are not counted here: their
+    plugin knows its devices, so the framework adds the count, `probe().with_device_counts({"npu": n})`
+    (`Environment.device_counts`), and passes that environment to `resolve`.
     """
     environ = os.environ if environ is None else environ
     static = _static_facts()

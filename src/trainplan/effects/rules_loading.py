@@ -63,6 +63,14 @@ def load_rules(reference: str, *, from_working_directory: bool = False) -> Rules
     return attrs.evolve(found, reference=reference)  # plans made from it say where it came from
 
 
+def rules_of(plan: Plan) -> Rules:
+    """The rule set `plan` was made from: trainplan's own, or the downstream one it names (imported). A plan of an
+    unnamed rule set names none: trainplan's own rows serve it as far as they go."""
+    if plan.rules is None or plan.rules == UNNAMED_RULES:
+        return BUILTIN_RULES
+    return load_rules(plan.rules)
+
+
 def read_plan_text(text: str) -> Plan:
     """A plan from its JSON text, checked against the rule set it was made from (imported when it names one)."""
     plan = plan_from_json_text(text)  # as far as its own facts go, for a plan of a downstream rule set
@@ -71,4 +79,4 @@ def read_plan_text(text: str) -> Plan:
     return plan_from_json_text(text, load_rules(plan.rules))
 
 
-__all__ = ["load_rules", "read_plan_text"]
+__all__ = ["load_rules", "read_plan_text", "rules_of"]

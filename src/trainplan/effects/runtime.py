@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from trainplan.effects.extras import require_torch
 from trainplan.effects.metrics import MetricStore
-from trainplan.effects.world import World, join
+from trainplan.effects.rules_loading import rules_of
+from trainplan.effects.world import DeviceBinder, World, join
 from trainplan.resolve.training import (
     deepspeed_config,
     family_recipe,
@@ -43,6 +44,7 @@ from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 from trainplan.spec.options import DDPOptions, FSDPOptions
 from trainplan.spec.plan import Plan
+from trainplan.spec.rules import Rules
 from trainplan.spec.tables import MESH_DIMENSIONS as MESH_RULES
 
 if TYPE_CHECKING:
@@ -155,7 +157,9 @@ class TorchWrappers:
 class Runtime:
     """This process's view of its plan, joined: its ranks, its device, and the torch objects of its loop."""
 
-    def __init__(self, plan: Plan, world: World, *, wrappers: ModelWrappers | None = None) -> None:
+    def __init__(
+        self, plan: Plan, world: World, *, wrappers: ModelWrappers | None = None, rules: Rules | None = None
+    ) -> None:
         import torch
 
         self.plan = plan
@@ -167,7 +171,14 @@ class Runtime:
         """Rank 0 (where to save checkpoints and print)."""
         self.device: torch.device = torch.device(world.device)
         self._wrappers: ModelWrappers = TorchWrappers() if wrappers is None else wrappers
-        recipe = precision_recipe(plan)
+        self.rules: Rules = rules_of(plan) if rules is None else rules
+        """The rule set the plan was made from: a downstream precision's recipe is one of its rows."""
+        if plan.precision not in self.rules.precision_recipes:
+            raise NotWrappable(
+                f"precision={plan.precision!r} is a downstream rule set's, and its recipe (what the runtime does "
+                "with it) is a row of that rule set: pass it, trainplan.runtime(plan, rules=RULES)"
+            )
+        recipe = precision_recipe(plan, self.rules)
         self.parameter_dtype: torch.dtype = getattr(torch, recipe.parameter_dtype)
         """The dtype `wrap` gives the model's parameters (float32 for mixed precisions)."""
         self.autocast_dtype: torch.dtype | None = (
@@ -177,7 +188,7 @@ class Runtime:
         self.grad_scaler: torch.amp.GradScaler | None = None
         """A GradScaler where the plan needs one (fp16 AMP on CUDA; FSDP's sharded one under FSDP), else None;
         `step` uses it."""
-        if needs_grad_scaler(plan):
+        if needs_grad_scaler(plan, self.rules):
             if family_recipe(plan).sharded_grad_scaler:
                 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
@@ -284,7 +295,7 @@ class Runtime:
                 f"rt.wrap takes a torch.nn.Module, not a {type(given).__name__}: wrap the model, then call it"
             )
         recipe = family_recipe(self.plan)
-        precision = precision_recipe(self.plan)
+        precision = precision_recipe(self.plan, self.rules)
         if precision.engine != "torch":
             raise NotWrappable(
                 f"precision={self.plan.precision!r} runs through NVIDIA Transformer Engine: wrap the model's layers "
@@ -497,15 +508,24 @@ class Runtime:
         )
 
 
-def runtime(plan: Plan | None = None, *, wrappers: ModelWrappers | None = None) -> Runtime:
+def runtime(
+    plan: Plan | None = None,
+    *,
+    wrappers: ModelWrappers | None = None,
+    rules: Rules | None = None,
+    devices: DeviceBinder | None = None,
+) -> Runtime:
     """Join `plan`'s world (default: `trainplan.resolve()`, the plan of the job this process is in) and return
-    this process's runtime. Use it as a context manager to leave the world at the end."""
+    this process's runtime. Use it as a context manager to leave the world at the end.
+
+    `rules`: the rule set the plan was made from (default: the one the plan names, imported; trainplan's own for
+    its plans). `devices` binds a downstream accelerator's device (see `trainplan.join`)."""
     require_torch("trainplan.runtime")  # its device, wrappers, autocast and sampler are torch's
     if plan is None:
         import trainplan
 
         plan = trainplan.resolve()
-    return Runtime(plan, join(plan), wrappers=wrappers)
+    return Runtime(plan, join(plan, devices=devices), wrappers=wrappers, rules=rules)
 
 
 __all__ = ["ModelWrappers", "NotWrappable", "Runtime", "TorchWrappers", "runtime"]

@@ -16,12 +16,12 @@ import ipaddress
 import os
 import socket
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from trainplan.effects.extras import require_torch
 from trainplan.resolve.world import STARTING_LAUNCHERS, job_of, process_group_timeout
 from trainplan.spec.errors import TrainplanError
-from trainplan.spec.names import BackendName
+from trainplan.spec.names import ACCELERATORS, BackendKey
 from trainplan.spec.plan import Plan
 
 
@@ -42,6 +42,33 @@ class WorldMismatch(TrainplanError, RuntimeError):
         )
 
 
+class DeviceBinder(Protocol):
+    """How this process binds a downstream accelerator's device (one a rule set adds: Ascend's "npu", Gaudi's
+    "hpu"). The default asks torch; tests pass fakes."""
+
+    def bind(self, device_type: str, index: int) -> None:
+        """Make device `index` of `device_type` this process's current device. Raises `LookupError` when torch
+        does not know the device type (its plugin is not imported), saying what torch said. Cheap: no collective,
+        no allocation beyond the plugin's own context."""
+
+
+class TorchDevices:
+    """`DeviceBinder` through torch: `torch.device(device_type, index)` and the device module's `set_device`
+    (what a plugin registers as `torch.npu`, `torch.hpu`, ...)."""
+
+    def bind(self, device_type: str, index: int) -> None:
+        import torch
+
+        try:
+            device = torch.device(device_type, index)
+            module: Any = torch.get_device_module(device)
+        except (RuntimeError, ValueError, AttributeError) as error:
+            raise LookupError(str(error).strip().splitlines()[0]) from None
+        setter = getattr(module, "set_device", None)
+        if setter is not None:
+            setter(device)
+
+
 class World:
     """This process's place in the plan's world, joined; leave it (or end the `with` block) when done."""
 
@@ -55,7 +82,7 @@ class World:
         self.world_size = plan.world_size
         self.device = device
         """This process's torch device string ("cuda:0", "cpu"); on CUDA it is the current device."""
-        self.backend: BackendName | None = plan.process_group_backend
+        self.backend: BackendKey | None = plan.process_group_backend
         self.created = created
         """Whether joining created the process group (then leaving destroys it)."""
         self.timeout_seconds = timeout_seconds
@@ -98,8 +125,12 @@ class World:
         )
 
 
-def join(plan: Plan) -> World:
-    """Join the plan's world from this process: device bound, process group up (see the module docs)."""
+def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
+    """Join the plan's world from this process: device bound, process group up (see the module docs).
+
+    A downstream accelerator's device (a rule set's own, `Rules.extend(accelerators=...)`) is bound through
+    `devices` (default: torch's, `torch.device(device_type, index)`), which needs the accelerator's torch plugin
+    imported in this process; without it, `JoinError` names the accelerator and its rule set."""
     if not isinstance(plan, Plan):
         raise JoinError(f"join takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve()")
     if plan.launcher in STARTING_LAUNCHERS:
@@ -132,6 +163,8 @@ def join(plan: Plan) -> World:
         import torch
 
         torch.cuda.set_device(torch.device(device))
+    elif plan.accelerator not in ACCELERATORS:
+        _bind_downstream(plan, device, TorchDevices() if devices is None else devices)
     timeout = process_group_timeout(plan)
     backend = plan.process_group_backend
     if backend is None or plan.world_size == 1:
@@ -167,6 +200,19 @@ def join(plan: Plan) -> World:
         )
     _collect_before_teardown()
     return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=True, timeout_seconds=timeout)
+
+
+def _bind_downstream(plan: Plan, device: str, devices: DeviceBinder) -> None:
+    device_type, _, index = device.partition(":")
+    try:
+        devices.bind(device_type, int(index or 0))
+    except LookupError as error:
+        rules = "an unnamed rule set" if plan.rules is None or ":" not in plan.rules else f"the rule set {plan.rules}"
+        raise JoinError(
+            f"The plan's accelerator {plan.accelerator!r} (a row of {rules}) binds devices of type {device_type!r}, "
+            f"and this torch does not know that type ({error}). Import the device plugin that registers it (for "
+            f"'npu', `import torch_npu`) in every worker before joining, or correct the row's device_type"
+        ) from None
 
 
 _COLLECTING = False
@@ -280,4 +326,4 @@ def _host_for_url(address: str) -> str:
     return f"[{address}]" if ":" in address and not address.startswith("[") else address
 
 
-__all__ = ["JoinError", "World", "WorldMismatch", "check_group", "join"]
+__all__ = ["DeviceBinder", "JoinError", "TorchDevices", "World", "WorldMismatch", "check_group", "join"]

@@ -284,9 +284,9 @@ def _agree(topic: str, claims: list[tuple[str, object, object]], fix: str) -> ob
 def _merge(topic: str, first: object, second: object) -> object | None:
     if topic == "accelerator" and isinstance(first, str) and isinstance(second, str):
         # A group (`gpu`) agrees with itself and with each accelerator of the group: the more precise one wins.
-        if first in ACCELERATOR_GROUPS and (second == first or second in ACCELERATOR_GROUPS[first]):  # type: ignore[index]
+        if first in ACCELERATOR_GROUPS and (second == first or second in ACCELERATOR_GROUPS[first]):
             return second
-        if second in ACCELERATOR_GROUPS and first in ACCELERATOR_GROUPS[second]:  # type: ignore[index]
+        if second in ACCELERATOR_GROUPS and first in ACCELERATOR_GROUPS[second]:
             return first
     if topic == "strategy" and isinstance(first, LegacyStrategy) and isinstance(second, LegacyStrategy):
         same = (first.strategy, dict(first.options)) == (second.strategy, dict(second.options))

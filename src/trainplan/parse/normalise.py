@@ -21,10 +21,12 @@ from trainplan.spec.names import (
     PRECISIONS,
     STRATEGY_FLAGS,
     AcceleratorFlag,
+    BackendKey,
     BackendName,
     ClusterFlag,
     CustomName,
     MetricsStore,
+    PrecisionKey,
     PrecisionName,
     StrategyFlag,
 )
@@ -97,6 +99,43 @@ def strategy_in(value: object, spellings: Mapping[str, StrategyFlag | CustomName
     return spellings[_name("strategy", value, spellings, tuple(spellings))]
 
 
+def accelerator_in(
+    value: object, spellings: Mapping[str, AcceleratorFlag | CustomName]
+) -> AcceleratorFlag | CustomName:
+    """An accelerator flag of a rule set (its `Rules.accelerator_spellings`: flags, aliases, downstream names)."""
+    if type(value) is str and value in spellings:  # the common case: a name as written
+        return spellings[value]
+    allowed = tuple(name for name, flag in spellings.items() if name == flag)
+    return spellings[_name("accelerator", value, spellings, allowed)]
+
+
+def precision_in(value: object, spellings: Mapping[str, PrecisionKey]) -> PrecisionKey:
+    """A precision of a rule set (its `Rules.precision_spellings`), or a built-in one for any accepted spelling
+    (integers included)."""
+    if type(value) is str and value in spellings:  # the common case: a name as written
+        return spellings[value]
+    if isinstance(value, str) and value.strip().lower() in spellings:
+        return spellings[value.strip().lower()]
+    try:
+        return precision(value)
+    except InvalidRequest as error:
+        custom = tuple(name for name in spellings if name not in _PRECISIONS)
+        if not custom:
+            raise
+        raise InvalidRequest(
+            field=error.field, value=value, reason=error.reason, allowed=(*PRECISIONS, *custom)
+        ) from None
+
+
+def backend_in(value: object, spellings: Mapping[str, BackendKey]) -> BackendKey | None:
+    """A backend of a rule set (its `Rules.backend_spellings`), or None for the accelerator's default."""
+    if value is None:
+        return None
+    if type(value) is str and value in spellings:
+        return spellings[value]
+    return spellings[_name("process_group_backend", value, spellings, tuple(spellings))]
+
+
 def backend(value: object) -> BackendName | None:
     """`nccl`, `gloo`, `mpi`, `xla`, or None for the accelerator's default."""
     if value is None:
@@ -140,9 +179,9 @@ def precision(value: object) -> PrecisionName:
     )
 
 
-def precision_alias_notes(value: object, canonical: PrecisionName) -> tuple[Note, ...]:
+def precision_alias_notes(value: object, canonical: PrecisionKey) -> tuple[Note, ...]:
     """A deprecation note when a precision was given in a short or legacy spelling (`16`, `"bf16"`)."""
-    if isinstance(value, str) and value in PRECISIONS:
+    if isinstance(value, str) and (value in PRECISIONS or value == canonical):
         return ()
     return (
         Note(
@@ -370,9 +409,9 @@ def request_from_config(record: type[Request], config: Mapping[str, object], rul
     usable = _loose_bool(config.get("select_usable_gpus", False))
     normal_devices = devices(config.get("devices", "auto"))
     raw_precision = config.get("precision", rules.default_precision)
-    canonical_precision = precision(raw_precision)
+    canonical_precision = precision_in(raw_precision, rules.precision_spellings)
     return record(
-        accelerator=accelerator(config.get("accelerator", "auto")),
+        accelerator=accelerator_in(config.get("accelerator", "auto"), rules.accelerator_spellings),
         strategy=strategy_name,
         devices=normal_devices,
         num_nodes=num_nodes(nodes),
@@ -381,7 +420,7 @@ def request_from_config(record: type[Request], config: Mapping[str, object], rul
             *precision_alias_notes(raw_precision, canonical_precision),
             *strategy_alias_notes(raw_strategy, rules.strategy_alias_notes),
         ),
-        process_group_backend=backend(config.get("process_group_backend")),
+        process_group_backend=backend_in(config.get("process_group_backend"), rules.backend_spellings),
         cluster=cluster(config.get("cluster", "auto")),
         metrics_store=metrics_store(config.get("metrics_store", "device")),
         sync_batchnorm=flag("sync_batchnorm", batchnorm),

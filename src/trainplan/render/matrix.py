@@ -6,13 +6,16 @@
 from __future__ import annotations
 
 from trainplan.spec.names import ACCELERATORS as ACCELERATOR_ORDER
+from trainplan.spec.names import AcceleratorKey
 from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import MESH_BACKENDS, MESH_DIMENSIONS
 
 
 def render_matrix(rules: Rules = BUILTIN_RULES) -> str:
     """Markdown tables: strategy × accelerator, then precision × accelerator, then the reasons (of `rules`)."""
-    columns = list(ACCELERATOR_ORDER)
+    # trainplan's accelerators in their order, then those a downstream rule set adds.
+    columns: list[AcceleratorKey] = [*ACCELERATOR_ORDER]
+    columns += [name for name in rules.accelerators if name not in columns]
     lines = [
         "| strategy | family | launcher | " + " | ".join(columns) + " | needs |",
         "|---|---|---|" + "---|" * len(columns) + "---|",

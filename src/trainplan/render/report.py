@@ -133,6 +133,8 @@ def _fact_text(value: object) -> str:
         return ", ".join(sorted(str(item) for item in value)) or "none"
     if isinstance(value, tuple):
         return ", ".join(str(item) for item in value) or "none"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key}={item}" for key, item in value.items()) or "none"
     return str(value)
 
 
@@ -197,6 +199,8 @@ def _plain(value: object) -> object:
         return sorted(str(item) for item in value)
     if isinstance(value, tuple):
         return list(value)
+    if isinstance(value, Mapping):  # the device counts a framework supplied
+        return {str(key): item for key, item in value.items()}
     return value
 
 

@@ -25,20 +25,20 @@ from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import visible_entries
 from trainplan.spec import option_checks
-from trainplan.spec.environment import Environment
+from trainplan.spec.environment import DeviceCounts, Environment
 from trainplan.spec.errors import Incompatible, InvalidRequest, TrainplanError, Unavailable
 from trainplan.spec.frozen import FrozenMap, LazyTexts, Text
 from trainplan.spec.names import (
     START_METHODS,
     AcceleratorFlag,
-    AcceleratorName,
-    BackendName,
+    AcceleratorKey,
+    BackendKey,
     ClusterFlag,
     CustomName,
     LauncherName,
     MetricKind,
     MetricsStore,
-    PrecisionName,
+    PrecisionKey,
     StrategyFlag,
     StrategyKey,
 )
@@ -57,6 +57,7 @@ from trainplan.spec.tables import (
     SELECTED_DEVICES_VARIABLE,
     AcceleratorRule,
     AutoStrategyRule,
+    EnvironmentCount,
     FamilyRule,
     MissingRule,
     StrategyRule,
@@ -116,6 +117,7 @@ def _type_signature(request: Request, env: Environment) -> tuple[object, ...]:
     raw: object = request.devices
     options: object = request.strategy_options
     usable: object = env.usable_cuda_devices
+    counts: object = env.device_counts
     return (
         type(request.accelerator),
         type(request.strategy),
@@ -139,6 +141,7 @@ def _type_signature(request: Request, env: Environment) -> tuple[object, ...]:
         type(env.cpu_count),
         type(env.interactive),
         tuple(map(type, usable)) if isinstance(usable, tuple) else None,
+        tuple(map(type, counts.values())) if isinstance(counts, Mapping) else None,  # True == 1, yet refused
     )
 
 
@@ -165,12 +168,12 @@ def _attempt(report: Report, fallback: T, step: Callable[P, T], /, *args: P.args
 class _Fields:
     """The request's fields, normalised (built once per run and only read after; not frozen, which costs)."""
 
-    accelerator: AcceleratorFlag
+    accelerator: AcceleratorFlag | CustomName
     strategy: StrategyFlag | CustomName
     devices: DevicesSpec
     num_nodes: NumNodes
-    precision: PrecisionName
-    backend: BackendName | None
+    precision: PrecisionKey
+    backend: BackendKey | None
     cluster: ClusterFlag
     metrics_store: MetricsStore
     sync_batchnorm: bool
@@ -234,18 +237,23 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     notes.extend(facts.notes)
     num_nodes, nodes_reason = _choose_num_nodes(fields.num_nodes, facts)
 
-    chosen: tuple[AcceleratorName, Text] | None = _attempt(
+    chosen: tuple[AcceleratorKey, Text] | None = _attempt(
         report, None, _choose_accelerator, fields.accelerator, env, rules
     )
     if chosen is None:
         if fields.accelerator not in rules.accelerators:
             return None
-        assumed: AcceleratorName = fields.accelerator  # type: ignore[assignment]  # narrowed by the membership test
+        assumed: AcceleratorKey = fields.accelerator  # type: ignore[assignment]  # narrowed by the membership test
         # Only `check` gets here: go on as if the hardware were present, to find the request's other problems.
         chosen = assumed, "assumed present (check only)"
         plenty = 1 << 12  # enough devices that no selection fails for want of them
         env = attrs.evolve(
-            env, cuda_device_count=plenty, usable_cuda_devices=None, mps_available=True, xla_device_count=plenty
+            env,
+            cuda_device_count=plenty,
+            usable_cuda_devices=None,
+            mps_available=True,
+            xla_device_count=plenty,
+            device_counts={name: plenty for name in rules.accelerators if name not in _BUILTIN_ACCELERATORS},
         )
     accelerator, reasons["accelerator"] = chosen
     accelerator_rule = lookup(rules.accelerators, accelerator, name="ACCELERATORS")
@@ -498,6 +506,7 @@ def _plainly_valid(env: Environment) -> bool:
     variables: object = env.variables
     methods: object = env.start_methods
     packages: object = env.packages
+    counts: object = env.device_counts
     return (
         type(cuda) is int
         and type(xla) is int
@@ -514,6 +523,8 @@ def _plainly_valid(env: Environment) -> bool:
         and _START_METHODS.issuperset(env.start_methods)
         and isinstance(packages, frozenset)
         and set(map(type, env.packages)) <= _STRINGS
+        and type(counts) is DeviceCounts
+        and not counts  # downstream accelerators' counts: checked one by one by _check_environment
         and (
             variables.plain
             if isinstance(variables, FrozenMap)
@@ -569,6 +580,17 @@ def _check_environment(env: Environment, report: Report) -> bool:
         isinstance(key, str) and isinstance(value, str) for key, value in variables.items()
     ):
         bad("variables", variables, "environment variables map strings to strings")
+    counts = facts["device_counts"]
+    if not isinstance(counts, Mapping) or not all(
+        isinstance(name, str) and type(number) is int and 0 <= number <= MAX_DEVICES_PER_NODE
+        for name, number in counts.items()
+    ):
+        bad(
+            "device_counts",
+            counts,
+            f"it maps a downstream accelerator's name to its visible devices (0 to {MAX_DEVICES_PER_NODE}), e.g. "
+            "{'npu': 8}",
+        )
     usable, count = facts["usable_cuda_devices"], facts["cuda_device_count"]
     if (
         usable is not None
@@ -593,10 +615,14 @@ def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
     notes: list[Note] = (
         [note for note in given_notes if isinstance(note, Note)] if isinstance(given_notes, tuple) else []
     )
-    precision = _step(problems, rules.default_precision, normalise.precision, request.precision)
+    precision = _step(
+        problems, rules.default_precision, normalise.precision_in, request.precision, rules.precision_spellings
+    )
     if not problems:
         notes.extend(normalise.precision_alias_notes(request.precision, precision))
-    accelerator: AcceleratorFlag = _step(problems, "auto", normalise.accelerator, request.accelerator)
+    accelerator: AcceleratorFlag | CustomName = _step(
+        problems, "auto", normalise.accelerator_in, request.accelerator, rules.accelerator_spellings
+    )
     raw_accelerator: object = request.accelerator
     if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() in rules.accelerator_alias_notes:
         message = rules.accelerator_alias_notes[raw_accelerator.strip().lower()]
@@ -608,7 +634,10 @@ def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
     converted: dict[str, Any] = {}
     for name, attribute, convert, fallback in _PLAIN_FIELDS:
         try:
-            converted[name] = convert(getattr(request, attribute))
+            if convert is None:  # the backend: a name of the rule set's
+                converted[name] = normalise.backend_in(request.process_group_backend, rules.backend_spellings)
+            else:
+                converted[name] = convert(getattr(request, attribute))
         except TrainplanError as error:
             problems.append(error)
             converted[name] = fallback
@@ -624,17 +653,18 @@ def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
     )
 
 
-_PLAIN_FIELDS: tuple[tuple[str, str, Callable[[object], Any], object], ...] = (
+_PLAIN_FIELDS: tuple[tuple[str, str, Callable[[object], Any] | None, object], ...] = (
     ("devices", "devices", normalise.devices, "auto"),
     ("num_nodes", "num_nodes", normalise.num_nodes, _AUTO_NODES),
-    ("backend", "process_group_backend", normalise.backend, None),
+    ("backend", "process_group_backend", None, None),
     ("cluster", "cluster", normalise.cluster, "auto"),
     ("metrics_store", "metrics_store", normalise.metrics_store, "device"),
     ("sync_batchnorm", "sync_batchnorm", functools.partial(normalise.flag, "sync_batchnorm"), False),
     ("select_usable_gpus", "select_usable_gpus", functools.partial(normalise.flag, "select_usable_gpus"), False),
     ("options", "strategy_options", option_checks.strategy_options, None),
 )
-"""(field, the request's attribute, its normaliser, the default a refused value takes), in reporting order."""
+"""(field, the request's attribute, its normaliser, the default a refused value takes), in reporting order; None:
+normalised against the rule set's names."""
 
 
 def _step(problems: list[TrainplanError], fallback: Any, convert: Callable[..., Any], *given: object) -> Any:
@@ -650,17 +680,32 @@ def _step(problems: list[TrainplanError], fallback: Any, convert: Callable[..., 
 # Accelerator and devices
 
 
-def _available(env: Environment, rules: Rules) -> dict[AcceleratorName, int]:
+def _visible(env: Environment, rule: AcceleratorRule) -> int:
+    """How many devices of `rule`'s accelerator the facts count (its row names the fact; `device_counts`, the
+    counts a framework supplies for the accelerators it adds, is read at the accelerator's name)."""
+    fact = rule.count_fact
+    if fact is None:
+        return 1
+    if fact == _SUPPLIED_COUNTS:
+        return env.device_counts.get(rule.name, 0)
+    return int(getattr(env, fact))
+
+
+_SUPPLIED_COUNTS: EnvironmentCount = "device_counts"
+_BUILTIN_ACCELERATORS: frozenset[str] = frozenset(BUILTIN_RULES.accelerators)
+
+
+def _available(env: Environment, rules: Rules) -> dict[AcceleratorKey, int]:
     """Device count per available accelerator, from the fact each row names (no fact: one place to run)."""
-    found: dict[AcceleratorName, int] = {}
+    found: dict[AcceleratorKey, int] = {}
     for name, rule in rules.accelerators.items():
-        count = 1 if rule.count_fact is None else int(getattr(env, rule.count_fact))
+        count = _visible(env, rule)
         if count > 0:
             found[name] = count
     return found
 
 
-def _best_available(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
+def _best_available(found: Mapping[AcceleratorKey, int], rules: Rules) -> str:
     return f"the best available of {_describe(found, rules)} (order: {rules.accelerator_order})"
 
 
@@ -668,7 +713,7 @@ def _rendered(text: Text) -> str:
     return text if isinstance(text, str) else text[0](*text[1])
 
 
-def _describe(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
+def _describe(found: Mapping[AcceleratorKey, int], rules: Rules) -> str:
     parts: list[str] = []
     for rule in rules.accelerators_by_priority:
         name = rule.name
@@ -683,7 +728,9 @@ def _describe(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
     return "only " + parts[0] if alone else ", ".join(parts)
 
 
-def _choose_accelerator(flag: AcceleratorFlag, env: Environment, rules: Rules) -> tuple[AcceleratorName, Text]:
+def _choose_accelerator(
+    flag: AcceleratorFlag | CustomName, env: Environment, rules: Rules
+) -> tuple[AcceleratorKey, Text]:
     found = _available(env, rules)
     if flag == "auto":
         best = next(rule.name for rule in rules.accelerators_by_priority if rule.name in found)
@@ -699,16 +746,22 @@ def _choose_accelerator(flag: AcceleratorFlag, env: Environment, rules: Rules) -
             available=_describe(found, rules),
             fix=f"Use accelerator='cpu' (or 'auto'), or run where a {members} GPU is visible",
         )
-    name: AcceleratorName = flag  # type: ignore[assignment]  # the normaliser folds aliases; groups are above
+    name: AcceleratorKey = flag  # type: ignore[assignment]  # the normaliser folds aliases; groups are above
     rule = lookup(rules.accelerators, name, name="ACCELERATORS")
     if name not in found:
         variable = rule.visibility_variable
         hidden = variable is not None and variable in env.variables
         hidden = hidden and env.variables.get(variable or "", "").strip() in ("", "-1")
+        supplied = rule.count_fact == _SUPPLIED_COUNTS
         raise Unavailable(
             requested=f"accelerator={name!r}",
-            available=_describe(found, rules) + (f" ({variable} hides every GPU)" if hidden else ""),
-            fix="Use accelerator='auto' to take the best available, or run where that hardware is visible",
+            available=_describe(found, rules)
+            + (f" ({variable} hides every GPU)" if hidden else "")
+            + (f"; Environment.device_counts has no {name!r} devices" if supplied else ""),
+            fix=f"Pass the count the device plugin sees, e.g. probe().with_device_counts({{{name!r}: 8}}), or use "
+            "accelerator='auto'"
+            if supplied
+            else "Use accelerator='auto' to take the best available, or run where that hardware is visible",
         )
     return name, (str.format, ("asked for {!r} ({})", name, rule.description))
 
@@ -719,7 +772,7 @@ def _select_devices(
     if not rule.takes_indices:
         return _counted_devices(spec, env)
     accelerator = rule.name
-    total = 1 if rule.count_fact is None else int(getattr(env, rule.count_fact))
+    total = _visible(env, rule)
     noun = f"{accelerator} device{'s' if total != 1 else ''}"
     if spec == "auto":
         interactive = rule.interactive_auto_devices
@@ -829,7 +882,7 @@ def _select_devices_in_job(
         per_node = _job_processes_per_node(facts, num_nodes, nodes_known)
         if rule.count_fact is None:
             return tuple(range(per_node)), f"'auto' inside a started job: its {per_node} process(es) on this node", ()
-        visible = int(getattr(env, rule.count_fact))
+        visible = _visible(env, rule)
         if per_node > visible:
             raise incompatible(
                 "job-gpus",
@@ -855,7 +908,7 @@ def _select_devices_in_job(
                 variable=f"{variable}={','.join(map(str, selection))}",
             )
         return _select_devices(rule, spec, env)
-    if rule.count_fact is None or len(spec) > int(getattr(env, rule.count_fact)):
+    if rule.count_fact is None or len(spec) > _visible(env, rule):
         return _select_devices(rule, spec, env)  # the facts disagree: report the indices as usual
     renumbered = tuple(range(len(spec)))
     note = Note(
@@ -893,7 +946,7 @@ def _physical_devices(rule: AcceleratorRule, devices: tuple[int, ...], env: Envi
     """Which physical GPU each visible index is, as the visibility variable names it (the index when unset)."""
     if rule.visibility_variable is None or rule.count_fact is None:
         return ()
-    entries = visible_entries(env.variables.get(rule.visibility_variable), int(getattr(env, rule.count_fact)))
+    entries = visible_entries(env.variables.get(rule.visibility_variable), _visible(env, rule))
     return tuple(entries[index] if index < len(entries) else str(index) for index in devices)
 
 
@@ -970,7 +1023,7 @@ def _counted_devices(spec: DevicesSpec, env: Environment) -> tuple[tuple[int, ..
 
 def _choose_strategy(
     flag: StrategyFlag | CustomName,
-    accelerator: AcceleratorName,
+    accelerator: AcceleratorKey,
     devices: tuple[int, ...],
     num_nodes: int,
     env: Environment,
@@ -994,7 +1047,7 @@ def _auto_reason(row: AutoStrategyRule, num_nodes: int, devices: int) -> str:
 
 
 def _auto_row_holds(
-    row: AutoStrategyRule, accelerator: AcceleratorName, devices: int, num_nodes: int, interactive: bool
+    row: AutoStrategyRule, accelerator: AcceleratorKey, devices: int, num_nodes: int, interactive: bool
 ) -> bool:
     return (
         (row.accelerators is None or accelerator in row.accelerators)
@@ -1261,12 +1314,12 @@ def _place_in_cluster(
 
 
 def _choose_backend(
-    requested: BackendName | None,
+    requested: BackendKey | None,
     family: FamilyRule,
     strategy: StrategyKey,
     accelerator_rule: AcceleratorRule,
     rules: Rules,
-) -> BackendName | None:
+) -> BackendKey | None:
     accelerator = accelerator_rule.name
     if not family.has_process_group:
         if requested is not None:
@@ -1288,14 +1341,14 @@ def _choose_backend(
 
 
 def _choose_precision(
-    asked: PrecisionName,
-    accelerator: AcceleratorName,
+    asked: PrecisionKey,
+    accelerator: AcceleratorKey,
     strategy: StrategyKey,
     family: FamilyRule,
     env: Environment,
     notes: list[Note],
     rules: Rules,
-) -> PrecisionName:
+) -> PrecisionKey:
     rule = lookup(rules.precisions, asked, name="PRECISIONS")
     precision = asked
     if accelerator in rule.fallback:
@@ -1327,7 +1380,7 @@ def _choose_precision(
 
 
 def _metric_placement(
-    store: MetricsStore, accelerator: AcceleratorRule, backend: BackendName | None, world_size: int, rules: Rules
+    store: MetricsStore, accelerator: AcceleratorRule, backend: BackendKey | None, world_size: int, rules: Rules
 ) -> MetricPlacement:
     device_type = accelerator.device_type
     where = "on the CPU" if store == HOST_METRICS_STORE or accelerator.host else f"on the {device_type} device"
@@ -1384,7 +1437,8 @@ def place_metric(
     metrics = plan.metrics
     on_cpu = (metrics.default_store == HOST_METRICS_STORE) if store_on_cpu is None else store_on_cpu
     device = plan.device_for(0) if plan.processes_per_node > 0 else HOST_DEVICE
-    host = lookup(rules.accelerators, plan.accelerator, name="ACCELERATORS").host
+    row = rules.accelerators.get(plan.accelerator)
+    host = row is not None and row.host  # a downstream accelerator (its rules elsewhere) is never the host's CPUs
     if host:
         on_cpu = True
     store_device = HOST_DEVICE if on_cpu else device

@@ -18,7 +18,7 @@ import attrs
 from trainplan.resolve.refusal import incompatible
 from trainplan.spec.errors import Incompatible
 from trainplan.spec.mesh import MeshLayout, MeshViolation, layout_violations, node_violations, strides
-from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorName, BackendName, MeshDimension, PrecisionName
+from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorKey, BackendKey, MeshDimension, PrecisionKey
 from trainplan.spec.notes import Note
 from trainplan.spec.options import Degree, ModelParallelOptions
 from trainplan.spec.tables import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS
@@ -48,8 +48,8 @@ class _World:
 
     num_nodes: int
     processes_per_node: int
-    accelerator: AcceleratorName
-    precision: PrecisionName
+    accelerator: AcceleratorKey
+    precision: PrecisionKey
     names: Mapping[MeshDimension, str]
 
     @property
@@ -94,9 +94,9 @@ def mesh_or_refusals(
     *,
     num_nodes: int,
     processes_per_node: int,
-    accelerator: AcceleratorName,
-    backend: BackendName | None,
-    precision: PrecisionName,
+    accelerator: AcceleratorKey,
+    backend: BackendKey | None,
+    precision: PrecisionKey,
 ) -> MeshChoice | tuple[Incompatible, ...]:
     """The mesh for `options`, or every refusal of it: one while the degrees do not yet make a layout (a group too
     big for a node, two 'auto's, a product that is not the world size), then every layout rule the degrees break
@@ -119,9 +119,9 @@ def _choose_mesh(
     *,
     num_nodes: int,
     processes_per_node: int,
-    accelerator: AcceleratorName,
-    backend: BackendName | None,
-    precision: PrecisionName,
+    accelerator: AcceleratorKey,
+    backend: BackendKey | None,
+    precision: PrecisionKey,
 ) -> MeshChoice | tuple[Incompatible, ...]:
     lightning = _lightning_sizes(options)
     names: dict[MeshDimension, str] = {name: name for name in MESH_DIMENSIONS}
@@ -190,8 +190,8 @@ def fitting_degrees(
     *,
     num_nodes: int,
     processes_per_node: int,
-    accelerator: AcceleratorName,
-    precision: PrecisionName,
+    accelerator: AcceleratorKey,
+    precision: PrecisionKey,
 ) -> dict[MeshDimension, int]:
     """A layout that keeps every mesh rule on this world, as close to `asked` as the rules allow.
 
@@ -289,7 +289,7 @@ def _refusal(
     asked: Mapping[MeshDimension, Degree],
     degrees: Mapping[MeshDimension, int],
     world: _World,
-    backend: BackendName | None,
+    backend: BackendKey | None,
 ) -> Incompatible:
     name = violation.dimension
     if name is None:  # mesh-backend: the only rule about the whole mesh once the product is right
@@ -440,7 +440,7 @@ def _choices(name: str, offered: list[int]) -> str:
     return f"{name}={', '.join(map(str, offered[:-1]))} or {offered[-1]}"
 
 
-def _runs(name: MeshDimension, accelerator: AcceleratorName, precision: PrecisionName) -> bool:
+def _runs(name: MeshDimension, accelerator: AcceleratorKey, precision: PrecisionKey) -> bool:
     """Whether a degree above 1 of `name` runs on `accelerator` with `precision` (the mesh-accelerator and
     mesh-precision rules)."""
     rule = MESH_RULES[name]

@@ -18,13 +18,13 @@ from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS
 from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions
 from trainplan.spec.plan import Plan
+from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import (
     DEEPSPEED_NO_OFFLOAD,
     FAMILY_RECIPES,
     FRAMEWORK_ACCELERATORS,
     LAUNCHERS,
     LIGHTNING_SIZES,
-    PRECISION_RECIPES,
     FamilyRecipe,
     FrameworkAccelerator,
     PrecisionRecipe,
@@ -46,9 +46,10 @@ def fsdp_mesh_shape(plan: Plan) -> tuple[int, int]:
     return (plan.num_nodes, plan.processes_per_node)
 
 
-def precision_recipe(plan: Plan) -> PrecisionRecipe:
-    """How the plan's precision runs: autocast dtype (mixed), parameter dtype (true), loss scaling."""
-    return lookup(PRECISION_RECIPES, plan.precision, name="PRECISION_RECIPES")
+def precision_recipe(plan: Plan, rules: Rules = BUILTIN_RULES) -> PrecisionRecipe:
+    """How the plan's precision runs: autocast dtype (mixed), parameter dtype (true), loss scaling (a downstream
+    precision's recipe is a row of its rule set, `rules`)."""
+    return lookup(rules.precision_recipes, plan.precision, name="PRECISION_RECIPES")
 
 
 def family_recipe(plan: Plan) -> FamilyRecipe:
@@ -61,9 +62,10 @@ def framework_accelerator(plan: Plan) -> FrameworkAccelerator:
     return lookup(FRAMEWORK_ACCELERATORS, plan.accelerator, name="FRAMEWORK_ACCELERATORS")
 
 
-def needs_grad_scaler(plan: Plan) -> bool:
-    """fp16 AMP on CUDA scales the loss (float16 gradients underflow otherwise); nothing else does."""
-    return plan.accelerator in precision_recipe(plan).grad_scaler_on
+def needs_grad_scaler(plan: Plan, rules: Rules = BUILTIN_RULES) -> bool:
+    """fp16 AMP on CUDA scales the loss (float16 gradients underflow otherwise); nothing else does (a downstream
+    precision's recipe says where it scales)."""
+    return plan.accelerator in precision_recipe(plan, rules).grad_scaler_on
 
 
 def deepspeed_config(

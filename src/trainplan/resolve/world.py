@@ -43,8 +43,10 @@ STARTING_LAUNCHERS: tuple[LauncherName, ...] = tuple(name for name, rule in LAUN
 
 def visibility_variable(plan: Plan) -> str | None:
     """The variable through which a launcher hands each node its selected devices (CUDA_VISIBLE_DEVICES), from
-    the accelerator's row; None where devices are not selected that way."""
-    return lookup(ACCELERATORS, plan.accelerator, name="ACCELERATORS").visibility_variable
+    the accelerator's row; None where devices are not selected that way (a downstream accelerator's: its workers
+    bind the plan's device strings, `Rules.extend` refuses a visibility variable for one)."""
+    rule = ACCELERATORS.get(plan.accelerator)
+    return None if rule is None else rule.visibility_variable
 
 
 def worker_start_method(plan: Plan, available: Sequence[str]) -> StartMethod | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import attrs
 
@@ -28,6 +28,48 @@ def _freeze_start_methods(value: tuple[StartMethod, ...] | list[StartMethod]) ->
 
 def _freeze_indices(value: tuple[int, ...] | list[int] | None) -> tuple[int, ...] | None:
     return None if value is None else freeze_sequence(value)  # type: ignore[return-value]
+
+
+class DeviceCounts(Mapping[str, int]):
+    """A read-only, hashable map of accelerator name → visible devices (`Environment.device_counts`)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, int] | None = None) -> None:
+        # Sorted by text, so keys of the wrong type (which resolve then reports) never make sorting raise.
+        self._items: dict[str, int] = dict(sorted((items or {}).items(), key=lambda item: (str(item[0]), repr(item))))
+
+    def __getitem__(self, key: str) -> int:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._items == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"DeviceCounts({self._items!r})"
+
+
+def _freeze_counts(value: Mapping[str, int] | None) -> DeviceCounts:
+    given: object = value
+    if isinstance(given, DeviceCounts):
+        return given
+    if given is None or isinstance(given, Mapping):
+        try:
+            return DeviceCounts(given)
+        except TypeError:  # unhashable keys
+            pass
+    return given  # type: ignore[return-value]  # kept as given: resolve refuses it by name
 
 
 @attrs.frozen(kw_only=True)
@@ -56,7 +98,19 @@ class Environment:
     """Installed optional packages that change what is possible (deepspeed, torch_xla, transformer_engine, ...)."""
     variables: FrozenMap = attrs.field(factory=FrozenMap, converter=freeze_map)
     """The environment variables that matter (CUDA_VISIBLE_DEVICES, SLURM_*, RANK, MASTER_ADDR, ...)."""
+    device_counts: DeviceCounts = attrs.field(factory=DeviceCounts, converter=_freeze_counts)
+    """Visible devices of the accelerators a downstream rule set adds (`Rules.extend(accelerators=...)`), by name:
+    `{"npu": 8}`. `probe()` cannot count them (it knows trainplan's own accelerators only): the framework that adds
+    one supplies its count, `probe().with_device_counts({"npu": torch_npu.npu.device_count()})`. Built-in
+    accelerators keep their own facts above."""
 
     def with_variables(self, variables: Mapping[str, str]) -> Environment:
         """The same facts with these environment variables added (or replaced)."""
         return attrs.evolve(self, variables={**self.variables, **variables})
+
+    def with_device_counts(self, counts: Mapping[str, int]) -> Environment:
+        """The same facts with these downstream accelerators' device counts added (or replaced)."""
+        given: object = counts
+        if not isinstance(given, Mapping):
+            return attrs.evolve(self, device_counts=counts)  # kept as given: resolve refuses it by name
+        return attrs.evolve(self, device_counts={**self.device_counts, **counts})

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 import attrs
 
 from trainplan.spec.frozen import freeze_sequence
-from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorName, BackendName, MeshDimension, PrecisionName
+from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorKey, BackendKey, MeshDimension, PrecisionKey
 from trainplan.spec.tables import MESH_BACKENDS
 from trainplan.spec.tables import MESH_DIMENSIONS as MESH_RULES
 
@@ -190,9 +190,9 @@ def layout_violations(
     *,
     num_nodes: int,
     processes_per_node: int,
-    accelerator: AcceleratorName,
-    backend: BackendName | None,
-    precision: PrecisionName,
+    accelerator: AcceleratorKey,
+    backend: BackendKey | None,
+    precision: PrecisionKey,
 ) -> Iterator[MeshViolation]:
     """Every mesh rule `degrees` break on this world, in the order the rules are checked; nothing when it fits.
 

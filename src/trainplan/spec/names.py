@@ -15,6 +15,7 @@ AcceleratorName = Literal["cpu", "cuda", "mps", "xla"]
 AcceleratorFlag: TypeAlias = Literal["auto", "gpu", "tpu"] | AcceleratorName
 """What a request may say for the accelerator: a device kind, `gpu` (CUDA or MPS), `tpu` (= xla) or `auto`."""
 
+
 StrategyName = Literal[
     "single_device",
     "dp",
@@ -51,9 +52,10 @@ StrategyFlag: TypeAlias = Literal["auto"] | StrategyName
 """What a request may say for the strategy: a registered name or `auto`."""
 
 CustomName = NewType("CustomName", str)
-"""A strategy name a downstream rule set adds (`trainplan.Rules.extend`). Built-in names stay `Literal`-checked: a
-bare string is not a `CustomName`, so `Request(strategy="ddpx")` is still a type error, while
-`Request(strategy=rule.name)` for a `StrategyRule(name=CustomName("ddp_custom_checkpoint_io"), ...)` is not."""
+"""A strategy, accelerator, precision or backend name a downstream rule set adds (`trainplan.Rules.extend`).
+Built-in names stay `Literal`-checked: a bare string is not a `CustomName`, so `Request(strategy="ddpx")` is still
+a type error, while `Request(strategy=rule.name)` for a `StrategyRule(name=CustomName("ddp_custom_checkpoint_io"),
+...)` is not (nor `Request(accelerator=NPU)` for `NPU = CustomName("npu")`)."""
 
 StrategyKey: TypeAlias = StrategyName | CustomName
 """A strategy name in a rule set: a built-in one or a downstream one."""
@@ -98,8 +100,10 @@ PrecisionName = Literal[
 ]
 """A canonical precision."""
 
+
 BackendName = Literal["nccl", "gloo", "mpi", "xla"]
 """A torch.distributed process-group backend."""
+
 
 ClusterName = Literal["local", "slurm", "torchelastic", "lsf", "mpi", "kubeflow"]
 """A resolved cluster environment."""
@@ -141,3 +145,12 @@ START_METHODS: Final[tuple[StartMethod, ...]] = get_args(StartMethod)
 NOTE_LEVELS: Final[tuple[NoteLevel, ...]] = get_args(NoteLevel)
 METRIC_KINDS: Final[tuple[MetricKind, ...]] = get_args(MetricKind)
 MESH_DIMENSIONS: Final[tuple[MeshDimension, ...]] = get_args(MeshDimension)
+
+AcceleratorKey: TypeAlias = AcceleratorName | CustomName
+"""An accelerator in a rule set: a built-in one or a downstream one (`Rules.extend(accelerators=...)`)."""
+
+PrecisionKey: TypeAlias = PrecisionName | CustomName
+"""A precision in a rule set: a built-in one or a downstream one (`Rules.extend(precisions=...)`)."""
+
+BackendKey: TypeAlias = BackendName | CustomName
+"""A backend in a rule set: a built-in one or a downstream one (a device plugin's, such as Ascend's "hccl")."""

@@ -26,14 +26,14 @@ from trainplan.spec.names import (
     STRATEGY_FAMILIES,
     STRATEGY_FLAGS,
     STRATEGY_NAMES,
-    AcceleratorName,
-    BackendName,
+    AcceleratorKey,
+    BackendKey,
     ClusterName,
     CustomName,
     LauncherName,
     MeshDimension,
     MetricsStore,
-    PrecisionName,
+    PrecisionKey,
     StrategyFamily,
     StrategyKey,
 )
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from trainplan.spec.tables import FamilyRule
 
 _CUSTOM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
+_CUSTOM_PRECISION = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)
 
 ReducesOn: TypeAlias = Literal["device", "where_stored", "nowhere"]
 
@@ -110,7 +111,7 @@ class Plan:
 
     request: Request
     """The request, normalised (resolving it again gives an equal plan)."""
-    accelerator: AcceleratorName
+    accelerator: AcceleratorKey
     strategy: StrategyChoice
     devices: tuple[int, ...]
     """Local device indices, one per process on this node (visible CUDA indices; 0..n-1 for CPU processes)."""
@@ -119,9 +120,9 @@ class Plan:
     world_size: int
     launcher: LauncherName
     cluster: ClusterInfo
-    process_group_backend: BackendName | None
+    process_group_backend: BackendKey | None
     """None when the strategy runs a single process and creates no process group."""
-    precision: PrecisionName
+    precision: PrecisionKey
     metrics: MetricPlacement
     notes: tuple[Note, ...] = attrs.field(converter=freeze_notes)
     reasons: FrozenMap = attrs.field(converter=freeze_map)
@@ -251,7 +252,7 @@ class Plan:
         metrics = read.child("metrics")
         return cls(
             request=_request_from_dict(read.child("request")),
-            accelerator=read.choice("accelerator", ACCELERATORS),
+            accelerator=read.strategy("accelerator", ACCELERATORS),
             strategy=StrategyChoice(
                 name=strategy.strategy("name", STRATEGY_NAMES),
                 family=strategy.choice("family", STRATEGY_FAMILIES),
@@ -271,8 +272,8 @@ class Plan:
                 global_rank=cluster.optional("global_rank", int),
                 local_rank=cluster.optional("local_rank", int),
             ),
-            process_group_backend=read.optional_choice("process_group_backend", BACKENDS),
-            precision=read.choice("precision", PRECISIONS),
+            process_group_backend=read.optional_custom("process_group_backend", BACKENDS),
+            precision=read.strategy("precision", PRECISIONS, _CUSTOM_PRECISION),
             metrics=MetricPlacement(
                 default_store=metrics.choice("default_store", METRICS_STORES),
                 device_type=metrics.field("device_type", str),
@@ -329,12 +330,18 @@ class _Reader:
                 return option
         raise PlanFormatError(path=f"{self.path}.{key}", reason=f"{value!r} is not one of {list(allowed)}")
 
-    def strategy(self, key: str, allowed: tuple[C, ...]) -> C | CustomName:
-        """A built-in strategy name, or a downstream rule set's (`CustomName`: lowercase, digits, underscores)."""
+    def strategy(self, key: str, allowed: tuple[C, ...], pattern: re.Pattern[str] = _CUSTOM_NAME) -> C | CustomName:
+        """A built-in name (a strategy's, an accelerator's, a precision's), or a downstream rule set's (`CustomName`:
+        lowercase, digits, underscores; hyphens too in a precision's)."""
         value = self._get(key)
-        if isinstance(value, str) and value not in allowed and _CUSTOM_NAME.fullmatch(value):
+        if isinstance(value, str) and value not in allowed and pattern.fullmatch(value):
             return CustomName(value)
         return self.choice(key, allowed)
+
+    def optional_custom(self, key: str, allowed: tuple[C, ...]) -> C | CustomName | None:
+        if self._get(key) is None:
+            return None
+        return self.strategy(key, allowed)
 
     def optional_choice(self, key: str, allowed: tuple[C, ...]) -> C | None:
         if self._get(key) is None:
@@ -466,12 +473,12 @@ def _request_from_dict(read: _Reader) -> Request:
     else:
         raise PlanFormatError(path=f"{read.path}.devices", reason="expected an integer, a string or a list")
     return Request(
-        accelerator=read.choice("accelerator", ACCELERATOR_FLAGS),
+        accelerator=read.strategy("accelerator", ACCELERATOR_FLAGS),
         strategy=read.strategy("strategy", STRATEGY_FLAGS),
         devices=devices,
         num_nodes=_num_nodes_from(read),
-        precision=read.choice("precision", PRECISION_FLAGS),
-        process_group_backend=read.optional_choice("process_group_backend", BACKENDS),
+        precision=read.strategy("precision", PRECISION_FLAGS, _CUSTOM_PRECISION),
+        process_group_backend=read.optional_custom("process_group_backend", BACKENDS),
         cluster=read.choice("cluster", CLUSTER_FLAGS),
         metrics_store=read.choice("metrics_store", METRICS_STORES),
         sync_batchnorm=read.field("sync_batchnorm", bool),
@@ -529,9 +536,18 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
             f"{given.reference or 'another one'!r}: read it with the rule set it names",
         )
     # Without its rule set, a downstream plan is checked as far as its own facts go: its family's and precision's
-    # rows may be replaced (the tables no extension can change, backends and accelerators, are still read).
+    # rows may be replaced, and its accelerator, backend and precision may be the extension's own (the built-in
+    # accelerator and backend rows, which no extension replaces, are still read where the plan names them).
     relaxed = given is None and plan.rules is not None
     rules = BUILTIN_RULES if given is None else given
+    accelerator_rule = rules.accelerators.get(plan.accelerator)
+    if accelerator_rule is None and not relaxed:
+        raise bad("accelerator", f"the rule set has no accelerator {plan.accelerator!r}")
+    backend_rule = None if plan.process_group_backend is None else rules.backends.get(plan.process_group_backend)
+    if plan.process_group_backend is not None and backend_rule is None and not relaxed:
+        raise bad("process_group_backend", f"the rule set has no backend {plan.process_group_backend!r}")
+    if plan.precision not in rules.precisions and not relaxed:
+        raise bad("precision", f"the rule set has no precision {plan.precision!r}")
 
     if not 1 <= plan.num_nodes <= MAX_NODES:
         raise bad("num_nodes", f"it must be from 1 to {MAX_NODES}, not {plan.num_nodes}")
@@ -580,7 +596,7 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
             f"family {family_name!r} {'needs' if family.has_process_group else 'has'} "
             f"{'a process-group backend' if family.has_process_group else 'no process group'}",
         )
-    if backend is not None and plan.accelerator not in rules.backends[backend].accelerators:
+    if backend_rule is not None and plan.accelerator not in backend_rule.accelerators:
         raise bad("process_group_backend", f"{backend!r} does not reduce {plan.accelerator!r} tensors")
     if family is not None and (
         plan.precision not in family.precisions or plan.accelerator not in rules.precisions[plan.precision].accelerators
@@ -588,7 +604,7 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         raise bad("precision", f"{plan.precision!r} does not run with {plan.strategy.name!r} on {plan.accelerator!r}")
     if family is not None and plan.accelerator in rules.precisions[plan.precision].fallback:
         raise bad("precision", f"{plan.precision!r} runs as its fallback on {plan.accelerator!r}")
-    device_type = rules.accelerators[plan.accelerator].device_type
+    device_type = plan.metrics.device_type if accelerator_rule is None else accelerator_rule.device_type
     if plan.metrics.device_type != device_type:
         raise bad("metrics.device_type", f"the plan's accelerator {plan.accelerator!r} has device type {device_type!r}")
     if (
@@ -598,9 +614,11 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
     ):
         raise bad("request.sync_batchnorm", f"SyncBatchNorm does not run on {plan.accelerator!r}")
     if plan.world_size == 1 or backend is None:
-        reduces_on = "nowhere"
+        reduces_on: str = "nowhere"
+    elif backend_rule is None:  # a downstream backend, its rule set not at hand: as the plan says
+        reduces_on = plan.metrics.reduces_on
     else:
-        reduces_on = "device" if rules.backends[backend].needs_device_tensors else "where_stored"
+        reduces_on = "device" if backend_rule.needs_device_tensors else "where_stored"
     if plan.metrics.reduces_on != reduces_on:
         raise bad("metrics.reduces_on", f"this plan's metrics are {reduces_on!r}")
     moves = reduces_on == "device" and device_type != "cpu"
@@ -626,7 +644,9 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
     request = plan.request
     checks: dict[str, Callable[[], object]] = {
         "strategy.options": lambda: option_checks.strategy_options(options),
-        "request.accelerator": lambda: normalise.accelerator(request.accelerator),
+        "request.accelerator": lambda: (
+            _builtin_or_custom(request.accelerator, ACCELERATOR_FLAGS) or normalise.accelerator(request.accelerator)
+        ),
         # A downstream strategy name was read as a CustomName already; a built-in spelling is checked here.
         "request.strategy": lambda: (
             request.strategy in STRATEGY_FLAGS
@@ -635,8 +655,14 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         ),
         "request.devices": lambda: normalise.devices(request.devices),
         "request.num_nodes": lambda: normalise.num_nodes(request.num_nodes),
-        "request.precision": lambda: normalise.precision(request.precision),
-        "request.process_group_backend": lambda: normalise.backend(request.process_group_backend),
+        "request.precision": lambda: (
+            _builtin_or_custom(request.precision, PRECISION_FLAGS, _CUSTOM_PRECISION)
+            or normalise.precision(request.precision)
+        ),
+        "request.process_group_backend": lambda: (
+            _builtin_or_custom(request.process_group_backend, (*BACKENDS, None))
+            or normalise.backend(request.process_group_backend)
+        ),
         "request.cluster": lambda: normalise.cluster(request.cluster),
         "request.metrics_store": lambda: normalise.metrics_store(request.metrics_store),
         "request.strategy_options": lambda: option_checks.strategy_options(request.strategy_options),
@@ -646,6 +672,11 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
             check()
         except InvalidRequest as error:
             raise bad(path, error.reason) from None
+
+
+def _builtin_or_custom(value: object, allowed: tuple[object, ...], pattern: re.Pattern[str] = _CUSTOM_NAME) -> bool:
+    """A built-in name, or one a downstream rule set may add (read back as a `CustomName`)."""
+    return value in allowed or (isinstance(value, str) and pattern.fullmatch(value) is not None)
 
 
 def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:

@@ -49,12 +49,12 @@ class Request:
     flags go through `Request.from_config`, which folds case, accepts aliases and names unknown values.
     """
 
-    accelerator: AcceleratorFlag = "auto"
+    accelerator: AcceleratorFlag | CustomName = "auto"
     strategy: StrategyFlag | CustomName = "auto"
     devices: Devices = attrs.field(default="auto", converter=freeze_devices)
     num_nodes: NumNodes = "auto"
-    precision: PrecisionFlag = DEFAULT_PRECISION
-    process_group_backend: BackendName | None = None
+    precision: PrecisionFlag | CustomName = DEFAULT_PRECISION
+    process_group_backend: BackendName | CustomName | None = None
     cluster: ClusterFlag = "auto"
     metrics_store: MetricsStore = "device"
     sync_batchnorm: bool = False

@@ -10,6 +10,10 @@ its global `StrategyRegistry`) builds an extended value instead and passes it al
     )
     plan = tp.resolve(tp.Request(strategy=RULES.strategy_name("ddp_custom_checkpoint_io")), rules=RULES)
 
+A device plugin's accelerator (with its backend) and a new precision (with its runtime recipe) are rows of an
+extension too (`extend(accelerators=..., backends=..., precisions=..., precision_recipes=...)`), their names
+`CustomName`s; `Environment.device_counts` counts such an accelerator's devices.
+
 Nothing is registered anywhere: two rule sets live side by side, and the built-in one never changes.
 """
 
@@ -18,28 +22,41 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, get_args
 
 import attrs
 
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.names import (
+    ACCELERATOR_FLAGS,
+    PRECISION_FLAGS,
     STRATEGY_FLAGS,
     AcceleratorFlag,
-    AcceleratorName,
-    BackendName,
+    AcceleratorKey,
+    BackendKey,
     ClusterName,
     CustomName,
     LauncherName,
+    PrecisionKey,
     PrecisionName,
     StrategyFamily,
     StrategyFlag,
     StrategyKey,
 )
+from trainplan.spec.names import (
+    ACCELERATORS as ACCELERATOR_NAMES,
+)
+from trainplan.spec.names import (
+    BACKENDS as BACKEND_NAMES,
+)
+from trainplan.spec.names import (
+    PRECISIONS as PRECISION_NAMES,
+)
 from trainplan.spec.option_checks import strategy_options
-from trainplan.spec.options import OPTION_TYPES
+from trainplan.spec.options import OPTION_TYPES, ModelParallelOptions
 from trainplan.spec.tables import (
     ACCELERATOR_ALIAS_NOTES,
+    ACCELERATOR_ALIASES,
     ACCELERATOR_GROUPS,
     ACCELERATORS,
     AUTO_STRATEGIES,
@@ -50,6 +67,9 @@ from trainplan.spec.tables import (
     FAMILIES,
     FORK_STRATEGY_FOR,
     LAUNCHERS,
+    MESH_BACKENDS,
+    PRECISION_ALIASES,
+    PRECISION_RECIPES,
     PRECISIONS,
     SCRIPT_STRATEGY_FOR,
     SPAWN_STRATEGY_FOR,
@@ -61,13 +81,16 @@ from trainplan.spec.tables import (
     AutoStrategyRule,
     BackendRule,
     ClusterRule,
+    DeviceCounts,
     FamilyRule,
     LauncherRule,
+    PrecisionRecipe,
     PrecisionRule,
     StrategyRule,
 )
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
+_PRECISION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)  # as the built-in ones: "bf16-mixed"
 _REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", flags=re.ASCII)
 
 UNNAMED_RULES: Final = "unnamed"
@@ -84,8 +107,8 @@ def is_rules_reference(text: str) -> bool:
 class Rules:
     """Every table the resolver decides from. Compared by identity: each extension is a rule set of its own."""
 
-    accelerators: Mapping[AcceleratorName, AcceleratorRule]
-    accelerator_groups: Mapping[AcceleratorFlag, tuple[AcceleratorName, ...]]
+    accelerators: Mapping[AcceleratorKey, AcceleratorRule]
+    accelerator_groups: Mapping[str, tuple[AcceleratorKey, ...]]
     accelerator_alias_notes: Mapping[str, str]
     strategies: Mapping[StrategyKey, StrategyRule]
     strategy_aliases: Mapping[str, StrategyKey]
@@ -97,16 +120,24 @@ class Rules:
     spawn_strategy_for: Mapping[StrategyKey, StrategyKey]
     script_strategy_for: Mapping[StrategyKey, StrategyKey]
     launchers: Mapping[LauncherName, LauncherRule]
-    precisions: Mapping[PrecisionName, PrecisionRule]
+    precisions: Mapping[PrecisionKey, PrecisionRule]
+    precision_recipes: Mapping[PrecisionKey, PrecisionRecipe]
+    """What the runtime does with each precision (autocast dtype, parameter dtype, loss scaling)."""
     default_precision: PrecisionName
-    backends: Mapping[BackendName, BackendRule]
+    backends: Mapping[BackendKey, BackendRule]
     clusters: Mapping[ClusterName, ClusterRule]
-    sync_batchnorm_accelerators: frozenset[AcceleratorName]
+    sync_batchnorm_accelerators: frozenset[AcceleratorKey]
     reference: str | None = None
     """Where this rule set can be imported from ("package.module:NAME"), recorded in the plans made from it so that
     a launched worker reading its plan back checks it against the same rules; None: nowhere said."""
     strategy_spellings: Mapping[str, StrategyFlag | CustomName] = attrs.field(init=False)
     """Every accepted strategy spelling (names, aliases, 'auto') → its name: what the normaliser reads."""
+    accelerator_spellings: Mapping[str, AcceleratorFlag | CustomName] = attrs.field(init=False)
+    """Every accepted accelerator spelling (flags, aliases, downstream names) → its flag: what the normaliser reads."""
+    precision_spellings: Mapping[str, PrecisionKey] = attrs.field(init=False)
+    """Every accepted precision spelling (names, aliases, downstream names) → its name (integers: `normalise`)."""
+    backend_spellings: Mapping[str, BackendKey] = attrs.field(init=False)
+    """Every backend name of the rule set → itself: what the normaliser reads."""
     accelerators_by_priority: tuple[AcceleratorRule, ...] = attrs.field(init=False)
     """The accelerators, best first: the order `accelerator='auto'` takes them in (indexed once per rule set)."""
     accelerator_order: str = attrs.field(init=False)
@@ -123,6 +154,16 @@ class Rules:
         spellings.update({name: name for name in self.strategies})
         spellings.update(self.strategy_aliases)
         object.__setattr__(self, "strategy_spellings", MappingProxyType(spellings))
+        accelerators: dict[str, AcceleratorFlag | CustomName] = {
+            flag: flag for flag in ACCELERATOR_FLAGS if flag not in ACCELERATOR_ALIASES
+        }
+        accelerators.update(ACCELERATOR_ALIASES)
+        accelerators.update({name: name for name in self.accelerators if name not in accelerators})
+        object.__setattr__(self, "accelerator_spellings", MappingProxyType(accelerators))
+        precisions: dict[str, PrecisionKey] = {name: name for name in self.precisions}
+        precisions.update(PRECISION_ALIASES)
+        object.__setattr__(self, "precision_spellings", MappingProxyType(precisions))
+        object.__setattr__(self, "backend_spellings", MappingProxyType({name: name for name in self.backends}))
         ranked = tuple(sorted(self.accelerators.values(), key=lambda rule: -rule.auto_priority))
         object.__setattr__(self, "accelerators_by_priority", ranked)
         object.__setattr__(self, "accelerator_order", " > ".join(rule.name for rule in ranked))
@@ -152,18 +193,27 @@ class Rules:
         strategies: Iterable[StrategyRule] = (),
         families: Iterable[FamilyRule] = (),
         precisions: Iterable[PrecisionRule] = (),
+        accelerators: Iterable[AcceleratorRule] = (),
+        backends: Iterable[BackendRule] = (),
+        precision_recipes: Iterable[PrecisionRecipe] = (),
         script_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         fork_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         spawn_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         name: str | None = None,
     ) -> Rules:
-        """A new rule set: these strategies added, these family and precision rows in place of the built-in ones
-        of the same name (their accelerators, precisions, needs and reasons), and the counterparts added.
+        """A new rule set: these strategies, accelerators, backends and precisions added, these family and
+        precision rows in place of the built-in ones of the same name (their accelerators, precisions, needs and
+        reasons), and the counterparts added.
 
         A new strategy has a `CustomName` of lowercase letters, digits and underscores, a family and a launcher of
-        the rule set, and a preset of its family's options. `name` is where the new rule set can be imported from
-        ("package.module:NAME", the module that builds it): plans made from it record it, and a launched worker
-        imports it to check the plan it reads back. Refused with `InvalidRequest` naming what is wrong."""
+        the rule set, and a preset of its family's options. A new accelerator (a device plugin's: Ascend's "npu",
+        Gaudi's "hpu") has a `CustomName` too, its devices counted by `Environment.device_counts`, a default
+        backend of the rule set (a new one, such as "hccl", is a `BackendRule` with a `CustomName`), an
+        `auto_priority` of its own, and family and precision rows that list it. A new precision has a `CustomName`
+        (hyphens allowed, as "bf16-mixed"), a family row that lists it and a `PrecisionRecipe`: what the runtime
+        does with it. `name` is where the new rule set can be imported from ("package.module:NAME", the module
+        that builds it): plans made from it record it, and a launched worker imports it to check the plan it reads
+        back. Refused with `InvalidRequest` naming what is wrong."""
         given_name: object = name
         if given_name is not None and (not isinstance(given_name, str) or not is_rules_reference(given_name)):
             raise InvalidRequest(
@@ -174,12 +224,46 @@ class Rules:
             )
         added = _rows(strategies, StrategyRule, "rules.strategies")
         replaced_families = _rows(families, FamilyRule, "rules.families")
-        replaced_precisions = _rows(precisions, PrecisionRule, "rules.precisions")
+        given_precisions = _rows(precisions, PrecisionRule, "rules.precisions")
+        added_accelerators = _rows(accelerators, AcceleratorRule, "rules.accelerators")
+        added_backends = _rows(backends, BackendRule, "rules.backends")
+        added_recipes = _rows(precision_recipes, PrecisionRecipe, "rules.precision_recipes")
         _unique("rules.strategies", [rule.name for rule in added])
         _unique("rules.families", [rule.family for rule in replaced_families])
-        _unique("rules.precisions", [rule.name for rule in replaced_precisions])
+        _unique("rules.precisions", [rule.name for rule in given_precisions])
+        _unique("rules.accelerators", [rule.name for rule in added_accelerators])
+        _unique("rules.backends", [rule.name for rule in added_backends])
+        _unique("rules.precision_recipes", [recipe.name for recipe in added_recipes])
+        for accelerator in added_accelerators:
+            _new_name("rules.accelerators", accelerator.name, (*self.accelerator_spellings, *ACCELERATOR_NAMES), _NAME)
+        for backend in added_backends:
+            _new_name("rules.backends", backend.name, (*self.backends, *BACKEND_NAMES), _NAME)
+        for precision in given_precisions:
+            if precision.name not in self.precisions:
+                known = (*self.precision_spellings, *PRECISION_NAMES, *map(str, PRECISION_FLAGS))
+                _new_name("rules.precisions", precision.name, known, _PRECISION_NAME)
+        new_accelerators = {**self.accelerators, **{rule.name: rule for rule in added_accelerators}}
+        new_backends = {**self.backends, **{rule.name: rule for rule in added_backends}}
         new_families = {**self.families, **{rule.family: rule for rule in replaced_families}}
-        new_precisions = {**self.precisions, **{rule.name: rule for rule in replaced_precisions}}
+        new_precisions = {**self.precisions, **{rule.name: rule for rule in given_precisions}}
+        new_recipes = dict(self.precision_recipes)
+        for recipe in added_recipes:
+            if recipe.name in self.precision_recipes or recipe.name not in new_precisions:
+                raise InvalidRequest(
+                    field="rules.precision_recipes",
+                    value=recipe.name,
+                    reason="a recipe says what the runtime does with a precision the extension adds (a built-in "
+                    "precision's recipe is the runtime's own)",
+                    allowed=tuple(name for name in new_precisions if name not in self.precision_recipes),
+                )
+            new_recipes[recipe.name] = recipe
+        extended = attrs.evolve(self, accelerators=new_accelerators, backends=new_backends)
+        for accelerator in added_accelerators:
+            _check_accelerator(accelerator, extended)
+        for backend in added_backends:
+            extended._known_accelerators(f"rules.backends[{backend.name!r}]", [*backend.accelerators, *backend.why_not])
+        for accelerator in added_accelerators:
+            _check_default_backend(accelerator, new_backends)
         for family in replaced_families:
             if family.family not in self.families:
                 raise InvalidRequest(
@@ -189,7 +273,17 @@ class Rules:
                     allowed=tuple(self.families),
                 )
             where = f"rules.families[{family.family!r}]"
-            self._known_accelerators(where, [*family.accelerators, *family.why_not])
+            extended._known_accelerators(where, [*family.accelerators, *family.why_not])
+            if OPTION_TYPES.get(family.family) is ModelParallelOptions:
+                for accelerator_name in family.accelerators:
+                    if accelerator_name not in MESH_BACKENDS:
+                        raise InvalidRequest(
+                            field=f"{where}.accelerators",
+                            value=accelerator_name,
+                            reason="a device mesh's collectives run over the backends trainplan's mesh knows "
+                            f"({', '.join(f'{backend} on {name}' for name, backend in MESH_BACKENDS.items())})",
+                            allowed=tuple(MESH_BACKENDS),
+                        )
             for precision_name in family.precisions:
                 if precision_name not in new_precisions:
                     raise InvalidRequest(
@@ -198,16 +292,35 @@ class Rules:
                         reason="no such precision",
                         allowed=tuple(new_precisions),
                     )
-        for precision in replaced_precisions:
-            if precision.name not in self.precisions:
+        for precision in given_precisions:
+            if precision.name in self.precisions:
+                continue
+            if precision.name not in new_recipes:
                 raise InvalidRequest(
-                    field="rules.precisions",
+                    field=f"rules.precisions[{precision.name!r}]",
                     value=precision.name,
-                    reason="a precision row replaces a built-in precision (its dtypes come from the runtime)",
-                    allowed=tuple(self.precisions),
+                    reason="the runtime needs to know what to do with a new precision (its autocast and parameter "
+                    "dtypes)",
+                    fix=f"Add precision_recipes=[PrecisionRecipe(name={precision.name!r}, autocast_dtype=..., "
+                    "parameter_dtype=..., grad_scaler_on=frozenset(), accelerate=None, engine='torch')]",
                 )
         for precision in new_precisions.values():
-            _check_precision(precision, new_precisions, self)
+            _check_precision(precision, new_precisions, extended)
+        for accelerator in added_accelerators:
+            _listed(
+                "accelerator",
+                accelerator.name,
+                families=[rule.family for rule in new_families.values() if accelerator.name in rule.accelerators],
+                precisions=[rule.name for rule in new_precisions.values() if accelerator.name in rule.accelerators],
+            )
+        for precision in given_precisions:
+            if precision.name not in self.precisions:
+                _listed(
+                    "precision",
+                    precision.name,
+                    families=[rule.family for rule in new_families.values() if precision.name in rule.precisions],
+                    precisions=[precision.name] if precision.accelerators else [],
+                )
         new_strategies = dict(self.strategies)
         for rule in added:
             _check_strategy(rule, self, new_families)
@@ -231,9 +344,12 @@ class Rules:
                 self._check_counterpart(field, key, value, new_strategies)
         return attrs.evolve(
             self,
+            accelerators=new_accelerators,
+            backends=new_backends,
             strategies=new_strategies,
             families=new_families,
             precisions=new_precisions,
+            precision_recipes=new_recipes,
             script_strategy_for={**self.script_strategy_for, **counterparts[0]},
             fork_strategy_for={**self.fork_strategy_for, **counterparts[1]},
             spawn_strategy_for={**self.spawn_strategy_for, **counterparts[2]},
@@ -309,7 +425,154 @@ def _unique(field: str, names: list[str]) -> None:
             )
 
 
-def _check_precision(rule: PrecisionRule, precisions: Mapping[PrecisionName, PrecisionRule], base: Rules) -> None:
+def _new_name(field: str, name: object, known: Iterable[str], pattern: re.Pattern[str]) -> None:
+    """A downstream name: a lowercase name the rule set does not have yet (nor as an alias or a flag)."""
+    if not isinstance(name, str) or not pattern.fullmatch(name):
+        raise InvalidRequest(
+            field=field,
+            value=name,
+            reason="a downstream name is lowercase letters, digits and underscores"
+            + (" (hyphens too)" if pattern is _PRECISION_NAME else "")
+            + ", starting with a letter",
+            fix="Write e.g. CustomName('npu')" if pattern is _NAME else "Write e.g. CustomName('int8-qat')",
+        )
+    if name in set(known):
+        raise InvalidRequest(
+            field=field,
+            value=name,
+            reason="the rule set already has that name (as a name, an alias or a flag): a built-in name is not "
+            "reused for another row",
+            fix="Choose a name of your own (replace a built-in family or precision row with families=/precisions=)",
+        )
+
+
+def _check_accelerator(rule: AcceleratorRule, rules: Rules) -> None:
+    """A downstream accelerator's row: its devices counted by `Environment.device_counts`, indexed devices of its
+    own (not the host's CPUs, not CUDA's usable-GPU probe), and a place of its own in the 'auto' order."""
+    where = f"rules.accelerators[{rule.name!r}]"
+    if rule.count_fact != "device_counts":
+        raise InvalidRequest(
+            field=f"{where}.count_fact",
+            value=rule.count_fact,
+            reason="probe() cannot count a downstream accelerator's devices: the framework supplies the count in "
+            "Environment.device_counts",
+            fix="Write count_fact='device_counts', and pass probe().with_device_counts({...}) to resolve",
+        )
+    device_type: object = rule.device_type
+    visibility: object = rule.visibility_variable
+    interactive: object = rule.interactive_auto_devices
+    refusals = (
+        (
+            not rule.takes_indices,
+            "takes_indices",
+            "its devices are indexed (devices counting processes is the CPU's policy)",
+            "Write takes_indices=True",
+        ),
+        (rule.host, "host", "its devices are not the host's CPUs", "Write host=False"),
+        (
+            rule.probes_usable,
+            "probes_usable",
+            "the usable-GPU probe reads NVIDIA's driver only",
+            "Write probes_usable=False",
+        ),
+        (
+            rule.device_counts not in get_args(DeviceCounts),
+            "device_counts",
+            f"it is one of {get_args(DeviceCounts)}",
+            "Write device_counts='any'",
+        ),
+        (
+            rule.device_counts != "any" and not rule.counts_why,
+            "counts_why",
+            "a device policy that refuses counts says why",
+            "Write counts_why='...'",
+        ),
+        (
+            not isinstance(device_type, str) or not _NAME.fullmatch(device_type),
+            "device_type",
+            "it is the torch device type the workers bind (torch.device(device_type, index))",
+            f"Write device_type={rule.name!r}",
+        ),
+        (
+            visibility is not None,
+            "visibility_variable",
+            "trainplan's launcher hands a downstream accelerator's devices to its workers through the plan (each "
+            "binds device_for(local_rank)), not by narrowing a visibility variable",
+            "Write visibility_variable=None",
+        ),
+        (
+            interactive is not None
+            and (not isinstance(interactive, int) or isinstance(interactive, bool) or interactive < 1),
+            "interactive_auto_devices",
+            "it is a positive number of devices (or None)",
+            "Write e.g. interactive_auto_devices=1",
+        ),
+    )
+    for refused, field, reason, fix in refusals:
+        if refused:
+            raise InvalidRequest(field=f"{where}.{field}", value=getattr(rule, field), reason=reason, fix=fix)
+    priority: object = rule.auto_priority
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise InvalidRequest(
+            field=f"{where}.auto_priority", value=priority, reason="it is a whole number (higher wins for 'auto')"
+        )
+    for other in rules.accelerators.values():
+        if other.name != rule.name and other.auto_priority == priority:
+            order = ", ".join(f"{row.name}={row.auto_priority}" for row in rules.accelerators_by_priority)
+            raise InvalidRequest(
+                field=f"{where}.auto_priority",
+                value=priority,
+                reason=f"{other.name!r} has that priority too: accelerator='auto' would have no order between them",
+                fix=f"Choose a priority no other accelerator has (now: {order}; higher wins)",
+            )
+
+
+def _check_default_backend(rule: AcceleratorRule, backends: Mapping[BackendKey, BackendRule]) -> None:
+    where = f"rules.accelerators[{rule.name!r}].default_backend"
+    backend = backends.get(rule.default_backend)
+    if backend is None:
+        raise InvalidRequest(
+            field=where,
+            value=rule.default_backend,
+            reason="no such backend (a device plugin's own backend is a BackendRule of the extension)",
+            allowed=tuple(backends),
+            fix="Add backends=[BackendRule(name=CustomName('hccl'), ...)], or name one of the rule set's",
+        )
+    if rule.name not in backend.accelerators:
+        raise InvalidRequest(
+            field=where,
+            value=rule.default_backend,
+            reason=f"backend {backend.name!r} does not reduce {rule.name!r} tensors (its row lists "
+            f"{sorted(backend.accelerators)})",
+            fix=f"List {rule.name!r} in the backend's accelerators, or choose a backend that does",
+        )
+
+
+def _listed(kind: str, name: str, *, families: list[StrategyFamily], precisions: list[PrecisionKey]) -> None:
+    """A new accelerator or precision must be usable: some family lists it, and it runs at some precision (an
+    accelerator) or on some accelerator (a precision)."""
+    if not families:
+        raise InvalidRequest(
+            field=f"rules.{kind}s[{name!r}]",
+            value=name,
+            reason=f"no family lists the {kind}, so no strategy could run {'on' if kind == 'accelerator' else 'at'} it",
+            fix=f"Add it to the {kind}s of the family rows it runs with: families=[attrs.evolve("
+            f"BUILTIN_RULES.families['ddp'], {kind}s=BUILTIN_RULES.families['ddp'].{kind}s | {{{name!r}}})]",
+        )
+    if not precisions:
+        missing = "no precision runs on it" if kind == "accelerator" else "it runs on no accelerator"
+        raise InvalidRequest(
+            field=f"rules.{kind}s[{name!r}]",
+            value=name,
+            reason=missing,
+            fix="List the accelerator in the rows of the precisions it runs at (precisions=[attrs.evolve("
+            "BUILTIN_RULES.precisions['32-true'], accelerators=...)])"
+            if kind == "accelerator"
+            else "List the accelerators it runs on in its row's accelerators",
+        )
+
+
+def _check_precision(rule: PrecisionRule, precisions: Mapping[PrecisionKey, PrecisionRule], base: Rules) -> None:
     where = f"rules.precisions[{rule.name!r}]"
     base._known_accelerators(
         where, [*rule.accelerators, *rule.fallback, *rule.fallback_why, *rule.why_not, *rule.instead]
@@ -420,6 +683,7 @@ BUILTIN_RULES: Final[Rules] = Rules(
     precisions=PRECISIONS,
     default_precision=DEFAULT_PRECISION,
     backends=BACKENDS,
+    precision_recipes=PRECISION_RECIPES,
     clusters=CLUSTERS,
     sync_batchnorm_accelerators=SYNC_BATCHNORM_ACCELERATORS,
 )

@@ -19,7 +19,9 @@ from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import (
     STRATEGY_NAMES,
     AcceleratorFlag,
+    AcceleratorKey,
     AcceleratorName,
+    BackendKey,
     BackendName,
     ClusterFlag,
     ClusterName,
@@ -27,6 +29,7 @@ from trainplan.spec.names import (
     MeshDimension,
     MetricsStore,
     PrecisionFlag,
+    PrecisionKey,
     PrecisionName,
     StartMethod,
     StrategyFamily,
@@ -62,8 +65,9 @@ def lookup(table: Mapping[K, V], key: K, *, name: str) -> V:
 # Accelerators
 
 
-EnvironmentCount: TypeAlias = Literal["cuda_device_count", "mps_available", "xla_device_count"]
-"""An `Environment` fact that counts an accelerator's devices (a bool counts one)."""
+EnvironmentCount: TypeAlias = Literal["cuda_device_count", "mps_available", "xla_device_count", "device_counts"]
+"""An `Environment` fact that counts an accelerator's devices (a bool counts one; `device_counts`, the counts a
+framework supplies for the accelerators it adds, is read at the accelerator's name)."""
 
 DeviceCounts: TypeAlias = Literal["any", "one", "one_or_all"]
 """Which device counts an accelerator takes: any up to what is visible; exactly one; one or all of them (and a
@@ -74,10 +78,10 @@ single index)."""
 class AcceleratorRule:
     """An accelerator and its device policy: how `devices` is read for it."""
 
-    name: AcceleratorName
+    name: AcceleratorKey
     description: str  # shown where the accelerator is chosen (the plan's reasons)
     auto_priority: int  # higher wins when accelerator="auto"
-    default_backend: BackendName
+    default_backend: BackendKey
     device_type: str  # the torch device type string
     count_fact: EnvironmentCount | None  # the Environment fact that counts its devices; None: always one place to run
     takes_indices: bool  # whether `devices` may name device indices (False: `devices` counts processes, no -1)
@@ -93,7 +97,7 @@ class AcceleratorRule:
     strategy_fix: str | None  # the fix when a strategy refuses this accelerator (None: the generic one)
 
 
-ACCELERATORS: Final[Mapping[AcceleratorName, AcceleratorRule]] = {
+ACCELERATORS: Final[Mapping[AcceleratorKey, AcceleratorRule]] = {
     rule.name: rule
     for rule in (
         AcceleratorRule(
@@ -189,10 +193,10 @@ ACCELERATOR_ALIAS_NOTES: Final[Mapping[str, str]] = {"tpu": "accelerator='tpu' m
 CLUSTER_ALIASES: Final[Mapping[str, ClusterFlag]] = {"torchrun": "torchelastic", "lightning": "local"}
 """Cluster spellings normalised before validation (`lightning`: Lightning's LightningEnvironment, this machine)."""
 
-GPU_ACCELERATORS: Final[tuple[AcceleratorName, ...]] = ("cuda", "mps")
+GPU_ACCELERATORS: Final[tuple[AcceleratorKey, ...]] = ("cuda", "mps")
 """What `accelerator="gpu"` may become, in order of preference (the first available wins)."""
 
-ACCELERATOR_GROUPS: Final[Mapping[AcceleratorFlag, tuple[AcceleratorName, ...]]] = {"gpu": GPU_ACCELERATORS}
+ACCELERATOR_GROUPS: Final[Mapping[str, tuple[AcceleratorKey, ...]]] = {"gpu": GPU_ACCELERATORS}
 """Flags that name a group of accelerators: the first available of the group is chosen."""
 
 
@@ -306,14 +310,14 @@ FORKSERVER_PRELOAD: Final[tuple[str, ...]] = ("torch", "torch.distributed", "tra
 class FamilyRule:
     family: StrategyFamily
     description: str
-    accelerators: frozenset[AcceleratorName]
+    accelerators: frozenset[AcceleratorKey]
     multi_process: bool  # one process per device (True) or one process for all devices (False)
     max_devices_per_node: int | None  # None: no limit beyond the hardware
     max_nodes: int | None
     has_process_group: bool
     requires_package: str | None
-    precisions: frozenset[PrecisionName]
-    why_not: Mapping[AcceleratorName, str]  # the reason per accelerator the family refuses
+    precisions: frozenset[PrecisionKey]
+    why_not: Mapping[AcceleratorKey, str]  # the reason per accelerator the family refuses
     accelerator_fix: str | None = None  # the fix where it refuses an accelerator; None: the accelerator's own
     base_strategy: StrategyName | None = None  # the name without a preset, suggested beside strategy_options
 
@@ -657,17 +661,17 @@ script runs as when something else (torchrun, srun, `trainplan launch`) already 
 
 @attrs.frozen(kw_only=True)
 class PrecisionRule:
-    name: PrecisionName
+    name: PrecisionKey
     description: str
-    accelerators: frozenset[AcceleratorName]
-    fallback: Mapping[AcceleratorName, PrecisionName]  # accelerators where another precision is used instead
-    fallback_why: Mapping[AcceleratorName, str]  # why, for the note
+    accelerators: frozenset[AcceleratorKey]
+    fallback: Mapping[AcceleratorKey, PrecisionKey]  # accelerators where another precision is used instead
+    fallback_why: Mapping[AcceleratorKey, str]  # why, for the note
     requires_package: str | None
-    why_not: Mapping[AcceleratorName, str]
-    instead: Mapping[AcceleratorName, PrecisionName]  # what to suggest where refused
+    why_not: Mapping[AcceleratorKey, str]
+    instead: Mapping[AcceleratorKey, PrecisionKey]  # what to suggest where refused
 
 
-PRECISIONS: Final[Mapping[PrecisionName, PrecisionRule]] = {
+PRECISIONS: Final[Mapping[PrecisionKey, PrecisionRule]] = {
     rule.name: rule
     for rule in (
         PrecisionRule(
@@ -794,14 +798,14 @@ DEFAULT_PRECISION: Final[PrecisionName] = "32-true"
 
 @attrs.frozen(kw_only=True)
 class BackendRule:
-    name: BackendName
+    name: BackendKey
     description: str
-    accelerators: frozenset[AcceleratorName]
+    accelerators: frozenset[AcceleratorKey]
     needs_device_tensors: bool  # collectives take tensors on the accelerator only (metric placement reads this)
-    why_not: Mapping[AcceleratorName, str]
+    why_not: Mapping[AcceleratorKey, str]
 
 
-BACKENDS: Final[Mapping[BackendName, BackendRule]] = {
+BACKENDS: Final[Mapping[BackendKey, BackendRule]] = {
     rule.name: rule
     for rule in (
         BackendRule(
@@ -873,15 +877,15 @@ class MeshDimensionRule:
     splits_data: bool  # ranks along it read different batches (the sampler's replicas); the others read the same
     inside_node: bool  # its groups stay inside one node: the degree (times the inner ones) divides a node's processes
     stage_aligned: bool  # each block of ranks it cuts the world into holds whole nodes, or a node holds whole blocks
-    accelerators: frozenset[AcceleratorName]  # where a degree above 1 runs
-    why_not: Mapping[AcceleratorName, str]
-    precisions_refused: Mapping[PrecisionName, str]  # precisions a degree above 1 cannot run with, and why
-    instead: Mapping[PrecisionName, PrecisionName]  # what to suggest for each refused precision
+    accelerators: frozenset[AcceleratorKey]  # where a degree above 1 runs
+    why_not: Mapping[AcceleratorKey, str]
+    precisions_refused: Mapping[PrecisionKey, str]  # precisions a degree above 1 cannot run with, and why
+    instead: Mapping[PrecisionKey, PrecisionKey]  # what to suggest for each refused precision
     lightning_size: str | None  # the ModelParallelStrategy size this degree multiplies into; None: Lightning has none
     accelerate_size: str | None  # Accelerate's ParallelismConfig field; None: Accelerate has none
 
 
-_MESH_ACCELERATORS: Final[frozenset[AcceleratorName]] = frozenset({"cpu", "cuda"})
+_MESH_ACCELERATORS: Final[frozenset[AcceleratorKey]] = frozenset({"cpu", "cuda"})
 
 # torch's DTensor reduces GradScaler's found_inf over the placements of the first gradient only: with a replicated
 # gradient first and a sharded one holding the inf, one rank of a tp (or cp) group skips the step and another takes it.
@@ -985,7 +989,7 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
 }
 """The mesh's dimensions in its fixed order, outermost first (the order of `names.MeshDimension`)."""
 
-MESH_BACKENDS: Final[Mapping[AcceleratorName, BackendName]] = {"cuda": "nccl", "cpu": "gloo"}
+MESH_BACKENDS: Final[Mapping[AcceleratorKey, BackendName]] = {"cuda": "nccl", "cpu": "gloo"}
 """The backend a device mesh runs over on each accelerator: the ones torch's FSDP2 and DTensor are built and tested
 on (NCCL on CUDA; gloo on CPU, which also makes every layout testable without a GPU)."""
 
@@ -1021,15 +1025,17 @@ AccelerateMixedPrecision: TypeAlias = Literal["no", "fp16", "bf16", "fp8"]
 
 @attrs.frozen(kw_only=True)
 class PrecisionRecipe:
-    name: PrecisionName
+    """What the runtime does with a precision (a downstream precision brings its own: `Rules.extend`)."""
+
+    name: PrecisionKey
     autocast_dtype: DtypeName | None  # mixed precision: the dtype torch.autocast computes in; None: no autocast
     parameter_dtype: DtypeName  # the dtype the model's parameters are cast to
-    grad_scaler_on: frozenset[AcceleratorName]  # where the loss must be scaled (fp16 AMP on CUDA)
+    grad_scaler_on: frozenset[AcceleratorKey]  # where the loss must be scaled (fp16 AMP on CUDA)
     accelerate: AccelerateMixedPrecision | None  # Accelerate's mixed_precision; None: Accelerate has no such mode
     engine: Literal["torch", "transformer_engine"]
 
 
-PRECISION_RECIPES: Final[Mapping[PrecisionName, PrecisionRecipe]] = {
+PRECISION_RECIPES: Final[Mapping[PrecisionKey, PrecisionRecipe]] = {
     recipe.name: recipe
     for recipe in (
         PrecisionRecipe(
@@ -1215,7 +1221,7 @@ class FrameworkAccelerator:
     accelerate_processes: bool  # Accelerate starts several processes of it (and builds a ParallelismConfig mesh)
 
 
-FRAMEWORK_ACCELERATORS: Final[Mapping[AcceleratorName, FrameworkAccelerator]] = {
+FRAMEWORK_ACCELERATORS: Final[Mapping[AcceleratorKey, FrameworkAccelerator]] = {
     row.accelerator: row
     for row in (
         # accelerate launch starts several CPU processes only through MPI; its mesh is for GPU runs only.
@@ -1714,7 +1720,7 @@ DEFAULT_PROCESS_GROUP_TIMEOUT: Final[int] = 1800
 """Seconds a collective may wait for its peers when the strategy's options set no timeout (torch's and
 Lightning's default)."""
 
-KUBERNETES_DEVICE_RESOURCES: Final[Mapping[AcceleratorName, str | None]] = {
+KUBERNETES_DEVICE_RESOURCES: Final[Mapping[AcceleratorKey, str | None]] = {
     "cpu": None,
     "cuda": "nvidia.com/gpu",  # NVIDIA's device plugin
 }
