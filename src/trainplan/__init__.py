@@ -167,7 +167,7 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
         import os
 
         from trainplan.effects.launching import worker_plan
-        from trainplan.spec.plan import request_from_json_text
+        from trainplan.parse.plan_json import request_from_json_text
         from trainplan.spec.tables import PLAN_VARIABLE, REQUEST_VARIABLE
 
         launched = worker_plan()
@@ -180,7 +180,7 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
             # A job started inside a trainplan worker (torchrun there): the outer plan's choices, the job's layout.
             import attrs
 
-            from trainplan.spec.plan import plan_from_json_text
+            from trainplan.parse.plan_json import plan_from_json_text
 
             outer = plan_from_json_text(os.environ[PLAN_VARIABLE]).request
             request = attrs.evolve(outer, devices="auto", num_nodes="auto", cluster="auto", select_usable_gpus=False)

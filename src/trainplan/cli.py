@@ -29,6 +29,7 @@ from trainplan.effects.gpus import gpu_statuses
 from trainplan.effects.probing import probe
 from trainplan.effects.report import bug_report
 from trainplan.parse.legacy import LEGACY_FLAGS, MODERN_FLAGS
+from trainplan.parse.plan_json import request_to_dict
 from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun
 from trainplan.render.matrix import render_matrix
 from trainplan.render.report import render_report, report_to_dict
@@ -48,7 +49,6 @@ from trainplan.spec.names import (
     StartMethod,
 )
 from trainplan.spec.numbers import whole_number
-from trainplan.spec.plan import request_to_dict
 from trainplan.spec.request import Request
 from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import DEFAULT_PRECISION

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from trainplan import DDPOptions, Environment, Plan, PlanFormatError, Request, TrainplanError
 from trainplan.cli import main as cli_main
+from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.resolve import resolve
-from trainplan.spec.plan import plan_from_json_text
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from tests.downstream_rules import RULES as DOWNSTREAM_RULES
 from tests.property.strategies import pairs_for
 from trainplan import BUILTIN_RULES, Environment, Plan, Request, Rules, TrainplanError
+from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.resolve import check, resolve, resolve_uncached
-from trainplan.spec.plan import plan_from_json_text
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from trainplan import DDPOptions, Environment, Incompatible, InvalidRequest, Plan, Request
+from trainplan.parse.plan_json import request_from_json_text
 from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun, slurm_worker_line
 from trainplan.resolve import resolve
-from trainplan.spec.plan import request_from_json_text
 
 PLANS = {
     "one node, 4 gpus": (Request(devices=4), Environment(cuda_device_count=4)),

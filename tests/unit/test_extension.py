@@ -28,8 +28,8 @@ from trainplan import (
 )
 from trainplan.cli import main
 from trainplan.effects.rules_loading import read_plan_text
+from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.resolve import check, resolve, resolve_uncached
-from trainplan.spec.plan import plan_from_json_text
 from trainplan.spec.rules import UNNAMED_RULES
 
 

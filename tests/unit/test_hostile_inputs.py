@@ -30,9 +30,9 @@ from trainplan import (
 )
 from trainplan.cli import main as cli_main
 from trainplan.effects import probe
+from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.resolve import check, expand_hostlist, resolve
 from trainplan.resolve.visible import visible_device_order
-from trainplan.spec.plan import plan_from_json_text
 
 HUGE = "1" * 5000
 

@@ -44,7 +44,7 @@ def imported_modules(path: Path) -> set[str]:
 
 SPEC_ENTRY_POINTS = {
     ("spec/request.py", "trainplan.parse"),
-    ("spec/plan.py", "trainplan.parse"),
+    ("spec/plan.py", "trainplan.parse.plan_json"),
     ("spec/plan.py", "trainplan.render.explain"),
 }
 """The only imports from spec upwards: the records' own entry points (`Request.from_config`, `.from_legacy`, a plan

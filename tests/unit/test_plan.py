@@ -9,9 +9,9 @@ import pytest
 
 from tests.helpers import SLURM_2x4, cpu, cuda, plan_for
 from trainplan import DeepSpeedOptions, Plan, PlanFormatError, Request
+from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.resolve import resolve_uncached
 from trainplan.spec.frozen import FrozenMap
-from trainplan.spec.plan import plan_from_json_text
 
 
 def test_json_round_trip_gives_an_equal_plan() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
+from trainplan.parse.plan_json import request_to_dict
 from trainplan.resolve.cluster import ClusterFacts, detect
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import narrowed_visible_devices
@@ -21,7 +22,7 @@ from trainplan.spec.errors import Incompatible, TrainplanError
 from trainplan.spec.names import LauncherName, StartMethod
 from trainplan.spec.notes import Note
 from trainplan.spec.options import DDPOptions, ModelParallelOptions
-from trainplan.spec.plan import Plan, request_to_dict
+from trainplan.spec.plan import Plan
 from trainplan.spec.request import Request
 from trainplan.spec.tables import (
     ACCELERATORS,

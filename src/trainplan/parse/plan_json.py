@@ -1,0 +1,569 @@
+"""The plan's and the request's wire format (JSON), both ways in one module so that what is written is what is
+read back: `Plan.to_dict`/`Plan.from_dict`, the request carried by emitted jobs, and the plan text a launched worker
+reads. A plan read back is checked as resolve would have made it (ranges, consistency, the rule set's rows).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+import attrs
+
+from trainplan.parse import normalise
+from trainplan.spec import option_checks
+from trainplan.spec.errors import InvalidRequest, PlanFormatError
+from trainplan.spec.mesh import MeshLayout, layout_violations
+from trainplan.spec.names import (
+    ACCELERATOR_FLAGS,
+    ACCELERATORS,
+    BACKENDS,
+    CLUSTER_FLAGS,
+    CLUSTERS,
+    LAUNCHERS,
+    MESH_DIMENSIONS,
+    METRICS_STORES,
+    NOTE_LEVELS,
+    PRECISION_FLAGS,
+    PRECISIONS,
+    STRATEGY_FAMILIES,
+    STRATEGY_FLAGS,
+    STRATEGY_NAMES,
+    CustomName,
+    MeshDimension,
+    StrategyFamily,
+)
+from trainplan.spec.notes import Note
+from trainplan.spec.options import OPTION_TYPES, ModelParallelOptions, StrategyOptions
+from trainplan.spec.plan import ClusterInfo, MetricPlacement, Plan, StrategyChoice
+from trainplan.spec.request import NumNodes, Request
+from trainplan.spec.rules import BUILTIN_RULES, UNNAMED_RULES, Rules, is_rules_reference
+from trainplan.spec.tables import HOST_DEVICE, LIGHTNING_SIZES, MAX_DEVICES_PER_NODE, MAX_NODES, FamilyRule
+
+_CUSTOM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
+_CUSTOM_PRECISION = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)
+
+
+def plan_to_dict(plan: Plan) -> dict[str, object]:
+    """`Plan.to_dict`: plain JSON-compatible data; `plan_from_dict` reads it back to an equal plan."""
+    return {
+        "version": 1,
+        "request": request_to_dict(plan.request),
+        "accelerator": plan.accelerator,
+        "strategy": {
+            "name": plan.strategy.name,
+            "family": plan.strategy.family,
+            "options": _options_to_dict(plan.strategy.options),
+        },
+        "devices": list(plan.devices),
+        "num_nodes": plan.num_nodes,
+        "processes_per_node": plan.processes_per_node,
+        "world_size": plan.world_size,
+        "launcher": plan.launcher,
+        "cluster": attrs.asdict(plan.cluster),
+        "process_group_backend": plan.process_group_backend,
+        "precision": plan.precision,
+        "metrics": attrs.asdict(plan.metrics),
+        "notes": [attrs.asdict(note) for note in plan.notes],
+        "reasons": dict(plan.reasons),
+        "physical_devices": list(plan.physical_devices),
+        "mesh": None
+        if plan.mesh is None
+        else {"dimensions": list(plan.mesh.dimensions), "shape": list(plan.mesh.shape)},
+        **({} if plan.rules is None else {"rules": plan.rules}),
+    }
+
+
+def plan_from_dict(data: object, rules: Rules | None = None) -> Plan:
+    """`Plan.from_dict`: `plan_to_dict`'s output read back and checked; anything else raises `PlanFormatError`."""
+    plan = _read(data)
+    _check_plan(plan, rules)
+    return plan
+
+
+def _read(data: object) -> Plan:
+    read = _Reader(data, "plan")
+    version = read.field("version", int)
+    if version != 1:
+        raise PlanFormatError(path="plan.version", reason=f"version {version} is not 1")
+    strategy = read.child("strategy")
+    cluster = read.child("cluster")
+    metrics = read.child("metrics")
+    return Plan(
+        request=_request_from_dict(read.child("request")),
+        accelerator=read.strategy("accelerator", ACCELERATORS),
+        strategy=StrategyChoice(
+            name=strategy.strategy("name", STRATEGY_NAMES),
+            family=strategy.choice("family", STRATEGY_FAMILIES),
+            options=_options_from_dict(strategy, "options"),
+        ),
+        devices=tuple(read.int_list("devices")),
+        num_nodes=read.field("num_nodes", int),
+        processes_per_node=read.field("processes_per_node", int),
+        world_size=read.field("world_size", int),
+        launcher=read.choice("launcher", LAUNCHERS),
+        cluster=ClusterInfo(
+            kind=cluster.choice("kind", CLUSTERS),
+            creates_processes=cluster.field("creates_processes", bool),
+            main_address=cluster.field("main_address", str),
+            main_port=cluster.optional("main_port", int),
+            node_rank=cluster.field("node_rank", int),
+            global_rank=cluster.optional("global_rank", int),
+            local_rank=cluster.optional("local_rank", int),
+        ),
+        process_group_backend=read.optional_custom("process_group_backend", BACKENDS),
+        precision=read.strategy("precision", PRECISIONS, _CUSTOM_PRECISION),
+        metrics=MetricPlacement(
+            default_store=metrics.choice("default_store", METRICS_STORES),
+            device_type=metrics.field("device_type", str),
+            reduces_on=metrics.choice("reduces_on", ("device", "where_stored", "nowhere")),
+            cpu_values_move_for_reduction=metrics.field("cpu_values_move_for_reduction", bool),
+            explanation=metrics.field("explanation", str),
+        ),
+        notes=tuple(_note_from(item) for item in read.children("notes")),
+        reasons=read.string_map("reasons"),
+        physical_devices=tuple(read.string_list("physical_devices") if "physical_devices" in read.data else ()),
+        mesh=_mesh_from(read),
+        rules=_rules_reference_from(read),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# JSON helpers (private): explicit, so a changed record cannot silently change the wire format.
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+
+class _Reader:
+    def __init__(self, data: object, path: str) -> None:
+        if not isinstance(data, Mapping):
+            raise PlanFormatError(path=path, reason=f"expected an object, found {type(data).__name__}")
+        self.data = data
+        self.path = path
+
+    def _get(self, key: str) -> object:
+        if key not in self.data:
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="the key is missing")
+        return self.data[key]
+
+    def field(self, key: str, kind: type[T]) -> T:
+        value = self._get(key)
+        if kind is int and isinstance(value, bool):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected an integer, found a bool")
+        if not isinstance(value, kind):
+            raise PlanFormatError(
+                path=f"{self.path}.{key}", reason=f"expected {kind.__name__}, found {type(value).__name__}"
+            )
+        return value
+
+    def optional(self, key: str, kind: type[T]) -> T | None:
+        if self._get(key) is None:
+            return None
+        return self.field(key, kind)
+
+    def choice(self, key: str, allowed: tuple[C, ...]) -> C:
+        value = self._get(key)
+        for option in allowed:
+            if value == option and type(value) is type(option):
+                return option
+        raise PlanFormatError(path=f"{self.path}.{key}", reason=f"{value!r} is not one of {list(allowed)}")
+
+    def strategy(self, key: str, allowed: tuple[C, ...], pattern: re.Pattern[str] = _CUSTOM_NAME) -> C | CustomName:
+        """A built-in name (a strategy's, an accelerator's, a precision's), or a downstream rule set's (`CustomName`:
+        lowercase, digits, underscores; hyphens too in a precision's)."""
+        value = self._get(key)
+        if isinstance(value, str) and value not in allowed and pattern.fullmatch(value):
+            return CustomName(value)
+        return self.choice(key, allowed)
+
+    def optional_custom(self, key: str, allowed: tuple[C, ...]) -> C | CustomName | None:
+        if self._get(key) is None:
+            return None
+        return self.strategy(key, allowed)
+
+    def optional_choice(self, key: str, allowed: tuple[C, ...]) -> C | None:
+        if self._get(key) is None:
+            return None
+        return self.choice(key, allowed)
+
+    def child(self, key: str) -> _Reader:
+        return _Reader(self._get(key), f"{self.path}.{key}")
+
+    def children(self, key: str) -> list[_Reader]:
+        value = self._get(key)
+        if not isinstance(value, list):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list")
+        return [_Reader(item, f"{self.path}.{key}[{index}]") for index, item in enumerate(value)]
+
+    def int_list(self, key: str) -> list[int]:
+        value = self._get(key)
+        if not isinstance(value, list) or not all(
+            isinstance(item, int) and not isinstance(item, bool) for item in value
+        ):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list of integers")
+        return list(value)
+
+    def string_list(self, key: str) -> list[str]:
+        value = self._get(key)
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list of strings")
+        return list(value)
+
+    def string_map(self, key: str) -> dict[str, str]:
+        value = self._get(key)
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected an object of strings")
+        return dict(value)
+
+
+def _mesh_from(read: _Reader) -> MeshLayout | None:
+    if read.data.get("mesh") is None:
+        return None
+    mesh = read.child("mesh")
+    names = mesh.string_list("dimensions")
+    if tuple(names) != MESH_DIMENSIONS:
+        raise PlanFormatError(path=f"{mesh.path}.dimensions", reason=f"a mesh's dimensions are {list(MESH_DIMENSIONS)}")
+    shape = mesh.int_list("shape")
+    if len(shape) != len(MESH_DIMENSIONS) or any(not 1 <= size <= _MAX_DEGREE for size in shape):
+        raise PlanFormatError(
+            path=f"{mesh.path}.shape",
+            reason=f"one size from 1 to {_MAX_DEGREE} per dimension of {list(MESH_DIMENSIONS)}",
+        )
+    return MeshLayout(shape=tuple(shape))
+
+
+_MAX_DEGREE = 2**31 - 1
+
+
+def _note_from(read: _Reader) -> Note:
+    return Note(
+        code=read.field("code", str), level=read.choice("level", NOTE_LEVELS), message=read.field("message", str)
+    )
+
+
+_OPTION_KINDS: dict[type[StrategyOptions], str] = {record: family for family, record in OPTION_TYPES.items()}
+"""An options record's `kind` on the wire: the family that takes it."""
+
+
+def _options_to_dict(options: StrategyOptions | None) -> dict[str, object] | None:
+    if options is None:
+        return None
+    kind = _OPTION_KINDS[type(options)]
+    values = attrs.asdict(options, filter=lambda attribute, _: attribute.init)
+    return {"kind": kind, **values, "given": sorted(options.given)}
+
+
+def _options_from_dict(read: _Reader, key: str) -> StrategyOptions | None:
+    if read._get(key) is None:
+        return None
+    options = read.child(key)
+    kind = options.choice("kind", tuple(OPTION_TYPES))
+    values = {name: value for name, value in options.data.items() if name not in ("kind", "given")}
+    try:
+        record = OPTION_TYPES[kind](**values)
+    except TypeError as error:
+        raise PlanFormatError(path=options.path, reason=str(error)) from None
+    if "given" in options.data:
+        given = options.string_list("given")
+        unknown = sorted(set(given) - set(values))
+        if unknown:
+            raise PlanFormatError(path=f"{options.path}.given", reason=f"{unknown} are not options of {kind}")
+        object.__setattr__(record, "given", frozenset(given))
+    return record
+
+
+def request_to_dict(request: Request) -> dict[str, object]:
+    """A request as plain JSON data (the `request` part of `Plan.to_dict`)."""
+    devices = request.devices
+    return {
+        "accelerator": request.accelerator,
+        "strategy": request.strategy,
+        "devices": list(devices) if isinstance(devices, tuple) else devices,
+        "num_nodes": request.num_nodes,
+        "precision": request.precision,
+        "process_group_backend": request.process_group_backend,
+        "cluster": request.cluster,
+        "metrics_store": request.metrics_store,
+        "sync_batchnorm": request.sync_batchnorm,
+        "strategy_options": _options_to_dict(request.strategy_options),
+        "select_usable_gpus": request.select_usable_gpus,
+        "notes": [attrs.asdict(note) for note in request.notes],
+    }
+
+
+def _request_from_dict(read: _Reader) -> Request:
+    raw_devices = read._get("devices")
+    if isinstance(raw_devices, list):
+        devices: int | str | tuple[int, ...] = tuple(read.int_list("devices"))
+    elif isinstance(raw_devices, (int, str)) and not isinstance(raw_devices, bool):
+        devices = raw_devices
+    else:
+        raise PlanFormatError(path=f"{read.path}.devices", reason="expected an integer, a string or a list")
+    return Request(
+        accelerator=read.strategy("accelerator", ACCELERATOR_FLAGS),
+        strategy=read.strategy("strategy", STRATEGY_FLAGS),
+        devices=devices,
+        num_nodes=_num_nodes_from(read),
+        precision=read.strategy("precision", PRECISION_FLAGS, _CUSTOM_PRECISION),
+        process_group_backend=read.optional_custom("process_group_backend", BACKENDS),
+        cluster=read.choice("cluster", CLUSTER_FLAGS),
+        metrics_store=read.choice("metrics_store", METRICS_STORES),
+        sync_batchnorm=read.field("sync_batchnorm", bool),
+        strategy_options=_options_from_dict(read, "strategy_options"),
+        select_usable_gpus=read.field("select_usable_gpus", bool),
+        notes=tuple(_note_from(item) for item in read.children("notes")),
+    )
+
+
+def _lookup_family(rules: Rules, family: StrategyFamily, bad: Callable[[str, str], PlanFormatError]) -> FamilyRule:
+    found = rules.families.get(family)
+    if found is None:
+        raise bad("strategy.family", f"the rule set has no family {family!r}")
+    return found
+
+
+def _rules_reference_from(read: _Reader) -> str | None:
+
+    if "rules" not in read.data:
+        return None
+    reference = read.field("rules", str)
+    if reference != UNNAMED_RULES and not is_rules_reference(reference):
+        raise PlanFormatError(
+            path="plan.rules", reason=f"expected 'module:NAME' or {UNNAMED_RULES!r}, found {reference!r}"
+        )
+    return reference
+
+
+def _num_nodes_from(read: _Reader) -> NumNodes:
+    if read._get("num_nodes") == "auto":
+        return "auto"
+    return read.field("num_nodes", int)
+
+
+def _check_plan(plan: Plan, given: Rules | None) -> None:
+    """Ranges and consistency of a plan read from JSON; `PlanFormatError` names the first bad path."""
+
+    def bad(path: str, reason: str) -> PlanFormatError:
+        return PlanFormatError(path=f"plan.{path}", reason=reason)
+
+    supplied: object = given
+    if supplied is not None and not isinstance(supplied, Rules):
+        raise TypeError(f"rules must be a trainplan.Rules, not {type(supplied).__name__}")
+    if given is not None and plan.rules not in (None, UNNAMED_RULES, given.reference):
+        raise bad(
+            "rules",
+            f"the plan was made from the rule set {plan.rules!r}, and is read with "
+            f"{given.reference or 'another one'!r}: read it with the rule set it names",
+        )
+    # Without its rule set, a downstream plan is checked as far as its own facts go: its family's and precision's
+    # rows may be replaced, and its accelerator, backend and precision may be the extension's own (the built-in
+    # accelerator and backend rows, which no extension replaces, are still read where the plan names them).
+    relaxed = given is None and plan.rules is not None
+    rules = BUILTIN_RULES if given is None else given
+    accelerator_rule = rules.accelerators.get(plan.accelerator)
+    if accelerator_rule is None and not relaxed:
+        raise bad("accelerator", f"the rule set has no accelerator {plan.accelerator!r}")
+    backend_rule = None if plan.process_group_backend is None else rules.backends.get(plan.process_group_backend)
+    if plan.process_group_backend is not None and backend_rule is None and not relaxed:
+        raise bad("process_group_backend", f"the rule set has no backend {plan.process_group_backend!r}")
+    if plan.precision not in rules.precisions and not relaxed:
+        raise bad("precision", f"the rule set has no precision {plan.precision!r}")
+
+    if not 1 <= plan.num_nodes <= MAX_NODES:
+        raise bad("num_nodes", f"it must be from 1 to {MAX_NODES}, not {plan.num_nodes}")
+    if not 1 <= plan.processes_per_node <= MAX_DEVICES_PER_NODE:
+        raise bad("processes_per_node", f"it must be from 1 to {MAX_DEVICES_PER_NODE}, not {plan.processes_per_node}")
+    if plan.world_size != plan.num_nodes * plan.processes_per_node:
+        raise bad(
+            "world_size",
+            f"it is {plan.world_size}, but num_nodes × processes_per_node = {plan.num_nodes * plan.processes_per_node}",
+        )
+    # A strategy is checked against its row (family and launcher) where the rule set at hand has it.
+    rule = rules.strategies.get(plan.strategy.name)
+    if rule is not None and plan.strategy.family != rule.family:
+        raise bad("strategy.family", f"strategy {plan.strategy.name!r} is of family {rule.family!r}")
+    family = None if relaxed else _lookup_family(rules, plan.strategy.family, bad)
+    backend = plan.process_group_backend
+    # What the family row says, or (relaxed) what the plan's own facts say: a process group has a backend.
+    multi_process = plan.processes_per_node > 1 or backend is not None if family is None else family.multi_process
+    has_process_group = backend is not None if family is None else family.has_process_group
+    family_name = plan.strategy.family
+    devices = plan.devices
+    if len(set(devices)) != len(devices) or any(not 0 <= index < MAX_DEVICES_PER_NODE for index in devices):
+        raise bad("devices", "device indices are distinct, from 0 to the node's device count")
+    if multi_process and len(devices) != plan.processes_per_node:
+        raise bad(
+            "devices",
+            f"{family_name} runs one process per device: {len(devices)} devices, "
+            f"{plan.processes_per_node} processes per node",
+        )
+    if not multi_process and (plan.processes_per_node != 1 or not devices):
+        raise bad("processes_per_node", f"{family_name} runs one process over its devices")
+    if plan.physical_devices and (
+        len(plan.physical_devices) != len(devices) or len(set(plan.physical_devices)) != len(devices)
+    ):
+        raise bad("physical_devices", "it names one distinct physical GPU per device")
+    if family is not None and plan.accelerator not in family.accelerators:
+        raise bad("accelerator", f"strategy family {family_name!r} does not run on {plan.accelerator!r}")
+    launcher_rule = rules.launchers.get(plan.launcher)
+    joins = launcher_rule is not None and launcher_rule.joins  # a started job's processes join its world
+    if (rule is not None and plan.launcher != rule.launcher and not joins) or (joins and not has_process_group):
+        started_by = "its own launcher" if rule is None else repr(rule.launcher)
+        raise bad("launcher", f"strategy {plan.strategy.name!r} is started by {started_by} (or joins: 'external')")
+    if family is not None and family.has_process_group != (backend is not None):
+        raise bad(
+            "process_group_backend",
+            f"family {family_name!r} {'needs' if family.has_process_group else 'has'} "
+            f"{'a process-group backend' if family.has_process_group else 'no process group'}",
+        )
+    if backend_rule is not None and plan.accelerator not in backend_rule.accelerators:
+        raise bad("process_group_backend", f"{backend!r} does not reduce {plan.accelerator!r} tensors")
+    if family is not None and (
+        plan.precision not in family.precisions or plan.accelerator not in rules.precisions[plan.precision].accelerators
+    ):
+        raise bad("precision", f"{plan.precision!r} does not run with {plan.strategy.name!r} on {plan.accelerator!r}")
+    if family is not None and plan.accelerator in rules.precisions[plan.precision].fallback:
+        raise bad("precision", f"{plan.precision!r} runs as its fallback on {plan.accelerator!r}")
+    device_type = plan.metrics.device_type if accelerator_rule is None else accelerator_rule.device_type
+    if plan.metrics.device_type != device_type:
+        raise bad("metrics.device_type", f"the plan's accelerator {plan.accelerator!r} has device type {device_type!r}")
+    if (
+        plan.request.sync_batchnorm is True
+        and plan.world_size > 1
+        and plan.accelerator not in rules.sync_batchnorm_accelerators
+    ):
+        raise bad("request.sync_batchnorm", f"SyncBatchNorm does not run on {plan.accelerator!r}")
+    if plan.world_size == 1 or backend is None:
+        reduces_on: str = "nowhere"
+    elif backend_rule is None:  # a downstream backend, its rule set not at hand: as the plan says
+        reduces_on = plan.metrics.reduces_on
+    else:
+        reduces_on = "device" if backend_rule.needs_device_tensors else "where_stored"
+    if plan.metrics.reduces_on != reduces_on:
+        raise bad("metrics.reduces_on", f"this plan's metrics are {reduces_on!r}")
+    moves = reduces_on == "device" and device_type != HOST_DEVICE
+    if plan.metrics.cpu_values_move_for_reduction != moves:
+        raise bad("metrics.cpu_values_move_for_reduction", f"it is {moves} for this backend and device")
+    cluster = plan.cluster
+    address = cluster.main_address
+    if not address or len(address) > 253 or any(character.isspace() or ord(character) < 32 for character in address):
+        raise bad("cluster.main_address", "it is not a host name or address")
+    if cluster.main_port is not None and not 1 <= cluster.main_port <= 65535:
+        raise bad("cluster.main_port", "a TCP port is from 1 to 65535")
+    if not 0 <= cluster.node_rank < plan.num_nodes:
+        raise bad("cluster.node_rank", f"it must be from 0 to {plan.num_nodes - 1}")
+    if cluster.global_rank is not None and not 0 <= cluster.global_rank < plan.world_size:
+        raise bad("cluster.global_rank", f"it must be from 0 to {plan.world_size - 1}")
+    if cluster.local_rank is not None and not 0 <= cluster.local_rank < plan.processes_per_node:
+        raise bad("cluster.local_rank", f"it must be from 0 to {plan.processes_per_node - 1}")
+    expected = OPTION_TYPES.get(family_name)
+    options = plan.strategy.options
+    if (expected is None) != (options is None) or (expected is not None and not isinstance(options, expected)):
+        raise bad("strategy.options", f"family {family_name!r} takes {expected.__name__ if expected else 'none'}")
+    _check_mesh(plan, bad)
+    request = plan.request
+    checks: dict[str, Callable[[], object]] = {
+        "strategy.options": lambda: option_checks.strategy_options(options),
+        "request.accelerator": lambda: (
+            _builtin_or_custom(request.accelerator, ACCELERATOR_FLAGS) or normalise.accelerator(request.accelerator)
+        ),
+        # A downstream strategy name was read as a CustomName already; a built-in spelling is checked here.
+        "request.strategy": lambda: (
+            request.strategy in STRATEGY_FLAGS
+            or _CUSTOM_NAME.fullmatch(request.strategy)
+            or normalise.strategy(request.strategy)
+        ),
+        "request.devices": lambda: normalise.devices(request.devices),
+        "request.num_nodes": lambda: normalise.num_nodes(request.num_nodes),
+        "request.precision": lambda: (
+            _builtin_or_custom(request.precision, PRECISION_FLAGS, _CUSTOM_PRECISION)
+            or normalise.precision(request.precision)
+        ),
+        "request.process_group_backend": lambda: (
+            _builtin_or_custom(request.process_group_backend, (*BACKENDS, None))
+            or normalise.backend(request.process_group_backend)
+        ),
+        "request.cluster": lambda: normalise.cluster(request.cluster),
+        "request.metrics_store": lambda: normalise.metrics_store(request.metrics_store),
+        "request.strategy_options": lambda: option_checks.strategy_options(request.strategy_options),
+    }
+    for path, check in checks.items():
+        try:
+            check()
+        except InvalidRequest as error:
+            raise bad(path, error.reason) from None
+
+
+def _builtin_or_custom(value: object, allowed: tuple[object, ...], pattern: re.Pattern[str] = _CUSTOM_NAME) -> bool:
+    """A built-in name, or one a downstream rule set may add (read back as a `CustomName`)."""
+    return value in allowed or (isinstance(value, str) and pattern.fullmatch(value) is not None)
+
+
+def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
+    """A mesh plan's mesh: the resolved degrees of its options, and a layout that keeps every mesh rule."""
+    options = plan.strategy.options
+    mesh = plan.mesh
+    if not isinstance(options, ModelParallelOptions):
+        if mesh is not None:
+            raise bad("mesh", f"strategy {plan.strategy.name!r} has no device mesh")
+        return
+    if mesh is None:
+        raise bad("mesh", f"strategy {plan.strategy.name!r} plans a device mesh, and the plan has none")
+    if (
+        options.degrees != mesh.sizes
+        or options.data_parallel_size is not None
+        or options.tensor_parallel_size is not None
+    ):
+        raise bad("strategy.options", f"the options in force are the mesh's degrees, {mesh.sizes}")
+    asked = plan.request.strategy_options
+    if isinstance(asked, ModelParallelOptions):
+        # The degrees written (a default of 1 may be the mesh's rest) and Lightning's sizes (None: not used).
+        spellings: dict[str, MeshDimension] = {name: name for name in MESH_DIMENSIONS if name in asked.given}
+        spellings.update({size.argument: size.dimension for size in LIGHTNING_SIZES})
+        for spelling, name in spellings.items():
+            degree = getattr(asked, spelling)
+            if isinstance(degree, int) and degree != mesh.size(name):
+                raise bad(
+                    f"request.strategy_options.{spelling}",
+                    f"the request asked for {spelling}={degree}, but the mesh has {name}={mesh.size(name)}",
+                )
+    for violation in layout_violations(
+        mesh.sizes,
+        num_nodes=plan.num_nodes,
+        processes_per_node=plan.processes_per_node,
+        accelerator=plan.accelerator,
+        backend=plan.process_group_backend,
+        precision=plan.precision,
+    ):
+        where = "" if violation.dimension is None else f" ({violation.dimension}={violation.degree})"
+        raise bad("mesh", f"it breaks the rule {violation.rule}{where}: {violation.detail}")
+
+
+def request_from_json_text(text: str, *, source: str = "request") -> Request:
+    """A request from the JSON text `request_to_dict` wrote (as emitted jobs carry it); `PlanFormatError` names
+    the bad path."""
+    if not isinstance(text, str):
+        raise PlanFormatError(path=source, reason=f"expected JSON text, found {type(text).__name__}")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise PlanFormatError(path=source, reason=f"not JSON ({error})") from None
+    return _request_from_dict(_Reader(data, source))
+
+
+def plan_from_json_text(text: str, rules: Rules | None = None) -> Plan:
+    """A plan from its JSON text (as `json.dumps(plan.to_dict())` wrote it), checked against `rules` (see
+    `Plan.from_dict`)."""
+    given: object = text
+    if not isinstance(given, (str, bytes, bytearray)):
+        raise PlanFormatError(path="plan", reason=f"expected JSON text, found {type(given).__name__}")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise PlanFormatError(path="plan", reason=f"not JSON, or nested too deeply ({error})") from None
+    return plan_from_dict(data, rules)
