@@ -11,11 +11,13 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import cast
 
 import attrs
 import pytest
 
 import trainplan
+from tests.downstream_rules import RULES as DOWNSTREAM_RULES
 from trainplan.spec import names, tables
 
 SOURCE = Path(trainplan.__file__).parent
@@ -524,3 +526,37 @@ def test_the_default_precision_is_written_once() -> None:
         if isinstance(node, ast.Constant) and node.value == tables.DEFAULT_PRECISION
     ]
     assert spelled == []
+
+
+def _rows(value: object) -> list[attrs.AttrsInstance]:
+    if attrs.has(type(value)):
+        return [cast(attrs.AttrsInstance, value)]
+    if isinstance(value, Mapping):
+        return [row for item in value.values() for row in _rows(item)]
+    if isinstance(value, (tuple, list, frozenset)):
+        return [row for item in value for row in _rows(item)]
+    return []
+
+
+@pytest.mark.parametrize("rules", [trainplan.BUILTIN_RULES, DOWNSTREAM_RULES], ids=["builtin", "downstream"])
+def test_no_rule_can_be_changed_in_place(rules: trainplan.Rules) -> None:
+    """Every table of a rule set is read-only, and so is every map nested in a row (a `why_not`, a preset): a rule
+    changed in place would make the memoised resolve and the cold path disagree."""
+    tables_of_rules = [getattr(rules, field.name) for field in attrs.fields(trainplan.Rules)]
+    rows = [row for table in tables_of_rules for row in _rows(table)]
+    rows += [row for value in vars(tables).values() for row in _rows(value)]
+    nested = [
+        (type(row).__name__, field.name, getattr(row, field.name))
+        for row in rows
+        for field in attrs.fields(type(row))
+        if isinstance(getattr(row, field.name), Mapping)
+    ]
+    assert len(nested) > 50
+    for table in tables_of_rules:
+        if isinstance(table, Mapping):
+            with pytest.raises(TypeError):
+                table["x"] = None  # type: ignore[index]
+    for owner, name, value in nested:
+        with pytest.raises(TypeError):
+            value["x"] = None
+        assert not isinstance(value, dict), f"{owner}.{name} is a plain dict"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
+
+import attrs
 
 
 class FrozenMap(Mapping[str, str]):
@@ -143,3 +145,49 @@ def freeze_sequence(value: object) -> object:
         except TypeError:
             return tuple(value)
     return value
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class ReadOnlyMap(Mapping[K, V]):
+    """A read-only mapping in the order given, that pickles: the nested maps of a rule's row (a `why_not` per
+    accelerator, a strategy's preset), so that nobody can change a rule in place under a memoised resolve."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[K, V] | None = None) -> None:
+        self._items: dict[K, V] = dict(items or {})
+
+    def __getitem__(self, key: K) -> V:
+        return self._items[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self._items == dict(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+
+def freeze_nested_maps(row: attrs.AttrsInstance) -> None:
+    """`__attrs_post_init__` of a frozen row: each of its maps becomes a `ReadOnlyMap` (the field keeps its type;
+    a value of the wrong type is kept for the rule-set checks to name)."""
+    for field in attrs.fields(type(row)):
+        value = getattr(row, field.name)
+        if isinstance(value, Mapping) and not isinstance(value, ReadOnlyMap):
+            object.__setattr__(row, field.name, ReadOnlyMap(value))

@@ -16,6 +16,7 @@ from typing import Final, Literal, TypeAlias, TypeVar
 import attrs
 
 from trainplan.spec.errors import TrainplanError
+from trainplan.spec.frozen import freeze_nested_maps
 from trainplan.spec.names import (
     STRATEGY_NAMES,
     AcceleratorFlag,
@@ -321,6 +322,8 @@ class FamilyRule:
     accelerator_fix: str | None = None  # the fix where it refuses an accelerator; None: the accelerator's own
     base_strategy: StrategyName | None = None  # the name without a preset, suggested beside strategy_options
 
+    __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
+
 
 _ALL_PRECISIONS: Final[frozenset[PrecisionName]] = frozenset(
     {
@@ -510,6 +513,8 @@ class StrategyRule:
     preset: Mapping[str, object] = attrs.field(factory=dict)
     """Options the name fixes (field → value); `strategy_options` may repeat them but not contradict them."""
 
+    __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
+
 
 def _ddp(name: StrategyName, launcher: LauncherName, unused: bool | None) -> StrategyRule:
     preset: dict[str, object] = {} if unused is None else {"find_unused_parameters": unused}
@@ -670,6 +675,8 @@ class PrecisionRule:
     why_not: Mapping[AcceleratorKey, str]
     instead: Mapping[AcceleratorKey, PrecisionKey]  # what to suggest where refused
 
+    __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
+
 
 PRECISIONS: Final[Mapping[PrecisionKey, PrecisionRule]] = {
     rule.name: rule
@@ -804,6 +811,8 @@ class BackendRule:
     needs_device_tensors: bool  # collectives take tensors on the accelerator only (metric placement reads this)
     why_not: Mapping[AcceleratorKey, str]
 
+    __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
+
 
 BACKENDS: Final[Mapping[BackendKey, BackendRule]] = {
     rule.name: rule
@@ -883,6 +892,8 @@ class MeshDimensionRule:
     instead: Mapping[PrecisionKey, PrecisionKey]  # what to suggest for each refused precision
     lightning_size: str | None  # the ModelParallelStrategy size this degree multiplies into; None: Lightning has none
     accelerate_size: str | None  # Accelerate's ParallelismConfig field; None: Accelerate has none
+
+    __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
 
 
 _MESH_ACCELERATORS: Final[frozenset[AcceleratorKey]] = frozenset({"cpu", "cuda"})
@@ -1644,6 +1655,8 @@ class LaunchedWorkers:
     also_written: Mapping[str, JobFact]
     launch_hint: str
 
+    __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
+
 
 LAUNCHED_WORKERS: Final[LaunchedWorkers] = LaunchedWorkers(
     schema=JobVariables(
@@ -2195,6 +2208,8 @@ class LegacyStrategy:
     differs: str = ""  # what the modern strategy does differently, for the note
     reason: str = ""  # why there is no modern counterpart (strategy None)
     fix: str = ""
+
+    __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
 
 
 LEGACY_STRATEGIES: Final[Mapping[str, LegacyStrategy]] = {
