@@ -25,7 +25,7 @@ from trainplan.resolve.visible import visible_entries
 from trainplan.spec import normalise
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import Incompatible, InvalidRequest, TrainplanError, Unavailable
-from trainplan.spec.frozen import FrozenMap, LazyTexts, Text
+from trainplan.spec.frozen import FrozenMap, LazyTexts, Text, trusted_constructor
 from trainplan.spec.names import (
     START_METHODS,
     AcceleratorFlag,
@@ -50,6 +50,7 @@ from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import (
     MAX_CPU_COUNT,
     MAX_DEVICES_PER_NODE,
+    MAX_NODES,
     MAX_WORLD_SIZE,
     SELECTED_DEVICES_VARIABLE,
     AcceleratorRule,
@@ -177,6 +178,15 @@ class _Fields:
     ok: bool
 
 
+# The resolver's records, built without the class call's detour (its keywords packed into a dict) and without
+# converters: every value passed is already in the form the converters give (tuples, a LazyTexts map).
+_new_fields = trusted_constructor(_Fields)
+_new_note = trusted_constructor(Note)
+_new_strategy_choice = trusted_constructor(StrategyChoice)
+_new_cluster_info = trusted_constructor(ClusterInfo)
+_new_metric_placement = trusted_constructor(MetricPlacement)
+_new_plan = trusted_constructor(Plan)
+
 _AUTO_NODES: NumNodes = "auto"
 
 _FALLBACK_CLUSTER = detect("local", {})
@@ -242,7 +252,9 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     accelerator, reasons["accelerator"] = chosen
     accelerator_rule = lookup(rules.accelerators, accelerator, name="ACCELERATORS")
     if fields.accelerator == "auto":
-        notes.append(Note(code="accelerator-auto", level="info", message=f"accelerator='auto' chose {accelerator!r}"))
+        notes.append(
+            _new_note(code="accelerator-auto", level="info", message=f"accelerator='auto' chose {accelerator!r}")
+        )
 
     if fields.select_usable_gpus:
         selected = _attempt(report, None, _select_usable_devices, accelerator_rule, fields.devices, env)
@@ -273,7 +285,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         # as its script counterpart, under every launcher alike.
         instead = rules.script_strategy_for[strategy_name]
         notes.append(
-            Note(
+            _new_note(
                 code="script-strategy",
                 level="warning",
                 message=(
@@ -285,7 +297,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         reasons["strategy"] = f"{_rendered(reasons['strategy'])}; inside a started job it runs as {instead!r}"
         strategy_name = instead
     if fields.strategy == "auto":
-        notes.append(Note(code="strategy-auto", level="info", message=f"strategy='auto' chose {strategy_name!r}"))
+        notes.append(_new_note(code="strategy-auto", level="info", message=f"strategy='auto' chose {strategy_name!r}"))
     rule = lookup(rules.strategies, strategy_name, name="STRATEGIES")
     family = lookup(rules.families, rule.family, name="FAMILIES")
 
@@ -322,7 +334,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         report, None, _place_in_cluster, facts, num_nodes, processes_per_node, world_size, launcher, rules
     )
     if cluster is None:
-        cluster = ClusterInfo(
+        cluster = _new_cluster_info(
             kind=facts.kind,
             creates_processes=facts.creates_processes,
             main_address=facts.main_address or "127.0.0.1",
@@ -335,7 +347,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     cluster_rule = lookup(rules.clusters, facts.kind, name="CLUSTERS")
     if not cluster_rule.creates_processes and num_nodes > 1 and "MASTER_ADDR" not in env.variables:
         notes.append(
-            Note(
+            _new_note(
                 code="multi-node-local",
                 level="warning",
                 message=(
@@ -418,7 +430,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     )
     if (fields.devices == "auto" or fields.num_nodes == "auto") and (facts.creates_processes or facts.launched):
         notes.append(
-            Note(
+            _new_note(
                 code="job-layout",
                 level="info",
                 message=(
@@ -427,10 +439,10 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
                 ),
             )
         )
-    return Plan(
+    return _new_plan(
         request=normal_request,
         accelerator=accelerator,
-        strategy=StrategyChoice(name=strategy_name, family=rule.family, options=options),
+        strategy=_new_strategy_choice(name=strategy_name, family=rule.family, options=options),
         devices=devices,
         physical_devices=_physical_devices(accelerator_rule, devices, env),
         num_nodes=num_nodes,
@@ -581,6 +593,9 @@ def _check_environment(env: Environment, report: Report) -> bool:
 def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
     """Every field in its normal form; each refused field is reported (in field order) and takes its default, so
     that `check` lists every problem and `resolve` raises the first."""
+    fields = _normal_fields(request, rules)
+    if fields is not None:
+        return fields
     problems: list[TrainplanError] = []
     given_notes: object = request.notes
     notes: list[Note] = (
@@ -593,7 +608,7 @@ def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
     raw_accelerator: object = request.accelerator
     if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() in rules.accelerator_alias_notes:
         message = rules.accelerator_alias_notes[raw_accelerator.strip().lower()]
-        notes.append(Note(code="accelerator-alias", level="deprecation", message=message))
+        notes.append(_new_note(code="accelerator-alias", level="deprecation", message=message))
     strategy: StrategyFlag | CustomName = _step(
         problems, "auto", normalise.strategy_in, request.strategy, rules.strategy_spellings
     )
@@ -607,13 +622,78 @@ def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
             converted[name] = fallback
     for problem in problems:
         report(problem)
-    return _Fields(
+    return _new_fields(
         accelerator=accelerator,
         strategy=strategy,
         precision=precision,
         notes=tuple(notes),
         ok=not problems,
         **converted,
+    )
+
+
+def _normal_fields(request: Request, rules: Rules) -> _Fields | None:
+    """The fields of a request written in normal names (the common case), each checked at a glance; None sends the
+    request through the normalisers field by field, which fold spellings, note aliases and report refusals. Both
+    give the same values: tests/unit/test_normal_fields.py compares them."""
+    accelerator: object = request.accelerator
+    strategy: object = request.strategy
+    precision: object = request.precision
+    backend: object = request.process_group_backend
+    cluster: object = request.cluster
+    store: object = request.metrics_store
+    nodes: object = request.num_nodes
+    devices: object = request.devices
+    options: object = request.strategy_options
+    batchnorm: object = request.sync_batchnorm
+    usable: object = request.select_usable_gpus
+    given_notes: object = request.notes
+    if not (
+        type(accelerator) is str
+        and accelerator in normalise.NORMAL_ACCELERATORS
+        and accelerator not in rules.accelerator_alias_notes
+        and type(strategy) is str
+        and rules.strategy_spellings.get(strategy) == strategy
+        and strategy not in rules.strategy_alias_notes
+        and type(precision) is str
+        and precision in normalise.NORMAL_PRECISIONS
+        and (backend is None or (type(backend) is str and backend in normalise.NORMAL_BACKENDS))
+        and type(cluster) is str
+        and cluster in normalise.NORMAL_CLUSTERS
+        and type(store) is str
+        and store in normalise.NORMAL_STORES
+        and (nodes == "auto" if type(nodes) is str else type(nodes) is int and 1 <= nodes <= MAX_NODES)
+        and type(batchnorm) is bool
+        and type(usable) is bool
+        and type(given_notes) is tuple
+    ):
+        return None
+    if not (
+        devices == "auto" if type(devices) is str else type(devices) is int and 0 < devices <= MAX_DEVICES_PER_NODE
+    ):
+        try:
+            devices = normalise.devices(devices)  # indices, -1, or a refusal the field-by-field pass reports
+        except TrainplanError:
+            return None
+    if options is not None:
+        try:
+            options = normalise.strategy_options(options)
+        except TrainplanError:
+            return None
+    return _new_fields(
+        accelerator=normalise.NORMAL_ACCELERATORS[accelerator],
+        strategy=rules.strategy_spellings[strategy],
+        devices=devices,  # type: ignore[arg-type]  # checked above, or normalised
+        num_nodes=nodes,  # type: ignore[arg-type]  # checked above
+        precision=normalise.NORMAL_PRECISIONS[precision],
+        backend=None if backend is None else normalise.NORMAL_BACKENDS[backend],
+        cluster=normalise.NORMAL_CLUSTERS[cluster],
+        metrics_store=normalise.NORMAL_STORES[store],
+        sync_batchnorm=batchnorm,
+        select_usable_gpus=usable,
+        options=options,
+        notes=tuple([note for note in given_notes if isinstance(note, Note)]),
+        ok=True,
     )
 
 
@@ -717,7 +797,7 @@ def _select_devices(
     if spec == "auto":
         interactive = rule.interactive_auto_devices
         if interactive is not None and env.interactive and total > interactive:
-            note = Note(
+            note = _new_note(
                 code="devices-interactive",
                 level="info",
                 message=(
@@ -731,7 +811,7 @@ def _select_devices(
         return (
             tuple(range(total)),
             f"'auto': all {total} visible {noun}",
-            (Note(code="devices-auto", level="info", message=f"devices='auto' chose {total} {noun}"),),
+            (_new_note(code="devices-auto", level="info", message=f"devices='auto' chose {total} {noun}"),),
         )
     if spec == -1:
         return tuple(range(total)), f"-1: all {total} visible {noun}", ()
@@ -851,7 +931,7 @@ def _select_devices_in_job(
     if rule.count_fact is None or len(spec) > int(getattr(env, rule.count_fact)):
         return _select_devices(rule, spec, env)  # the facts disagree: report the indices as usual
     renumbered = tuple(range(len(spec)))
-    note = Note(
+    note = _new_note(
         code="job-devices",
         level="info",
         message=(
@@ -948,7 +1028,7 @@ def _counted_devices(spec: DevicesSpec, env: Environment) -> tuple[tuple[int, ..
     notes: tuple[Note, ...] = ()
     if spec > env.cpu_count:
         notes = (
-            Note(
+            _new_note(
                 code="cpu-oversubscribed",
                 level="warning",
                 message=f"{spec} CPU processes on {env.cpu_count} CPU(s): they will compete for cores",
@@ -1238,7 +1318,7 @@ def _place_in_cluster(
     in_this_process = not launcher_rule.starts_processes and not launcher_rule.joins
     if in_this_process and world_size == 1 and global_rank is None:
         global_rank, local_rank = 0, 0
-    return ClusterInfo(
+    return _new_cluster_info(
         kind=facts.kind,
         creates_processes=facts.creates_processes,
         main_address=address,
@@ -1294,7 +1374,7 @@ def _choose_precision(
     if accelerator in rule.fallback:
         precision = rule.fallback[accelerator]
         notes.append(
-            Note(
+            _new_note(
                 code="precision-fallback",
                 level="warning",
                 message=(
@@ -1325,7 +1405,7 @@ def _metric_placement(
     device_type = accelerator.device_type
     where = "on the CPU" if store == "cpu" or accelerator.host else f"on the {device_type} device"
     if world_size == 1 or backend is None:
-        return MetricPlacement(
+        return _new_metric_placement(
             default_store=store,
             device_type=device_type,
             reduces_on="nowhere",
@@ -1335,7 +1415,7 @@ def _metric_placement(
     rule = lookup(rules.backends, backend, name="BACKENDS")
     if rule.needs_device_tensors:
         moves = not accelerator.host
-        return MetricPlacement(
+        return _new_metric_placement(
             default_store=store,
             device_type=device_type,
             reduces_on="device",
@@ -1345,7 +1425,7 @@ def _metric_placement(
                 f"values are moved to the {device_type} device for each reduction and back"
             ),
         )
-    return MetricPlacement(
+    return _new_metric_placement(
         default_store=store,
         device_type=device_type,
         reduces_on="where_stored",
@@ -1417,7 +1497,7 @@ def _advice(
     notes: list[Note] = []
     if fields.sync_batchnorm and (world_size == 1 or not family.has_process_group):
         notes.append(
-            Note(
+            _new_note(
                 code="sync-batchnorm-no-effect",
                 level="warning",
                 message="sync_batchnorm=True has no effect: batch statistics are synchronised across processes, "
@@ -1426,7 +1506,9 @@ def _advice(
         )
     if fields.metrics_store == "cpu" and accelerator.host:
         notes.append(
-            Note(code="metrics-store-cpu", level="info", message="metrics_store='cpu' changes nothing on a CPU run")
+            _new_note(
+                code="metrics-store-cpu", level="info", message="metrics_store='cpu' changes nothing on a CPU run"
+            )
         )
     return notes
 

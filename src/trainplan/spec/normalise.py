@@ -67,6 +67,18 @@ _BACKENDS: Final[Mapping[str, BackendName]] = {name: name for name in BACKENDS}
 _CLUSTERS: Final[Mapping[str, ClusterFlag]] = {**{name: name for name in CLUSTER_FLAGS}, **CLUSTER_ALIASES}
 _STORES: Final[Mapping[str, MetricsStore]] = {name: name for name in METRICS_STORES}
 
+# Each name that is its own normal form, mapped to the very object its normaliser returns for it: the resolver takes
+# a request written in normal names (the common case) without a normaliser call per field, and gets the same values.
+NORMAL_ACCELERATORS: Final[Mapping[str, AcceleratorFlag]] = {
+    name: normal for name, normal in _ACCELERATORS.items() if name == normal
+}
+NORMAL_PRECISIONS: Final[Mapping[str, PrecisionName]] = {name: _PRECISIONS[name] for name in PRECISIONS}
+NORMAL_BACKENDS: Final[Mapping[str, BackendName]] = _BACKENDS
+NORMAL_CLUSTERS: Final[Mapping[str, ClusterFlag]] = {
+    name: normal for name, normal in _CLUSTERS.items() if name == normal
+}
+NORMAL_STORES: Final[Mapping[str, MetricsStore]] = _STORES
+
 
 def _name(field: str, value: object, table: Mapping[str, str], allowed: tuple[object, ...]) -> str:
     if type(value) is str and value in table:  # the common case: already a canonical name
