@@ -147,15 +147,6 @@ def check(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> I
     yield from problems
 
 
-def _attempt(report: Report, fallback: T, step: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-    """`step(*args, **kwargs)`, or `fallback` after reporting its refusal."""
-    try:
-        return step(*args, **kwargs)
-    except TrainplanError as error:
-        report(error)
-        return fallback
-
-
 # --------------------------------------------------------------------------------------------------
 
 
@@ -232,13 +223,22 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     notes: list[Note] = list(fields.notes)
     reasons: dict[str, Text] = {}  # rendered when read (LazyTexts): the cold path writes no explanation
 
-    facts = _attempt(report, _FALLBACK_CLUSTER, detect, fields.cluster, env.variables)
+    # Each step that can refuse is tried in place (a helper taking the step would cost a call per step): `resolve`'s
+    # sink raises the refusal, `check`'s keeps it and the step's neutral fallback is taken.
+    try:
+        facts = detect(fields.cluster, env.variables)
+    except TrainplanError as error:
+        report(error)
+        facts = _FALLBACK_CLUSTER
     notes.extend(facts.notes)
     num_nodes, nodes_reason = _choose_num_nodes(fields.num_nodes, facts)
 
-    chosen: tuple[AcceleratorName, Text] | None = _attempt(
-        report, None, _choose_accelerator, fields.accelerator, env, rules
-    )
+    chosen: tuple[AcceleratorName, Text] | None
+    try:
+        chosen = _choose_accelerator(fields.accelerator, env, rules)
+    except TrainplanError as error:
+        report(error)
+        chosen = None
     if chosen is None:
         if fields.accelerator not in rules.accelerators:
             return None
@@ -256,20 +256,16 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
             _new_note(code="accelerator-auto", level="info", message=f"accelerator='auto' chose {accelerator!r}")
         )
 
-    if fields.select_usable_gpus:
-        selected = _attempt(report, None, _select_usable_devices, accelerator_rule, fields.devices, env)
-    else:
-        selected = _attempt(
-            report,
-            None,
-            _select_devices_in_job,
-            accelerator_rule,
-            fields.devices,
-            env,
-            facts,
-            num_nodes,
-            (fields.num_nodes != "auto" or _job_nodes(facts) is not None),
-        )
+    selected: tuple[tuple[int, ...], str, tuple[Note, ...]] | None
+    try:
+        if fields.select_usable_gpus:
+            selected = _select_usable_devices(accelerator_rule, fields.devices, env)
+        else:
+            nodes_known = fields.num_nodes != "auto" or _job_nodes(facts) is not None
+            selected = _select_devices_in_job(accelerator_rule, fields.devices, env, facts, num_nodes, nodes_known)
+    except TrainplanError as error:
+        report(error)
+        selected = None
     if selected is None:
         devices: tuple[int, ...] = (0,)
         reasons["devices"] = "fallback after an error"
@@ -306,7 +302,12 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     )
     for problem in _strategy_problems(strategy_name, family, accelerator_rule, devices, num_nodes, env, chosen_by):
         report(problem)
-    options = _attempt(report, None, _merge_options, strategy_name, rule, family, fields.options)
+    options: StrategyOptions | None
+    try:
+        options = _merge_options(strategy_name, rule, family, fields.options)
+    except TrainplanError as error:
+        report(error)
+        options = None
 
     processes_per_node = len(devices) if family.multi_process else 1
     world_size = num_nodes * processes_per_node
@@ -321,19 +322,21 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         )
     reasons["layout"] = (str.format, ("{}; nodes: {}", family.description, nodes_reason))
 
-    no_launcher: LauncherName = "none"
-    launcher = _attempt(
-        report, no_launcher, _choose_launcher, strategy_name, rule, family, facts, env, accelerator_rule, rules
-    )
+    launcher: LauncherName
+    try:
+        launcher = _choose_launcher(strategy_name, rule, family, facts, env, accelerator_rule, rules)
+    except TrainplanError as error:
+        report(error)
+        launcher = "none"
     launcher_rule = lookup(rules.launchers, launcher, name="LAUNCHERS")
     reasons["launcher"] = launcher_rule.description
     if launcher_rule.joins and facts.launched:
         reasons["launcher"] = "trainplan's launcher already started every process; join its world"
 
-    cluster = _attempt(
-        report, None, _place_in_cluster, facts, num_nodes, processes_per_node, world_size, launcher, rules
-    )
-    if cluster is None:
+    try:
+        cluster = _place_in_cluster(facts, num_nodes, processes_per_node, world_size, launcher, rules)
+    except TrainplanError as error:
+        report(error)
         cluster = _new_cluster_info(
             kind=facts.kind,
             creates_processes=facts.creates_processes,
@@ -357,7 +360,12 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
             )
         )
 
-    backend = _attempt(report, None, _choose_backend, fields.backend, family, strategy_name, accelerator_rule, rules)
+    backend: BackendName | None
+    try:
+        backend = _choose_backend(fields.backend, family, strategy_name, accelerator_rule, rules)
+    except TrainplanError as error:
+        report(error)
+        backend = None
     if family.has_process_group and backend is not None:
         backend_rule = lookup(rules.backends, backend, name="BACKENDS")
         how = "asked for {!r} ({})" if fields.backend is not None else "the default for {!r} ({})"
@@ -370,10 +378,10 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     else:
         reasons["backend"] = "a single process creates no process group"
 
-    precision = _attempt(
-        report, None, _choose_precision, fields.precision, accelerator, strategy_name, family, env, notes, rules
-    )
-    if precision is None:
+    try:
+        precision = _choose_precision(fields.precision, accelerator, strategy_name, family, env, notes, rules)
+    except TrainplanError as error:
+        report(error)
         precision = fields.precision
     reasons["precision"] = lookup(rules.precisions, precision, name="PRECISIONS").description
 
@@ -727,14 +735,18 @@ def _available(env: Environment, rules: Rules) -> dict[AcceleratorName, int]:
     """Device count per available accelerator, from the fact each row names (no fact: one place to run)."""
     found: dict[AcceleratorName, int] = {}
     for name, rule in rules.accelerators.items():
-        count = 1 if rule.count_fact is None else int(getattr(env, rule.count_fact))
+        count = _device_count(rule, env)
         if count > 0:
             found[name] = count
     return found
 
 
-def _best_available(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
-    return f"the best available of {_describe(found, rules)} (order: {rules.accelerator_order})"
+def _device_count(rule: AcceleratorRule, env: Environment) -> int:
+    return 1 if rule.count_fact is None else int(getattr(env, rule.count_fact))
+
+
+def _best_available(env: Environment, rules: Rules) -> str:
+    return f"the best available of {_describe(_available(env, rules), rules)} (order: {rules.accelerator_order})"
 
 
 def _rendered(text: Text) -> str:
@@ -757,30 +769,32 @@ def _describe(found: Mapping[AcceleratorName, int], rules: Rules) -> str:
 
 
 def _choose_accelerator(flag: AcceleratorFlag, env: Environment, rules: Rules) -> tuple[AcceleratorName, Text]:
-    found = _available(env, rules)
+    # Each branch counts only the accelerators it asks about: every count is read again for a message when one is
+    # written (the environment is a value, so the counts are the same).
     if flag == "auto":
-        best = next(rule.name for rule in rules.accelerators_by_priority if rule.name in found)
-        return best, (_best_available, (found, rules))
+        best = next(rule.name for rule in rules.accelerators_by_priority if _device_count(rule, env) > 0)
+        return best, (_best_available, (env, rules))
     group = rules.accelerator_groups.get(flag)
     if group is not None:
         for member in group:
-            if member in found:
+            member_rule = rules.accelerators.get(member)
+            if member_rule is not None and _device_count(member_rule, env) > 0:
                 return member, f"accelerator={flag!r} means {member!r} here"
         members = " or ".join(name.upper() for name in group)
         raise Unavailable(
             requested=f"accelerator={flag!r}",
-            available=_describe(found, rules),
+            available=_describe(_available(env, rules), rules),
             fix=f"Use accelerator='cpu' (or 'auto'), or run where a {members} GPU is visible",
         )
     name: AcceleratorName = flag  # type: ignore[assignment]  # the normaliser folds aliases; groups are above
     rule = lookup(rules.accelerators, name, name="ACCELERATORS")
-    if name not in found:
+    if _device_count(rule, env) <= 0:
         variable = rule.visibility_variable
         hidden = variable is not None and variable in env.variables
         hidden = hidden and env.variables.get(variable or "", "").strip() in ("", "-1")
         raise Unavailable(
             requested=f"accelerator={name!r}",
-            available=_describe(found, rules) + (f" ({variable} hides every GPU)" if hidden else ""),
+            available=_describe(_available(env, rules), rules) + (f" ({variable} hides every GPU)" if hidden else ""),
             fix="Use accelerator='auto' to take the best available, or run where that hardware is visible",
         )
     return name, (str.format, ("asked for {!r} ({})", name, rule.description))
