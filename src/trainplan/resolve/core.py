@@ -90,14 +90,15 @@ def resolve(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) ->
 
 def resolve_uncached(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> Plan:
     """`resolve` without the memo: every call runs every step (for benchmarks of the cold path)."""
-
-    def raise_it(error: TrainplanError) -> None:
-        raise error
-
-    plan = _run(request, env, raise_it, rules)
+    plan = _run(request, env, _raise, rules)
     if plan is None:  # pragma: no cover - the raising sink ends every failed run before this
         raise TrainplanError("resolve reached no plan and no error; please report this")
     return plan
+
+
+def _raise(error: TrainplanError) -> None:
+    """The sink of `resolve`: the first problem ends it."""
+    raise error
 
 
 @functools.lru_cache(maxsize=1024)
@@ -298,7 +299,11 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     family = lookup(rules.families, rule.family, name="FAMILIES")
 
     chosen_by = (
-        fields.options if fields.strategy == "auto" and strategy_name in rules.auto_for_options.values() else None
+        fields.options
+        if fields.options is not None  # first: without options nothing chose by them (and the test is cheapest)
+        and fields.strategy == "auto"
+        and strategy_name in rules.auto_for_options.values()
+        else None
     )
     for problem in _strategy_problems(strategy_name, family, accelerator_rule, devices, num_nodes, env, chosen_by):
         report(problem)
@@ -601,9 +606,12 @@ def _check_environment(env: Environment, report: Report) -> bool:
 def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
     """Every field in its normal form; each refused field is reported (in field order) and takes its default, so
     that `check` lists every problem and `resolve` raises the first."""
-    fields = _normal_fields(request, rules)
-    if fields is not None:
-        return fields
+    fields = _normal_fields(request, rules)  # the common case, at a glance
+    return fields if fields is not None else _normalise_each(request, report, rules)
+
+
+def _normalise_each(request: Request, report: Report, rules: Rules) -> _Fields:
+    """`_normalise` field by field, through each field's normaliser."""
     problems: list[TrainplanError] = []
     given_notes: object = request.notes
     notes: list[Note] = (
@@ -642,8 +650,8 @@ def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
 
 def _normal_fields(request: Request, rules: Rules) -> _Fields | None:
     """The fields of a request written in normal names (the common case), each checked at a glance; None sends the
-    request through the normalisers field by field, which fold spellings, note aliases and report refusals. Both
-    give the same values: tests/unit/test_normal_fields.py compares them."""
+    request through the normalisers field by field (`_normalise_each`), which fold spellings, note aliases and
+    report refusals. Both give the same values: tests/unit/test_normal_fields.py compares them."""
     accelerator: object = request.accelerator
     strategy: object = request.strategy
     precision: object = request.precision
@@ -772,8 +780,10 @@ def _choose_accelerator(flag: AcceleratorFlag, env: Environment, rules: Rules) -
     # Each branch counts only the accelerators it asks about: every count is read again for a message when one is
     # written (the environment is a value, so the counts are the same).
     if flag == "auto":
-        best = next(rule.name for rule in rules.accelerators_by_priority if _device_count(rule, env) > 0)
-        return best, (_best_available, (env, rules))
+        for rule in rules.accelerators_by_priority:
+            if rule.count_fact is None or int(getattr(env, rule.count_fact)) > 0:  # `_device_count`, inlined
+                return rule.name, (_best_available, (env, rules))
+        raise MissingRule(table="ACCELERATORS", key="an available accelerator")
     group = rules.accelerator_groups.get(flag)
     if group is not None:
         for member in group:
@@ -1070,9 +1080,10 @@ def _choose_strategy(
         for family, name in rules.auto_for_options.items():
             if isinstance(options, OPTION_TYPES[family]):
                 return name, f"'auto' with {type(options).__name__}"
+    count, interactive = len(devices), env.interactive
     for row in rules.auto_strategies:
-        if _auto_row_holds(row, accelerator, len(devices), num_nodes, env.interactive):
-            return row.strategy, (_auto_reason, (row, num_nodes, len(devices)))
+        if _auto_row_holds(row, accelerator, count, num_nodes, interactive):
+            return row.strategy, (_auto_reason, (row, num_nodes, count))
     raise MissingRule(table="AUTO_STRATEGIES", key=(accelerator, len(devices), num_nodes, env.interactive))
 
 

@@ -176,8 +176,10 @@ def trusted_constructor(record: Callable[P, R]) -> Callable[P, R]:
             namespace[f"_default_{field.name}"] = field.default
             parameters.append(f"{field.name}=_default_{field.name}")
         namespace[f"_set_{field.name}"] = cls.__dict__[field.name].__set__  # the slot's own setter
-    # Generated, as attrs generates __init__: one straight line of slot stores is what makes it cheap.
-    body = "".join(f"    _set_{name}(self, {name})\n" for name in names)
+    # Generated, as attrs generates __init__: one straight line of slot stores is what makes it cheap. A class that
+    # takes plain assignment (not frozen, no hooks) is assigned to; a frozen one is set through its slots.
+    plain = cls.__setattr__ is object.__setattr__
+    body = "".join(f"    self.{name} = {name}\n" if plain else f"    _set_{name}(self, {name})\n" for name in names)
     source = f"def build(*, {', '.join(parameters)}):\n    self = _new(_cls)\n{body}    return self\n"
     exec(compile(source, f"<trusted constructor of {cls.__name__}>", "exec"), namespace)
     build: Callable[P, R] = namespace["build"]
