@@ -262,7 +262,9 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         if fields.select_usable_gpus:
             selected = _select_usable_devices(accelerator_rule, fields.devices, env)
         else:
-            nodes_known = fields.num_nodes != "auto" or _job_nodes(facts) is not None
+            # Read only inside a started job (outside one the devices are selected as asked).
+            started = facts.creates_processes or facts.launched
+            nodes_known = started and (fields.num_nodes != "auto" or _job_nodes(facts) is not None)
             selected = _select_devices_in_job(accelerator_rule, fields.devices, env, facts, num_nodes, nodes_known)
     except TrainplanError as error:
         report(error)
@@ -1082,25 +1084,19 @@ def _choose_strategy(
                 return name, f"'auto' with {type(options).__name__}"
     count, interactive = len(devices), env.interactive
     for row in rules.auto_strategies:
-        if _auto_row_holds(row, accelerator, count, num_nodes, interactive):
+        if (  # whether the row holds, written out: a call per row would cost more than the test
+            (row.accelerators is None or accelerator in row.accelerators)
+            and count >= row.min_devices
+            and (row.max_devices is None or count <= row.max_devices)
+            and num_nodes >= row.min_nodes
+            and (row.interactive is None or row.interactive == interactive)
+        ):
             return row.strategy, (_auto_reason, (row, num_nodes, count))
     raise MissingRule(table="AUTO_STRATEGIES", key=(accelerator, len(devices), num_nodes, env.interactive))
 
 
 def _auto_reason(row: AutoStrategyRule, num_nodes: int, devices: int) -> str:
     return row.reason.format(num_nodes=num_nodes, devices=devices)
-
-
-def _auto_row_holds(
-    row: AutoStrategyRule, accelerator: AcceleratorName, devices: int, num_nodes: int, interactive: bool
-) -> bool:
-    return (
-        (row.accelerators is None or accelerator in row.accelerators)
-        and devices >= row.min_devices
-        and (row.max_devices is None or devices <= row.max_devices)
-        and num_nodes >= row.min_nodes
-        and (row.interactive is None or row.interactive == interactive)
-    )
 
 
 def _strategy_problems(
