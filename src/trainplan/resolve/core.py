@@ -218,7 +218,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         )
         return None
     env: Environment = given_env
-    if not _check_environment(env, report):
+    if not _plainly_valid(env) and not _check_environment(env, report):  # the common case in one expression first
         return None
     fields = _normalise(request, report, rules)
     notes: list[Note] = list(fields.notes)
@@ -548,6 +548,7 @@ _STRINGS: frozenset[type] = frozenset({str})
 
 
 def _check_environment(env: Environment, report: Report) -> bool:
+    """Each fact checked on its own, each problem reported (when `_plainly_valid` found one somewhere)."""
     ok = True
 
     def bad(field: str, value: object, reason: str) -> None:
@@ -562,8 +563,6 @@ def _check_environment(env: Environment, report: Report) -> bool:
             )
         )
 
-    if _plainly_valid(env):
-        return True
     # The record's types say what each fact is; values written by hand at runtime may still be anything.
     facts: dict[str, object] = {name: getattr(env, name) for name in _ENVIRONMENT_FACTS}
     limits = (
@@ -783,7 +782,7 @@ def _choose_accelerator(flag: AcceleratorFlag, env: Environment, rules: Rules) -
     # written (the environment is a value, so the counts are the same).
     if flag == "auto":
         for rule in rules.accelerators_by_priority:
-            if rule.count_fact is None or int(getattr(env, rule.count_fact)) > 0:  # `_device_count`, inlined
+            if rule.count_fact is None or getattr(env, rule.count_fact) > 0:  # `_device_count`, inlined (checked facts)
                 return rule.name, (_best_available, (env, rules))
         raise MissingRule(table="ACCELERATORS", key="an available accelerator")
     group = rules.accelerator_groups.get(flag)
