@@ -522,18 +522,18 @@ def _plainly_valid(env: Environment) -> bool:
         type(cuda) is int
         and type(xla) is int
         and type(cpus) is int
-        and 0 <= env.cuda_device_count <= MAX_DEVICES_PER_NODE
-        and 0 <= env.xla_device_count <= MAX_DEVICES_PER_NODE
-        and 1 <= env.cpu_count <= MAX_CPU_COUNT
+        and 0 <= cuda <= MAX_DEVICES_PER_NODE
+        and 0 <= xla <= MAX_DEVICES_PER_NODE
+        and 1 <= cpus <= MAX_CPU_COUNT
         and type(initialised) is bool
         and type(mps) is bool
         and type(interactive) is bool
         and usable is None
         and isinstance(methods, tuple)
         and set(map(type, methods)) <= _STRINGS  # strings hash: the subset test below cannot raise
-        and _START_METHODS.issuperset(env.start_methods)
+        and _START_METHODS.issuperset(methods)
         and isinstance(packages, frozenset)
-        and set(map(type, env.packages)) <= _STRINGS
+        and set(map(type, packages)) <= _STRINGS
         and (
             variables.plain
             if isinstance(variables, FrozenMap)
@@ -649,6 +649,14 @@ def _normalise_each(request: Request, report: Report, rules: Rules) -> _Fields:
     )
 
 
+# The normal names, bound here: read a dozen times per call, each through the module would cost an attribute load.
+_NORMAL_ACCELERATORS = normalise.NORMAL_ACCELERATORS
+_NORMAL_PRECISIONS = normalise.NORMAL_PRECISIONS
+_NORMAL_BACKENDS = normalise.NORMAL_BACKENDS
+_NORMAL_CLUSTERS = normalise.NORMAL_CLUSTERS
+_NORMAL_STORES = normalise.NORMAL_STORES
+
+
 def _normal_fields(request: Request, rules: Rules) -> _Fields | None:
     """The fields of a request written in normal names (the common case), each checked at a glance; None sends the
     request through the normalisers field by field (`_normalise_each`), which fold spellings, note aliases and
@@ -667,18 +675,18 @@ def _normal_fields(request: Request, rules: Rules) -> _Fields | None:
     given_notes: object = request.notes
     if not (
         type(accelerator) is str
-        and accelerator in normalise.NORMAL_ACCELERATORS
+        and accelerator in _NORMAL_ACCELERATORS
         and accelerator not in rules.accelerator_alias_notes
         and type(strategy) is str
         and rules.strategy_spellings.get(strategy) == strategy
         and strategy not in rules.strategy_alias_notes
         and type(precision) is str
-        and precision in normalise.NORMAL_PRECISIONS
-        and (backend is None or (type(backend) is str and backend in normalise.NORMAL_BACKENDS))
+        and precision in _NORMAL_PRECISIONS
+        and (backend is None or (type(backend) is str and backend in _NORMAL_BACKENDS))
         and type(cluster) is str
-        and cluster in normalise.NORMAL_CLUSTERS
+        and cluster in _NORMAL_CLUSTERS
         and type(store) is str
-        and store in normalise.NORMAL_STORES
+        and store in _NORMAL_STORES
         and (nodes == "auto" if type(nodes) is str else type(nodes) is int and 1 <= nodes <= MAX_NODES)
         and type(batchnorm) is bool
         and type(usable) is bool
@@ -698,18 +706,18 @@ def _normal_fields(request: Request, rules: Rules) -> _Fields | None:
         except TrainplanError:
             return None
     return _new_fields(
-        accelerator=normalise.NORMAL_ACCELERATORS[accelerator],
+        accelerator=_NORMAL_ACCELERATORS[accelerator],
         strategy=rules.strategy_spellings[strategy],
         devices=devices,  # type: ignore[arg-type]  # checked above, or normalised
         num_nodes=nodes,  # type: ignore[arg-type]  # checked above
-        precision=normalise.NORMAL_PRECISIONS[precision],
-        backend=None if backend is None else normalise.NORMAL_BACKENDS[backend],
-        cluster=normalise.NORMAL_CLUSTERS[cluster],
-        metrics_store=normalise.NORMAL_STORES[store],
+        precision=_NORMAL_PRECISIONS[precision],
+        backend=None if backend is None else _NORMAL_BACKENDS[backend],
+        cluster=_NORMAL_CLUSTERS[cluster],
+        metrics_store=_NORMAL_STORES[store],
         sync_batchnorm=batchnorm,
         select_usable_gpus=usable,
         options=options,
-        notes=tuple([note for note in given_notes if isinstance(note, Note)]),
+        notes=tuple([note for note in given_notes if isinstance(note, Note)]) if given_notes else (),
         ok=True,
     )
 
