@@ -52,10 +52,12 @@ SPELLINGS: dict[str, list[object]] = {
 
 
 def fields_of(fields: core._Fields) -> dict[str, tuple[object, type]]:
-    """Every field with its type (a value equal across types, True and 1, must not pass for the other)."""
+    """Every value with its type (a value equal across types, True and 1, must not pass for the other); `as_given`
+    says how the value was found, not what it is."""
     return {
         field.name: (getattr(fields, field.name), type(getattr(fields, field.name)))
         for field in attrs.fields(core._Fields)
+        if field.name != "as_given"
     }
 
 
@@ -72,6 +74,9 @@ def assert_agrees(request: Request, rules: Rules) -> bool:
         return False
     assert problems == [], f"the shortcut took {request!r}, which the long way refuses"
     assert fields_of(short) == fields_of(long), request
+    assert not long.as_given  # the long way leaves it to `_already_normal`
+    if short.as_given:  # as given: the request holds the very values (a request with notes is left to compare)
+        assert core._already_normal(request, short), request
     return True
 
 
@@ -82,6 +87,7 @@ def test_every_request_in_normal_names_takes_the_shortcut_to_the_same_fields(rul
     for accelerator, strategy, precision in itertools.product(accelerators, strategies, PRECISIONS):
         request = Request(accelerator=accelerator, strategy=strategy, precision=precision)  # type: ignore[arg-type]
         assert assert_agrees(request, rules), request
+        assert core._normal_fields(request, rules).as_given  # type: ignore[union-attr]  # taken: just asserted
     for backend, cluster, store in itertools.product([None, *BACKENDS], CLUSTER_FLAGS, METRICS_STORES):
         request = Request(process_group_backend=backend, cluster=cluster, metrics_store=store)
         assert assert_agrees(request, rules), request
@@ -102,6 +108,7 @@ def test_a_refused_or_aliased_field_takes_the_long_way_with_its_notes_and_proble
     assert core._normal_fields(Request(strategy="single_tpu"), BUILTIN_RULES) is None  # type: ignore[arg-type]
     assert core._normal_fields(Request(precision=16), BUILTIN_RULES) is None
     assert core._normal_fields(Request(devices=0), BUILTIN_RULES) is None
+    assert core._normal_fields(Request(devices=[1, 0]), BUILTIN_RULES) is not None  # indices: normalised, not given
     fields, problems = long_way(Request(precision="bf16", devices=0), BUILTIN_RULES)
     assert [note.code for note in fields.notes] == ["precision-alias"]
     assert [problem.field for problem in problems] == ["devices"]  # type: ignore[attr-defined]

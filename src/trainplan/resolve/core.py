@@ -168,6 +168,7 @@ class _Fields:
     options: StrategyOptions | None
     notes: tuple[Note, ...]
     ok: bool
+    as_given: bool  # the request holds these very values: it is its own normal form
 
 
 # The resolver's records, built without the class call's detour (its keywords packed into a dict) and without
@@ -427,7 +428,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         return None
     normal_request = (
         request
-        if _already_normal(request, fields)
+        if fields.as_given or _already_normal(request, fields)
         else Request(
             accelerator=fields.accelerator,
             strategy=fields.strategy,
@@ -645,6 +646,7 @@ def _normalise_each(request: Request, report: Report, rules: Rules) -> _Fields:
         precision=precision,
         notes=tuple(notes),
         ok=not problems,
+        as_given=False,  # `_already_normal` tells
         **converted,
     )
 
@@ -693,6 +695,7 @@ def _normal_fields(request: Request, rules: Rules) -> _Fields | None:
         and type(given_notes) is tuple
     ):
         return None
+    given_devices = devices
     if not (
         devices == "auto" if type(devices) is str else type(devices) is int and 0 < devices <= MAX_DEVICES_PER_NODE
     ):
@@ -702,23 +705,26 @@ def _normal_fields(request: Request, rules: Rules) -> _Fields | None:
             return None
     if options is not None:
         try:
-            options = normalise.strategy_options(options)
+            options = normalise.strategy_options(options)  # the record itself, its values checked
         except TrainplanError:
             return None
+    # A normal name is its own normal form: the request's own values are kept (equal to the normalisers' names), so
+    # a request without notes whose devices needed no rewriting is its own normal form, known without comparing.
     return _new_fields(
-        accelerator=_NORMAL_ACCELERATORS[accelerator],
-        strategy=rules.strategy_spellings[strategy],
+        accelerator=accelerator,  # type: ignore[arg-type]  # a normal name, checked above
+        strategy=strategy,  # type: ignore[arg-type]  # a normal name of the rule set, checked above
         devices=devices,  # type: ignore[arg-type]  # checked above, or normalised
         num_nodes=nodes,  # type: ignore[arg-type]  # checked above
-        precision=_NORMAL_PRECISIONS[precision],
-        backend=None if backend is None else _NORMAL_BACKENDS[backend],
-        cluster=_NORMAL_CLUSTERS[cluster],
-        metrics_store=_NORMAL_STORES[store],
+        precision=precision,  # type: ignore[arg-type]  # a normal name, checked above
+        backend=backend,  # type: ignore[arg-type]  # None or a normal name, checked above
+        cluster=cluster,  # type: ignore[arg-type]  # a normal name, checked above
+        metrics_store=store,  # type: ignore[arg-type]  # a normal name, checked above
         sync_batchnorm=batchnorm,
         select_usable_gpus=usable,
         options=options,
         notes=tuple([note for note in given_notes if isinstance(note, Note)]) if given_notes else (),
         ok=True,
+        as_given=devices is given_devices and not given_notes,
     )
 
 

@@ -67,17 +67,13 @@ _BACKENDS: Final[Mapping[str, BackendName]] = {name: name for name in BACKENDS}
 _CLUSTERS: Final[Mapping[str, ClusterFlag]] = {**{name: name for name in CLUSTER_FLAGS}, **CLUSTER_ALIASES}
 _STORES: Final[Mapping[str, MetricsStore]] = {name: name for name in METRICS_STORES}
 
-# Each name that is its own normal form, mapped to the very object its normaliser returns for it: the resolver takes
-# a request written in normal names (the common case) without a normaliser call per field, and gets the same values.
-NORMAL_ACCELERATORS: Final[Mapping[str, AcceleratorFlag]] = {
-    name: normal for name, normal in _ACCELERATORS.items() if name == normal
-}
-NORMAL_PRECISIONS: Final[Mapping[str, PrecisionName]] = {name: _PRECISIONS[name] for name in PRECISIONS}
-NORMAL_BACKENDS: Final[Mapping[str, BackendName]] = _BACKENDS
-NORMAL_CLUSTERS: Final[Mapping[str, ClusterFlag]] = {
-    name: normal for name, normal in _CLUSTERS.items() if name == normal
-}
-NORMAL_STORES: Final[Mapping[str, MetricsStore]] = _STORES
+# The names that are their own normal form: the resolver takes a request written in them (the common case) without a
+# normaliser call per field, and gets the values the normalisers would give.
+NORMAL_ACCELERATORS: Final[frozenset[str]] = frozenset(name for name, normal in _ACCELERATORS.items() if name == normal)
+NORMAL_PRECISIONS: Final[frozenset[str]] = frozenset(PRECISIONS)
+NORMAL_BACKENDS: Final[frozenset[str]] = frozenset(_BACKENDS)
+NORMAL_CLUSTERS: Final[frozenset[str]] = frozenset(name for name, normal in _CLUSTERS.items() if name == normal)
+NORMAL_STORES: Final[frozenset[str]] = frozenset(_STORES)
 
 
 def _name(field: str, value: object, table: Mapping[str, str], allowed: tuple[object, ...]) -> str:
