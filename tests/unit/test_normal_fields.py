@@ -160,7 +160,11 @@ def test_the_trusted_constructor_refuses_records_whose_checks_it_would_skip() ->
     class Collected:
         items: list[int] = attrs.Factory(list)
 
-    records: tuple[type[object], ...] = (Validated, Checked, Collected)
+    @attrs.define(kw_only=True, slots=False)
+    class Unslotted:
+        count: int
+
+    records: tuple[type[object], ...] = (Validated, Checked, Collected, Unslotted)
     for record in records:
         with pytest.raises(TypeError, match="build it by calling the class"):
             trusted_constructor(record)

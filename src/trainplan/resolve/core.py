@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import attrs
 
@@ -61,8 +61,6 @@ from trainplan.spec.tables import (
     lookup,
 )
 
-T = TypeVar("T")
-P = ParamSpec("P")
 Report = Callable[[TrainplanError], None]
 
 

@@ -153,7 +153,7 @@ R = TypeVar("R")
 
 
 def trusted_constructor(record: Callable[P, R]) -> Callable[P, R]:
-    """A constructor of the frozen, slotted attrs class `record` for values already in their converted form.
+    """A constructor of the slotted attrs class `record` (frozen or not) for values already in their converted form.
 
     It takes the class's own keywords (so a type checker checks every call as it checks `record(...)`) and sets each
     field straight through its slot: no converter runs, and the keywords are not packed into a dict, as calling a
@@ -162,6 +162,8 @@ def trusted_constructor(record: Callable[P, R]) -> Callable[P, R]:
     """
     cls: Any = record
     fields = attrs.fields(cls)
+    if "__slots__" not in vars(cls):
+        raise TypeError(f"{cls.__name__} is not slotted: build it by calling the class")
     if any(field.validator is not None for field in fields) or hasattr(cls, "__attrs_post_init__"):
         raise TypeError(f"{cls.__name__} validates its fields: build it by calling the class")
     if any(isinstance(field.default, attrs.Factory) for field in fields):  # type: ignore[arg-type]
