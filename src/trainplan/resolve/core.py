@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import attrs
 
@@ -27,7 +27,7 @@ from trainplan.resolve.visible import visible_entries
 from trainplan.spec import option_checks
 from trainplan.spec.environment import DeviceCounts, Environment
 from trainplan.spec.errors import Incompatible, InvalidRequest, TrainplanError, Unavailable
-from trainplan.spec.frozen import FrozenMap, LazyTexts, Text
+from trainplan.spec.frozen import FrozenMap, LazyTexts, Text, trusted_constructor
 from trainplan.spec.names import (
     START_METHODS,
     AcceleratorFlag,
@@ -53,6 +53,7 @@ from trainplan.spec.tables import (
     HOST_METRICS_STORE,
     MAX_CPU_COUNT,
     MAX_DEVICES_PER_NODE,
+    MAX_NODES,
     MAX_WORLD_SIZE,
     SELECTED_DEVICES_VARIABLE,
     AcceleratorRule,
@@ -64,8 +65,6 @@ from trainplan.spec.tables import (
     lookup,
 )
 
-T = TypeVar("T")
-P = ParamSpec("P")
 Report = Callable[[TrainplanError], None]
 
 
@@ -93,14 +92,15 @@ def resolve(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) ->
 
 def resolve_uncached(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> Plan:
     """`resolve` without the memo: every call runs every step (for benchmarks of the cold path)."""
-
-    def raise_it(error: TrainplanError) -> None:
-        raise error
-
-    plan = _run(request, env, raise_it, rules)
+    plan = _run(request, env, _raise, rules)
     if plan is None:  # pragma: no cover - the raising sink ends every failed run before this
         raise TrainplanError("resolve reached no plan and no error; please report this")
     return plan
+
+
+def _raise(error: TrainplanError) -> None:
+    """The sink of `resolve`: the first problem ends it."""
+    raise error
 
 
 @functools.lru_cache(maxsize=1024)
@@ -152,15 +152,6 @@ def check(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> I
     yield from problems
 
 
-def _attempt(report: Report, fallback: T, step: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-    """`step(*args, **kwargs)`, or `fallback` after reporting its refusal."""
-    try:
-        return step(*args, **kwargs)
-    except TrainplanError as error:
-        report(error)
-        return fallback
-
-
 # --------------------------------------------------------------------------------------------------
 
 
@@ -181,7 +172,17 @@ class _Fields:
     options: StrategyOptions | None
     notes: tuple[Note, ...]
     ok: bool
+    as_given: bool  # the request holds these very values: it is its own normal form
 
+
+# The resolver's records, built without the class call's detour (its keywords packed into a dict) and without
+# converters: every value passed is already in the form the converters give (tuples, a LazyTexts map).
+_new_fields = trusted_constructor(_Fields)
+_new_note = trusted_constructor(Note)
+_new_strategy_choice = trusted_constructor(StrategyChoice)
+_new_cluster_info = trusted_constructor(ClusterInfo)
+_new_metric_placement = trusted_constructor(MetricPlacement)
+_new_plan = trusted_constructor(Plan)
 
 _AUTO_NODES: NumNodes = "auto"
 
@@ -227,19 +228,28 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         )
         return None
     env: Environment = given_env
-    if not _check_environment(env, report):
+    if not _plainly_valid(env) and not _check_environment(env, report):  # the common case in one expression first
         return None
     fields = _normalise(request, report, rules)
     notes: list[Note] = list(fields.notes)
     reasons: dict[str, Text] = {}  # rendered when read (LazyTexts): the cold path writes no explanation
 
-    facts = _attempt(report, _FALLBACK_CLUSTER, detect, fields.cluster, env.variables, rules)
+    # Each step that can refuse is tried in place (a helper taking the step would cost a call per step): `resolve`'s
+    # sink raises the refusal, `check`'s keeps it and the step's neutral fallback is taken.
+    try:
+        facts = detect(fields.cluster, env.variables, rules)
+    except TrainplanError as error:
+        report(error)
+        facts = _FALLBACK_CLUSTER
     notes.extend(facts.notes)
     num_nodes, nodes_reason = _choose_num_nodes(fields.num_nodes, facts)
 
-    chosen: tuple[AcceleratorKey, Text] | None = _attempt(
-        report, None, _choose_accelerator, fields.accelerator, env, rules
-    )
+    chosen: tuple[AcceleratorKey, Text] | None
+    try:
+        chosen = _choose_accelerator(fields.accelerator, env, rules)
+    except TrainplanError as error:
+        report(error)
+        chosen = None
     if chosen is None:
         if fields.accelerator not in rules.accelerators:
             return None
@@ -258,22 +268,22 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     accelerator, reasons["accelerator"] = chosen
     accelerator_rule = lookup(rules.accelerators, accelerator, name="ACCELERATORS")
     if fields.accelerator == "auto":
-        notes.append(Note(code="accelerator-auto", level="info", message=f"accelerator='auto' chose {accelerator!r}"))
-
-    if fields.select_usable_gpus:
-        selected = _attempt(report, None, _select_usable_devices, accelerator_rule, fields.devices, env)
-    else:
-        selected = _attempt(
-            report,
-            None,
-            _select_devices_in_job,
-            accelerator_rule,
-            fields.devices,
-            env,
-            facts,
-            num_nodes,
-            (fields.num_nodes != "auto" or _job_nodes(facts) is not None),
+        notes.append(
+            _new_note(code="accelerator-auto", level="info", message=f"accelerator='auto' chose {accelerator!r}")
         )
+
+    selected: tuple[tuple[int, ...], str, tuple[Note, ...]] | None
+    try:
+        if fields.select_usable_gpus:
+            selected = _select_usable_devices(accelerator_rule, fields.devices, env)
+        else:
+            # Read only inside a started job (outside one the devices are selected as asked).
+            started = facts.creates_processes or facts.launched
+            nodes_known = started and (fields.num_nodes != "auto" or _job_nodes(facts) is not None)
+            selected = _select_devices_in_job(accelerator_rule, fields.devices, env, facts, num_nodes, nodes_known)
+    except TrainplanError as error:
+        report(error)
+        selected = None
     if selected is None:
         devices: tuple[int, ...] = (0,)
         reasons["devices"] = "fallback after an error"
@@ -289,7 +299,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         # as its script counterpart, under every launcher alike.
         instead = rules.script_strategy_for[strategy_name]
         notes.append(
-            Note(
+            _new_note(
                 code="script-strategy",
                 level="warning",
                 message=(
@@ -301,16 +311,25 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         reasons["strategy"] = f"{_rendered(reasons['strategy'])}; inside a started job it runs as {instead!r}"
         strategy_name = instead
     if fields.strategy == "auto":
-        notes.append(Note(code="strategy-auto", level="info", message=f"strategy='auto' chose {strategy_name!r}"))
+        notes.append(_new_note(code="strategy-auto", level="info", message=f"strategy='auto' chose {strategy_name!r}"))
     rule = lookup(rules.strategies, strategy_name, name="STRATEGIES")
     family = lookup(rules.families, rule.family, name="FAMILIES")
 
     chosen_by = (
-        fields.options if fields.strategy == "auto" and strategy_name in rules.auto_for_options.values() else None
+        fields.options
+        if fields.options is not None  # first: without options nothing chose by them (and the test is cheapest)
+        and fields.strategy == "auto"
+        and strategy_name in rules.auto_for_options.values()
+        else None
     )
     for problem in _strategy_problems(strategy_name, family, accelerator_rule, devices, num_nodes, env, chosen_by):
         report(problem)
-    options = _attempt(report, None, _merge_options, strategy_name, rule, family, fields.options)
+    options: StrategyOptions | None
+    try:
+        options = _merge_options(strategy_name, rule, family, fields.options)
+    except TrainplanError as error:
+        report(error)
+        options = None
 
     processes_per_node = len(devices) if family.multi_process else 1
     world_size = num_nodes * processes_per_node
@@ -325,19 +344,22 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         )
     reasons["layout"] = (str.format, ("{}; nodes: {}", family.description, nodes_reason))
 
-    launcher = _attempt(
-        report, _FALLBACK_LAUNCHER, _choose_launcher, strategy_name, rule, family, facts, env, accelerator_rule, rules
-    )
+    launcher: LauncherName
+    try:
+        launcher = _choose_launcher(strategy_name, rule, family, facts, env, accelerator_rule, rules)
+    except TrainplanError as error:
+        report(error)
+        launcher = _FALLBACK_LAUNCHER
     launcher_rule = lookup(rules.launchers, launcher, name="LAUNCHERS")
     reasons["launcher"] = launcher_rule.description
     if launcher_rule.joins and facts.launched:
         reasons["launcher"] = "trainplan's launcher already started every process; join its world"
 
-    cluster = _attempt(
-        report, None, _place_in_cluster, facts, num_nodes, processes_per_node, world_size, launcher, rules
-    )
-    if cluster is None:
-        cluster = ClusterInfo(
+    try:
+        cluster = _place_in_cluster(facts, num_nodes, processes_per_node, world_size, launcher, rules)
+    except TrainplanError as error:
+        report(error)
+        cluster = _new_cluster_info(
             kind=facts.kind,
             creates_processes=facts.creates_processes,
             main_address=facts.main_address or "127.0.0.1",
@@ -350,7 +372,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     cluster_rule = lookup(rules.clusters, facts.kind, name="CLUSTERS")
     if not cluster_rule.creates_processes and num_nodes > 1 and facts.address_from is None:
         notes.append(
-            Note(
+            _new_note(
                 code="multi-node-local",
                 level="warning",
                 message=(
@@ -360,7 +382,12 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
             )
         )
 
-    backend = _attempt(report, None, _choose_backend, fields.backend, family, strategy_name, accelerator_rule, rules)
+    backend: BackendKey | None
+    try:
+        backend = _choose_backend(fields.backend, family, strategy_name, accelerator_rule, rules)
+    except TrainplanError as error:
+        report(error)
+        backend = None
     if family.has_process_group and backend is not None:
         backend_rule = lookup(rules.backends, backend, name="BACKENDS")
         how = "asked for {!r} ({})" if fields.backend is not None else "the default for {!r} ({})"
@@ -373,10 +400,10 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     else:
         reasons["backend"] = "a single process creates no process group"
 
-    precision = _attempt(
-        report, None, _choose_precision, fields.precision, accelerator, strategy_name, family, env, notes, rules
-    )
-    if precision is None:
+    try:
+        precision = _choose_precision(fields.precision, accelerator, strategy_name, family, env, notes, rules)
+    except TrainplanError as error:
+        report(error)
         precision = fields.precision
     reasons["precision"] = lookup(rules.precisions, precision, name="PRECISIONS").description
 
@@ -415,7 +442,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         return None
     normal_request = (
         request
-        if _already_normal(request, fields)
+        if fields.as_given or _already_normal(request, fields)
         else Request(
             accelerator=fields.accelerator,
             strategy=fields.strategy,
@@ -433,7 +460,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     )
     if (fields.devices == "auto" or fields.num_nodes == "auto") and (facts.creates_processes or facts.launched):
         notes.append(
-            Note(
+            _new_note(
                 code="job-layout",
                 level="info",
                 message=(
@@ -442,10 +469,10 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
                 ),
             )
         )
-    return Plan(
+    return _new_plan(
         request=normal_request,
         accelerator=accelerator,
-        strategy=StrategyChoice(name=strategy_name, family=rule.family, options=options),
+        strategy=_new_strategy_choice(name=strategy_name, family=rule.family, options=options),
         devices=devices,
         physical_devices=_physical_devices(accelerator_rule, devices, env),
         num_nodes=num_nodes,
@@ -511,18 +538,18 @@ def _plainly_valid(env: Environment) -> bool:
         type(cuda) is int
         and type(xla) is int
         and type(cpus) is int
-        and 0 <= env.cuda_device_count <= MAX_DEVICES_PER_NODE
-        and 0 <= env.xla_device_count <= MAX_DEVICES_PER_NODE
-        and 1 <= env.cpu_count <= MAX_CPU_COUNT
+        and 0 <= cuda <= MAX_DEVICES_PER_NODE
+        and 0 <= xla <= MAX_DEVICES_PER_NODE
+        and 1 <= cpus <= MAX_CPU_COUNT
         and type(initialised) is bool
         and type(mps) is bool
         and type(interactive) is bool
         and usable is None
         and isinstance(methods, tuple)
         and set(map(type, methods)) <= _STRINGS  # strings hash: the subset test below cannot raise
-        and _START_METHODS.issuperset(env.start_methods)
+        and _START_METHODS.issuperset(methods)
         and isinstance(packages, frozenset)
-        and set(map(type, env.packages)) <= _STRINGS
+        and set(map(type, packages)) <= _STRINGS
         and type(counts) is DeviceCounts
         and not counts  # downstream accelerators' counts: checked one by one by _check_environment
         and (
@@ -539,6 +566,7 @@ _STRINGS: frozenset[type] = frozenset({str})
 
 
 def _check_environment(env: Environment, report: Report) -> bool:
+    """Each fact checked on its own, each problem reported (when `_plainly_valid` found one somewhere)."""
     ok = True
 
     def bad(field: str, value: object, reason: str) -> None:
@@ -553,8 +581,6 @@ def _check_environment(env: Environment, report: Report) -> bool:
             )
         )
 
-    if _plainly_valid(env):
-        return True
     # The record's types say what each fact is; values written by hand at runtime may still be anything.
     facts: dict[str, object] = {name: getattr(env, name) for name in _ENVIRONMENT_FACTS}
     limits = (
@@ -610,6 +636,12 @@ def _check_environment(env: Environment, report: Report) -> bool:
 def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
     """Every field in its normal form; each refused field is reported (in field order) and takes its default, so
     that `check` lists every problem and `resolve` raises the first."""
+    fields = _normal_fields(request, rules)  # the common case, at a glance
+    return fields if fields is not None else _normalise_each(request, report, rules)
+
+
+def _normalise_each(request: Request, report: Report, rules: Rules) -> _Fields:
+    """`_normalise` field by field, through each field's normaliser."""
     problems: list[TrainplanError] = []
     given_notes: object = request.notes
     notes: list[Note] = (
@@ -626,7 +658,7 @@ def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
     raw_accelerator: object = request.accelerator
     if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() in rules.accelerator_alias_notes:
         message = rules.accelerator_alias_notes[raw_accelerator.strip().lower()]
-        notes.append(Note(code="accelerator-alias", level="deprecation", message=message))
+        notes.append(_new_note(code="accelerator-alias", level="deprecation", message=message))
     strategy: StrategyFlag | CustomName = _step(
         problems, "auto", normalise.strategy_in, request.strategy, rules.strategy_spellings
     )
@@ -643,13 +675,91 @@ def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
             converted[name] = fallback
     for problem in problems:
         report(problem)
-    return _Fields(
+    return _new_fields(
         accelerator=accelerator,
         strategy=strategy,
         precision=precision,
         notes=tuple(notes),
         ok=not problems,
+        as_given=False,  # `_already_normal` tells
         **converted,
+    )
+
+
+# The normal names, bound here: read a dozen times per call, each through the module would cost an attribute load.
+_NORMAL_ACCELERATORS = normalise.NORMAL_ACCELERATORS
+_NORMAL_PRECISIONS = normalise.NORMAL_PRECISIONS
+_NORMAL_BACKENDS = normalise.NORMAL_BACKENDS
+_NORMAL_CLUSTERS = normalise.NORMAL_CLUSTERS
+_NORMAL_STORES = normalise.NORMAL_STORES
+
+
+def _normal_fields(request: Request, rules: Rules) -> _Fields | None:
+    """The fields of a request written in normal names (the common case), each checked at a glance; None sends the
+    request through the normalisers field by field (`_normalise_each`), which fold spellings, note aliases and
+    report refusals. Both give the same values: tests/unit/test_normal_fields.py compares them."""
+    accelerator: object = request.accelerator
+    strategy: object = request.strategy
+    precision: object = request.precision
+    backend: object = request.process_group_backend
+    cluster: object = request.cluster
+    store: object = request.metrics_store
+    nodes: object = request.num_nodes
+    devices: object = request.devices
+    options: object = request.strategy_options
+    batchnorm: object = request.sync_batchnorm
+    usable: object = request.select_usable_gpus
+    given_notes: object = request.notes
+    if not (
+        type(accelerator) is str
+        and accelerator in _NORMAL_ACCELERATORS
+        and accelerator not in rules.accelerator_alias_notes
+        and type(strategy) is str
+        and rules.strategy_spellings.get(strategy) == strategy
+        and strategy not in rules.strategy_alias_notes
+        and type(precision) is str
+        and precision in _NORMAL_PRECISIONS
+        and (backend is None or (type(backend) is str and backend in _NORMAL_BACKENDS))
+        and type(cluster) is str
+        and cluster in _NORMAL_CLUSTERS
+        and type(store) is str
+        and store in _NORMAL_STORES
+        and (nodes == "auto" if type(nodes) is str else type(nodes) is int and 1 <= nodes <= MAX_NODES)
+        and type(batchnorm) is bool
+        and type(usable) is bool
+        and type(given_notes) is tuple
+    ):
+        return None
+    given_devices = devices
+    if not (
+        devices == "auto" if type(devices) is str else type(devices) is int and 0 < devices <= MAX_DEVICES_PER_NODE
+    ):
+        try:
+            devices = normalise.devices(devices)  # indices, -1, or a refusal the field-by-field pass reports
+        except TrainplanError:
+            return None
+    if options is not None:
+        try:
+            options = option_checks.strategy_options(options)  # the record itself, its values checked
+        except TrainplanError:
+            return None
+    # A normal name is its own normal form: the request's own values are kept (equal to the normalisers' names), so
+    # a request without notes whose devices needed no rewriting is its own normal form, known without comparing.
+    return _new_fields(
+        accelerator=accelerator,  # type: ignore[arg-type]  # a normal name, checked above
+        strategy=strategy,  # type: ignore[arg-type]  # a normal name of the rule set, checked above
+        devices=devices,  # type: ignore[arg-type]  # checked above, or normalised
+        num_nodes=nodes,  # type: ignore[arg-type]  # checked above
+        precision=precision,  # type: ignore[arg-type]  # a normal name, checked above
+        backend=backend,  # type: ignore[arg-type]  # None or a normal name, checked above
+        cluster=cluster,  # type: ignore[arg-type]  # a normal name, checked above
+        metrics_store=store,  # type: ignore[arg-type]  # a normal name, checked above
+        sync_batchnorm=batchnorm,
+        select_usable_gpus=usable,
+        options=options,
+        notes=tuple([note for note in given_notes if isinstance(note, Note)]) if given_notes else (),
+        ok=True,
+        as_given=devices is given_devices and not given_notes,
     )
 
 
@@ -705,8 +815,8 @@ def _available(env: Environment, rules: Rules) -> dict[AcceleratorKey, int]:
     return found
 
 
-def _best_available(found: Mapping[AcceleratorKey, int], rules: Rules) -> str:
-    return f"the best available of {_describe(found, rules)} (order: {rules.accelerator_order})"
+def _best_available(env: Environment, rules: Rules) -> str:
+    return f"the best available of {_describe(_available(env, rules), rules)} (order: {rules.accelerator_order})"
 
 
 def _rendered(text: Text) -> str:
@@ -731,31 +841,39 @@ def _describe(found: Mapping[AcceleratorKey, int], rules: Rules) -> str:
 def _choose_accelerator(
     flag: AcceleratorFlag | CustomName, env: Environment, rules: Rules
 ) -> tuple[AcceleratorKey, Text]:
-    found = _available(env, rules)
+    # Each branch counts only the accelerators it asks about: every count is read again for a message when one is
+    # written (the environment is a value, so the counts are the same).
     if flag == "auto":
-        best = next(rule.name for rule in rules.accelerators_by_priority if rule.name in found)
-        return best, (_best_available, (found, rules))
+        for rule in rules.accelerators_by_priority:
+            fact = rule.count_fact  # `_visible`, inlined (the facts are checked)
+            if (
+                fact is None
+                or (env.device_counts.get(rule.name, 0) if fact == _SUPPLIED_COUNTS else getattr(env, fact)) > 0
+            ):
+                return rule.name, (_best_available, (env, rules))
+        raise MissingRule(table="ACCELERATORS", key="an available accelerator")
     group = rules.accelerator_groups.get(flag)
     if group is not None:
         for member in group:
-            if member in found:
+            member_rule = rules.accelerators.get(member)
+            if member_rule is not None and _visible(env, member_rule) > 0:
                 return member, f"accelerator={flag!r} means {member!r} here"
         members = " or ".join(name.upper() for name in group)
         raise Unavailable(
             requested=f"accelerator={flag!r}",
-            available=_describe(found, rules),
+            available=_describe(_available(env, rules), rules),
             fix=f"Use accelerator='cpu' (or 'auto'), or run where a {members} GPU is visible",
         )
     name: AcceleratorKey = flag  # type: ignore[assignment]  # the normaliser folds aliases; groups are above
     rule = lookup(rules.accelerators, name, name="ACCELERATORS")
-    if name not in found:
+    if _visible(env, rule) <= 0:
         variable = rule.visibility_variable
         hidden = variable is not None and variable in env.variables
         hidden = hidden and env.variables.get(variable or "", "").strip() in ("", "-1")
         supplied = rule.count_fact == _SUPPLIED_COUNTS
         raise Unavailable(
             requested=f"accelerator={name!r}",
-            available=_describe(found, rules)
+            available=_describe(_available(env, rules), rules)
             + (f" ({variable} hides every GPU)" if hidden else "")
             + (f"; Environment.device_counts has no {name!r} devices" if supplied else ""),
             fix=f"Pass the count the device plugin sees, e.g. probe().with_device_counts({{{name!r}: 8}}), or use "
@@ -777,7 +895,7 @@ def _select_devices(
     if spec == "auto":
         interactive = rule.interactive_auto_devices
         if interactive is not None and env.interactive and total > interactive:
-            note = Note(
+            note = _new_note(
                 code="devices-interactive",
                 level="info",
                 message=(
@@ -791,7 +909,7 @@ def _select_devices(
         return (
             tuple(range(total)),
             f"'auto': all {total} visible {noun}",
-            (Note(code="devices-auto", level="info", message=f"devices='auto' chose {total} {noun}"),),
+            (_new_note(code="devices-auto", level="info", message=f"devices='auto' chose {total} {noun}"),),
         )
     if spec == -1:
         return tuple(range(total)), f"-1: all {total} visible {noun}", ()
@@ -911,7 +1029,7 @@ def _select_devices_in_job(
     if rule.count_fact is None or len(spec) > _visible(env, rule):
         return _select_devices(rule, spec, env)  # the facts disagree: report the indices as usual
     renumbered = tuple(range(len(spec)))
-    note = Note(
+    note = _new_note(
         code="job-devices",
         level="info",
         message=(
@@ -1008,7 +1126,7 @@ def _counted_devices(spec: DevicesSpec, env: Environment) -> tuple[tuple[int, ..
     notes: tuple[Note, ...] = ()
     if spec > env.cpu_count:
         notes = (
-            Note(
+            _new_note(
                 code="cpu-oversubscribed",
                 level="warning",
                 message=f"{spec} CPU processes on {env.cpu_count} CPU(s): they will compete for cores",
@@ -1036,26 +1154,21 @@ def _choose_strategy(
         for family, name in rules.auto_for_options.items():
             if isinstance(options, OPTION_TYPES[family]):
                 return name, f"'auto' with {type(options).__name__}"
+    count, interactive = len(devices), env.interactive
     for row in rules.auto_strategies:
-        if _auto_row_holds(row, accelerator, len(devices), num_nodes, env.interactive):
-            return row.strategy, (_auto_reason, (row, num_nodes, len(devices)))
+        if (  # whether the row holds, written out: a call per row would cost more than the test
+            (row.accelerators is None or accelerator in row.accelerators)
+            and count >= row.min_devices
+            and (row.max_devices is None or count <= row.max_devices)
+            and num_nodes >= row.min_nodes
+            and (row.interactive is None or row.interactive == interactive)
+        ):
+            return row.strategy, (_auto_reason, (row, num_nodes, count))
     raise MissingRule(table="AUTO_STRATEGIES", key=(accelerator, len(devices), num_nodes, env.interactive))
 
 
 def _auto_reason(row: AutoStrategyRule, num_nodes: int, devices: int) -> str:
     return row.reason.format(num_nodes=num_nodes, devices=devices)
-
-
-def _auto_row_holds(
-    row: AutoStrategyRule, accelerator: AcceleratorKey, devices: int, num_nodes: int, interactive: bool
-) -> bool:
-    return (
-        (row.accelerators is None or accelerator in row.accelerators)
-        and devices >= row.min_devices
-        and (row.max_devices is None or devices <= row.max_devices)
-        and num_nodes >= row.min_nodes
-        and (row.interactive is None or row.interactive == interactive)
-    )
 
 
 def _strategy_problems(
@@ -1298,7 +1411,7 @@ def _place_in_cluster(
     in_this_process = not launcher_rule.starts_processes and not launcher_rule.joins
     if in_this_process and world_size == 1 and global_rank is None:
         global_rank, local_rank = 0, 0
-    return ClusterInfo(
+    return _new_cluster_info(
         kind=facts.kind,
         creates_processes=facts.creates_processes,
         main_address=address,
@@ -1354,7 +1467,7 @@ def _choose_precision(
     if accelerator in rule.fallback:
         precision = rule.fallback[accelerator]
         notes.append(
-            Note(
+            _new_note(
                 code="precision-fallback",
                 level="warning",
                 message=(
@@ -1385,7 +1498,7 @@ def _metric_placement(
     device_type = accelerator.device_type
     where = "on the CPU" if store == HOST_METRICS_STORE or accelerator.host else f"on the {device_type} device"
     if world_size == 1 or backend is None:
-        return MetricPlacement(
+        return _new_metric_placement(
             default_store=store,
             device_type=device_type,
             reduces_on="nowhere",
@@ -1395,7 +1508,7 @@ def _metric_placement(
     rule = lookup(rules.backends, backend, name="BACKENDS")
     if rule.needs_device_tensors:
         moves = not accelerator.host
-        return MetricPlacement(
+        return _new_metric_placement(
             default_store=store,
             device_type=device_type,
             reduces_on="device",
@@ -1405,7 +1518,7 @@ def _metric_placement(
                 f"values are moved to the {device_type} device for each reduction and back"
             ),
         )
-    return MetricPlacement(
+    return _new_metric_placement(
         default_store=store,
         device_type=device_type,
         reduces_on="where_stored",
@@ -1478,7 +1591,7 @@ def _advice(
     notes: list[Note] = []
     if fields.sync_batchnorm and (world_size == 1 or not family.has_process_group):
         notes.append(
-            Note(
+            _new_note(
                 code="sync-batchnorm-no-effect",
                 level="warning",
                 message="sync_batchnorm=True has no effect: batch statistics are synchronised across processes, "
@@ -1487,7 +1600,9 @@ def _advice(
         )
     if fields.metrics_store == HOST_METRICS_STORE and accelerator.host:
         notes.append(
-            Note(code="metrics-store-cpu", level="info", message="metrics_store='cpu' changes nothing on a CPU run")
+            _new_note(
+                code="metrics-store-cpu", level="info", message="metrics_store='cpu' changes nothing on a CPU run"
+            )
         )
     return notes
 

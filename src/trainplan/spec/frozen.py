@@ -1,9 +1,10 @@
-"""An immutable, hashable string mapping, so records holding environment variables stay frozen values."""
+"""Immutable values: a hashable string mapping (so records holding environment variables stay frozen values), and
+a cheap constructor for frozen records whose values are known to be in form."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, ParamSpec, TypeAlias, TypeVar
 
 import attrs
 
@@ -145,6 +146,46 @@ def freeze_sequence(value: object) -> object:
         except TypeError:
             return tuple(value)
     return value
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def trusted_constructor(record: Callable[P, R]) -> Callable[P, R]:
+    """A constructor of the slotted attrs class `record` (frozen or not) for values already in their converted form.
+
+    It takes the class's own keywords (so a type checker checks every call as it checks `record(...)`) and sets each
+    field straight through its slot: no converter runs, and the keywords are not packed into a dict, as calling a
+    class does. The resolver builds its plan's records with it on its cold path; everyone else calls the class.
+    A class with validators or `__attrs_post_init__` is refused: skipping those would not be honest.
+    """
+    cls: Any = record
+    fields = attrs.fields(cls)
+    if "__slots__" not in vars(cls):
+        raise TypeError(f"{cls.__name__} is not slotted: build it by calling the class")
+    if any(field.validator is not None for field in fields) or hasattr(cls, "__attrs_post_init__"):
+        raise TypeError(f"{cls.__name__} validates its fields: build it by calling the class")
+    if any(isinstance(field.default, attrs.Factory) for field in fields):  # type: ignore[arg-type]
+        raise TypeError(f"{cls.__name__} has a default factory: build it by calling the class")
+    names = [field.name for field in fields]
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    parameters: list[str] = []
+    for field in fields:
+        if field.default is attrs.NOTHING:
+            parameters.append(field.name)
+        else:
+            namespace[f"_default_{field.name}"] = field.default
+            parameters.append(f"{field.name}=_default_{field.name}")
+        namespace[f"_set_{field.name}"] = cls.__dict__[field.name].__set__  # the slot's own setter
+    # Generated, as attrs generates __init__: one straight line of slot stores is what makes it cheap. A class that
+    # takes plain assignment (not frozen, no hooks) is assigned to; a frozen one is set through its slots.
+    plain = cls.__setattr__ is object.__setattr__
+    body = "".join(f"    self.{name} = {name}\n" if plain else f"    _set_{name}(self, {name})\n" for name in names)
+    source = f"def build(*, {', '.join(parameters)}):\n    self = _new(_cls)\n{body}    return self\n"
+    exec(compile(source, f"<trusted constructor of {cls.__name__}>", "exec"), namespace)
+    build: Callable[P, R] = namespace["build"]
+    return build
 
 
 K = TypeVar("K")
