@@ -36,14 +36,16 @@ VOCABULARY: frozenset[str] = frozenset(
 DECIDING_MODULES = (
     *sorted(
         path.relative_to(SOURCE).as_posix()
-        for package in ("parse", "resolve", "render")
+        for package in ("parse", "resolve", "render", "effects")
         for path in (SOURCE / package).glob("*.py")
     ),
     "spec/rules.py",
+    "__init__.py",
 )
-"""Modules that decide from the rules: every module of `parse` (loose input and old flags), `resolve` and `render`
-(the matrix, the emitted jobs, explain), listed from the folders so that a new one is checked without an edit here,
-and the rule set's builder."""
+"""Modules that decide from the rules, or carry out what the rules decided: every module of `parse` (loose input and
+old flags), `resolve`, `render` (the matrix, the emitted jobs, explain) and `effects` (launching, joining, metrics,
+the runtime, the adapters: they read the plan and its rows, never a name), listed from the folders so that a new one
+is checked without an edit here; the rule set's builder; the public face."""
 
 UNCHECKED_CONSTANTS = ("trainplan.spec.tables", "trainplan.spec.names")
 """Modules whose constants hold literal names by right: the tables (the rows) and the vocabulary itself
@@ -78,6 +80,22 @@ def _strings(node: ast.AST | None) -> list[str]:
 
 def _named(node: ast.AST | None) -> list[str]:
     return [value for value in _strings(node) if value in VOCABULARY]
+
+
+def _package_list(name: str) -> bool:
+    """`OPTIONAL_PACKAGES`, `REPORTED_PACKAGES`: constants that list distributions to look for or report (the
+    `deepspeed` package shares its name with a strategy; listing it, or going through the list, decides nothing)."""
+    return name.rsplit(".", maxsplit=1)[-1].endswith("_PACKAGES")
+
+
+CARRIED_FIELDS = frozenset({"wrapper"})
+"""Row fields whose value says how an effect carries out what the row decided (`FamilyRecipe.wrapper`, a
+`WrapperName`: "ddp" wraps in DistributedDataParallel): comparing one with its kinds dispatches the row's decision, it
+takes none (a wrapper named like a strategy family is its own vocabulary, checked by mypy against `WrapperName`)."""
+
+NAMING_CALLS = frozenset({"getattr", "hasattr", "flatten"})
+"""Calls whose string arguments name an attribute or a mesh dimension of torch's (`getattr(torch.version, "cuda")`,
+`mesh._flatten(..., "dp")`, torchtitan's name for the data-parallel dimension), not a rule's name."""
 
 
 def _module_constants(path: Path) -> dict[str, list[str]]:
@@ -133,10 +151,9 @@ class _LiteralDecisions(ast.NodeVisitor):
         return self.constants.get(ast.unparse(node), []) if isinstance(node, (ast.Name, ast.Attribute)) else []
 
     def visit_Compare(self, node: ast.Compare) -> None:  # x == "cuda", x in ("cpu", "cuda"), x in GPU_NAMES
-        if any(
-            _named(operand) or VOCABULARY.intersection(self.bound(operand))
-            for operand in (node.left, *node.comparators)
-        ):
+        operands = (node.left, *node.comparators)
+        carried = any(isinstance(operand, ast.Attribute) and operand.attr in CARRIED_FIELDS for operand in operands)
+        if not carried and any(_named(operand) or VOCABULARY.intersection(self.bound(operand)) for operand in operands):
             self.flag(node, "comparison")
         self.generic_visit(node)
 
@@ -157,7 +174,9 @@ class _LiteralDecisions(ast.NodeVisitor):
             if any(getattr(name, method)(piece) for piece in pieces if piece for name in VOCABULARY):
                 self.flag(node, method)
         # A name handed on is a decided value: table.get("ddp"), detect("local", ...), Facts(kind="local").
-        if any(_named(argument) for argument in (*node.args, *(keyword.value for keyword in node.keywords))):
+        called = method or (node.func.id if isinstance(node.func, ast.Name) else "")
+        handed = (*node.args, *(keyword.value for keyword in node.keywords)) if called not in NAMING_CALLS else ()
+        if any(_named(argument) for argument in handed):
             self.flag(node, "argument")
         self.generic_visit(node)
 
@@ -184,14 +203,19 @@ class _LiteralDecisions(ast.NodeVisitor):
     visit_Yield = visit_Return
 
     def visit_Assign(self, node: ast.Assign | ast.AnnAssign | ast.AugAssign | ast.NamedExpr) -> None:
-        if _named(node.value):  # family = "ddp", GPU_NAMES = ("cuda", "mps")
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        packages = all(isinstance(target, ast.Name) and _package_list(target.id) for target in targets)
+        if _named(node.value) and not packages:  # family = "ddp", GPU_NAMES = ("cuda", "mps")
             self.flag(node, "assigned")
         self.generic_visit(node)
 
     visit_AnnAssign = visit_AugAssign = visit_NamedExpr = visit_Assign
 
     def visit_For(self, node: ast.For | ast.comprehension) -> None:  # for name in ("cuda", "mps"):
-        if _named(node.iter) or VOCABULARY.intersection(self.bound(node.iter)):
+        # Going through a whole list of packages (to find which are installed) decides on no name; asking whether a
+        # name is one of them (`name in OPTIONAL_PACKAGES`) still does.
+        packages = _package_list(ast.unparse(node.iter))
+        if _named(node.iter) or (not packages and VOCABULARY.intersection(self.bound(node.iter))):
             self.flag(node.iter, "iterated")
         self.generic_visit(node)
 
@@ -270,11 +294,25 @@ def choose(accelerator: Literal["cpu", "cuda"], name, table, strategy="ddp"):  #
         pass
     if accelerator in GPU_ACCELERATORS:
         message = f"{accelerator!r} is not 'cuda'; use 'cpu'"
+    if table.wrapper == "ddp" or getattr(name, "cuda", None) or hasattr(name, "xla"):
+        name.flatten(("dp_replicate", "dp_shard"), "dp")
+    if table.family == "ddp":  # found: comparison
+        pass
+    if name in PACKAGES_SEEN:  # found: comparison
+        pass
+    found = getattr(name, "cuda") or table.get(name, "cuda")  # found: argument
     shown = ", ".join(name) or "none"
-    return rule, message, shown, name.startswith("MIG-")
+    return rule, message, shown, name.startswith("MIG-"), found, [each for each in OPTIONAL_PACKAGES if each]
+
+
+REPORTED_PACKAGES = ("deepspeed", "torch_xla")
+PACKAGES_SEEN = ("deepspeed", "torch_xla")  # found: assigned
 '''
 """One line per form the check finds (marked `# found: form`) and the lines it must pass by: a Literal annotation,
-a docstring, a table's constant, an f-string message, the placeholder of an empty list, an unrelated prefix."""
+a docstring, a table's constant, an f-string message, the placeholder of an empty list, an unrelated prefix, a
+row's wrapper kind (`CARRIED_FIELDS`), an attribute or mesh dimension named to torch (`NAMING_CALLS`), a list of
+packages (`*_PACKAGES`); each passed form has a found neighbour (a row's `family`, a constant not of packages, a
+name handed on beside a getattr)."""
 
 
 def test_the_check_finds_a_literal_decision(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from trainplan.effects.extras import MissingExtra, is_missing, require_torch
+from trainplan.effects.rules_loading import rules_of
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.training import (
     LightningFramework,
@@ -32,6 +33,7 @@ from trainplan.resolve.training import (
 from trainplan.resolve.training import accelerate_launch_flags as _launch_flags
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.plan import Plan
+from trainplan.spec.tables import lookup
 
 
 def _framework(module: str, install: str) -> ModuleType:
@@ -65,8 +67,9 @@ def _strategy(
     if mapped.registered_name is not None:  # torch_xla's strategies: the framework builds them from the name
         return mapped.registered_name
     cls = getattr(strategies, mapped.class_name)
-    if mapped.class_name == "DeepSpeedStrategy" and importlib.util.find_spec("deepspeed") is None:
-        raise MissingExtra(framework="deepspeed (for Lightning's DeepSpeedStrategy)", install="deepspeed")
+    package = lookup(rules_of(plan).families, plan.strategy.family, name="FAMILIES").requires_package
+    if package is not None and importlib.util.find_spec(package) is None:  # DeepSpeedStrategy imports deepspeed
+        raise MissingExtra(framework=f"{package} (for Lightning's {mapped.class_name})", install=package)
     return cls(**arguments)
 
 
@@ -125,11 +128,8 @@ def accelerator_arguments(plan: Plan) -> dict[str, Any]:
     handlers: list[object] = [utils.InitProcessGroupKwargs(timeout=timeout, **process_group)]
     if mapped.ddp:
         handlers.append(utils.DistributedDataParallelKwargs(**mapped.ddp))
-    arguments: dict[str, Any] = {
-        "cpu": mapped.cpu,
-        "mixed_precision": mapped.mixed_precision,
-        "kwargs_handlers": handlers,
-    }
+    # Accelerator's keyword arguments (its `cpu=` is a flag of its own, not a decision on trainplan's "cpu").
+    arguments: dict[str, Any] = dict(cpu=mapped.cpu, mixed_precision=mapped.mixed_precision, kwargs_handlers=handlers)
     if mapped.fsdp is not None:
         arguments["fsdp_plugin"] = utils.FullyShardedDataParallelPlugin(**mapped.fsdp)
     if mapped.parallelism is not None:

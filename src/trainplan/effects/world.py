@@ -19,9 +19,16 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from trainplan.effects.extras import require_torch
-from trainplan.resolve.world import STARTING_LAUNCHERS, job_of, process_group_timeout
+from trainplan.effects.rules_loading import rules_of
+from trainplan.resolve.world import (
+    STARTING_LAUNCHERS,
+    job_of,
+    launcher_rule,
+    process_group_timeout,
+    started_by_another_launcher,
+)
 from trainplan.spec.errors import TrainplanError
-from trainplan.spec.names import ACCELERATORS, BackendKey
+from trainplan.spec.names import BackendKey
 from trainplan.spec.plan import Plan
 
 
@@ -140,12 +147,12 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
             "joins inside each worker; or start the script with `trainplan launch` or torchrun and call "
             "trainplan.resolve() inside it (launcher 'external'), then join that plan"
         )
-    if plan.launcher == "xla":
+    if started_by_another_launcher(plan):
         raise JoinError(
-            "The plan's launcher is 'xla': torch_xla starts and joins its own workers (torch_xla.launch(fn)); "
-            "call trainplan.resolve() inside them"
+            f"The plan's launcher is {plan.launcher!r}: torch_xla starts and joins its own workers "
+            "(torch_xla.launch(fn)); call trainplan.resolve() inside them"
         )
-    if plan.launcher == "external":
+    if launcher_rule(plan).joins:
         cluster = plan.cluster
         if cluster.global_rank is None or cluster.local_rank is None or cluster.main_port is None:
             raise JoinError(
@@ -157,14 +164,12 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
     else:
         rank, local_rank = 0, 0
     device = plan.device_for(local_rank if local_rank < plan.processes_per_node else 0)
-    if plan.accelerator == "cuda" or (plan.process_group_backend is not None and plan.world_size > 1):
+    row = rules_of(plan).accelerators.get(plan.accelerator)
+    binds = row is None or row.binds_device  # a downstream row out of reach: bound as its plan names the device
+    if binds or (plan.process_group_backend is not None and plan.world_size > 1):
         require_torch(f"Joining a world of {plan.world_size} process(es) on {plan.accelerator}")
-    if plan.accelerator == "cuda":
-        import torch
-
-        torch.cuda.set_device(torch.device(device))
-    elif plan.accelerator not in ACCELERATORS:
-        _bind_downstream(plan, device, TorchDevices() if devices is None else devices)
+    if binds:
+        _bind_device(plan, device, TorchDevices() if devices is None else devices)
     timeout = process_group_timeout(plan)
     backend = plan.process_group_backend
     if backend is None or plan.world_size == 1:
@@ -202,7 +207,7 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
     return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=True, timeout_seconds=timeout)
 
 
-def _bind_downstream(plan: Plan, device: str, devices: DeviceBinder) -> None:
+def _bind_device(plan: Plan, device: str, devices: DeviceBinder) -> None:
     device_type, _, index = device.partition(":")
     try:
         devices.bind(device_type, int(index or 0))

@@ -461,6 +461,7 @@ def _check_accelerator(rule: AcceleratorRule, rules: Rules) -> None:
     device_type: object = rule.device_type
     visibility: object = rule.visibility_variable
     interactive: object = rule.interactive_auto_devices
+    binds: object = rule.binds_device
     refusals = (
         (
             not rule.takes_indices,
@@ -506,6 +507,12 @@ def _check_accelerator(rule: AcceleratorRule, rules: Rules) -> None:
             "interactive_auto_devices",
             "it is a positive number of devices (or None)",
             "Write e.g. interactive_auto_devices=1",
+        ),
+        (
+            not isinstance(binds, bool),
+            "binds_device",
+            "it says whether a worker makes its device torch's current one (True or False)",
+            "Write binds_device=True (the default: through the plugin's torch device module)",
         ),
     )
     for refused, field, reason, fix in refusals:

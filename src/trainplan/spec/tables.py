@@ -95,6 +95,7 @@ class AcceleratorRule:
     probes_usable: bool  # select_usable_gpus can pick among its devices (the usable-GPU probe)
     fork_blocked_by: Literal["cuda_initialized"] | None  # the Environment fact after which a forked child fails
     strategy_fix: str | None  # the fix when a strategy refuses this accelerator (None: the generic one)
+    binds_device: bool = True  # a worker makes its device torch's current one (torch.cuda.set_device, a plugin's)
 
 
 ACCELERATORS: Final[Mapping[AcceleratorKey, AcceleratorRule]] = {
@@ -118,6 +119,7 @@ ACCELERATORS: Final[Mapping[AcceleratorKey, AcceleratorRule]] = {
             probes_usable=False,
             fork_blocked_by=None,
             strategy_fix="Use strategy='xla' (several devices), 'xla_fsdp' (sharded), 'single_xla' or 'auto'",
+            binds_device=False,
         ),
         AcceleratorRule(
             name="cuda",
@@ -156,6 +158,7 @@ ACCELERATORS: Final[Mapping[AcceleratorKey, AcceleratorRule]] = {
             probes_usable=False,
             fork_blocked_by=None,
             strategy_fix="Use strategy='auto' (one MPS device), or accelerator='cpu' for several processes",
+            binds_device=False,
         ),
         AcceleratorRule(
             name="cpu",
@@ -176,6 +179,7 @@ ACCELERATORS: Final[Mapping[AcceleratorKey, AcceleratorRule]] = {
             probes_usable=False,
             fork_blocked_by=None,
             strategy_fix=None,
+            binds_device=False,
         ),
     )
 }
@@ -863,6 +867,9 @@ keeps them on the run's device."""
 HOST_DEVICE: Final[str] = next(rule.device_type for rule in ACCELERATORS.values() if rule.host)
 """The torch device of host memory (the device type of the accelerator whose devices are the host's CPUs): where a
 CPU-stored metric lives."""
+
+DEVICE_TYPES_WITHOUT_FLOAT64: Final[frozenset[str]] = frozenset({"mps"})
+"""torch device types that have no float64 (Metal has none): a metric store accumulates floats there in float32."""
 
 
 # --------------------------------------------------------------------------------------------------
