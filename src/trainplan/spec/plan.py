@@ -38,8 +38,10 @@ from trainplan.spec.names import (
     StrategyKey,
 )
 from trainplan.spec.notes import Note, freeze_notes
-from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions, StrategyOptions
+from trainplan.spec.options import ModelParallelOptions, StrategyOptions
 from trainplan.spec.request import NumNodes, Request
+from trainplan.spec.tables import HOST_DEVICE, OPTION_TYPES, lookup
+from trainplan.spec.tables import LAUNCHERS as LAUNCHER_RULES
 
 if TYPE_CHECKING:
     from trainplan.spec.rules import Rules
@@ -179,9 +181,10 @@ class Plan:
                 f"local_rank={local_rank!r} is outside this plan's {self.processes_per_node} local process(es); "
                 f"use 0 to {self.processes_per_node - 1}"
             )
-        if self.accelerator == "cpu":
-            return "cpu"
-        return f"{self.metrics.device_type}:{self.devices[local_rank]}"
+        device_type = self.metrics.device_type  # the accelerator row's device type (the plan check holds them equal)
+        if device_type == HOST_DEVICE:  # torch's host device has no index: every CPU process is on "cpu"
+            return device_type
+        return f"{device_type}:{self.devices[local_rank]}"
 
     def physical_device_for(self, local_rank: int) -> str:
         """The physical GPU a local rank drives ("2", or a UUID), whatever CUDA_VISIBLE_DEVICES renumbered;
@@ -405,23 +408,16 @@ def _note_from(read: _Reader) -> Note:
     )
 
 
-_OPTION_KINDS: dict[str, Callable[..., StrategyOptions]] = {
-    "ddp": DDPOptions,
-    "fsdp": FSDPOptions,
-    "deepspeed": DeepSpeedOptions,
-    "model_parallel": ModelParallelOptions,
-}
+_OPTION_KINDS: dict[str, Callable[..., StrategyOptions]] = {kind: record for kind, record in OPTION_TYPES.items()}
+"""The options records a plan's JSON names by kind: the family that takes each (`tables.OPTION_TYPES`)."""
+
+_KIND_OF_OPTIONS: Mapping[type, str] = {record: kind for kind, record in OPTION_TYPES.items()}
 
 
 def _options_to_dict(options: StrategyOptions | None) -> dict[str, object] | None:
     if options is None:
         return None
-    kind = {
-        DDPOptions: "ddp",
-        FSDPOptions: "fsdp",
-        DeepSpeedOptions: "deepspeed",
-        ModelParallelOptions: "model_parallel",
-    }[type(options)]
+    kind = _KIND_OF_OPTIONS[type(options)]
     values = attrs.asdict(options, filter=lambda attribute, _: attribute.init)
     return {"kind": kind, **values, "given": sorted(options.given)}
 
@@ -519,7 +515,6 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
     from trainplan.parse import normalise
     from trainplan.spec import option_checks
     from trainplan.spec.errors import InvalidRequest
-    from trainplan.spec.options import OPTION_TYPES
     from trainplan.spec.rules import BUILTIN_RULES, UNNAMED_RULES, Rules
     from trainplan.spec.tables import MAX_DEVICES_PER_NODE, MAX_NODES
 
@@ -585,9 +580,8 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         raise bad("physical_devices", "it names one distinct physical GPU per device")
     if family is not None and plan.accelerator not in family.accelerators:
         raise bad("accelerator", f"strategy family {family_name!r} does not run on {plan.accelerator!r}")
-    if (rule is not None and plan.launcher not in (rule.launcher, "external")) or (
-        plan.launcher == "external" and not has_process_group
-    ):
+    joins = lookup(LAUNCHER_RULES, plan.launcher, name="LAUNCHERS").joins  # a started job's process joins its world
+    if (rule is not None and plan.launcher != rule.launcher and not joins) or (joins and not has_process_group):
         started_by = "its own launcher" if rule is None else repr(rule.launcher)
         raise bad("launcher", f"strategy {plan.strategy.name!r} is started by {started_by} (or joins: 'external')")
     if family is not None and family.has_process_group != (backend is not None):
@@ -621,7 +615,7 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         reduces_on = "device" if backend_rule.needs_device_tensors else "where_stored"
     if plan.metrics.reduces_on != reduces_on:
         raise bad("metrics.reduces_on", f"this plan's metrics are {reduces_on!r}")
-    moves = reduces_on == "device" and device_type != "cpu"
+    moves = reduces_on == "device" and device_type != HOST_DEVICE
     if plan.metrics.cpu_values_move_for_reduction != moves:
         raise bad("metrics.cpu_values_move_for_reduction", f"it is {moves} for this backend and device")
     cluster = plan.cluster

@@ -53,7 +53,7 @@ from trainplan.spec.names import (
     PRECISIONS as PRECISION_NAMES,
 )
 from trainplan.spec.option_checks import strategy_options
-from trainplan.spec.options import OPTION_TYPES, ModelParallelOptions
+from trainplan.spec.options import ModelParallelOptions
 from trainplan.spec.tables import (
     ACCELERATOR_ALIAS_NOTES,
     ACCELERATOR_ALIASES,
@@ -68,6 +68,7 @@ from trainplan.spec.tables import (
     FORK_STRATEGY_FOR,
     LAUNCHERS,
     MESH_BACKENDS,
+    OPTION_TYPES,
     PRECISION_ALIASES,
     PRECISION_RECIPES,
     PRECISIONS,

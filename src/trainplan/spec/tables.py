@@ -36,6 +36,7 @@ from trainplan.spec.names import (
     StrategyKey,
     StrategyName,
 )
+from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -66,6 +67,9 @@ def lookup(table: Mapping[K, V], key: K, *, name: str) -> V:
 
 
 EnvironmentCount: TypeAlias = Literal["cuda_device_count", "mps_available", "xla_device_count", "device_counts"]
+
+COUNTED_THROUGH: Final[Mapping[EnvironmentCount, str]] = {"xla_device_count": "torch_xla"}
+"""The package through which `probe()` counts an accelerator's devices: a machine assumed to have them has it."""
 """An `Environment` fact that counts an accelerator's devices (a bool counts one; `device_counts`, the counts a
 framework supplies for the accelerators it adds, is read at the accelerator's name)."""
 
@@ -297,6 +301,32 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
 }
 
 
+@attrs.frozen(kw_only=True)
+class TorchrunProcesses:
+    """One of torchrun's `--nproc-per-node` words that names an accelerator, as trainplan's request reads it
+    (`trainplan launch --nproc-per-node gpu`)."""
+
+    word: str  # torchrun's word
+    accelerator: AcceleratorFlag  # the accelerator it names
+    overrides_asked: bool  # it replaces an accelerator asked for (False: it fills in accelerator='auto' only)
+    per_host_cpu: bool  # one process per CPU of this machine (False: one per visible device, devices=-1)
+    explained: str  # what it starts, for the hint ("every visible GPU")
+
+
+TORCHRUN_PROCESSES: Final[Mapping[str, TorchrunProcesses]] = {
+    row.word: row
+    for row in (
+        TorchrunProcesses(
+            word="gpu", accelerator="gpu", overrides_asked=False, per_host_cpu=False, explained="every visible GPU"
+        ),
+        TorchrunProcesses(
+            word="cpu", accelerator="cpu", overrides_asked=True, per_host_cpu=True, explained="one process per CPU"
+        ),
+    )
+}
+"""torchrun's `--nproc-per-node` words that name an accelerator (its others are a count and `auto`)."""
+
+
 SERVED_START_METHODS: Final[Mapping[LauncherName, StartMethod]] = {"spawn": "forkserver"}
 """How a launcher's workers are started fastest with its guarantees kept, where the platform offers the method:
 spawn's workers fork from a forkserver, itself a fresh interpreter that imported torch once (no CUDA state and
@@ -500,6 +530,18 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
         ),
     )
 }
+
+
+OptionsType: TypeAlias = type[DDPOptions] | type[FSDPOptions] | type[DeepSpeedOptions] | type[ModelParallelOptions]
+
+OPTION_TYPES: Final[Mapping[StrategyFamily, OptionsType]] = {
+    "ddp": DDPOptions,
+    "fsdp": FSDPOptions,
+    "deepspeed": DeepSpeedOptions,
+    "model_parallel": ModelParallelOptions,
+}
+"""Which options record each family takes; families not listed take none. A plan's JSON names the record by its
+family here (`"kind": "ddp"`)."""
 
 
 @attrs.frozen(kw_only=True)
