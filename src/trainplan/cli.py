@@ -623,17 +623,18 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
     if arguments.emit:
         # The emitted job runs a script on every worker, whatever this session is.
         request, env = script_request(request), attrs.evolve(env, interactive=False)
-    plan = resolve(request, env, _rules(arguments))
+    rules = _rules(arguments)
+    plan = resolve(request, env, rules)
     if arguments.emit == "torchrun":
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":
-        print(emit_slurm(plan, command))
+        print(emit_slurm(plan, command, rules=rules))
     elif arguments.emit == "kubeflow":
         if arguments.image is None:
             raise CliError(
                 "--emit kubeflow needs --image: the container image that holds the script, torch and trainplan"
             )
-        print(emit_kubeflow(plan, command, image=arguments.image, name=arguments.job_name))
+        print(emit_kubeflow(plan, command, image=arguments.image, name=arguments.job_name, rules=rules))
     elif arguments.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:

@@ -54,7 +54,7 @@ def _strategy(
 ) -> object:
     """The Lightning/Fabric strategy object for the plan, built in `strategies` (either framework's); Fabric's
     ModelParallelStrategy also takes the function that applies the mesh (`parallelize`)."""
-    mapped = lightning_arguments(plan, framework).strategy
+    mapped = lightning_arguments(plan, framework, rules_of(plan)).strategy
     arguments: dict[str, Any] = dict(mapped.arguments)
     if parallelize is not None:
         arguments["parallelize_fn"] = parallelize
@@ -79,7 +79,7 @@ def _arguments(
     parallelize: Callable[..., Any] | None = None,
     framework: LightningFramework = "fabric",
 ) -> dict[str, Any]:
-    mapped = lightning_arguments(plan, framework)
+    mapped = lightning_arguments(plan, framework, rules_of(plan))
     return {
         "accelerator": mapped.accelerator,
         "devices": mapped.devices,
@@ -92,10 +92,10 @@ def _arguments(
 def lightning_trainer_arguments(plan: Plan) -> dict[str, Any]:
     """`pytorch_lightning.Trainer(**...)` arguments for the plan, with a real strategy object. A strategy only
     Fabric registers (`xla_fsdp`) is `Incompatible` here, with the Trainer's nearest one."""
-    lightning_arguments(plan, "trainer")  # refuses before the framework is imported
+    lightning_arguments(plan, "trainer", rules_of(plan))  # refuses before the framework is imported
     strategies = _framework("pytorch_lightning.strategies", "pytorch-lightning")
     arguments = _arguments(plan, strategies, framework="trainer")
-    arguments["sync_batchnorm"] = lightning_arguments(plan).sync_batchnorm
+    arguments["sync_batchnorm"] = lightning_arguments(plan, "trainer", rules_of(plan)).sync_batchnorm
     return arguments
 
 
@@ -111,6 +111,7 @@ def fabric_arguments(plan: Plan, *, parallelize: Callable[..., Any] | None = Non
         )
     if plan.mesh is not None and parallelize is None:
         raise incompatible("fabric-parallelize", {"strategy": plan.strategy.name})
+    lightning_arguments(plan, "fabric", rules_of(plan))  # refuses before the framework is imported
     return _arguments(plan, _framework("lightning_fabric.strategies", "lightning-fabric"), parallelize)
 
 
@@ -118,11 +119,12 @@ def accelerator_arguments(plan: Plan) -> dict[str, Any]:
     """`accelerate.Accelerator(**...)` arguments for the plan: cpu, mixed_precision, and kwargs handlers with the
     DDP options and the process group's backend and timeout."""
     framework_sync_batchnorm(plan, "Accelerate")
-    refusal = accelerate_mesh_refusal(plan)
+    rules = rules_of(plan)
+    refusal = accelerate_mesh_refusal(plan, rules)
     if refusal is not None:
         raise refusal
+    mapped = accelerate_arguments(plan, rules)  # refuses before the framework is imported
     utils = _framework("accelerate.utils", "accelerate")
-    mapped = accelerate_arguments(plan)
     process_group = dict(mapped.process_group)
     timeout = datetime.timedelta(seconds=float(str(process_group.pop("timeout_seconds"))))
     handlers: list[object] = [utils.InitProcessGroupKwargs(timeout=timeout, **process_group)]
@@ -143,7 +145,7 @@ def accelerate_parallelism_config(plan: Plan) -> Any:
     """Accelerate's `ParallelismConfig` with the sizes of the plan's device mesh (Accelerate 1.15 has one:
     dp_replicate, dp_shard, tp and cp; no pipeline). Its `build_device_mesh(device_type)` gives Accelerate's own mesh
     over the same ranks."""
-    sizes = accelerate_arguments(plan).parallelism
+    sizes = accelerate_arguments(plan, rules_of(plan)).parallelism
     if sizes is None:
         raise TrainplanError(
             f"strategy {plan.strategy.name!r} has no device mesh, so there is no ParallelismConfig to build: resolve a "
@@ -158,7 +160,7 @@ def accelerate_parallelism_config(plan: Plan) -> Any:
 
 def accelerate_launch_flags(plan: Plan) -> list[str]:
     """The `accelerate launch` flags that start this plan's processes (pure; needs no Accelerate)."""
-    return _launch_flags(plan)
+    return _launch_flags(plan, rules_of(plan))
 
 
 __all__ = [

@@ -378,7 +378,10 @@ class Runtime:
     def deepspeed_config(self, *, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1) -> dict[str, object]:
         """The DeepSpeed config for this plan (see `resolve.training.deepspeed_config`)."""
         return deepspeed_config(
-            self.plan, micro_batch_size=micro_batch_size, gradient_accumulation_steps=gradient_accumulation_steps
+            self.plan,
+            micro_batch_size=micro_batch_size,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            rules=self.rules,
         )
 
     # -- precision ------------------------------------------------------------------------------------

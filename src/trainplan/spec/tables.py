@@ -1258,13 +1258,18 @@ DEEPSPEED_NO_OFFLOAD: Final[str] = "none"
 """DeepSpeed's (and `accelerate launch`'s) offload device for a part that stays on the accelerator."""
 
 
+LightningDevices: TypeAlias = Literal["count", "indices", "one_index_or_count"]
+"""How Lightning takes `devices` for an accelerator: a count, a list of indices, or one index as a list (else a
+count)."""
+
+
 @attrs.frozen(kw_only=True)
 class FrameworkAccelerator:
     """How Lightning/Fabric and Hugging Face Accelerate spell an accelerator and its devices."""
 
-    accelerator: AcceleratorName
+    accelerator: AcceleratorKey
     lightning: str  # Lightning's accelerator name
-    lightning_devices: Literal["count", "indices", "one_index_or_count"]  # how Lightning takes `devices`
+    lightning_devices: LightningDevices  # how Lightning takes `devices`
     accelerate_cpu: bool  # Accelerate runs it as `Accelerator(cpu=True)` / `accelerate launch --cpu`
     accelerate_gpu_ids: bool  # `accelerate launch --gpu_ids` names its devices
     accelerate_processes: bool  # Accelerate starts several processes of it (and builds a ParallelismConfig mesh)
@@ -2000,6 +2005,49 @@ RULES: Final[Mapping[str, Rule]] = {
                 "{accelerator!r}"
             ),
             fix="Plan for accelerator='cpu' or 'cuda' to emit a PyTorchJob, or use {accelerator!r}'s own launcher",
+        ),
+        Rule(
+            id="kubeflow-resource",
+            reason=(
+                "accelerator {accelerator!r} is a row of {rules}, which names no Kubernetes resource for its devices, "
+                "so a PyTorchJob's pods could not ask for them"
+            ),
+            fix=(
+                "Name the resource its device plugin advertises: {rules_builder}.extend(kubernetes_resources="
+                "{{{accelerator!r}: 'vendor.com/device'}}), or plan for accelerator='cpu' or 'cuda'"
+            ),
+        ),
+        Rule(
+            id="framework-accelerator",
+            reason=(
+                "accelerator {accelerator!r} is a row of {rules}, which says nothing of how {framework} spells it: "
+                "{framework} has no accelerator of that name unless a plugin registers one"
+            ),
+            fix=(
+                "Add the spelling the plugin registers: {rules_builder}.extend(framework_accelerators=["
+                "FrameworkAccelerator(accelerator={accelerator!r}, lightning=..., lightning_devices='indices', "
+                "accelerate_cpu=False, accelerate_gpu_ids=False, accelerate_processes=True)]), or build "
+                "{framework}'s arguments by hand"
+            ),
+        ),
+        Rule(
+            id="framework-precision",
+            reason=(
+                "precision {precision!r} is a row of {rules}; {framework} has no precision of that name (its "
+                "precision plugins are the built-in precisions)"
+            ),
+            fix=(
+                "Run the plan's loop through trainplan.runtime, which reads the precision's recipe, or give "
+                "{framework} your own precision plugin and plan with one of {supported} for the adapter"
+            ),
+        ),
+        Rule(
+            id="plan-rules",
+            reason=(
+                "the plan was made from {plan_rules}, and the rules given here ({given}) have no row for its {what} "
+                "{value!r}"
+            ),
+            fix="Pass the plan's own rule set as rules= ({how})",
         ),
         Rule(
             id="sync-batchnorm-device",
