@@ -50,8 +50,8 @@ class WorldMismatch(TrainplanError, RuntimeError):
 
 
 class DeviceBinder(Protocol):
-    """How this process binds a downstream accelerator's device (one a rule set adds: Ascend's "npu", Gaudi's
-    "hpu"). The default asks torch; tests pass fakes."""
+    """How this process binds its device where the accelerator's row says it binds one (CUDA's; one a rule set
+    adds: Ascend's "npu", Gaudi's "hpu"). The default asks torch; tests pass fakes."""
 
     def bind(self, device_type: str, index: int) -> None:
         """Make device `index` of `device_type` this process's current device. Raises `LookupError` when torch
@@ -135,9 +135,11 @@ class World:
 def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
     """Join the plan's world from this process: device bound, process group up (see the module docs).
 
-    A downstream accelerator's device (a rule set's own, `Rules.extend(accelerators=...)`) is bound through
-    `devices` (default: torch's, `torch.device(device_type, index)`), which needs the accelerator's torch plugin
-    imported in this process; without it, `JoinError` names the accelerator and its rule set."""
+    The device is bound where the accelerator's row says so (`AcceleratorRule.binds_device`: CUDA's, and a
+    downstream accelerator's, a rule set's own from `Rules.extend(accelerators=...)`), through `devices` (default:
+    torch's, `torch.device(device_type, index)` and its device module's `set_device`, `torch.cuda.set_device` on
+    CUDA). A downstream device needs the accelerator's torch plugin imported in this process; without it,
+    `JoinError` names the accelerator and its rule set."""
     if not isinstance(plan, Plan):
         raise JoinError(f"join takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve()")
     if plan.launcher in STARTING_LAUNCHERS:
