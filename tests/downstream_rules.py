@@ -18,6 +18,7 @@ from trainplan import (
     AcceleratorRule,
     BackendRule,
     CustomName,
+    FrameworkAccelerator,
     PrecisionName,
     PrecisionRecipe,
     PrecisionRule,
@@ -136,3 +137,24 @@ RULES: Final[Rules] = BUILTIN_RULES.extend(
     fork_counterparts={CHECKPOINT_IO: CHECKPOINT_IO_NOTEBOOK},
     name="tests.downstream_rules:RULES",  # plans record it; a launched worker imports it from here
 )
+
+ASCEND_RESOURCE: Final = "huawei.com/Ascend910"
+"""The Kubernetes resource Ascend's device plugin advertises for each NPU."""
+
+PLUGGED: Final[Rules] = RULES.extend(
+    # The framework's Lightning plugin registers an "npu" accelerator that takes device indices, as CUDA's does;
+    # Accelerate names NPUs with --gpu_ids and starts one process per device.
+    framework_accelerators=[
+        FrameworkAccelerator(
+            accelerator=NPU,
+            lightning="npu",
+            lightning_devices="indices",
+            accelerate_cpu=False,
+            accelerate_gpu_ids=True,
+            accelerate_processes=True,
+        )
+    ],
+    kubernetes_resources={NPU: ASCEND_RESOURCE},
+    name="tests.downstream_rules:PLUGGED",
+)
+"""The same rules, with what the frameworks and Kubernetes call the NPU: the adapters and a PyTorchJob take it."""

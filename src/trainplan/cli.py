@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import attrs
 import dotenv.parser
@@ -43,6 +43,7 @@ from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
     CLUSTER_FLAGS,
+    EMIT_FORMATS,
     METRICS_STORES,
     START_METHODS,
     STRATEGY_FLAGS,
@@ -51,7 +52,9 @@ from trainplan.spec.names import (
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.request import Request
 from trainplan.spec.rules import BUILTIN_RULES, Rules
-from trainplan.spec.tables import DEFAULT_PRECISION
+from trainplan.spec.tables import ACCELERATORS as ACCELERATOR_RULES
+from trainplan.spec.tables import COUNTED_THROUGH, DEFAULT_PRECISION, TORCHRUN_PROCESSES, AcceleratorRule
+from trainplan.spec.tables import LAUNCHERS as LAUNCHER_RULES
 
 EXIT_USAGE = 2
 ENV_FILE_LIMIT = 1 << 20
@@ -80,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--check", action="store_true", help="list every problem with the request, not just the first")
     plan.add_argument(
         "--emit",
-        choices=("torchrun", "slurm", "kubeflow"),
+        choices=EMIT_FORMATS,
         help="print the plan as a torchrun command line, an sbatch script or a Kubeflow PyTorchJob (script after --)",
     )
     plan.add_argument(
@@ -282,16 +285,17 @@ def _assume(env: Environment, assumption: str, downstream: tuple[str, ...] = ())
     fact, _, rest = assumption.partition("=")
     value = rest if "=" in assumption else None
     fact = fact.strip().lower().replace("_", "-")
+    # Each built-in accelerator is assumed by its name, through the fact its row counts it by.
     appliers: dict[str, Callable[[], Environment]] = {
-        "cuda": lambda: attrs.evolve(env, cuda_device_count=_count(fact, value), usable_cuda_devices=None),
+        rule.name: functools.partial(_assume_accelerator, env, rule, fact, value) for rule in ACCELERATOR_RULES.values()
+    }
+    forked = {rule.start_method for rule in LAUNCHER_RULES.values() if rule.forks}
+    appliers |= {
         "usable": lambda: attrs.evolve(env, usable_cuda_devices=_indices(fact, value)),
-        "mps": lambda: attrs.evolve(env, mps_available=_yes(fact, value)),
-        "xla": lambda: attrs.evolve(env, xla_device_count=_count(fact, value), packages={*env.packages, "torch_xla"}),
-        "cpu": lambda: attrs.evolve(env, cpu_count=max(1, _count(fact, value))),
         "interactive": lambda: attrs.evolve(env, interactive=_yes(fact, value)),
         "cuda-initialized": lambda: attrs.evolve(env, cuda_initialized=_yes(fact, value)),
         "start-methods": lambda: attrs.evolve(env, start_methods=_methods(value)),
-        "no-fork": lambda: attrs.evolve(env, start_methods=tuple(m for m in env.start_methods if m != "fork")),
+        "no-fork": lambda: attrs.evolve(env, start_methods=tuple(m for m in env.start_methods if m not in forked)),
         "package": lambda: attrs.evolve(env, packages={*env.packages, _package(value)}),
     }
     for name in downstream:  # a downstream accelerator's devices: what its plugin would count
@@ -303,6 +307,26 @@ def _assume(env: Environment, assumption: str, downstream: tuple[str, ...] = ())
             field="--assume", value=assumption, reason="it is not a known fact", allowed=tuple(appliers)
         )
     return appliers[fact]()
+
+
+def _assume_accelerator(env: Environment, rule: AcceleratorRule, fact: str, value: str | None) -> Environment:
+    """`env` with `rule`'s devices assumed: the fact its row counts them by (a count, or yes/no for a machine's one
+    device); the host's CPUs by `cpu_count`. A new count forgets the usable-GPU probe's answer, and implies the
+    package devices are counted through (`tables.COUNTED_THROUGH`)."""
+    counted = rule.count_fact
+    if counted is None:
+        return attrs.evolve(env, cpu_count=max(1, _count(fact, value)))
+    changes: dict[str, Any] = {}  # Environment fields by name, as the row names its fact
+    if isinstance(getattr(env, counted), bool):
+        changes[counted] = _yes(fact, value)
+        return attrs.evolve(env, **changes)
+    changes[counted] = _count(fact, value)
+    if rule.probes_usable:
+        changes["usable_cuda_devices"] = None
+    package = COUNTED_THROUGH.get(counted)
+    if package is not None:
+        changes["packages"] = {*env.packages, package}
+    return attrs.evolve(env, **changes)
 
 
 def _indices(fact: str, value: str | None) -> tuple[int, ...]:
@@ -537,14 +561,14 @@ def _nproc_per_node(arguments: argparse.Namespace, given: str) -> tuple[str, str
     """torchrun's --nproc-per-node (a count, gpu, cpu or auto) as trainplan's --devices, with the hint."""
     word = given.strip().lower()
     hint = " (a count, -1 for every visible GPU, or GPU indices such as 0,2)"
-    if word == "gpu":
-        if arguments.accelerator == "auto":
-            arguments.accelerator = "gpu"
-        return "-1", f": --devices -1 (every visible GPU){hint}"
-    if word == "cpu":
-        arguments.accelerator = "cpu"
-        count = str(os.cpu_count() or 1)
-        return count, f": --accelerator cpu --devices {count} (one process per CPU){hint}"
+    named = TORCHRUN_PROCESSES.get(word)
+    if named is not None:
+        if named.overrides_asked or arguments.accelerator == "auto":
+            arguments.accelerator = named.accelerator
+        if named.per_host_cpu:
+            count = str(os.cpu_count() or 1)
+            return count, f": --accelerator {named.accelerator} --devices {count} ({named.explained}){hint}"
+        return "-1", f": --devices -1 ({named.explained}){hint}"
     if word == "auto":
         return "auto", f": --devices auto{hint}"
     if whole_number(word) is None:
@@ -599,17 +623,18 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
     if arguments.emit:
         # The emitted job runs a script on every worker, whatever this session is.
         request, env = script_request(request), attrs.evolve(env, interactive=False)
-    plan = resolve(request, env, _rules(arguments))
+    rules = _rules(arguments)
+    plan = resolve(request, env, rules)
     if arguments.emit == "torchrun":
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":
-        print(emit_slurm(plan, command))
+        print(emit_slurm(plan, command, rules=rules))
     elif arguments.emit == "kubeflow":
         if arguments.image is None:
             raise CliError(
                 "--emit kubeflow needs --image: the container image that holds the script, torch and trainplan"
             )
-        print(emit_kubeflow(plan, command, image=arguments.image, name=arguments.job_name))
+        print(emit_kubeflow(plan, command, image=arguments.image, name=arguments.job_name, rules=rules))
     elif arguments.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:

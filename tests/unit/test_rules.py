@@ -506,7 +506,7 @@ def test_every_rule_in_the_table_is_exercised() -> None:
             exercised.add(error.rule)
         except TrainplanError:
             pass
-    exercised |= _world_rules() | _training_rules() | _emit_rules()
+    exercised |= _world_rules() | _training_rules() | _emit_rules() | _downstream_rules()
     assert exercised | {"metric-stateful-cpu"} == set(RULES)
 
 
@@ -571,6 +571,30 @@ def _emit_rules() -> set[str]:
     with pytest.raises(Incompatible) as caught:
         emit_kubeflow(resolve(Request(accelerator="mps"), Environment(mps_available=True)), image="img")
     return {caught.value.rule}
+
+
+def _downstream_rules() -> set[str]:
+    """The rules that refuse a downstream accelerator or precision on its way to a framework or a PyTorchJob (the
+    cases themselves: `tests/unit/test_downstream_effects.py`)."""
+    from tests.downstream_rules import INT8_QAT, NPU, RULES
+    from trainplan.render.emit import emit_kubeflow
+    from trainplan.resolve.training import lightning_arguments
+
+    npu = resolve(Request(accelerator=NPU, devices=2), Environment().with_device_counts({NPU: 2}), RULES)
+    qat = resolve(Request(accelerator="cpu", precision=INT8_QAT), Environment(packages={"torchao"}), RULES)
+    attempts: list[Callable[[], object]] = [
+        lambda: lightning_arguments(npu, "fabric", RULES),
+        lambda: lightning_arguments(npu),
+        lambda: lightning_arguments(qat, "fabric", RULES),
+        lambda: emit_kubeflow(npu, ["train.py"], image="img", rules=RULES),
+    ]
+    rules = set()
+    for attempt in attempts:
+        with pytest.raises(Incompatible) as caught:
+            attempt()
+        rules.add(caught.value.rule)
+    assert rules == {"framework-accelerator", "plan-rules", "framework-precision", "kubeflow-resource"}
+    return rules
 
 
 def _world_rules() -> set[str]:

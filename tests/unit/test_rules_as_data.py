@@ -35,17 +35,21 @@ VOCABULARY: frozenset[str] = frozenset(
 ) - {"auto"}
 """Names a rule decides about. 'auto' is not one of them: it is the request's "decide for me"."""
 
-DECIDING_MODULES = (
-    *sorted(
-        path.relative_to(SOURCE).as_posix()
-        for package in ("parse", "resolve", "render")
-        for path in (SOURCE / package).glob("*.py")
-    ),
-    "spec/rules.py",
+ROWS_AND_VOCABULARY = ("spec/tables.py", "spec/names.py")
+"""The two modules that hold names by right: the rows, and the vocabulary (`Literal` types and their tuples)."""
+
+DECIDING_MODULES = tuple(
+    sorted(
+        module
+        for module in (path.relative_to(SOURCE).as_posix() for path in SOURCE.rglob("*.py"))
+        if module not in ROWS_AND_VOCABULARY
+    )
 )
-"""Modules that decide from the rules: every module of `parse` (loose input and old flags), `resolve` and `render`
-(the matrix, the emitted jobs, explain), listed from the folders so that a new one is checked without an edit here,
-and the rule set's builder."""
+"""Every other module of trainplan, listed from the folders so that a new one is checked without an edit here: those
+that decide from the rules (`parse`: loose input and old flags; `resolve`; `render`: the matrix, the emitted jobs,
+explain; the rule set's builder), those that carry out what the rules decided (`effects`: launching, joining, metrics,
+the runtime, the adapters; the CLI; the public face), and the records (`spec`: the plan, the options, the
+environment, the request, the mesh), which read rows and never decide on a name."""
 
 UNCHECKED_CONSTANTS = ("trainplan.spec.tables", "trainplan.spec.names")
 """Modules whose constants hold literal names by right: the tables (the rows) and the vocabulary itself
@@ -80,6 +84,28 @@ def _strings(node: ast.AST | None) -> list[str]:
 
 def _named(node: ast.AST | None) -> list[str]:
     return [value for value in _strings(node) if value in VOCABULARY]
+
+
+def _package_list(name: str) -> bool:
+    """`OPTIONAL_PACKAGES`, `REPORTED_PACKAGES`: constants that list distributions to look for or report (the
+    `deepspeed` package shares its name with a strategy; listing it, or going through the list, decides nothing)."""
+    return name.rsplit(".", maxsplit=1)[-1].endswith("_PACKAGES")
+
+
+OWN_VOCABULARY_FIELDS = frozenset({"wrapper", "emit"})
+"""Attributes that hold a value of a vocabulary of its own, whose words share spellings with rule names: a row's
+`wrapper` (`FamilyRecipe.wrapper`, a `WrapperName`: how the runtime carries out what the row decided, "ddp" wrapping
+in DistributedDataParallel) and the CLI's `arguments.emit` (an `EmitFormat`: "slurm" is an sbatch script, not the
+SLURM cluster rule). Comparing one with its words dispatches to what carries it out; mypy checks the words against
+their `Literal`."""
+
+OWN_VOCABULARY_TYPES = frozenset({"OffloadDevice"})
+"""`Literal` types of another tool's vocabulary that shares a spelling with a rule name: DeepSpeed's offload device
+`"cpu"` (host memory, DeepSpeed's own word), the default of an annotated field."""
+
+NAMING_CALLS = frozenset({"getattr", "hasattr", "flatten"})
+"""Calls whose string arguments name an attribute or a mesh dimension of torch's (`getattr(torch.version, "cuda")`,
+`mesh._flatten(..., "dp")`, torchtitan's name for the data-parallel dimension), not a rule's name."""
 
 
 def _module_constants(path: Path) -> dict[str, list[str]]:
@@ -135,10 +161,11 @@ class _LiteralDecisions(ast.NodeVisitor):
         return self.constants.get(ast.unparse(node), []) if isinstance(node, (ast.Name, ast.Attribute)) else []
 
     def visit_Compare(self, node: ast.Compare) -> None:  # x == "cuda", x in ("cpu", "cuda"), x in GPU_NAMES
-        if any(
-            _named(operand) or VOCABULARY.intersection(self.bound(operand))
-            for operand in (node.left, *node.comparators)
-        ):
+        operands = (node.left, *node.comparators)
+        carried = any(
+            isinstance(operand, ast.Attribute) and operand.attr in OWN_VOCABULARY_FIELDS for operand in operands
+        )
+        if not carried and any(_named(operand) or VOCABULARY.intersection(self.bound(operand)) for operand in operands):
             self.flag(node, "comparison")
         self.generic_visit(node)
 
@@ -159,7 +186,9 @@ class _LiteralDecisions(ast.NodeVisitor):
             if any(getattr(name, method)(piece) for piece in pieces if piece for name in VOCABULARY):
                 self.flag(node, method)
         # A name handed on is a decided value: table.get("ddp"), detect("local", ...), Facts(kind="local").
-        if any(_named(argument) for argument in (*node.args, *(keyword.value for keyword in node.keywords))):
+        called = method or (node.func.id if isinstance(node.func, ast.Name) else "")
+        handed = (*node.args, *(keyword.value for keyword in node.keywords)) if called not in NAMING_CALLS else ()
+        if any(_named(argument) for argument in handed):
             self.flag(node, "argument")
         self.generic_visit(node)
 
@@ -186,14 +215,21 @@ class _LiteralDecisions(ast.NodeVisitor):
     visit_Yield = visit_Return
 
     def visit_Assign(self, node: ast.Assign | ast.AnnAssign | ast.AugAssign | ast.NamedExpr) -> None:
-        if _named(node.value):  # family = "ddp", GPU_NAMES = ("cuda", "mps")
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        packages = all(isinstance(target, ast.Name) and _package_list(target.id) for target in targets)
+        annotation = ast.unparse(node.annotation) if isinstance(node, ast.AnnAssign) else ""
+        own = packages or annotation in OWN_VOCABULARY_TYPES
+        if _named(node.value) and not own:  # family = "ddp", GPU_NAMES = ("cuda", "mps")
             self.flag(node, "assigned")
         self.generic_visit(node)
 
     visit_AnnAssign = visit_AugAssign = visit_NamedExpr = visit_Assign
 
     def visit_For(self, node: ast.For | ast.comprehension) -> None:  # for name in ("cuda", "mps"):
-        if _named(node.iter) or VOCABULARY.intersection(self.bound(node.iter)):
+        # Going through a whole list of packages (to find which are installed) decides on no name; asking whether a
+        # name is one of them (`name in OPTIONAL_PACKAGES`) still does.
+        packages = _package_list(ast.unparse(node.iter))
+        if _named(node.iter) or (not packages and VOCABULARY.intersection(self.bound(node.iter))):
             self.flag(node.iter, "iterated")
         self.generic_visit(node)
 
@@ -229,6 +265,17 @@ def test_no_decision_on_a_literal_name_outside_the_tables(module: str) -> None:
 def test_every_module_of_resolve_is_checked() -> None:
     assert {"resolve/core.py", "render/report.py", "resolve/cluster.py", "parse/legacy.py"} <= set(DECIDING_MODULES)
     assert len(DECIDING_MODULES) == len(set(DECIDING_MODULES)) > len(list((SOURCE / "resolve").glob("*.py")))
+
+
+def test_the_effects_the_cli_and_the_records_are_checked() -> None:
+    """The thin layer and the records are checked too: every module of effects, the CLI, the face, the records;
+    only the rows and the vocabulary are not."""
+    effects = {path.relative_to(SOURCE).as_posix() for path in (SOURCE / "effects").glob("*.py")}
+    records = {f"spec/{name}.py" for name in ("plan", "options", "environment", "request", "mesh", "rules")}
+    assert effects | records | {"cli.py", "__init__.py"} <= set(DECIDING_MODULES)
+    assert {"effects/launching.py", "effects/world.py", "effects/metrics.py", "effects/runtime.py"} <= effects
+    assert set(ROWS_AND_VOCABULARY).isdisjoint(DECIDING_MODULES)
+    assert all((SOURCE / module).exists() for module in ROWS_AND_VOCABULARY)
 
 
 LITERAL_SAMPLE = '''\
@@ -272,11 +319,28 @@ def choose(accelerator: Literal["cpu", "cuda"], name, table, strategy="ddp"):  #
         pass
     if accelerator in GPU_ACCELERATORS:
         message = f"{accelerator!r} is not 'cuda'; use 'cpu'"
+    if table.wrapper == "ddp" or getattr(name, "cuda", None) or hasattr(name, "xla") or table.emit == "slurm":
+        name.flatten(("dp_replicate", "dp_shard"), "dp")
+    offload: OffloadDevice = "cpu"
+    chosen: AcceleratorName = "cpu"  # found: assigned
+    if table.family == "ddp":  # found: comparison
+        pass
+    if name in PACKAGES_SEEN:  # found: comparison
+        pass
+    found = getattr(name, "cuda") or table.get(name, "cuda")  # found: argument
     shown = ", ".join(name) or "none"
-    return rule, message, shown, name.startswith("MIG-")
+    return rule, message, shown, name.startswith("MIG-"), found, offload, chosen, [each for each in OPTIONAL_PACKAGES]
+
+
+REPORTED_PACKAGES = ("deepspeed", "torch_xla")
+PACKAGES_SEEN = ("deepspeed", "torch_xla")  # found: assigned
 '''
 """One line per form the check finds (marked `# found: form`) and the lines it must pass by: a Literal annotation,
-a docstring, a table's constant, an f-string message, the placeholder of an empty list, an unrelated prefix."""
+a docstring, a table's constant, an f-string message, the placeholder of an empty list, an unrelated prefix, a
+row's wrapper kind or an emitted format (`OWN_VOCABULARY_FIELDS`), another tool's typed word
+(`OWN_VOCABULARY_TYPES`), an attribute or mesh dimension named to torch (`NAMING_CALLS`), a list of
+packages (`*_PACKAGES`); each passed form has a found neighbour (a row's `family`, a vocabulary-typed default, a
+constant not of packages, a name handed on beside a getattr)."""
 
 
 def test_the_check_finds_a_literal_decision(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from trainplan.effects.extras import MissingExtra, is_missing, require_torch
+from trainplan.effects.rules_loading import rules_of
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.training import (
     LightningFramework,
@@ -32,6 +33,7 @@ from trainplan.resolve.training import (
 from trainplan.resolve.training import accelerate_launch_flags as _launch_flags
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.plan import Plan
+from trainplan.spec.tables import lookup
 
 
 def _framework(module: str, install: str) -> ModuleType:
@@ -52,7 +54,7 @@ def _strategy(
 ) -> object:
     """The Lightning/Fabric strategy object for the plan, built in `strategies` (either framework's); Fabric's
     ModelParallelStrategy also takes the function that applies the mesh (`parallelize`)."""
-    mapped = lightning_arguments(plan, framework).strategy
+    mapped = lightning_arguments(plan, framework, rules_of(plan)).strategy
     arguments: dict[str, Any] = dict(mapped.arguments)
     if parallelize is not None:
         arguments["parallelize_fn"] = parallelize
@@ -65,8 +67,9 @@ def _strategy(
     if mapped.registered_name is not None:  # torch_xla's strategies: the framework builds them from the name
         return mapped.registered_name
     cls = getattr(strategies, mapped.class_name)
-    if mapped.class_name == "DeepSpeedStrategy" and importlib.util.find_spec("deepspeed") is None:
-        raise MissingExtra(framework="deepspeed (for Lightning's DeepSpeedStrategy)", install="deepspeed")
+    package = lookup(rules_of(plan).families, plan.strategy.family, name="FAMILIES").requires_package
+    if package is not None and importlib.util.find_spec(package) is None:  # DeepSpeedStrategy imports deepspeed
+        raise MissingExtra(framework=f"{package} (for Lightning's {mapped.class_name})", install=package)
     return cls(**arguments)
 
 
@@ -76,7 +79,7 @@ def _arguments(
     parallelize: Callable[..., Any] | None = None,
     framework: LightningFramework = "fabric",
 ) -> dict[str, Any]:
-    mapped = lightning_arguments(plan, framework)
+    mapped = lightning_arguments(plan, framework, rules_of(plan))
     return {
         "accelerator": mapped.accelerator,
         "devices": mapped.devices,
@@ -89,10 +92,10 @@ def _arguments(
 def lightning_trainer_arguments(plan: Plan) -> dict[str, Any]:
     """`pytorch_lightning.Trainer(**...)` arguments for the plan, with a real strategy object. A strategy only
     Fabric registers (`xla_fsdp`) is `Incompatible` here, with the Trainer's nearest one."""
-    lightning_arguments(plan, "trainer")  # refuses before the framework is imported
+    lightning_arguments(plan, "trainer", rules_of(plan))  # refuses before the framework is imported
     strategies = _framework("pytorch_lightning.strategies", "pytorch-lightning")
     arguments = _arguments(plan, strategies, framework="trainer")
-    arguments["sync_batchnorm"] = lightning_arguments(plan).sync_batchnorm
+    arguments["sync_batchnorm"] = lightning_arguments(plan, "trainer", rules_of(plan)).sync_batchnorm
     return arguments
 
 
@@ -108,6 +111,7 @@ def fabric_arguments(plan: Plan, *, parallelize: Callable[..., Any] | None = Non
         )
     if plan.mesh is not None and parallelize is None:
         raise incompatible("fabric-parallelize", {"strategy": plan.strategy.name})
+    lightning_arguments(plan, "fabric", rules_of(plan))  # refuses before the framework is imported
     return _arguments(plan, _framework("lightning_fabric.strategies", "lightning-fabric"), parallelize)
 
 
@@ -115,21 +119,19 @@ def accelerator_arguments(plan: Plan) -> dict[str, Any]:
     """`accelerate.Accelerator(**...)` arguments for the plan: cpu, mixed_precision, and kwargs handlers with the
     DDP options and the process group's backend and timeout."""
     framework_sync_batchnorm(plan, "Accelerate")
-    refusal = accelerate_mesh_refusal(plan)
+    rules = rules_of(plan)
+    refusal = accelerate_mesh_refusal(plan, rules)
     if refusal is not None:
         raise refusal
+    mapped = accelerate_arguments(plan, rules)  # refuses before the framework is imported
     utils = _framework("accelerate.utils", "accelerate")
-    mapped = accelerate_arguments(plan)
     process_group = dict(mapped.process_group)
     timeout = datetime.timedelta(seconds=float(str(process_group.pop("timeout_seconds"))))
     handlers: list[object] = [utils.InitProcessGroupKwargs(timeout=timeout, **process_group)]
     if mapped.ddp:
         handlers.append(utils.DistributedDataParallelKwargs(**mapped.ddp))
-    arguments: dict[str, Any] = {
-        "cpu": mapped.cpu,
-        "mixed_precision": mapped.mixed_precision,
-        "kwargs_handlers": handlers,
-    }
+    # Accelerator's keyword arguments (its `cpu=` is a flag of its own, not a decision on trainplan's "cpu").
+    arguments: dict[str, Any] = dict(cpu=mapped.cpu, mixed_precision=mapped.mixed_precision, kwargs_handlers=handlers)
     if mapped.fsdp is not None:
         arguments["fsdp_plugin"] = utils.FullyShardedDataParallelPlugin(**mapped.fsdp)
     if mapped.parallelism is not None:
@@ -143,7 +145,7 @@ def accelerate_parallelism_config(plan: Plan) -> Any:
     """Accelerate's `ParallelismConfig` with the sizes of the plan's device mesh (Accelerate 1.15 has one:
     dp_replicate, dp_shard, tp and cp; no pipeline). Its `build_device_mesh(device_type)` gives Accelerate's own mesh
     over the same ranks."""
-    sizes = accelerate_arguments(plan).parallelism
+    sizes = accelerate_arguments(plan, rules_of(plan)).parallelism
     if sizes is None:
         raise TrainplanError(
             f"strategy {plan.strategy.name!r} has no device mesh, so there is no ParallelismConfig to build: resolve a "
@@ -158,7 +160,7 @@ def accelerate_parallelism_config(plan: Plan) -> Any:
 
 def accelerate_launch_flags(plan: Plan) -> list[str]:
     """The `accelerate launch` flags that start this plan's processes (pure; needs no Accelerate)."""
-    return _launch_flags(plan)
+    return _launch_flags(plan, rules_of(plan))
 
 
 __all__ = [

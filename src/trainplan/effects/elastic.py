@@ -62,7 +62,7 @@ from trainplan.effects.launching import (
     _stop,
     choose_free_port,
 )
-from trainplan.resolve.world import torchrun_variables
+from trainplan.resolve.world import launcher_rule, started_by_another_launcher, torchrun_variables
 from trainplan.spec import tables
 from trainplan.spec.plan import Plan
 
@@ -698,9 +698,9 @@ def launch_script(
     def say(text: str) -> None:
         err.write(f"trainplan: {text}\n")
 
-    if plan.launcher == "xla":
+    if started_by_another_launcher(plan):
         raise LaunchError("trainplan launch does not start XLA workers; use torch_xla's launcher for this plan")
-    if plan.launcher == "external":
+    if launcher_rule(plan).joins:
         code = _run_as_this_rank(plan, command, timeout=timeout, grace=grace_period, out=out, err=err, variables=given)
     else:
         _check_startable(plan)

@@ -42,7 +42,9 @@ from trainplan.effects.world import join
 from trainplan.resolve.cluster import launched_by_trainplan
 from trainplan.resolve.world import (
     global_rank_of,
+    launcher_rule,
     nested_launch,
+    started_by_another_launcher,
     torchrun_variables,
     unlaunchable,
     worker_environment,
@@ -54,6 +56,7 @@ from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import StartMethod
 from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan
+from trainplan.spec.tables import LauncherRule
 
 R = TypeVar("R")
 
@@ -191,7 +194,7 @@ def _multiprocessing_entry(
     args: Sequence[object],
     kwargs: Mapping[str, Any],
     connection: Connection,
-    method: StartMethod = "spawn",
+    forked: bool,
     environment: Mapping[str, str] | None = None,
 ) -> None:
     # A forked worker inherits the caller's handlers (the launcher's own SIGTERM handler among them).
@@ -211,7 +214,7 @@ def _multiprocessing_entry(
         # The server imported torch with its own environment: take the caller's OMP_NUM_THREADS of now, as a
         # spawned interpreter would have at its import of torch.
         torch.set_num_threads(int(threads))
-    if method == "fork" and torch is not None:
+    if forked and torch is not None:
         # The caller's OpenMP thread pool does not survive fork: a parallel region in the child (any large
         # tensor operation) would wait forever for threads that are not there. One intra-op thread per worker,
         # torchrun's OMP_NUM_THREADS=1 default for several workers per node.
@@ -382,22 +385,26 @@ def _interrupts_deferred() -> Iterator[None]:
 
 
 def _start_multiprocessing(
+    launcher: LauncherRule,
     method: StartMethod,
     specs: Sequence[WorkerSpec],
     fn: Callable[..., object],
     args: Sequence[object],
     kwargs: Mapping[str, Any],
 ) -> list[WorkerHandle]:
-    context: Any = _forkserver_context() if method == "forkserver" else multiprocessing.get_context(method)
-    launcher = "spawn" if method == "forkserver" else method
+    """Start the workers of `launcher` with `method`: its own start method, or the one that serves it
+    (`worker_start_method`: a forkserver for spawn), whose server forks each worker with the caller's environment."""
+    served = method != launcher.start_method
+    context: Any = _forkserver_context() if served else multiprocessing.get_context(method)
+    fresh = not served and not launcher.forks  # a fresh interpreter, started with the worker's environment
     workers: list[WorkerHandle] = []
     try:
         for spec in specs:
             receive, send = context.Pipe(duplex=False)
-            environment = {**os.environ, **spec.variables} if method == "forkserver" else None
+            environment = {**os.environ, **spec.variables} if served else None
             process = context.Process(
                 target=_multiprocessing_entry,
-                args=(spec, fn, args, kwargs, send, method, environment),
+                args=(spec, fn, args, kwargs, send, launcher.forks and not served, environment),
                 name=f"trainplan-worker-{spec.global_rank}",
                 daemon=False,
             )
@@ -406,7 +413,7 @@ def _start_multiprocessing(
                 # before it imports anything, as torchrun would; PYTHONSAFEPATH keeps multiprocessing's
                 # `python -c` bootstrap from putting the working directory first on sys.path (Python 3.11+).
                 spawned: dict[str, str] = {}
-                if method == "spawn":
+                if fresh:
                     spawned = {**spec.variables, "PYTHONSAFEPATH": "1"}
                     if "PYTHONSAFEPATH" not in os.environ:
                         spawned[_SAFE_PATH_ADDED] = "1"  # the worker takes it out of its own environment again
@@ -420,8 +427,8 @@ def _start_multiprocessing(
                 receive.close()
                 send.close()
                 raise NotImportable(
-                    f"The {launcher} launcher could not send {getattr(fn, '__qualname__', fn)!r} or its arguments to a "
-                    f"new interpreter ({type(error).__name__}: {error}). {_IMPORTABLE_FIX}"
+                    f"The {launcher.name} launcher could not send {getattr(fn, '__qualname__', fn)!r} or its arguments "
+                    f"to a new interpreter ({type(error).__name__}: {error}). {_IMPORTABLE_FIX}"
                 ) from None
             send.close()  # the worker holds the only writing end: its death closes the pipe
             workers.append(_ProcessWorker(spec.local_rank, receive, process))
@@ -761,12 +768,13 @@ def launch_with(
         from trainplan.effects.probing import is_interactive
 
         interactive = is_interactive()
-    if plan.launcher == "xla":
+    if started_by_another_launcher(plan):
         raise LaunchError(
-            "The plan's launcher is 'xla': trainplan does not start XLA workers itself yet. Start them with "
-            "torch_xla (torch_xla.launch(fn) or xmp.spawn(fn)), and inside each call trainplan.resolve()"
+            f"The plan's launcher is {plan.launcher!r}: trainplan does not start XLA workers itself yet. Start them "
+            "with torch_xla (torch_xla.launch(fn) or xmp.spawn(fn)), and inside each call trainplan.resolve()"
         )
-    if plan.launcher in ("none", "external"):
+    launcher = launcher_rule(plan)
+    if not launcher.starts_processes:  # this process is the world's (one process), or joins a started world
         return [_run_here(plan, fn, args, kwargs, choose_port)]
     require_torch(f"trainplan.launch (starting {plan.processes_per_node} workers that join one process group)")
     _check_startable(plan)
@@ -777,11 +785,11 @@ def launch_with(
         begun = time.monotonic()
         try:
             with _sigterm_stops_workers():
-                if plan.launcher == "subprocess":
+                method = worker_start_method(plan, multiprocessing.get_all_start_methods())
+                if method is None:  # no multiprocessing method: the script runs again in fresh interpreters
                     workers = _start_subprocesses(specs, fn, args, kwargs, interactive=interactive)
                 else:
-                    method = worker_start_method(plan, multiprocessing.get_all_start_methods())
-                    workers = _start_multiprocessing(method or "spawn", specs, fn, args, kwargs)
+                    workers = _start_multiprocessing(launcher, method, specs, fn, args, kwargs)
                 return _supervise(  # type: ignore[return-value]
                     workers, specs, timeout=timeout, grace=grace_period, begun=begun
                 )
@@ -861,7 +869,7 @@ def _run_here(
     """Run `fn` in this process, inside the plan's world (joined through `join`, as every worker does)."""
     cluster = plan.cluster
     variables: dict[str, str] = {}
-    if plan.launcher == "none":
+    if not launcher_rule(plan).joins:  # the world is this one process
         port = cluster.main_port or choose_port(cluster.main_address)
         variables = torchrun_variables(plan, rank=0, local_rank=0, port=port)
     elif cluster.global_rank is not None and cluster.local_rank is not None and cluster.main_port is not None:

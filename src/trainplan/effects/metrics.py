@@ -45,6 +45,7 @@ from trainplan.resolve import place_metric
 from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan
+from trainplan.spec.tables import DEVICE_TYPES_WITHOUT_FLOAT64, HOST_DEVICE
 
 if TYPE_CHECKING:
     import torch
@@ -198,7 +199,7 @@ class _Entry:
     slab: _Slab | None = None
 
     def spec(self) -> str:
-        where = "python" if self.device == "python" else "cpu" if self.device == "cpu" else "device"
+        where = "python" if self.device == "python" else HOST_DEVICE if self.device == HOST_DEVICE else "device"
         return f"{self.op}|{self.kind}|{self.shape}|{where}"
 
 
@@ -368,10 +369,15 @@ class _Group:
     slab: _Slab | None = None  # None: Python-number keys, all scalars
 
 
+def _without_float64(device: str) -> bool:
+    """Whether torch device `device` ("mps:0") is of a type that has no float64 (`DEVICE_TYPES_WITHOUT_FLOAT64`)."""
+    return device.partition(":")[0] in DEVICE_TYPES_WITHOUT_FLOAT64
+
+
 def _floating(device: str) -> Any:
     import torch
 
-    return torch.float32 if device.startswith("mps") else torch.float64
+    return torch.float32 if _without_float64(device) else torch.float64
 
 
 def _finish_number(entry: _Entry) -> PlainValue:
@@ -613,10 +619,12 @@ class MetricStore:
         stores_on_cpu = self._stores_on_cpu.get(store_on_cpu)
         if stores_on_cpu is None:  # the plan decides once per choice of store_on_cpu (the plan never changes)
             stores_on_cpu = self._stores_on_cpu[store_on_cpu] = (
-                place_metric(self.plan, "tensor", store_on_cpu).store_device == "cpu"
+                place_metric(self.plan, "tensor", store_on_cpu).store_device == HOST_DEVICE
             )
         tensor_device = value.device
-        device = "cpu" if stores_on_cpu else str(tensor_device if tensor_device.type != "cpu" else self._device)
+        device = (
+            HOST_DEVICE if stores_on_cpu else str(tensor_device if tensor_device.type != HOST_DEVICE else self._device)
+        )
         entry = self._existing(name, op, kind, shape)
         if op == "mean":
             self._check_weight(entry, name, weight)
@@ -627,7 +635,7 @@ class MetricStore:
                 reason=f"{name!r} is stored on {entry.device}, and this call would store it on {device}",
                 fix="Keep store_on_cpu the same for every call of a key",
             )
-        dtype = (torch.float32 if device.startswith("mps") else torch.float64) if kind == "float" else torch.int64
+        dtype = (torch.float32 if _without_float64(device) else torch.float64) if kind == "float" else torch.int64
         incoming = value.detach().to(device=device, dtype=dtype)
         summed = None
         if op == "sum" and kind == "int" and entry is not None:
@@ -825,7 +833,7 @@ class MetricStore:
         for bucket in ordered:
             bucket.join()
             if synced and bucket.length:
-                target = self._device if move and bucket.device == "cpu" else bucket.device
+                target = self._device if move and bucket.device == HOST_DEVICE else bucket.device
                 flat = bucket.flat if target == bucket.device else self._transfer(bucket.flat, target)
                 self._collective.all_reduce(flat, bucket.op)
                 self.collectives_in_last_sync += 1
@@ -891,16 +899,16 @@ def _number_group(op: ReduceOp, kind: str, entries: Mapping[str, _Entry], bucket
     names = list(entries)
     integer = kind == "int"
     dtype = torch.int64 if integer else torch.float64
-    bucket = buckets(_COLLECTIVE_OF[op], dtype, "cpu")
+    bucket = buckets(_COLLECTIVE_OF[op], dtype, HOST_DEVICE)
     totals = [_scalar_total(entry) for entry in entries.values()]
     group = _Group(op, names, (bucket, bucket.add(totals)), len(names))
     if op == "mean":
         group.weight = (bucket, bucket.add([entry.weight for entry in entries.values()]))
     elif op == "sum" and integer:
-        sums = buckets("sum", torch.float64, "cpu")
+        sums = buckets("sum", torch.float64, HOST_DEVICE)
         group.shadow = (sums, sums.add([float(total) for total in totals]))
     elif op in ("max", "min") and not integer:
-        sums = buckets("sum", torch.float64, "cpu")
+        sums = buckets("sum", torch.float64, HOST_DEVICE)
         group.nans = (sums, sums.add([float(entry.nans) for entry in entries.values()]))
     return group
 

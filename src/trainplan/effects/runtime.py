@@ -45,6 +45,7 @@ from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 from trainplan.spec.options import DDPOptions, FSDPOptions
 from trainplan.spec.plan import Plan
 from trainplan.spec.rules import Rules
+from trainplan.spec.tables import HOST_DEVICE
 from trainplan.spec.tables import MESH_DIMENSIONS as MESH_RULES
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class ModelWrappers(Protocol):
         """`torch.nn.DataParallel` over the given visible CUDA indices."""
 
     def ddp(self, model: torch.nn.Module, device_ids: list[int] | None, options: DDPOptions) -> torch.nn.Module:
-        """`DistributedDataParallel` with the plan's DDP options (device_ids on CUDA, None on CPU)."""
+        """`DistributedDataParallel` with the plan's DDP options (device_ids on an accelerator, None on CPU)."""
 
     def fsdp(
         self, model: torch.nn.Module, device: torch.device, options: FSDPOptions, mesh_shape: tuple[int, int]
@@ -219,12 +220,12 @@ class Runtime:
             self._mesh_group = True
         mesh = self._wrappers.device_mesh(self.device.type, layout.shape, layout.dimensions)
         self._meshes["mesh"] = mesh
-        self._meshes["dp"] = self._wrappers.flatten(mesh, ("dp_replicate", "dp_shard"), "dp")
+        self._meshes["data_parallel"] = self._wrappers.flatten(mesh, ("dp_replicate", "dp_shard"), "dp")
         shard = "dp_shard"
         if layout.size("cp") > 1:  # context-parallel ranks shard the parameters too (torchtitan's dp_shard_cp)
             shard = "dp_shard_cp"
             self._wrappers.flatten(mesh, ("dp_shard", "cp"), shard)
-        self._meshes["fsdp"] = mesh[("dp_replicate", shard)] if layout.size("dp_replicate") > 1 else mesh[shard]
+        self._meshes["sharded"] = mesh[("dp_replicate", shard)] if layout.size("dp_replicate") > 1 else mesh[shard]
 
     @property
     def mesh(self) -> DeviceMesh:
@@ -252,14 +253,14 @@ class Runtime:
         """The mesh FSDP2's `fully_shard` takes: the data-parallel shards (with the context-parallel ranks folded in
         as `dp_shard_cp` when `cp` > 1), and the replicas as an outer dimension when `dp_replicate` > 1 (HSDP)."""
         self._mesh("rt.fsdp_mesh")
-        return self._meshes["fsdp"]
+        return self._meshes["sharded"]
 
     @property
     def data_parallel_mesh(self) -> DeviceMesh:
         """One dimension, `dp`, over the data-parallel replicas and shards: the ranks that read different batches
         (average a loss or a metric over its group, `rt.data_parallel_mesh.get_group()`)."""
         self._mesh("rt.data_parallel_mesh")
-        return self._meshes["dp"]
+        return self._meshes["data_parallel"]
 
     def _mesh(self, what: str) -> DeviceMesh:
         self._check_joined(what)
@@ -329,7 +330,7 @@ class Runtime:
             placed = self._wrappers.sync_batchnorm(placed)
         options = self.plan.strategy.options
         if recipe.wrapper == "ddp" and isinstance(options, DDPOptions):
-            device_ids = [self.device.index or 0] if self.device.type == "cuda" else None
+            device_ids = None if self.device.type == HOST_DEVICE else [self.device.index or 0]
             return self._wrappers.ddp(placed, device_ids, options)
         if recipe.wrapper == "fsdp" and isinstance(options, FSDPOptions):
             return self._wrappers.fsdp(placed, self.device, options, fsdp_mesh_shape(self.plan))
@@ -377,7 +378,10 @@ class Runtime:
     def deepspeed_config(self, *, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1) -> dict[str, object]:
         """The DeepSpeed config for this plan (see `resolve.training.deepspeed_config`)."""
         return deepspeed_config(
-            self.plan, micro_batch_size=micro_batch_size, gradient_accumulation_steps=gradient_accumulation_steps
+            self.plan,
+            micro_batch_size=micro_batch_size,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+            rules=self.rules,
         )
 
     # -- precision ------------------------------------------------------------------------------------

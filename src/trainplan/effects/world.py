@@ -19,9 +19,16 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from trainplan.effects.extras import require_torch
-from trainplan.resolve.world import STARTING_LAUNCHERS, job_of, process_group_timeout
+from trainplan.effects.rules_loading import rules_of
+from trainplan.resolve.world import (
+    STARTING_LAUNCHERS,
+    job_of,
+    launcher_rule,
+    process_group_timeout,
+    started_by_another_launcher,
+)
 from trainplan.spec.errors import TrainplanError
-from trainplan.spec.names import ACCELERATORS, BackendKey
+from trainplan.spec.names import BackendKey
 from trainplan.spec.plan import Plan
 
 
@@ -43,8 +50,8 @@ class WorldMismatch(TrainplanError, RuntimeError):
 
 
 class DeviceBinder(Protocol):
-    """How this process binds a downstream accelerator's device (one a rule set adds: Ascend's "npu", Gaudi's
-    "hpu"). The default asks torch; tests pass fakes."""
+    """How this process binds its device where the accelerator's row says it binds one (CUDA's; one a rule set
+    adds: Ascend's "npu", Gaudi's "hpu"). The default asks torch; tests pass fakes."""
 
     def bind(self, device_type: str, index: int) -> None:
         """Make device `index` of `device_type` this process's current device. Raises `LookupError` when torch
@@ -128,9 +135,11 @@ class World:
 def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
     """Join the plan's world from this process: device bound, process group up (see the module docs).
 
-    A downstream accelerator's device (a rule set's own, `Rules.extend(accelerators=...)`) is bound through
-    `devices` (default: torch's, `torch.device(device_type, index)`), which needs the accelerator's torch plugin
-    imported in this process; without it, `JoinError` names the accelerator and its rule set."""
+    The device is bound where the accelerator's row says so (`AcceleratorRule.binds_device`: CUDA's, and a
+    downstream accelerator's, a rule set's own from `Rules.extend(accelerators=...)`), through `devices` (default:
+    torch's, `torch.device(device_type, index)` and its device module's `set_device`, `torch.cuda.set_device` on
+    CUDA). A downstream device needs the accelerator's torch plugin imported in this process; without it,
+    `JoinError` names the accelerator and its rule set."""
     if not isinstance(plan, Plan):
         raise JoinError(f"join takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve()")
     if plan.launcher in STARTING_LAUNCHERS:
@@ -140,12 +149,12 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
             "joins inside each worker; or start the script with `trainplan launch` or torchrun and call "
             "trainplan.resolve() inside it (launcher 'external'), then join that plan"
         )
-    if plan.launcher == "xla":
+    if started_by_another_launcher(plan):
         raise JoinError(
-            "The plan's launcher is 'xla': torch_xla starts and joins its own workers (torch_xla.launch(fn)); "
-            "call trainplan.resolve() inside them"
+            f"The plan's launcher is {plan.launcher!r}: torch_xla starts and joins its own workers "
+            "(torch_xla.launch(fn)); call trainplan.resolve() inside them"
         )
-    if plan.launcher == "external":
+    if launcher_rule(plan).joins:
         cluster = plan.cluster
         if cluster.global_rank is None or cluster.local_rank is None or cluster.main_port is None:
             raise JoinError(
@@ -157,14 +166,12 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
     else:
         rank, local_rank = 0, 0
     device = plan.device_for(local_rank if local_rank < plan.processes_per_node else 0)
-    if plan.accelerator == "cuda" or (plan.process_group_backend is not None and plan.world_size > 1):
+    row = rules_of(plan).accelerators.get(plan.accelerator)
+    binds = row is None or row.binds_device  # a downstream row out of reach: bound as its plan names the device
+    if binds or (plan.process_group_backend is not None and plan.world_size > 1):
         require_torch(f"Joining a world of {plan.world_size} process(es) on {plan.accelerator}")
-    if plan.accelerator == "cuda":
-        import torch
-
-        torch.cuda.set_device(torch.device(device))
-    elif plan.accelerator not in ACCELERATORS:
-        _bind_downstream(plan, device, TorchDevices() if devices is None else devices)
+    if binds:
+        _bind_device(plan, device, TorchDevices() if devices is None else devices)
     timeout = process_group_timeout(plan)
     backend = plan.process_group_backend
     if backend is None or plan.world_size == 1:
@@ -202,7 +209,7 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
     return World(plan=plan, rank=rank, local_rank=local_rank, device=device, created=True, timeout_seconds=timeout)
 
 
-def _bind_downstream(plan: Plan, device: str, devices: DeviceBinder) -> None:
+def _bind_device(plan: Plan, device: str, devices: DeviceBinder) -> None:
     device_type, _, index = device.partition(":")
     try:
         devices.bind(device_type, int(index or 0))

@@ -18,7 +18,7 @@ import attrs
 from trainplan.parse import normalise
 from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
 from trainplan.spec.notes import Note
-from trainplan.spec.options import OPTION_TYPES, StrategyOptions
+from trainplan.spec.options import StrategyOptions
 from trainplan.spec.tables import (
     ACCELERATOR_GROUPS,
     FAMILIES,
@@ -29,6 +29,7 @@ from trainplan.spec.tables import (
     LEGACY_PRECISION_PLUGINS,
     LEGACY_STRATEGIES,
     LEGACY_STRATEGY_FLAGS,
+    OPTION_TYPES,
     RULES,
     STRATEGIES,
     UNSUPPORTED_ACCELERATORS,

@@ -34,7 +34,6 @@ from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.option_checks import strategy_options
 from trainplan.spec.options import (
-    OPTION_TYPES,
     ModelParallelOptions,
     StrategyOptions,
 )
@@ -44,6 +43,7 @@ from trainplan.spec.tables import (
     CLUSTER_ALIASES,
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
+    OPTION_TYPES,
     PRECISION_ALIASES,
     PRECISION_FLAG_ALIASES,
     STRATEGY_ALIASES,

@@ -36,11 +36,18 @@ from trainplan.spec.names import (
     StrategyFamily,
 )
 from trainplan.spec.notes import Note
-from trainplan.spec.options import OPTION_TYPES, ModelParallelOptions, StrategyOptions
+from trainplan.spec.options import ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, Plan, StrategyChoice
 from trainplan.spec.request import NumNodes, Request
 from trainplan.spec.rules import BUILTIN_RULES, UNNAMED_RULES, Rules, is_rules_reference
-from trainplan.spec.tables import HOST_DEVICE, LIGHTNING_SIZES, MAX_DEVICES_PER_NODE, MAX_NODES, FamilyRule
+from trainplan.spec.tables import (
+    HOST_DEVICE,
+    LIGHTNING_SIZES,
+    MAX_DEVICES_PER_NODE,
+    MAX_NODES,
+    OPTION_TYPES,
+    FamilyRule,
+)
 
 _CUSTOM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
 _CUSTOM_PRECISION = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)

@@ -18,11 +18,12 @@ import shlex
 from collections.abc import Sequence
 
 from trainplan.resolve.core import incompatible
+from trainplan.resolve.training import check_rules_at_hand, rules_named, rules_variable
 from trainplan.resolve.world import carried_request, script_strategy_note, visibility_variable
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.plan import Plan
+from trainplan.spec.rules import BUILTIN_RULES, Rules
 from trainplan.spec.tables import (
-    ACCELERATORS,
     KUBEFLOW_MASTER_PORT,
     KUBERNETES_DEVICE_RESOURCES,
     REQUEST_VARIABLE,
@@ -118,8 +119,14 @@ def emit_torchrun(plan: Plan, command: Sequence[str] = ()) -> str:
     return "\n".join([*_notes(plan), environment + _quote(words)])
 
 
-def emit_slurm(plan: Plan, command: Sequence[str] = ()) -> str:
-    """An sbatch script: one srun task per node runs torchrun, which starts that node's workers."""
+def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTIN_RULES) -> str:
+    """An sbatch script: one srun task per node runs torchrun, which starts that node's workers. A downstream
+    accelerator's row is one of the plan's rule set, `rules` (its `slurm_gpus` says whether SLURM allocates its
+    devices as GPUs)."""
+    accelerator = rules.accelerators.get(plan.accelerator)
+    if accelerator is None:
+        check_rules_at_hand(plan, rules, "accelerator", plan.accelerator)
+        accelerator = lookup(rules.accelerators, plan.accelerator, name="ACCELERATORS")
     lines = [
         "#!/bin/bash",
         f"#SBATCH --nodes={plan.num_nodes}",
@@ -127,7 +134,7 @@ def emit_slurm(plan: Plan, command: Sequence[str] = ()) -> str:
     ]
     visibility = visibility_variable(plan)
     narrowed = visibility is not None and plan.devices != tuple(range(len(plan.devices)))
-    if lookup(ACCELERATORS, plan.accelerator, name="ACCELERATORS").slurm_gpus:
+    if accelerator.slurm_gpus:
         # Asking for the first max+1 GPUs keeps every index the plan names; the worker line narrows to them.
         wanted = max(plan.devices) + 1 if narrowed else len(plan.devices)
         lines.append(f"#SBATCH --gpus-per-node={wanted}")
@@ -179,7 +186,9 @@ _KUBERNETES_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?")
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}")
 
 
-def emit_kubeflow(plan: Plan, command: Sequence[str] = (), *, image: str, name: str = "train") -> str:
+def emit_kubeflow(
+    plan: Plan, command: Sequence[str] = (), *, image: str, name: str = "train", rules: Rules = BUILTIN_RULES
+) -> str:
     """A PyTorchJob manifest (Kubeflow training operator, kubeflow.org/v1) that runs the plan: one pod per node
     (a Master and num_nodes - 1 Workers), `nvidia.com/gpu` per pod for CUDA plans, the image given.
 
@@ -206,10 +215,18 @@ def emit_kubeflow(plan: Plan, command: Sequence[str] = (), *, image: str, name: 
             "digit, at most 52 characters (the pods are named <name>-worker-<index>)",
             fix="Write a name such as --job-name train-llm",
         )
-    if plan.accelerator not in KUBERNETES_DEVICE_RESOURCES:
+    if plan.accelerator not in rules.kubernetes_resources:
+        check_rules_at_hand(plan, rules, "accelerator", plan.accelerator)
+        if plan.accelerator not in BUILTIN_RULES.accelerators:  # a downstream row: its rule set can name one
+            raise incompatible(
+                "kubeflow-resource",
+                {"accelerator": plan.accelerator},
+                rules=rules_named(rules),
+                rules_builder=rules_variable(rules),
+            )
         supported = " and ".join(repr(name) for name in KUBERNETES_DEVICE_RESOURCES)
         raise incompatible("kubeflow-accelerator", {"accelerator": plan.accelerator}, supported=supported)
-    resource = KUBERNETES_DEVICE_RESOURCES[plan.accelerator]
+    resource = rules.kubernetes_resources[plan.accelerator]
     port = plan.cluster.main_port or KUBEFLOW_MASTER_PORT
     if not command:
         raise InvalidRequest(

@@ -44,7 +44,7 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
-from trainplan.spec.options import OPTION_TYPES, DeepSpeedOptions, ModelParallelOptions, StrategyOptions
+from trainplan.spec.options import DeepSpeedOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
 from trainplan.spec.request import NumNodes, Request
 from trainplan.spec.rules import BUILTIN_RULES, Rules
@@ -55,6 +55,7 @@ from trainplan.spec.tables import (
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
     MAX_WORLD_SIZE,
+    OPTION_TYPES,
     SELECTED_DEVICES_VARIABLE,
     AcceleratorRule,
     AutoStrategyRule,

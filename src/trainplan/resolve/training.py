@@ -18,13 +18,13 @@ from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS
 from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import BUILTIN_RULES, Rules
+from trainplan.spec.rules import BUILTIN_RULES, UNNAMED_RULES, Rules
 from trainplan.spec.tables import (
     DEEPSPEED_NO_OFFLOAD,
     FAMILY_RECIPES,
-    FRAMEWORK_ACCELERATORS,
     LAUNCHERS,
     LIGHTNING_SIZES,
+    PRECISION_RECIPES,
     FamilyRecipe,
     FrameworkAccelerator,
     PrecisionRecipe,
@@ -46,9 +46,41 @@ def fsdp_mesh_shape(plan: Plan) -> tuple[int, int]:
     return (plan.num_nodes, plan.processes_per_node)
 
 
+def rules_named(rules: Rules) -> str:
+    """A rule set as messages name it: where it is imported from, or what it is."""
+    if rules is BUILTIN_RULES:
+        return "trainplan's own rules"
+    return "an unnamed rule set" if rules.reference is None else repr(rules.reference)
+
+
+def rules_variable(rules: Rules) -> str:
+    """What a fix calls the rule set to extend: its NAME in "module:NAME", else "rules"."""
+    return "rules" if rules.reference is None else rules.reference.partition(":")[2]
+
+
+def check_rules_at_hand(plan: Plan, rules: Rules, what: str, value: str) -> None:
+    """`rules` lack the row of the plan's `what` (`value`): when they are not the rule set the plan was made from
+    (`Plan.rules` names another), `Incompatible` says to pass that one, whose row it may be."""
+    if plan.rules is not None and rules.plan_reference != plan.rules:
+        named = plan.rules != UNNAMED_RULES
+        raise incompatible(
+            "plan-rules",
+            {what: value},
+            plan_rules=f"the rule set {plan.rules}" if named else "an unnamed rule set",
+            given=rules_named(rules),
+            what=what,
+            value=value,
+            how=f"trainplan.effects.rules_loading.rules_of(plan) imports {plan.rules}"
+            if named
+            else "the one it was resolved with",
+        )
+
+
 def precision_recipe(plan: Plan, rules: Rules = BUILTIN_RULES) -> PrecisionRecipe:
     """How the plan's precision runs: autocast dtype (mixed), parameter dtype (true), loss scaling (a downstream
-    precision's recipe is a row of its rule set, `rules`)."""
+    precision's recipe is a row of its rule set, `rules`; other rules are told to pass that one)."""
+    if plan.precision not in rules.precision_recipes:
+        check_rules_at_hand(plan, rules, "precision", plan.precision)
     return lookup(rules.precision_recipes, plan.precision, name="PRECISION_RECIPES")
 
 
@@ -57,9 +89,36 @@ def family_recipe(plan: Plan) -> FamilyRecipe:
     return lookup(FAMILY_RECIPES, plan.strategy.family, name="FAMILY_RECIPES")
 
 
-def framework_accelerator(plan: Plan) -> FrameworkAccelerator:
-    """How Lightning and Accelerate spell the plan's accelerator and its devices."""
-    return lookup(FRAMEWORK_ACCELERATORS, plan.accelerator, name="FRAMEWORK_ACCELERATORS")
+def framework_accelerator(
+    plan: Plan, framework: str = "Lightning", rules: Rules = BUILTIN_RULES
+) -> FrameworkAccelerator:
+    """How Lightning and Accelerate spell the plan's accelerator and its devices: a row of `rules` (a downstream
+    accelerator's where its rule set gives one; without one, `Incompatible` names the accelerator, its rule set and
+    how to add the row)."""
+    found = rules.framework_accelerators.get(plan.accelerator)
+    if found is not None:
+        return found
+    check_rules_at_hand(plan, rules, "accelerator", plan.accelerator)
+    raise incompatible(
+        "framework-accelerator",
+        {"accelerator": plan.accelerator},
+        rules=rules_named(rules),
+        rules_builder=rules_variable(rules),
+        framework=framework,
+    )
+
+
+def _framework_precision(plan: Plan, framework: str) -> None:
+    """A downstream precision (a row of the plan's rule set, not trainplan's own) has no precision plugin in
+    Lightning, Fabric or Accelerate: refused by name."""
+    if plan.precision not in PRECISION_RECIPES:
+        raise incompatible(
+            "framework-precision",
+            {"precision": plan.precision},
+            rules=repr(plan.rules) if plan.rules is not None else "a rule set",
+            framework=framework,
+            supported=", ".join(repr(name) for name in PRECISION_RECIPES),
+        )
 
 
 def needs_grad_scaler(plan: Plan, rules: Rules = BUILTIN_RULES) -> bool:
@@ -69,9 +128,10 @@ def needs_grad_scaler(plan: Plan, rules: Rules = BUILTIN_RULES) -> bool:
 
 
 def deepspeed_config(
-    plan: Plan, *, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1
+    plan: Plan, *, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1, rules: Rules = BUILTIN_RULES
 ) -> dict[str, object]:
-    """The DeepSpeed config for the plan's `DeepSpeedOptions` and precision, ready for `deepspeed.initialize`."""
+    """The DeepSpeed config for the plan's `DeepSpeedOptions` and precision, ready for `deepspeed.initialize` (a
+    downstream precision's recipe is a row of the plan's rule set: pass it as `rules`)."""
     options = plan.strategy.options
     if not isinstance(options, DeepSpeedOptions):
         raise incompatible("deepspeed-config", {"strategy": plan.strategy.name})
@@ -90,7 +150,7 @@ def deepspeed_config(
         zero["offload_optimizer"] = dict(offload)
     if options.offload_parameters:
         zero["offload_param"] = dict(offload)
-    recipe = precision_recipe(plan)
+    recipe = precision_recipe(plan, rules)
     return {
         "train_micro_batch_size_per_gpu": micro_batch_size,
         "gradient_accumulation_steps": gradient_accumulation_steps,
@@ -126,11 +186,18 @@ class LightningArguments:
     sync_batchnorm: bool
 
 
-def lightning_arguments(plan: Plan, framework: LightningFramework = "fabric") -> LightningArguments:
+_LIGHTNING_FRONT_ENDS: dict[LightningFramework, str] = {"trainer": "Lightning's Trainer", "fabric": "Fabric"}
+
+
+def lightning_arguments(
+    plan: Plan, framework: LightningFramework = "fabric", rules: Rules = BUILTIN_RULES
+) -> LightningArguments:
     """The plan as Lightning Trainer / Fabric arguments, nothing lost: the strategy's options become the
     strategy object's arguments (DDP's flags and timeout, FSDP's sharding and offload, DeepSpeed's stage). A
-    strategy only Fabric registers (`xla_fsdp`) is refused for the Trainer."""
+    strategy only Fabric registers (`xla_fsdp`) is refused for the Trainer. A downstream accelerator is spelled as
+    its rule set (`rules`) says; a downstream precision has no Lightning plugin and is refused."""
     recipe = family_recipe(plan)
+    _framework_precision(plan, _LIGHTNING_FRONT_ENDS[framework])
     if recipe.lightning_strategy is None:
         raise incompatible("lightning-strategy", {"strategy": plan.strategy.name})
     if framework == "trainer" and recipe.trainer_instead is not None:
@@ -178,7 +245,7 @@ def lightning_arguments(plan: Plan, framework: LightningFramework = "fabric") ->
             arguments["nvme_path"] = NVME_PATH
     if plan.process_group_backend is not None and recipe.lightning_backend:
         arguments["process_group_backend"] = plan.process_group_backend
-    spelling = framework_accelerator(plan)
+    spelling = framework_accelerator(plan, _LIGHTNING_FRONT_ENDS[framework], rules)
     devices: list[int] | int = plan.processes_per_node
     if spelling.lightning_devices == "indices":
         devices = list(plan.devices)
@@ -249,10 +316,12 @@ class AccelerateArguments:
     parallelism: dict[str, int] | None = None  # ParallelismConfig (a device mesh's sizes)
 
 
-def accelerate_arguments(plan: Plan) -> AccelerateArguments:
-    """The plan as Accelerate's `Accelerator` arguments and `accelerate launch` flags."""
-    recipe = precision_recipe(plan)
+def accelerate_arguments(plan: Plan, rules: Rules = BUILTIN_RULES) -> AccelerateArguments:
+    """The plan as Accelerate's `Accelerator` arguments and `accelerate launch` flags (a downstream accelerator or
+    precision as its rule set, `rules`, says)."""
+    recipe = precision_recipe(plan, rules)
     if recipe.accelerate is None:
+        _framework_precision(plan, "Accelerate")
         raise incompatible("accelerate-precision", {"precision": plan.precision})
     family = family_recipe(plan)
     if family.accelerate_why_not is not None:
@@ -301,7 +370,7 @@ def accelerate_arguments(plan: Plan) -> AccelerateArguments:
             extra += ["--use_fsdp", "--fsdp_version", "2"]
     flags = ["--num_processes", str(plan.world_size), "--num_machines", str(plan.num_nodes)]
     flags += ["--mixed_precision", recipe.accelerate]
-    spelling = framework_accelerator(plan)
+    spelling = framework_accelerator(plan, "Accelerate", rules)
     if spelling.accelerate_cpu:
         flags.append("--cpu")
     elif spelling.accelerate_gpu_ids:
@@ -355,10 +424,11 @@ def accelerate_parallelism(mesh: MeshLayout) -> dict[str, int]:
     return sizes
 
 
-def accelerate_mesh_refusal(plan: Plan) -> Incompatible | None:
+def accelerate_mesh_refusal(plan: Plan, rules: Rules = BUILTIN_RULES) -> Incompatible | None:
     """Why `accelerate.Accelerator` cannot take this plan's mesh, or None: Accelerate builds a ParallelismConfig
     mesh for FSDP2 or multi-GPU runs only, never for several CPU processes (its `_validate_accelerator`)."""
-    if plan.mesh is not None and not framework_accelerator(plan).accelerate_processes and plan.world_size > 1:
+    spelling = framework_accelerator(plan, "Accelerate", rules) if plan.mesh is not None else None
+    if spelling is not None and not spelling.accelerate_processes and plan.world_size > 1:
         return incompatible(
             "accelerate-mesh",
             {"strategy": plan.strategy.name, "accelerator": plan.accelerator, "world_size": plan.world_size},
@@ -369,12 +439,12 @@ def accelerate_mesh_refusal(plan: Plan) -> Incompatible | None:
     return None
 
 
-def accelerate_launch_flags(plan: Plan) -> list[str]:
+def accelerate_launch_flags(plan: Plan, rules: Rules = BUILTIN_RULES) -> list[str]:
     """The `accelerate launch` flags that start this plan's processes; several CPU processes are refused
     (accelerate launch starts those only through MPI)."""
-    if not framework_accelerator(plan).accelerate_processes and plan.world_size > 1:
+    if not framework_accelerator(plan, "Accelerate", rules).accelerate_processes and plan.world_size > 1:
         raise incompatible("accelerate-cpu-processes", {"accelerator": plan.accelerator, "world_size": plan.world_size})
-    return list(accelerate_arguments(plan).launch_flags)
+    return list(accelerate_arguments(plan, rules).launch_flags)
 
 
 def framework_sync_batchnorm(plan: Plan, framework: str) -> None:
@@ -391,6 +461,7 @@ __all__ = [
     "accelerate_launch_flags",
     "accelerate_mesh_refusal",
     "accelerate_parallelism",
+    "check_rules_at_hand",
     "deepspeed_config",
     "family_recipe",
     "framework_sync_batchnorm",
@@ -399,4 +470,6 @@ __all__ = [
     "lightning_sizes",
     "needs_grad_scaler",
     "precision_recipe",
+    "rules_named",
+    "rules_variable",
 ]

@@ -34,12 +34,25 @@ from trainplan.spec.tables import (
     SCRIPT_STRATEGY_FOR,
     SELECTED_DEVICES_VARIABLE,
     SERVED_START_METHODS,
+    LauncherRule,
     job_variables,
     lookup,
 )
 
 STARTING_LAUNCHERS: tuple[LauncherName, ...] = tuple(name for name, rule in LAUNCHERS.items() if rule.trainplan_starts)
 """Launchers whose workers trainplan's launcher starts from this process (the rows say which)."""
+
+
+def launcher_rule(plan: Plan) -> LauncherRule:
+    """The row of the plan's launcher: whether it starts processes, joins a started world, who starts them."""
+    return lookup(LAUNCHERS, plan.launcher, name="LAUNCHERS")
+
+
+def started_by_another_launcher(plan: Plan) -> bool:
+    """The plan's workers are started by a launcher that is not trainplan's, and not yet (torch_xla's): this
+    process can neither start them nor join them."""
+    rule = launcher_rule(plan)
+    return rule.starts_processes and not rule.trainplan_starts
 
 
 def visibility_variable(plan: Plan) -> str | None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 import attrs
 
 from trainplan.spec.frozen import FrozenMap, freeze_map, freeze_sequence
-from trainplan.spec.names import StartMethod
+from trainplan.spec.names import START_METHODS, StartMethod
 
 # Converters never raise: a value of the wrong shape is kept as given, and `resolve` refuses it by name.
 
@@ -91,9 +91,7 @@ class Environment:
     cpu_count: int = 1
     interactive: bool = False
     """A notebook or REPL: there is no script to re-run and `__main__` cannot be imported by workers."""
-    start_methods: tuple[StartMethod, ...] = attrs.field(
-        default=("fork", "spawn", "forkserver"), converter=_freeze_start_methods
-    )
+    start_methods: tuple[StartMethod, ...] = attrs.field(default=START_METHODS, converter=_freeze_start_methods)
     packages: frozenset[str] = attrs.field(default=frozenset(), converter=_freeze_packages)
     """Installed optional packages that change what is possible (deepspeed, torch_xla, transformer_engine, ...)."""
     variables: FrozenMap = attrs.field(factory=FrozenMap, converter=freeze_map)

@@ -115,6 +115,10 @@ MetricsStore = Literal["device", "cpu"]
 """Where logged metric tensors are kept between reductions by default."""
 
 StartMethod = Literal["fork", "spawn", "forkserver"]
+
+EmitFormat = Literal["torchrun", "slurm", "kubeflow"]
+"""What `trainplan plan --emit` prints the plan as: a torchrun command line, an sbatch script, a Kubeflow PyTorchJob
+(formats named after the engines that run them, not the cluster rules of the same names)."""
 """A multiprocessing start method."""
 
 NoteLevel = Literal["info", "warning", "deprecation"]
@@ -142,6 +146,7 @@ CLUSTERS: Final[tuple[ClusterName, ...]] = get_args(ClusterName)
 CLUSTER_FLAGS: Final[tuple[ClusterFlag, ...]] = ("auto", *CLUSTERS)
 METRICS_STORES: Final[tuple[MetricsStore, ...]] = get_args(MetricsStore)
 START_METHODS: Final[tuple[StartMethod, ...]] = get_args(StartMethod)
+EMIT_FORMATS: Final[tuple[EmitFormat, ...]] = get_args(EmitFormat)
 NOTE_LEVELS: Final[tuple[NoteLevel, ...]] = get_args(NoteLevel)
 METRIC_KINDS: Final[tuple[MetricKind, ...]] = get_args(MetricKind)
 MESH_DIMENSIONS: Final[tuple[MeshDimension, ...]] = get_args(MeshDimension)

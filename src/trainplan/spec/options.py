@@ -127,11 +127,3 @@ class ModelParallelOptions:
 
 StrategyOptions: TypeAlias = DDPOptions | FSDPOptions | DeepSpeedOptions | ModelParallelOptions
 """Any strategy's options record."""
-
-OPTION_TYPES: dict[str, type[DDPOptions] | type[FSDPOptions] | type[DeepSpeedOptions] | type[ModelParallelOptions]] = {
-    "ddp": DDPOptions,
-    "fsdp": FSDPOptions,
-    "deepspeed": DeepSpeedOptions,
-    "model_parallel": ModelParallelOptions,
-}
-"""Which options record each family takes; families not listed take none."""

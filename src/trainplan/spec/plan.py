@@ -22,6 +22,7 @@ from trainplan.spec.names import (
 from trainplan.spec.notes import Note, freeze_notes
 from trainplan.spec.options import StrategyOptions
 from trainplan.spec.request import Request
+from trainplan.spec.tables import HOST_DEVICE
 
 if TYPE_CHECKING:
     from trainplan.spec.rules import Rules
@@ -158,9 +159,10 @@ class Plan:
                 f"local_rank={local_rank!r} is outside this plan's {self.processes_per_node} local process(es); "
                 f"use 0 to {self.processes_per_node - 1}"
             )
-        if self.accelerator == "cpu":
-            return "cpu"
-        return f"{self.metrics.device_type}:{self.devices[local_rank]}"
+        device_type = self.metrics.device_type  # the accelerator row's device type (the plan check holds them equal)
+        if device_type == HOST_DEVICE:  # torch's host device has no index: every CPU process is on "cpu"
+            return device_type
+        return f"{device_type}:{self.devices[local_rank]}"
 
     def physical_device_for(self, local_rank: int) -> str:
         """The physical GPU a local rank drives ("2", or a UUID), whatever CUDA_VISIBLE_DEVICES renumbered;

@@ -53,7 +53,7 @@ from trainplan.spec.names import (
     PRECISIONS as PRECISION_NAMES,
 )
 from trainplan.spec.option_checks import strategy_options
-from trainplan.spec.options import OPTION_TYPES, ModelParallelOptions
+from trainplan.spec.options import ModelParallelOptions
 from trainplan.spec.tables import (
     ACCELERATOR_ALIAS_NOTES,
     ACCELERATOR_ALIASES,
@@ -66,8 +66,11 @@ from trainplan.spec.tables import (
     DEFAULT_PRECISION,
     FAMILIES,
     FORK_STRATEGY_FOR,
+    FRAMEWORK_ACCELERATORS,
+    KUBERNETES_DEVICE_RESOURCES,
     LAUNCHERS,
     MESH_BACKENDS,
+    OPTION_TYPES,
     PRECISION_ALIASES,
     PRECISION_RECIPES,
     PRECISIONS,
@@ -83,7 +86,9 @@ from trainplan.spec.tables import (
     ClusterRule,
     DeviceCounts,
     FamilyRule,
+    FrameworkAccelerator,
     LauncherRule,
+    LightningDevices,
     PrecisionRecipe,
     PrecisionRule,
     StrategyRule,
@@ -127,6 +132,12 @@ class Rules:
     backends: Mapping[BackendKey, BackendRule]
     clusters: Mapping[ClusterName, ClusterRule]
     sync_batchnorm_accelerators: frozenset[AcceleratorKey]
+    framework_accelerators: Mapping[AcceleratorKey, FrameworkAccelerator]
+    """How Lightning/Fabric and Accelerate spell each accelerator (the adapters read it): a downstream accelerator
+    has a row where its framework plugin registers a name of its own."""
+    kubernetes_resources: Mapping[AcceleratorKey, str | None]
+    """The Kubernetes resource each pod of an emitted PyTorchJob asks for per device (None: CPUs, which every node
+    has); an accelerator without a row runs in no PyTorchJob."""
     reference: str | None = None
     """Where this rule set can be imported from ("package.module:NAME"), recorded in the plans made from it so that
     a launched worker reading its plan back checks it against the same rules; None: nowhere said."""
@@ -196,6 +207,8 @@ class Rules:
         accelerators: Iterable[AcceleratorRule] = (),
         backends: Iterable[BackendRule] = (),
         precision_recipes: Iterable[PrecisionRecipe] = (),
+        framework_accelerators: Iterable[FrameworkAccelerator] = (),
+        kubernetes_resources: Mapping[AcceleratorKey, str] | None = None,
         script_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         fork_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         spawn_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
@@ -211,7 +224,11 @@ class Rules:
         backend of the rule set (a new one, such as "hccl", is a `BackendRule` with a `CustomName`), an
         `auto_priority` of its own, and family and precision rows that list it. A new precision has a `CustomName`
         (hyphens allowed, as "bf16-mixed"), a family row that lists it and a `PrecisionRecipe`: what the runtime
-        does with it. `name` is where the new rule set can be imported from ("package.module:NAME", the module
+        does with it. A downstream accelerator may also say how the frameworks spell it (`framework_accelerators`:
+        the name its Lightning plugin registers, how Lightning takes its devices, Accelerate's flags) and which
+        Kubernetes resource a pod asks for per device (`kubernetes_resources={"npu": "huawei.com/Ascend910"}`, the
+        resource its device plugin advertises); without them, the adapters and `emit_kubeflow` refuse it by name. `name`
+        is where the new rule set can be imported from ("package.module:NAME", the module
         that builds it): plans made from it record it, and a launched worker imports it to check the plan it reads
         back. Refused with `InvalidRequest` naming what is wrong."""
         given_name: object = name
@@ -342,10 +359,14 @@ class Rules:
             counterparts.append(table or {})
             for key, value in (table or {}).items():
                 self._check_counterpart(field, key, value, new_strategies)
+        new_framework = _framework_rows(framework_accelerators, self, new_accelerators)
+        new_resources = _kubernetes_resources(kubernetes_resources, self, new_accelerators)
         return attrs.evolve(
             self,
             accelerators=new_accelerators,
             backends=new_backends,
+            framework_accelerators=new_framework,
+            kubernetes_resources=new_resources,
             strategies=new_strategies,
             families=new_families,
             precisions=new_precisions,
@@ -394,6 +415,101 @@ class Rules:
 
 
 R = TypeVar("R")
+
+_KUBERNETES_RESOURCE = re.compile(
+    r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", flags=re.ASCII
+)
+"""An extended Kubernetes resource, as a device plugin advertises it: `domain/name` (`nvidia.com/gpu`)."""
+
+
+def _downstream_accelerator(field: str, name: object, accelerators: Mapping[AcceleratorKey, object]) -> None:
+    """`name` is an accelerator of the new rule set that trainplan does not define (a built-in accelerator's framework
+    spelling and Kubernetes resource are trainplan's own rows)."""
+    if name in accelerators and name not in BUILTIN_RULES.accelerators:
+        return
+    raise InvalidRequest(
+        field=field,
+        value=name,
+        reason="it says how a downstream accelerator of the rule set is spelled or scheduled (a built-in "
+        "accelerator's row is trainplan's own)",
+        allowed=tuple(name for name in accelerators if name not in BUILTIN_RULES.accelerators),
+    )
+
+
+def _framework_rows(
+    rows: Iterable[FrameworkAccelerator], base: Rules, accelerators: Mapping[AcceleratorKey, AcceleratorRule]
+) -> dict[AcceleratorKey, FrameworkAccelerator]:
+    """The framework spellings of `base` with `rows` added, each checked."""
+    added = _rows(rows, FrameworkAccelerator, "rules.framework_accelerators")
+    _unique("rules.framework_accelerators", [row.accelerator for row in added])
+    table = dict(base.framework_accelerators)
+    for row in added:
+        where = f"rules.framework_accelerators[{row.accelerator!r}]"
+        _downstream_accelerator(f"{where}.accelerator", row.accelerator, accelerators)
+        lightning: object = row.lightning
+        devices: object = row.lightning_devices
+        flags: dict[str, object] = {
+            "accelerate_gpu_ids": row.accelerate_gpu_ids,
+            "accelerate_processes": row.accelerate_processes,
+        }
+        if not isinstance(lightning, str) or not _NAME.fullmatch(lightning):
+            raise InvalidRequest(
+                field=f"{where}.lightning",
+                value=lightning,
+                reason="it is the accelerator name the framework's Lightning plugin registers",
+                fix=f"Write e.g. lightning={row.accelerator!r}",
+            )
+        if devices not in get_args(LightningDevices):
+            raise InvalidRequest(
+                field=f"{where}.lightning_devices",
+                value=devices,
+                reason="it says how Lightning takes `devices` for the accelerator",
+                allowed=get_args(LightningDevices),
+            )
+        if row.accelerate_cpu is not False:
+            raise InvalidRequest(
+                field=f"{where}.accelerate_cpu",
+                value=row.accelerate_cpu,
+                reason="Accelerate's cpu=True runs on the host's CPUs, and a downstream accelerator's devices are not "
+                "the host's",
+                fix="Write accelerate_cpu=False",
+            )
+        for field, value in flags.items():
+            if not isinstance(value, bool):
+                raise InvalidRequest(field=f"{where}.{field}", value=value, reason="it is True or False")
+        table[row.accelerator] = row
+    return table
+
+
+def _kubernetes_resources(
+    given: Mapping[AcceleratorKey, str] | None, base: Rules, accelerators: Mapping[AcceleratorKey, AcceleratorRule]
+) -> dict[AcceleratorKey, str | None]:
+    """The Kubernetes resources of `base` with `given` added, each checked."""
+    table: dict[AcceleratorKey, str | None] = dict(base.kubernetes_resources)
+    mapping: object = given
+    if mapping is None:
+        return table
+    if not isinstance(mapping, Mapping):
+        raise InvalidRequest(
+            field="rules.kubernetes_resources",
+            value=mapping,
+            reason=f"it maps an accelerator to the Kubernetes resource of its devices, not a {type(mapping).__name__}",
+            fix="Write e.g. kubernetes_resources={'npu': 'huawei.com/Ascend910'}",
+        )
+    for name, resource in mapping.items():
+        where = f"rules.kubernetes_resources[{name!r}]"
+        _downstream_accelerator(where, name, accelerators)
+        if name in base.kubernetes_resources:
+            raise InvalidRequest(field=where, value=resource, reason="the rule set names its resource already")
+        if not isinstance(resource, str) or not _KUBERNETES_RESOURCE.fullmatch(resource):
+            raise InvalidRequest(
+                field=where,
+                value=resource,
+                reason="it is the extended resource the device plugin advertises, domain/name",
+                fix="Write e.g. 'huawei.com/Ascend910' (what `kubectl describe node` lists under Allocatable)",
+            )
+        table[name] = resource
+    return table
 
 
 def _rows(rows: object, kind: type[R], field: str) -> tuple[R, ...]:
@@ -461,6 +577,7 @@ def _check_accelerator(rule: AcceleratorRule, rules: Rules) -> None:
     device_type: object = rule.device_type
     visibility: object = rule.visibility_variable
     interactive: object = rule.interactive_auto_devices
+    binds: object = rule.binds_device
     refusals = (
         (
             not rule.takes_indices,
@@ -506,6 +623,12 @@ def _check_accelerator(rule: AcceleratorRule, rules: Rules) -> None:
             "interactive_auto_devices",
             "it is a positive number of devices (or None)",
             "Write e.g. interactive_auto_devices=1",
+        ),
+        (
+            not isinstance(binds, bool),
+            "binds_device",
+            "it says whether a worker makes its device torch's current one (True or False)",
+            "Write binds_device=True (the default: through the plugin's torch device module)",
         ),
     )
     for refused, field, reason, fix in refusals:
@@ -686,6 +809,8 @@ BUILTIN_RULES: Final[Rules] = Rules(
     precision_recipes=PRECISION_RECIPES,
     clusters=CLUSTERS,
     sync_batchnorm_accelerators=SYNC_BATCHNORM_ACCELERATORS,
+    framework_accelerators=FRAMEWORK_ACCELERATORS,
+    kubernetes_resources=KUBERNETES_DEVICE_RESOURCES,
 )
 """trainplan's own rule set: the tables of `trainplan.spec.tables`."""
 

@@ -37,6 +37,7 @@ from trainplan.spec.names import (
     StrategyKey,
     StrategyName,
 )
+from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -67,6 +68,9 @@ def lookup(table: Mapping[K, V], key: K, *, name: str) -> V:
 
 
 EnvironmentCount: TypeAlias = Literal["cuda_device_count", "mps_available", "xla_device_count", "device_counts"]
+
+COUNTED_THROUGH: Final[Mapping[EnvironmentCount, str]] = {"xla_device_count": "torch_xla"}
+"""The package through which `probe()` counts an accelerator's devices: a machine assumed to have them has it."""
 """An `Environment` fact that counts an accelerator's devices (a bool counts one; `device_counts`, the counts a
 framework supplies for the accelerators it adds, is read at the accelerator's name)."""
 
@@ -96,6 +100,7 @@ class AcceleratorRule:
     probes_usable: bool  # select_usable_gpus can pick among its devices (the usable-GPU probe)
     fork_blocked_by: Literal["cuda_initialized"] | None  # the Environment fact after which a forked child fails
     strategy_fix: str | None  # the fix when a strategy refuses this accelerator (None: the generic one)
+    binds_device: bool = True  # a worker makes its device torch's current one (torch.cuda.set_device, a plugin's)
 
 
 ACCELERATORS: Final[Mapping[AcceleratorKey, AcceleratorRule]] = {
@@ -119,6 +124,7 @@ ACCELERATORS: Final[Mapping[AcceleratorKey, AcceleratorRule]] = {
             probes_usable=False,
             fork_blocked_by=None,
             strategy_fix="Use strategy='xla' (several devices), 'xla_fsdp' (sharded), 'single_xla' or 'auto'",
+            binds_device=False,
         ),
         AcceleratorRule(
             name="cuda",
@@ -157,6 +163,7 @@ ACCELERATORS: Final[Mapping[AcceleratorKey, AcceleratorRule]] = {
             probes_usable=False,
             fork_blocked_by=None,
             strategy_fix="Use strategy='auto' (one MPS device), or accelerator='cpu' for several processes",
+            binds_device=False,
         ),
         AcceleratorRule(
             name="cpu",
@@ -177,6 +184,7 @@ ACCELERATORS: Final[Mapping[AcceleratorKey, AcceleratorRule]] = {
             probes_usable=False,
             fork_blocked_by=None,
             strategy_fix=None,
+            binds_device=False,
         ),
     )
 }
@@ -292,6 +300,32 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
         ),
     )
 }
+
+
+@attrs.frozen(kw_only=True)
+class TorchrunProcesses:
+    """One of torchrun's `--nproc-per-node` words that names an accelerator, as trainplan's request reads it
+    (`trainplan launch --nproc-per-node gpu`)."""
+
+    word: str  # torchrun's word
+    accelerator: AcceleratorFlag  # the accelerator it names
+    overrides_asked: bool  # it replaces an accelerator asked for (False: it fills in accelerator='auto' only)
+    per_host_cpu: bool  # one process per CPU of this machine (False: one per visible device, devices=-1)
+    explained: str  # what it starts, for the hint ("every visible GPU")
+
+
+TORCHRUN_PROCESSES: Final[Mapping[str, TorchrunProcesses]] = {
+    row.word: row
+    for row in (
+        TorchrunProcesses(
+            word="gpu", accelerator="gpu", overrides_asked=False, per_host_cpu=False, explained="every visible GPU"
+        ),
+        TorchrunProcesses(
+            word="cpu", accelerator="cpu", overrides_asked=True, per_host_cpu=True, explained="one process per CPU"
+        ),
+    )
+}
+"""torchrun's `--nproc-per-node` words that name an accelerator (its others are a count and `auto`)."""
 
 
 SERVED_START_METHODS: Final[Mapping[LauncherName, StartMethod]] = {"spawn": "forkserver"}
@@ -499,6 +533,18 @@ FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
         ),
     )
 }
+
+
+OptionsType: TypeAlias = type[DDPOptions] | type[FSDPOptions] | type[DeepSpeedOptions] | type[ModelParallelOptions]
+
+OPTION_TYPES: Final[Mapping[StrategyFamily, OptionsType]] = {
+    "ddp": DDPOptions,
+    "fsdp": FSDPOptions,
+    "deepspeed": DeepSpeedOptions,
+    "model_parallel": ModelParallelOptions,
+}
+"""Which options record each family takes; families not listed take none. A plan's JSON names the record by its
+family here (`"kind": "ddp"`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -873,6 +919,9 @@ HOST_DEVICE: Final[str] = next(rule.device_type for rule in ACCELERATORS.values(
 """The torch device of host memory (the device type of the accelerator whose devices are the host's CPUs): where a
 CPU-stored metric lives."""
 
+DEVICE_TYPES_WITHOUT_FLOAT64: Final[frozenset[str]] = frozenset({"mps"})
+"""torch device types that have no float64 (Metal has none): a metric store accumulates floats there in float32."""
+
 
 # --------------------------------------------------------------------------------------------------
 # Device meshes (strategy `model_parallel`): the dimensions, in the mesh's fixed order, and where each may grow.
@@ -1220,13 +1269,18 @@ DEEPSPEED_NO_OFFLOAD: Final[str] = "none"
 """DeepSpeed's (and `accelerate launch`'s) offload device for a part that stays on the accelerator."""
 
 
+LightningDevices: TypeAlias = Literal["count", "indices", "one_index_or_count"]
+"""How Lightning takes `devices` for an accelerator: a count, a list of indices, or one index as a list (else a
+count)."""
+
+
 @attrs.frozen(kw_only=True)
 class FrameworkAccelerator:
     """How Lightning/Fabric and Hugging Face Accelerate spell an accelerator and its devices."""
 
-    accelerator: AcceleratorName
+    accelerator: AcceleratorKey
     lightning: str  # Lightning's accelerator name
-    lightning_devices: Literal["count", "indices", "one_index_or_count"]  # how Lightning takes `devices`
+    lightning_devices: LightningDevices  # how Lightning takes `devices`
     accelerate_cpu: bool  # Accelerate runs it as `Accelerator(cpu=True)` / `accelerate launch --cpu`
     accelerate_gpu_ids: bool  # `accelerate launch --gpu_ids` names its devices
     accelerate_processes: bool  # Accelerate starts several processes of it (and builds a ParallelismConfig mesh)
@@ -1964,6 +2018,49 @@ RULES: Final[Mapping[str, Rule]] = {
                 "{accelerator!r}"
             ),
             fix="Plan for accelerator='cpu' or 'cuda' to emit a PyTorchJob, or use {accelerator!r}'s own launcher",
+        ),
+        Rule(
+            id="kubeflow-resource",
+            reason=(
+                "accelerator {accelerator!r} is a row of {rules}, which names no Kubernetes resource for its devices, "
+                "so a PyTorchJob's pods could not ask for them"
+            ),
+            fix=(
+                "Name the resource its device plugin advertises: {rules_builder}.extend(kubernetes_resources="
+                "{{{accelerator!r}: 'vendor.com/device'}}), or plan for accelerator='cpu' or 'cuda'"
+            ),
+        ),
+        Rule(
+            id="framework-accelerator",
+            reason=(
+                "accelerator {accelerator!r} is a row of {rules}, which says nothing of how {framework} spells it: "
+                "{framework} has no accelerator of that name unless a plugin registers one"
+            ),
+            fix=(
+                "Add the spelling the plugin registers: {rules_builder}.extend(framework_accelerators=["
+                "FrameworkAccelerator(accelerator={accelerator!r}, lightning=..., lightning_devices='indices', "
+                "accelerate_cpu=False, accelerate_gpu_ids=False, accelerate_processes=True)]), or build "
+                "{framework}'s arguments by hand"
+            ),
+        ),
+        Rule(
+            id="framework-precision",
+            reason=(
+                "precision {precision!r} is a row of {rules}; {framework} has no precision of that name (its "
+                "precision plugins are the built-in precisions)"
+            ),
+            fix=(
+                "Run the plan's loop through trainplan.runtime, which reads the precision's recipe, or give "
+                "{framework} your own precision plugin and plan with one of {supported} for the adapter"
+            ),
+        ),
+        Rule(
+            id="plan-rules",
+            reason=(
+                "the plan was made from {plan_rules}, and the rules given here ({given}) have no row for its {what} "
+                "{value!r}"
+            ),
+            fix="Pass the plan's own rule set as rules= ({how})",
         ),
         Rule(
             id="sync-batchnorm-device",
