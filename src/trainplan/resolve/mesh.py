@@ -316,6 +316,9 @@ def _refusal(
         """The degrees to offer instead (only those the accelerator and precision rules let run above 1), and an
         example layout that keeps the first of them."""
         runnable = [d for d in _nearest(candidates, violation.degree) if d == 1 or world.runs(name)]
+        # A degree written 'auto' elsewhere takes what the offered degree leaves: offer only degrees that, written
+        # alone, still keep this rule once that 'auto' has grown (cp=2 beside tp='auto' makes tp=2 too).
+        runnable = [d for d in runnable if d == 1 or _keeps(violation.rule, name, {**asked, name: d}, world)]
         choices = [d for d in runnable if d > 1][:3] or [1]
         return _choices(spelled, choices), world.fitting({**asked, name: choices[0]})
 
@@ -379,6 +382,27 @@ def _refusal(
         degree=violation.degree,
         why=violation.detail,
         instead=rule.instead.get(world.precision, DEFAULT_PRECISION),
+    )
+
+
+def _keeps(rule: str, name: MeshDimension, asked: Mapping[MeshDimension, Degree], world: _World) -> bool:
+    """Whether `asked`, its one 'auto' (if any) taking what the others leave, keeps `rule` for `name`."""
+    fixed = [degree for degree in asked.values() if isinstance(degree, int)]
+    product = math.prod(fixed)
+    autos = [other for other, degree in asked.items() if degree == "auto"]
+    if world.size % product or (not autos and product != world.size):
+        return True  # another rule (the product) speaks first; this offer is about `name`'s own rule
+    degrees = {other: (world.size // product if other in autos else int(degree)) for other, degree in asked.items()}
+    return not any(
+        violation.rule == rule and violation.dimension == name
+        for violation in layout_violations(
+            degrees,
+            num_nodes=world.num_nodes,
+            processes_per_node=world.processes_per_node,
+            accelerator=world.accelerator,
+            backend=None,
+            precision=world.precision,
+        )
     )
 
 
