@@ -57,8 +57,8 @@ from trainplan.spec import (
     Unavailable,
 )
 from trainplan.spec.names import AcceleratorKey, BackendKey, CustomName, PrecisionKey, StrategyKey
-from trainplan.spec.rules import BUILTIN_RULES, Rules
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
+    BUILTIN_RULES,
     AcceleratorRule,
     AutoStrategyRule,
     BackendRule,
@@ -66,6 +66,7 @@ from trainplan.spec.tables import (
     FrameworkAccelerator,
     PrecisionRecipe,
     PrecisionRule,
+    Rules,
     StrategyRule,
 )
 
@@ -169,7 +170,7 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
 
         from trainplan.effects.launching import worker_plan
         from trainplan.parse.plan_json import request_from_json_text
-        from trainplan.spec.tables import PLAN_VARIABLE, REQUEST_VARIABLE
+        from trainplan.spec.rules import PLAN_VARIABLE, REQUEST_VARIABLE
 
         launched = worker_plan()
         if launched is not None:

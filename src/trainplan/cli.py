@@ -51,10 +51,16 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.numbers import whole_number
 from trainplan.spec.request import Request
-from trainplan.spec.rules import BUILTIN_RULES, Rules
-from trainplan.spec.tables import ACCELERATORS as ACCELERATOR_RULES
-from trainplan.spec.tables import COUNTED_THROUGH, DEFAULT_PRECISION, TORCHRUN_PROCESSES, AcceleratorRule
-from trainplan.spec.tables import LAUNCHERS as LAUNCHER_RULES
+from trainplan.spec.rules import ACCELERATORS as ACCELERATOR_RULES
+from trainplan.spec.rules import (
+    BUILTIN_RULES,
+    COUNTED_THROUGH,
+    DEFAULT_PRECISION,
+    TORCHRUN_PROCESSES,
+    AcceleratorRule,
+    Rules,
+)
+from trainplan.spec.rules import LAUNCHERS as LAUNCHER_RULES
 
 EXIT_USAGE = 2
 ENV_FILE_LIMIT = 1 << 20

@@ -17,7 +17,7 @@ import pytest
 
 from trainplan import Environment, Plan, Request, TrainplanError
 from trainplan.resolve import resolve
-from trainplan.spec.tables import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
+from trainplan.spec.rules import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
 
 @attrs.frozen

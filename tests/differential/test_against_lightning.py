@@ -20,7 +20,7 @@ from tests.differential.lightning_harness import Outcome, lightning, ours
 from tests.differential.sample import request_for, sample
 from trainplan import Environment, Incompatible, TrainplanError, Unavailable
 from trainplan.resolve import resolve
-from trainplan.spec.tables import DIFFERENCES
+from trainplan.spec.rules import DIFFERENCES
 
 SAMPLE_SIZE = 800
 

@@ -15,7 +15,7 @@ from trainplan.resolve import expand_hostlist
 from trainplan.resolve.cluster import detect
 from trainplan.resolve.core import resolve_uncached
 from trainplan.resolve.world import worker_environment
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
     CLUSTERS,
     LAUNCHED_WORKERS,
     ClusterRule,

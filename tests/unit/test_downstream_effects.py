@@ -36,8 +36,7 @@ from trainplan.effects.adapters import (
 from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun
 from trainplan.resolve import resolve_uncached
 from trainplan.resolve.training import accelerate_arguments, deepspeed_config, lightning_arguments
-from trainplan.spec.rules import Rules
-from trainplan.spec.tables import MissingRule
+from trainplan.spec.rules import MissingRule, Rules
 
 WITH_TORCHAO = frozenset({"torchao"})
 

@@ -27,7 +27,7 @@ from trainplan import (
 )
 from trainplan.resolve import check, place_metric, resolve
 from trainplan.spec import ClusterEnvironmentError
-from trainplan.spec.tables import RULES
+from trainplan.spec.rules import RULES
 
 Case = tuple[dict[str, Any], Environment, type[TrainplanError], str | None, tuple[str, ...]]
 
@@ -612,7 +612,7 @@ def _world_rules() -> set[str]:
 
 
 def test_every_precision_a_mesh_dimension_refuses_is_exercised() -> None:
-    from trainplan.spec.tables import MESH_DIMENSIONS
+    from trainplan.spec.rules import MESH_DIMENSIONS
 
     refused = {(name, precision) for name, rule in MESH_DIMENSIONS.items() for precision in rule.precisions_refused}
     exercised: set[tuple[str, object]] = set()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -18,7 +19,8 @@ import pytest
 
 import trainplan
 from tests.downstream_rules import RULES as DOWNSTREAM_RULES
-from trainplan.spec import names, tables
+from trainplan.spec import names
+from trainplan.spec.rules import DEFAULT_PRECISION, AcceleratorRule
 
 SOURCE = Path(trainplan.__file__).parent
 
@@ -35,8 +37,16 @@ VOCABULARY: frozenset[str] = frozenset(
 ) - {"auto"}
 """Names a rule decides about. 'auto' is not one of them: it is the request's "decide for me"."""
 
-ROWS_AND_VOCABULARY = ("spec/tables.py", "spec/names.py")
-"""The two modules that hold names by right: the rows, and the vocabulary (`Literal` types and their tuples)."""
+ROWS_AND_VOCABULARY = (
+    *sorted(
+        path.relative_to(SOURCE).as_posix()
+        for path in (SOURCE / "spec" / "rules").glob("*.py")
+        if path.name not in ("ruleset.py", "__init__.py")  # the rule set's builder decides; the package re-exports
+    ),
+    "spec/names.py",
+)
+"""The modules that hold names by right: the rows (the rules package's topics), and the vocabulary (`Literal` types
+and their tuples)."""
 
 DECIDING_MODULES = tuple(
     sorted(
@@ -51,8 +61,8 @@ explain; the rule set's builder), those that carry out what the rules decided (`
 the runtime, the adapters; the CLI; the public face), and the records (`spec`: the plan, the options, the
 environment, the request, the mesh), which read rows and never decide on a name."""
 
-UNCHECKED_CONSTANTS = ("trainplan.spec.tables", "trainplan.spec.names")
-"""Modules whose constants hold literal names by right: the tables (the rows) and the vocabulary itself
+UNCHECKED_CONSTANTS = ("trainplan.spec.rules", "trainplan.spec.names")
+"""Modules whose constants hold literal names by right: the rules package (the rows) and the vocabulary itself
 (`names.ACCELERATOR_FLAGS` is every accelerator flag: going through a whole vocabulary decides on no name)."""
 
 
@@ -122,7 +132,9 @@ def _module_constants(path: Path) -> dict[str, list[str]]:
 
 def _source_of(module: str) -> Path | None:
     """The file of a trainplan module (None: not trainplan's, or one of `UNCHECKED_CONSTANTS`)."""
-    if module in UNCHECKED_CONSTANTS or not module.startswith("trainplan."):
+    if any(module == unchecked or module.startswith(unchecked + ".") for unchecked in UNCHECKED_CONSTANTS):
+        return None
+    if not module.startswith("trainplan."):
         return None
     base = SOURCE.joinpath(*module.split(".")[1:])
     return next((path for path in (base.with_suffix(".py"), base / "__init__.py") if path.exists()), None)
@@ -271,7 +283,7 @@ def test_the_effects_the_cli_and_the_records_are_checked() -> None:
     """The thin layer and the records are checked too: every module of effects, the CLI, the face, the records;
     only the rows and the vocabulary are not."""
     effects = {path.relative_to(SOURCE).as_posix() for path in (SOURCE / "effects").glob("*.py")}
-    records = {f"spec/{name}.py" for name in ("plan", "options", "environment", "request", "mesh", "rules")}
+    records = {f"spec/{name}.py" for name in ("plan", "options", "environment", "request", "mesh", "rules/ruleset")}
     assert effects | records | {"cli.py", "__init__.py"} <= set(DECIDING_MODULES)
     assert {"effects/launching.py", "effects/world.py", "effects/metrics.py", "effects/runtime.py"} <= effects
     assert set(ROWS_AND_VOCABULARY).isdisjoint(DECIDING_MODULES)
@@ -283,7 +295,7 @@ from typing import Literal
 
 from trainplan.effects import probing
 from trainplan.effects.probing import OPTIONAL_PACKAGES
-from trainplan.spec.tables import GPU_ACCELERATORS
+from trainplan.spec.rules import GPU_ACCELERATORS
 
 GPU_NAMES = ("cuda", "mps")  # found: assigned
 
@@ -362,10 +374,21 @@ def test_the_check_finds_a_literal_decision(tmp_path: Path) -> None:
 # Every field of every rule has a reader
 
 
+RULE_MODULES = [
+    importlib.import_module(f"trainplan.spec.rules.{path.stem}")
+    for path in sorted((SOURCE / "spec" / "rules").glob("*.py"))
+    if path.stem != "__init__"
+]
+"""The modules of the rules package (each topic's rows, and the rule set's value)."""
+
 RULE_CLASSES = [
     value
-    for value in vars(tables).values()
-    if isinstance(value, type) and attrs.has(value) and value.__module__ == tables.__name__
+    for module in RULE_MODULES
+    for value in vars(module).values()
+    if isinstance(value, type)
+    and attrs.has(value)
+    and value.__module__ == module.__name__
+    and module.__name__ != "trainplan.spec.rules.ruleset"  # the rule set itself: the rows' holder, not a row
 ]
 
 _RULE_CLASS_NAMES = frozenset(rule_class.__name__ for rule_class in RULE_CLASSES)
@@ -396,7 +419,7 @@ class _Rows:
         if isinstance(node, ast.Name):
             return self.names.get(node.id, set()) | ({node.id} & _RULE_CLASS_NAMES)
         if isinstance(node, ast.Attribute):
-            if isinstance(node.value, ast.Name) and node.value.id in self.modules:  # tables.CLUSTERS
+            if isinstance(node.value, ast.Name) and node.value.id in self.modules:  # CLUSTERS
                 return set(self.program.exports.get(self.modules[node.value.id], {}).get(node.attr, set()))
             return set(self.program.attributes.get(node.attr, set()))  # rules.clusters, rule.job_port
         if isinstance(node, (ast.Subscript, ast.Starred)):
@@ -533,23 +556,23 @@ def test_every_field_of_every_rule_has_a_reader(rule_class: type) -> None:
     description, accelerators, why_not, reason, fix). A row is known by a small inference over each function: a name
     bound from a table (`ACCELERATORS`, `rules.accelerators`, imported or not), from `lookup`/`.get`/`.values()`/
     `next`/`sorted` over one, from a rule field or function annotated with the class (`rule.job_port`,
-    `precision_recipe(plan)`), or a parameter annotated with it. A table's own index (`{rule.name: rule for ...}` in
-    tables.py) reads its key field. The inference errs towards "unread": a row reached through nothing annotated is
-    not seen, and the test fails until its reader says what it holds; it is flow-insensitive within a function (a
-    name bound to rows of two classes counts for both)."""
+    `precision_recipe(plan)`), or a parameter annotated with it. A table's own index (`{rule.name: rule for ...}`
+    in the rules package) reads its key field. The inference errs towards "unread": a row reached through nothing
+    annotated is not seen, and the test fails until its reader says what it holds; it is flow-insensitive within a
+    function (a name bound to rows of two classes counts for both)."""
     unread = _unread(rule_class, _trainplan_reads())
     assert unread == [], f"{rule_class.__name__} fields nothing reads (read them, or remove them): {unread}"
 
 
 READS_SAMPLE = """\
-from trainplan.spec import tables
-from trainplan.spec.tables import ACCELERATORS, FamilyRule, lookup
+from trainplan.spec.rules import hardware
+from trainplan.spec.rules import ACCELERATORS, FamilyRule, lookup
 
 
 def described(plan, family: FamilyRule, name):
     shown = plan.description, family.description, family.why_not
     row = lookup(ACCELERATORS, name)
-    return shown, row.host, [rule.device_type for rule in tables.ACCELERATORS.values()]
+    return shown, row.host, [rule.device_type for rule in hardware.ACCELERATORS.values()]
 """
 
 
@@ -562,7 +585,7 @@ def test_a_field_is_read_only_off_a_row_of_its_class() -> None:
     assert {("AcceleratorRule", "host"), ("AcceleratorRule", "device_type"), ("FamilyRule", "why_not")} <= reads
     assert ("FamilyRule", "description") in reads
     assert ("AcceleratorRule", "description") not in reads
-    assert "description" in _unread(tables.AcceleratorRule, reads)
+    assert "description" in _unread(AcceleratorRule, reads)
 
 
 def test_a_field_whose_only_reader_goes_is_unread() -> None:
@@ -581,13 +604,14 @@ def test_the_rule_classes_are_all_found() -> None:
 
 def test_the_default_precision_is_written_once() -> None:
     """DEFAULT_PRECISION is the one source: the request's default and the rule set's are it."""
-    assert trainplan.Request().precision == tables.DEFAULT_PRECISION == trainplan.BUILTIN_RULES.default_precision
+    assert trainplan.Request().precision == DEFAULT_PRECISION == trainplan.BUILTIN_RULES.default_precision
     spelled = [
         f"{path.relative_to(SOURCE)}:{node.lineno}"
         for path in SOURCE.rglob("*.py")
-        if path.name not in ("tables.py", "names.py")  # the row, and the Literal type that names every precision
+        # the rows (which name that precision as they name every other), and the Literal type that names every one
+        if not path.relative_to(SOURCE).as_posix().startswith(("spec/rules/", "spec/names.py"))
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Constant) and node.value == tables.DEFAULT_PRECISION
+        if isinstance(node, ast.Constant) and node.value == DEFAULT_PRECISION
     ]
     assert spelled == []
 
@@ -608,7 +632,7 @@ def test_no_rule_can_be_changed_in_place(rules: trainplan.Rules) -> None:
     changed in place would make the memoised resolve and the cold path disagree."""
     tables_of_rules = [getattr(rules, field.name) for field in attrs.fields(trainplan.Rules)]
     rows = [row for table in tables_of_rules for row in _rows(table)]
-    rows += [row for value in vars(tables).values() for row in _rows(value)]
+    rows += [row for module in RULE_MODULES for value in vars(module).values() for row in _rows(value)]
     nested = [
         (type(row).__name__, field.name, getattr(row, field.name))
         for row in rows

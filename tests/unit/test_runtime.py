@@ -32,7 +32,7 @@ from trainplan.resolve.training import (
     needs_grad_scaler,
     precision_recipe,
 )
-from trainplan.spec.tables import PRECISIONS
+from trainplan.spec.rules import PRECISIONS
 
 DEEPSPEED = cuda(4, packages={"deepspeed"})
 

@@ -33,7 +33,7 @@ from trainplan.resolve.training import (
 from trainplan.resolve.training import accelerate_launch_flags as _launch_flags
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.plan import Plan
-from trainplan.spec.tables import lookup
+from trainplan.spec.rules import lookup
 
 
 def _framework(module: str, install: str) -> ModuleType:

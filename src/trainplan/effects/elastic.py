@@ -63,8 +63,8 @@ from trainplan.effects.launching import (
     choose_free_port,
 )
 from trainplan.resolve.world import launcher_rule, started_by_another_launcher, torchrun_variables
-from trainplan.spec import tables
 from trainplan.spec.plan import Plan
+from trainplan.spec.rules import RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.api import LogsDest
@@ -532,7 +532,7 @@ def _meeting(plan: Plan, options: EngineOptions) -> _Meeting:
     else:
         endpoint = f"{host}:0"  # the system picks the store's port: two runs on one box never clash
     port = endpoint.rsplit(":", 1)[-1]
-    run_id = tables.TRAINPLAN_RUN_ID_PREFIX + (
+    run_id = TRAINPLAN_RUN_ID_PREFIX + (
         options.rdzv_id or (port if port != "0" else f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
     )
     local = options.local_addr or (address if plan.num_nodes == 1 else None)
@@ -891,7 +891,7 @@ def _run_as_this_rank(
         **os.environ,
         **given,
         **variables,
-        tables.RUN_ID_VARIABLE: f"{tables.TRAINPLAN_RUN_ID_PREFIX}{port}",
+        RUN_ID_VARIABLE: f"{TRAINPLAN_RUN_ID_PREFIX}{port}",
         "PYTHONUNBUFFERED": "1",
     }
     code = 0

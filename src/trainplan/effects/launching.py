@@ -51,18 +51,16 @@ from trainplan.resolve.world import (
     worker_start_method,
     worker_view,
 )
-from trainplan.spec import tables
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import StartMethod
 from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan
-from trainplan.spec.tables import LauncherRule
+from trainplan.spec.rules import FORKSERVER_PRELOAD, LAUNCHED_MARKER, PLAN_VARIABLE, LauncherRule
 
 R = TypeVar("R")
 
-PLAN_VARIABLE = tables.PLAN_VARIABLE
 """Environment variable holding the plan's JSON in every launched worker."""
-LAUNCHED_VARIABLE = tables.LAUNCHED_MARKER
+LAUNCHED_VARIABLE = LAUNCHED_MARKER
 """Set in every launched worker (to the launcher's name): the resolver then reads the world from RANK etc."""
 DEFAULT_GRACE_PERIOD = 5.0
 PORT_ATTEMPTS = 3
@@ -355,7 +353,7 @@ def _forkserver_context() -> Any:
 
     context: Any = multiprocessing.get_context("forkserver")
     asked = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or [])
-    context.set_forkserver_preload([*asked, *(name for name in tables.FORKSERVER_PRELOAD if name not in asked)])
+    context.set_forkserver_preload([*asked, *(name for name in FORKSERVER_PRELOAD if name not in asked)])
     with _temporary_environment({"PYTHONSAFEPATH": "1"}):
         forkserver.ensure_running()
     return context

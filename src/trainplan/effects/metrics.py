@@ -45,7 +45,7 @@ from trainplan.resolve import place_metric
 from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan
-from trainplan.spec.tables import DEVICE_TYPES_WITHOUT_FLOAT64, HOST_DEVICE
+from trainplan.spec.rules import DEVICE_TYPES_WITHOUT_FLOAT64, HOST_DEVICE
 
 if TYPE_CHECKING:
     import torch

@@ -23,7 +23,7 @@ from trainplan.spec.errors import TrainplanError
 from trainplan.spec.gpus import GpuFacts
 from trainplan.spec.names import START_METHODS, StartMethod
 from trainplan.spec.numbers import whole_number
-from trainplan.spec.tables import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
+from trainplan.spec.rules import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
 OPTIONAL_PACKAGES = ("deepspeed", "torch_xla", "transformer_engine", "torchmetrics", "mpi4py")
 """Packages whose presence changes what a plan may use; looked up without importing them."""

@@ -44,9 +44,8 @@ from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 from trainplan.spec.options import DDPOptions, FSDPOptions
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import Rules
-from trainplan.spec.tables import HOST_DEVICE
-from trainplan.spec.tables import MESH_DIMENSIONS as MESH_RULES
+from trainplan.spec.rules import HOST_DEVICE, Rules
+from trainplan.spec.rules import MESH_DIMENSIONS as MESH_RULES
 
 if TYPE_CHECKING:
     import torch

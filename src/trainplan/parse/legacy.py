@@ -19,7 +19,7 @@ from trainplan.parse import normalise
 from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
 from trainplan.spec.notes import Note
 from trainplan.spec.options import StrategyOptions
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
     ACCELERATOR_GROUPS,
     FAMILIES,
     HOST_METRICS_STORE,

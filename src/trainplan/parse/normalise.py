@@ -37,9 +37,9 @@ from trainplan.spec.options import (
     ModelParallelOptions,
     StrategyOptions,
 )
-from trainplan.spec.rules import BUILTIN_RULES, Rules
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
     ACCELERATOR_ALIASES,
+    BUILTIN_RULES,
     CLUSTER_ALIASES,
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
@@ -47,6 +47,7 @@ from trainplan.spec.tables import (
     PRECISION_ALIASES,
     PRECISION_FLAG_ALIASES,
     STRATEGY_ALIASES,
+    Rules,
 )
 
 DevicesSpec: TypeAlias = Literal["auto"] | int | tuple[int, ...]

@@ -39,14 +39,17 @@ from trainplan.spec.notes import Note
 from trainplan.spec.options import ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, Plan, StrategyChoice
 from trainplan.spec.request import NumNodes, Request
-from trainplan.spec.rules import BUILTIN_RULES, UNNAMED_RULES, Rules, is_rules_reference
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
+    BUILTIN_RULES,
     HOST_DEVICE,
     LIGHTNING_SIZES,
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
     OPTION_TYPES,
+    UNNAMED_RULES,
     FamilyRule,
+    Rules,
+    is_rules_reference,
 )
 
 _CUSTOM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)

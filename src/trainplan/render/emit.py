@@ -22,13 +22,14 @@ from trainplan.resolve.training import check_rules_at_hand, rules_named, rules_v
 from trainplan.resolve.world import carried_request, script_strategy_note, visibility_variable
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import BUILTIN_RULES, Rules
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
+    BUILTIN_RULES,
     KUBEFLOW_MASTER_PORT,
     KUBERNETES_DEVICE_RESOURCES,
     REQUEST_VARIABLE,
     SELECTED_DEVICES_VARIABLE,
     SLURM_PORT_BASE,
+    Rules,
     lookup,
 )
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from trainplan.spec.names import ACCELERATORS as ACCELERATOR_ORDER
 from trainplan.spec.names import AcceleratorKey
-from trainplan.spec.rules import BUILTIN_RULES, Rules
-from trainplan.spec.tables import MESH_BACKENDS, MESH_DIMENSIONS
+from trainplan.spec.rules import BUILTIN_RULES, MESH_BACKENDS, MESH_DIMENSIONS, Rules
 
 
 def render_matrix(rules: Rules = BUILTIN_RULES) -> str:

@@ -21,8 +21,8 @@ from trainplan.spec.errors import ClusterEnvironmentError, Unavailable
 from trainplan.spec.names import ClusterFlag, ClusterName
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
-from trainplan.spec.rules import BUILTIN_RULES, Rules
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
+    BUILTIN_RULES,
     LAUNCHED_MARKER,
     LAUNCHED_WORKERS,
     RUN_ID_VARIABLE,
@@ -33,6 +33,7 @@ from trainplan.spec.tables import (
     JobVariable,
     JobVariables,
     MissingRule,
+    Rules,
     VariableFormat,
     lookup,
 )

@@ -47,8 +47,8 @@ from trainplan.spec.numbers import whole_number
 from trainplan.spec.options import DeepSpeedOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
 from trainplan.spec.request import NumNodes, Request
-from trainplan.spec.rules import BUILTIN_RULES, Rules
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
+    BUILTIN_RULES,
     HOST_DEVICE,
     HOST_METRICS_STORE,
     MAX_CPU_COUNT,
@@ -62,6 +62,7 @@ from trainplan.spec.tables import (
     EnvironmentCount,
     FamilyRule,
     MissingRule,
+    Rules,
     StrategyRule,
     lookup,
 )

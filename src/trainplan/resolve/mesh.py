@@ -21,8 +21,8 @@ from trainplan.spec.mesh import MeshLayout, MeshViolation, layout_violations, no
 from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorKey, BackendKey, MeshDimension, PrecisionKey
 from trainplan.spec.notes import Note
 from trainplan.spec.options import Degree, ModelParallelOptions
-from trainplan.spec.tables import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS
-from trainplan.spec.tables import MESH_DIMENSIONS as MESH_RULES
+from trainplan.spec.rules import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS
+from trainplan.spec.rules import MESH_DIMENSIONS as MESH_RULES
 
 ABSORBING: MeshDimension = next(
     name for name in MESH_DIMENSIONS if attrs.fields_dict(ModelParallelOptions)[name].default == "auto"

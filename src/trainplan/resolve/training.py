@@ -18,19 +18,21 @@ from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS
 from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import BUILTIN_RULES, UNNAMED_RULES, Rules
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
+    BUILTIN_RULES,
     DEEPSPEED_NO_OFFLOAD,
     FAMILY_RECIPES,
     LAUNCHERS,
     LIGHTNING_SIZES,
     PRECISION_RECIPES,
+    UNNAMED_RULES,
     FamilyRecipe,
     FrameworkAccelerator,
     PrecisionRecipe,
+    Rules,
     lookup,
 )
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
     MESH_DIMENSIONS as MESH_RULES,
 )
 

@@ -24,7 +24,7 @@ from trainplan.spec.notes import Note
 from trainplan.spec.options import DDPOptions, ModelParallelOptions
 from trainplan.spec.plan import Plan
 from trainplan.spec.request import Request
-from trainplan.spec.tables import (
+from trainplan.spec.rules import (
     ACCELERATORS,
     DEFAULT_PROCESS_GROUP_TIMEOUT,
     LAUNCHED_MARKER,

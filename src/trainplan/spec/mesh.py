@@ -18,8 +18,8 @@ import attrs
 
 from trainplan.spec.frozen import freeze_sequence
 from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorKey, BackendKey, MeshDimension, PrecisionKey
-from trainplan.spec.tables import MESH_BACKENDS
-from trainplan.spec.tables import MESH_DIMENSIONS as MESH_RULES
+from trainplan.spec.rules import MESH_BACKENDS
+from trainplan.spec.rules import MESH_DIMENSIONS as MESH_RULES
 
 
 def _freeze_dimensions(value: tuple[MeshDimension, ...] | list[MeshDimension]) -> tuple[MeshDimension, ...]:

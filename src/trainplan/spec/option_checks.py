@@ -20,7 +20,7 @@ from trainplan.spec.options import (
     ModelParallelOptions,
     StrategyOptions,
 )
-from trainplan.spec.tables import LIGHTNING_SIZES, MAX_WORLD_SIZE
+from trainplan.spec.rules import LIGHTNING_SIZES, MAX_WORLD_SIZE
 
 
 def strategy_options(value: object) -> StrategyOptions | None:

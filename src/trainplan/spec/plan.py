@@ -22,7 +22,7 @@ from trainplan.spec.names import (
 from trainplan.spec.notes import Note, freeze_notes
 from trainplan.spec.options import StrategyOptions
 from trainplan.spec.request import Request
-from trainplan.spec.tables import HOST_DEVICE
+from trainplan.spec.rules import HOST_DEVICE
 
 if TYPE_CHECKING:
     from trainplan.spec.rules import Rules

@@ -19,7 +19,7 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.notes import Note, freeze_notes
 from trainplan.spec.options import StrategyOptions
-from trainplan.spec.tables import DEFAULT_PRECISION
+from trainplan.spec.rules import DEFAULT_PRECISION
 
 if TYPE_CHECKING:
     from trainplan.spec.rules import Rules

@@ -54,43 +54,46 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.option_checks import strategy_options
 from trainplan.spec.options import ModelParallelOptions
-from trainplan.spec.tables import (
+from trainplan.spec.rules.clusters import CLUSTERS, ClusterRule
+from trainplan.spec.rules.hardware import (
     ACCELERATOR_ALIAS_NOTES,
     ACCELERATOR_ALIASES,
     ACCELERATOR_GROUPS,
     ACCELERATORS,
+    AcceleratorRule,
+    DeviceCounts,
+)
+from trainplan.spec.rules.job import KUBERNETES_DEVICE_RESOURCES, SYNC_BATCHNORM_ACCELERATORS
+from trainplan.spec.rules.launchers import LAUNCHERS, LauncherRule
+from trainplan.spec.rules.mesh import MESH_BACKENDS
+from trainplan.spec.rules.precision import (
+    BACKENDS,
+    DEFAULT_PRECISION,
+    PRECISION_ALIASES,
+    PRECISIONS,
+    BackendRule,
+    PrecisionRule,
+)
+from trainplan.spec.rules.recipes import (
+    FRAMEWORK_ACCELERATORS,
+    PRECISION_RECIPES,
+    FrameworkAccelerator,
+    LightningDevices,
+    PrecisionRecipe,
+)
+from trainplan.spec.rules.strategies import (
     AUTO_STRATEGIES,
     AUTO_STRATEGY_FOR_OPTIONS,
-    BACKENDS,
-    CLUSTERS,
-    DEFAULT_PRECISION,
     FAMILIES,
     FORK_STRATEGY_FOR,
-    FRAMEWORK_ACCELERATORS,
-    KUBERNETES_DEVICE_RESOURCES,
-    LAUNCHERS,
-    MESH_BACKENDS,
     OPTION_TYPES,
-    PRECISION_ALIASES,
-    PRECISION_RECIPES,
-    PRECISIONS,
     SCRIPT_STRATEGY_FOR,
     SPAWN_STRATEGY_FOR,
     STRATEGIES,
     STRATEGY_ALIAS_NOTES,
     STRATEGY_ALIASES,
-    SYNC_BATCHNORM_ACCELERATORS,
-    AcceleratorRule,
     AutoStrategyRule,
-    BackendRule,
-    ClusterRule,
-    DeviceCounts,
     FamilyRule,
-    FrameworkAccelerator,
-    LauncherRule,
-    LightningDevices,
-    PrecisionRecipe,
-    PrecisionRule,
     StrategyRule,
 )
 

@@ -1,0 +1,439 @@
+"""Cluster environments: how each is detected, its variable schema (which variable gives each fact of the job, in
+which format), its ports and launch hints, the workers trainplan's launchers start, and the cluster aliases."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, Literal
+
+import attrs
+
+from trainplan.spec.frozen import freeze_nested_maps
+from trainplan.spec.names import (
+    ClusterFlag,
+    ClusterName,
+)
+
+SLURM_DEFAULT_PORT: Final[int] = 12910
+"""Lightning's SLURM main port when there is no job id."""
+
+SLURM_PORT_BASE: Final[int] = 15000
+"""SLURM main port with a job id: 15000 + the job id's last four digits (Lightning's rule, so every task agrees)."""
+
+LSF_PORT_BASE: Final[int] = 10000
+"""LSF main port: 10000 + job id modulo 1000 (Lightning's rule)."""
+
+DEFAULT_MAIN_PORT: Final[int] = 29500
+"""torch.distributed's customary port, used where a cluster gives neither MASTER_PORT nor a job id (MPI)."""
+
+LAUNCHED_MARKER: Final[str] = "TRAINPLAN_LAUNCHED"
+"""Set by `trainplan.launch` in every worker it starts. Those workers also carry torchrun's variables (RANK,
+LOCAL_RANK, GROUP_RANK, LOCAL_WORLD_SIZE) for scripts that expect them; the marker tells the resolver that
+trainplan, not torchrun, started them, so the plan keeps its own launcher and gains the worker's ranks."""
+
+RUN_ID_VARIABLE: Final[str] = "TORCHELASTIC_RUN_ID"
+"""torchrun's run id: `trainplan launch` sets it too (`TRAINPLAN_RUN_ID_PREFIX`), so another one in a process that
+carries trainplan's marker means a torchrun started inside a trainplan worker gave this process its world."""
+
+JobFact = Literal[
+    "world_size",
+    "processes_per_node",
+    "global_rank",
+    "local_rank",
+    "node_rank",
+    "num_nodes",
+    "main_address",
+    "main_port",
+]
+"""A fact of a started job that its variables state (and trainplan's launchers write for their workers)."""
+
+VariableFormat = Literal["integer", "port", "host", "tasks_per_node", "job_number", "slurm_hostlist", "rank_hosts"]
+"""How a variable spells its fact; `resolve.cluster` has one parser per format, whichever cluster sets it:
+
+- `integer`: a whole number in ASCII digits (a count, a rank, a job id): at least 1 for a count, 0 for the rest;
+- `port`: a TCP port, 1-65535;
+- `host`: a host name or an IP address, without a port (`[::1]` loses its brackets);
+- `tasks_per_node`: SLURM's `4` or `4(x2)` (an uneven `4(x2),2` has no single value: refused);
+- `job_number`: a job id that may be blank (then the job has none);
+- `slurm_hostlist`: SLURM's host list (`node[001-004,7],gpu2`), checked whole: its first host;
+- `rank_hosts`: LSF's `host count host count ...`: the hosts that run ranks (the first, the launch node, runs none
+  under jsrun, as Lightning reads it): their number, or the first of them.
+"""
+
+
+@attrs.frozen(kw_only=True)
+class JobVariable:
+    """Where one fact of a started job comes from: the first of `names` that is set (the others are fallbacks, in
+    order), read in `format`. When none is set, the fact is `default` (None: unknown), or, for a `required` one, a
+    `ClusterEnvironmentError` naming the last name (the one every such process carries) with `unset_reason` and
+    `unset_fix` ({cluster}: the schema's label)."""
+
+    names: tuple[str, ...]
+    format: VariableFormat = "integer"
+    required: bool = False
+    default: int | None = None
+    unset_reason: str = "it is not set, and the cluster environment needs it"
+    unset_fix: str = "Start the processes with the {cluster} launcher, which sets it, or set it by hand"
+
+
+def _required(*names: str, format: VariableFormat = "integer") -> JobVariable:
+    return JobVariable(names=names, format=format, required=True)
+
+
+def _optional(*names: str, format: VariableFormat = "integer", default: int | None = None) -> JobVariable:
+    return JobVariable(names=names, format=format, default=default)
+
+
+# torch.distributed's env:// meeting point, which a user (or a launcher) may set under any cluster manager.
+_MAIN_ADDRESS = _optional("MASTER_ADDR", format="host")
+_MAIN_PORT = _optional("MASTER_PORT", format="port")
+
+
+@attrs.frozen(kw_only=True)
+class JobVariables:
+    """The variables a cluster manager gives each process it starts: for each fact of the job, the variable that
+    states it and its format. One reader (`resolve.cluster`) reads every schema. A fact without a variable is unknown
+    (None: the resolver derives what it can), a number is a fact of the cluster itself.
+
+    Counts are at least 1 and ranks at least 0; a rank is checked against its count (global rank < world size,
+    local rank < processes per node, node rank < nodes) where both come from variables. Without a node count
+    variable, the nodes are world size / processes per node where that divides evenly."""
+
+    label: str  # the cluster as messages name it ("SLURM")
+    reason: str  # why the plan is in this cluster: {how} ("detected" or "asked for"), {values[fact]}, {managers}
+    reason_asked: str = ""  # the reason when asked for by name, where it is not `reason` with {how}
+    world_size: JobVariable | None = None
+    processes_per_node: JobVariable | int | None = None
+    global_rank: JobVariable | None = None
+    local_rank: JobVariable | int | None = None
+    node_rank: JobVariable | None = None
+    num_nodes: JobVariable | None = None
+    main_address: tuple[JobVariable, ...] = ()  # the first that is set gives the host of rank 0; else 127.0.0.1
+    loopback_needs_one_node: bool = False  # 127.0.0.1 only for a job known to run on one node (else unknown)
+    main_port: JobVariable | None = None
+    job_id: JobVariable | None = None  # read by the row's port formula (a required one is checked in any case)
+    detail_unit: str = ""  # what the world size counts, in messages ("pods")
+
+
+def job_variables(schema: JobVariables) -> tuple[tuple[JobFact | Literal["job_id"], JobVariable], ...]:
+    """Every variable of a schema with the fact it states (what the probe copies, and what a launcher writes)."""
+    found: list[tuple[JobFact | Literal["job_id"], JobVariable]] = []
+    for fact, source in (
+        ("world_size", schema.world_size),
+        ("processes_per_node", schema.processes_per_node),
+        ("global_rank", schema.global_rank),
+        ("local_rank", schema.local_rank),
+        ("node_rank", schema.node_rank),
+        ("num_nodes", schema.num_nodes),
+        *(("main_address", address) for address in schema.main_address),
+        ("main_port", schema.main_port),
+        ("job_id", schema.job_id),
+    ):
+        if isinstance(source, JobVariable):
+            found.append((fact, source))  # type: ignore[arg-type]  # the facts above are JobFacts
+    return tuple(found)
+
+
+@attrs.frozen(kw_only=True)
+class JobPort:
+    """A main port every process of a job computes alike from the job's id (the schema's `job_id`), Lightning's
+    rules: `base + id % modulo`."""
+
+    base: int
+    modulo: int
+
+
+@attrs.frozen(kw_only=True)
+class DefaultPort:
+    """The main port when neither the port variable nor a job id gives one; where `note` is given, a note (code
+    `note_code`; {port} and {variable}, the port variable, filled in) says so."""
+
+    port: int
+    note_code: str = ""
+    note: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class NotDetectedWhen:
+    """A value of a variable under which the cluster's variables are present but it does not manage the processes
+    (SLURM's interactive allocations): detection passes it by, with a note."""
+
+    variable: str
+    values: frozenset[str]
+    note_code: str
+    note: str  # the note's message: {variable} and {value} are filled in
+
+
+@attrs.frozen(kw_only=True)
+class ClusterRule:
+    name: ClusterName
+    description: str
+    detect_variables: tuple[frozenset[str], ...]  # detected when every variable of any one set is present
+    detect_priority: int | None  # higher is tried first; None: only on request
+    creates_processes: bool  # the cluster manager starts every process itself
+    node_rank_variable: str  # what names the node rank in messages (the variable the cluster sets, or a phrase)
+    # The variables its processes carry. Several are dialects (Open MPI's, then MPICH's): the first whose world size
+    # variable is set is read, else the last.
+    schemas: tuple[JobVariables, ...]
+    max_processes_per_node: int | None = None  # None: no limit beyond the hardware
+    launch_hint: str = ""  # how to start the job with another layout: {num_nodes}, {processes_per_node}, {world_size}
+    job_port: JobPort | None = None  # the main port from the job id when the port variable is not set
+    default_port: DefaultPort | None = None  # the main port when neither gives one (None: the launcher picks one)
+    not_detected_when: NotDetectedWhen | None = None
+
+
+def _set_by_torchrun(name: str, format: VariableFormat) -> JobVariable:
+    return JobVariable(
+        names=(name,),
+        format=format,
+        required=True,
+        unset_reason="torchrun always sets it, and it is missing",
+        unset_fix="Start the script with torchrun",
+    )
+
+
+CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
+    rule.name: rule
+    for rule in (
+        ClusterRule(
+            name="torchelastic",
+            description="torchrun / torch.distributed.elastic",
+            detect_variables=(frozenset({"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}),),
+            # torchrun can run inside a SLURM allocation, so it is checked first (as Lightning does).
+            detect_priority=6,
+            creates_processes=True,
+            node_rank_variable="GROUP_RANK",
+            schemas=(
+                JobVariables(
+                    label="torchelastic",
+                    reason="torchelastic was {how} (RANK, GROUP_RANK, LOCAL_RANK and LOCAL_WORLD_SIZE are set)",
+                    world_size=_required("WORLD_SIZE"),
+                    processes_per_node=_required("LOCAL_WORLD_SIZE"),
+                    global_rank=_required("RANK"),
+                    local_rank=_required("LOCAL_RANK"),
+                    node_rank=_required("GROUP_RANK"),
+                    main_address=(_set_by_torchrun("MASTER_ADDR", "host"),),
+                    main_port=_set_by_torchrun("MASTER_PORT", "port"),
+                ),
+            ),
+            launch_hint="torchrun --nnodes={num_nodes} --nproc-per-node={processes_per_node}",
+        ),
+        ClusterRule(
+            name="slurm",
+            description="SLURM, processes started by srun",
+            detect_variables=(frozenset({"SLURM_NTASKS"}),),
+            detect_priority=5,
+            creates_processes=True,
+            node_rank_variable="SLURM_NODEID",
+            schemas=(
+                JobVariables(
+                    label="SLURM",
+                    reason="SLURM was {how} (SLURM_NTASKS is set and SLURM_JOB_NAME is not an interactive allocation)",
+                    world_size=_required("SLURM_NTASKS"),
+                    processes_per_node=_optional("SLURM_NTASKS_PER_NODE", format="tasks_per_node"),
+                    global_rank=_required("SLURM_PROCID"),
+                    local_rank=_required("SLURM_LOCALID"),
+                    node_rank=_required("SLURM_NODEID"),
+                    num_nodes=_optional("SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
+                    main_address=(
+                        _MAIN_ADDRESS,
+                        _optional("SLURM_NODELIST", "SLURM_JOB_NODELIST", format="slurm_hostlist"),
+                    ),
+                    main_port=_MAIN_PORT,
+                    job_id=_optional("SLURM_JOB_ID", format="job_number"),
+                ),
+            ),
+            launch_hint=(
+                "#SBATCH --nodes={num_nodes} --ntasks-per-node={processes_per_node}, and run the script with srun"
+            ),
+            # 15000 + the job id's last four digits, so every task agrees (Lightning's rule); 12910 without a job id.
+            job_port=JobPort(base=SLURM_PORT_BASE, modulo=10000),
+            default_port=DefaultPort(port=SLURM_DEFAULT_PORT),
+            # `salloc`/`srun --pty bash` sessions: SLURM does not manage the processes there (Lightning's rule).
+            not_detected_when=NotDetectedWhen(
+                variable="SLURM_JOB_NAME",
+                values=frozenset({"bash", "interactive"}),
+                note_code="slurm-interactive",
+                note=(
+                    "{variable}={value!r} is an interactive allocation, so SLURM does not manage the processes; "
+                    "trainplan starts them itself (cluster='slurm' overrides this)"
+                ),
+            ),
+        ),
+        ClusterRule(
+            name="lsf",
+            description="IBM Spectrum LSF with jsrun",
+            detect_variables=(
+                frozenset({"LSB_JOBID", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_LOCAL_RANK"}),
+            ),
+            detect_priority=3,
+            creates_processes=True,
+            node_rank_variable="node rank",
+            schemas=(
+                JobVariables(
+                    label="LSF",
+                    reason="LSF was {how} (LSB_JOBID and the JSM_NAMESPACE_* variables are set)",
+                    world_size=_required("JSM_NAMESPACE_SIZE"),
+                    global_rank=_required("JSM_NAMESPACE_RANK"),
+                    local_rank=_required("JSM_NAMESPACE_LOCAL_RANK"),
+                    num_nodes=_optional("LSB_MCPU_HOSTS", format="rank_hosts"),
+                    main_address=(_MAIN_ADDRESS, _optional("LSB_MCPU_HOSTS", format="rank_hosts")),
+                    main_port=_MAIN_PORT,
+                    job_id=_required("LSB_JOBID"),
+                ),
+            ),
+            launch_hint="jsrun --nrs {num_nodes} --tasks_per_rs {processes_per_node}",
+            job_port=JobPort(base=LSF_PORT_BASE, modulo=1000),  # 10000 + id % 1000 (Lightning)
+        ),
+        ClusterRule(
+            name="mpi",
+            description="mpirun / mpiexec (Open MPI, MPICH, Intel MPI)",
+            # Open MPI, then the PMI variables of MPICH, Intel MPI and other Hydra-based launchers.
+            detect_variables=(
+                frozenset({"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}),
+                frozenset({"PMI_SIZE", "PMI_RANK"}),
+            ),
+            detect_priority=2,
+            creates_processes=True,
+            node_rank_variable="node rank",
+            schemas=(
+                JobVariables(
+                    label="MPI",
+                    reason="MPI was {how} (OMPI_COMM_WORLD_SIZE and OMPI_COMM_WORLD_RANK are set)",
+                    world_size=_required("OMPI_COMM_WORLD_SIZE"),
+                    processes_per_node=_optional("OMPI_COMM_WORLD_LOCAL_SIZE"),
+                    global_rank=_required("OMPI_COMM_WORLD_RANK"),
+                    local_rank=_optional("OMPI_COMM_WORLD_LOCAL_RANK"),
+                    main_address=(_MAIN_ADDRESS,),
+                    loopback_needs_one_node=True,  # MPI names no hosts
+                    main_port=_MAIN_PORT,
+                ),
+                JobVariables(
+                    label="MPI",
+                    reason="MPI was {how} (PMI_SIZE and PMI_RANK are set)",
+                    world_size=_required("PMI_SIZE"),
+                    processes_per_node=_optional("MPI_LOCALNRANKS"),
+                    global_rank=_required("PMI_RANK"),
+                    local_rank=_optional("MPI_LOCALRANKID"),
+                    main_address=(_MAIN_ADDRESS,),
+                    loopback_needs_one_node=True,
+                    main_port=_MAIN_PORT,
+                ),
+            ),
+            launch_hint="mpirun -np {world_size} --map-by ppr:{processes_per_node}:node",
+            default_port=DefaultPort(
+                port=DEFAULT_MAIN_PORT,
+                note_code="mpi-default-port",
+                note="MPI gives no port; using {port} (export {variable} to choose another)",
+            ),
+        ),
+        ClusterRule(
+            name="kubeflow",
+            description="Kubeflow PyTorchJob: one process per pod",
+            detect_variables=(frozenset({"KUBERNETES_PORT", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"}),),
+            # Every pod has KUBERNETES_PORT, but with RANK, WORLD_SIZE and MASTER_ADDR/PORT beside it the pod is one
+            # rank of a PyTorchJob (torchrun inside a pod sets LOCAL_RANK too and is found first, as torchelastic).
+            # Lightning never detects it (its detect() raises): a deliberate difference.
+            detect_priority=4,
+            creates_processes=True,
+            node_rank_variable="node rank",
+            schemas=(
+                JobVariables(
+                    label="Kubeflow",
+                    reason="Kubeflow was {how}",
+                    world_size=_required("WORLD_SIZE"),
+                    global_rank=_required("RANK"),
+                    # One process per pod (Lightning's KubeflowEnvironment counts its world in pods): the pod's rank
+                    # is its node's, and its process local rank 0.
+                    processes_per_node=1,
+                    local_rank=0,
+                    node_rank=_required("RANK"),
+                    main_address=(_MAIN_ADDRESS,),
+                    loopback_needs_one_node=True,
+                    main_port=_MAIN_PORT,
+                    detail_unit="pods",
+                ),
+            ),
+            # A PyTorchJob runs one process per pod (Lightning's KubeflowEnvironment counts its world in pods).
+            max_processes_per_node=1,
+            launch_hint="a PyTorchJob with {num_nodes} replicas",
+        ),
+        ClusterRule(
+            name="local",
+            description="this machine (or machines you start yourself with NODE_RANK and MASTER_ADDR)",
+            detect_variables=(frozenset(),),
+            detect_priority=0,
+            creates_processes=False,
+            node_rank_variable="NODE_RANK",
+            schemas=(
+                JobVariables(
+                    label="local",
+                    reason="no cluster manager's variables were found ({managers})",
+                    reason_asked="cluster='local' was asked for",
+                    node_rank=_optional("NODE_RANK", "GROUP_RANK", default=0),
+                    main_address=(_MAIN_ADDRESS,),
+                    main_port=_MAIN_PORT,
+                ),
+            ),
+            launch_hint="set NODE_RANK, MASTER_ADDR and MASTER_PORT on each node",
+        ),
+    )
+}
+
+
+@attrs.frozen(kw_only=True)
+class LaunchedWorkers:
+    """What trainplan's own launchers give each worker, and how the worker reads it back: every variable of `schema`
+    (each name of a fact) and of `also_written` is written, and `schema` is read. `launch_hint` is how to start the
+    job with another layout (as `ClusterRule.launch_hint`)."""
+
+    schema: JobVariables
+    also_written: Mapping[str, JobFact]
+    launch_hint: str
+
+    __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
+
+
+LAUNCHED_WORKERS: Final[LaunchedWorkers] = LaunchedWorkers(
+    schema=JobVariables(
+        label="trainplan launch",
+        reason=(
+            "this process is worker {values[global_rank]} of {values[world_size]} that trainplan's {launcher!r} "
+            f"launcher started ({LAUNCHED_MARKER} is set)"
+        ),
+        # torchrun's variables, for scripts that expect them.
+        world_size=_required("WORLD_SIZE"),
+        processes_per_node=_required("LOCAL_WORLD_SIZE"),
+        global_rank=_required("RANK"),
+        local_rank=_required("LOCAL_RANK"),
+        # A static meeting gives NODE_RANK; a c10d rendezvous assigns node ranks as nodes arrive (GROUP_RANK).
+        node_rank=_required("NODE_RANK", "GROUP_RANK"),
+        main_address=(_MAIN_ADDRESS,),
+        main_port=_MAIN_PORT,
+    ),
+    # torchelastic's role variables, which some frameworks read; trainplan writes them and reads none.
+    also_written={"ROLE_RANK": "global_rank", "ROLE_WORLD_SIZE": "world_size"},
+    launch_hint="trainplan launch with num_nodes={num_nodes} and devices={processes_per_node}",
+)
+"""The workers `trainplan launch`, `tp.launch` and the emitted jobs start (marked by `LAUNCHED_MARKER`)."""
+
+JOB_VARIABLES: Final[frozenset[str]] = frozenset(
+    {
+        *(name for rule in CLUSTERS.values() for group in rule.detect_variables for name in group),
+        *(rule.not_detected_when.variable for rule in CLUSTERS.values() if rule.not_detected_when is not None),
+        *(
+            name
+            for schema in (*(schema for rule in CLUSTERS.values() for schema in rule.schemas), LAUNCHED_WORKERS.schema)
+            for _, source in job_variables(schema)
+            for name in source.names
+        ),
+        *LAUNCHED_WORKERS.also_written,
+        LAUNCHED_MARKER,
+        RUN_ID_VARIABLE,
+    }
+)
+"""Every variable the cluster rows and trainplan's launched workers name: what detection and the readers look at."""
+
+
+CLUSTER_ALIASES: Final[Mapping[str, ClusterFlag]] = {"torchrun": "torchelastic", "lightning": "local"}
+"""Cluster spellings normalised before validation (`lightning`: Lightning's LightningEnvironment, this machine)."""

@@ -1,0 +1,164 @@
+"""Device meshes (strategy `model_parallel`): the dimensions in the mesh's fixed order, where each may grow, and
+Lightning's size arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, Literal
+
+import attrs
+
+from trainplan.spec.frozen import freeze_nested_maps
+from trainplan.spec.names import (
+    AcceleratorKey,
+    BackendName,
+    MeshDimension,
+    PrecisionKey,
+)
+
+
+@attrs.frozen(kw_only=True)
+class MeshDimensionRule:
+    name: MeshDimension
+    title: str  # what its groups are called in messages and drawings
+    description: str
+    splits_data: bool  # ranks along it read different batches (the sampler's replicas); the others read the same
+    inside_node: bool  # its groups stay inside one node: the degree (times the inner ones) divides a node's processes
+    stage_aligned: bool  # each block of ranks it cuts the world into holds whole nodes, or a node holds whole blocks
+    accelerators: frozenset[AcceleratorKey]  # where a degree above 1 runs
+    why_not: Mapping[AcceleratorKey, str]
+    precisions_refused: Mapping[PrecisionKey, str]  # precisions a degree above 1 cannot run with, and why
+    instead: Mapping[PrecisionKey, PrecisionKey]  # what to suggest for each refused precision
+    lightning_size: str | None  # the ModelParallelStrategy size this degree multiplies into; None: Lightning has none
+    accelerate_size: str | None  # Accelerate's ParallelismConfig field; None: Accelerate has none
+
+    __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
+
+
+_MESH_ACCELERATORS: Final[frozenset[AcceleratorKey]] = frozenset({"cpu", "cuda"})
+
+# torch's DTensor reduces GradScaler's found_inf over the placements of the first gradient only: with a replicated
+# gradient first and a sharded one holding the inf, one rank of a tp (or cp) group skips the step and another takes it.
+_SCALER_ACROSS_PLACEMENTS: Final = (
+    "torch's GradScaler reduces its overflow check over the placements of the first DTensor gradient only, so with "
+    "replicated and sharded gradients the ranks of one group can disagree on skipping a step"
+)
+
+MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
+    rule.name: rule
+    for rule in (
+        MeshDimensionRule(
+            name="pp",
+            title="pipeline",
+            description="pipeline stages: the model's layers split in order, activations passed stage to stage",
+            splits_data=False,
+            inside_node=False,
+            # The outermost dimension, so the pipeline crosses nodes: a stage never straddles a node boundary.
+            stage_aligned=True,
+            accelerators=_MESH_ACCELERATORS,
+            why_not={},
+            precisions_refused={
+                # torch.distributed.pipelining runs backward inside the schedule, stage by stage.
+                "16-mixed": (
+                    "a pipeline schedule runs backward itself, stage by stage, so a GradScaler finds overflow in one "
+                    "stage's gradients only and the stages would skip different steps"
+                ),
+            },
+            instead={"16-mixed": "bf16-mixed"},
+            lightning_size=None,
+            accelerate_size=None,
+        ),
+        MeshDimensionRule(
+            name="dp_replicate",
+            title="data-parallel replica",
+            description="data-parallel replicas: whole (or, with dp_shard, sharded) copies of the model, gradients "
+            "all-reduced",
+            splits_data=True,
+            inside_node=False,
+            stage_aligned=False,
+            accelerators=_MESH_ACCELERATORS,
+            why_not={},
+            precisions_refused={},
+            instead={},
+            lightning_size="data_parallel_size",
+            accelerate_size="dp_replicate_size",
+        ),
+        MeshDimensionRule(
+            name="dp_shard",
+            title="data-parallel shard",
+            description="data-parallel shards: FSDP2 shards parameters, gradients and optimizer state",
+            splits_data=True,
+            inside_node=False,
+            stage_aligned=False,
+            accelerators=_MESH_ACCELERATORS,
+            why_not={},
+            precisions_refused={},
+            instead={},
+            lightning_size="data_parallel_size",
+            accelerate_size="dp_shard_size",
+        ),
+        MeshDimensionRule(
+            name="cp",
+            title="context-parallel",
+            description="context parallelism: each sequence split over the ranks, attention computed as a ring",
+            splits_data=False,
+            # Ring attention passes key/value blocks every layer: it needs the node's links.
+            inside_node=True,
+            stage_aligned=False,
+            # torch's context_parallel swaps in ring variants of the CUDA SDPA kernels (flash, efficient, cuDNN).
+            accelerators=frozenset({"cuda"}),
+            why_not={
+                "cpu": "torch's context parallelism rewrites the CUDA attention kernels (flash, memory-efficient, "
+                "cuDNN); the CPU attention kernel has no ring variant",
+            },
+            precisions_refused={
+                "64-true": "context parallelism runs attention through the flash, memory-efficient and cuDNN kernels, "
+                "none of which computes in float64",
+                "16-mixed": _SCALER_ACROSS_PLACEMENTS,
+            },
+            instead={"64-true": "32-true", "16-mixed": "bf16-mixed"},
+            lightning_size=None,
+            accelerate_size="cp_size",
+        ),
+        MeshDimensionRule(
+            name="tp",
+            title="tensor-parallel",
+            description="tensor parallelism: each layer's weights split over the ranks, reduced inside every layer",
+            splits_data=False,
+            # Tensor parallelism reduces inside every layer: the innermost dimension, on the node's own links.
+            inside_node=True,
+            stage_aligned=False,
+            accelerators=_MESH_ACCELERATORS,
+            why_not={},
+            precisions_refused={"16-mixed": _SCALER_ACROSS_PLACEMENTS},
+            instead={"16-mixed": "bf16-mixed"},
+            lightning_size="tensor_parallel_size",
+            accelerate_size="tp_size",
+        ),
+    )
+}
+"""The mesh's dimensions in its fixed order, outermost first (the order of `names.MeshDimension`)."""
+
+MESH_BACKENDS: Final[Mapping[AcceleratorKey, BackendName]] = {"cuda": "nccl", "cpu": "gloo"}
+"""The backend a device mesh runs over on each accelerator: the ones torch's FSDP2 and DTensor are built and tested
+on (NCCL on CUDA; gloo on CPU, which also makes every layout testable without a GPU)."""
+
+
+@attrs.frozen(kw_only=True)
+class LightningSize:
+    """One of Lightning's `ModelParallelStrategy` sizes, read as a trainplan degree."""
+
+    argument: str  # ModelParallelStrategy's argument (and ModelParallelOptions' field for Lightning's spelling)
+    dimension: MeshDimension  # the degree it becomes
+    mesh_name: str  # the name of its dimension in Lightning's own mesh
+    auto: Literal["num_nodes", "processes_per_node"]  # what Lightning's "auto" takes when both sizes are "auto"
+
+
+LIGHTNING_SIZES: Final[tuple[LightningSize, ...]] = (
+    # Lightning applies FSDP2 over its data-parallel dimension, so it is trainplan's dp_shard.
+    LightningSize(argument="data_parallel_size", dimension="dp_shard", mesh_name="data_parallel", auto="num_nodes"),
+    LightningSize(
+        argument="tensor_parallel_size", dimension="tp", mesh_name="tensor_parallel", auto="processes_per_node"
+    ),
+)
+"""Lightning's spelling of a 2-D mesh (`ModelParallelStrategy(data_parallel_size=..., tensor_parallel_size=...)`)."""

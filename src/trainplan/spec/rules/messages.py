@@ -1,0 +1,478 @@
+"""Incompatibility rules (the reason and fix of every refusal, as data) and the deliberate differences from PyTorch
+Lightning's connector (each also stated in the README)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class Rule:
+    """A named rejection. `reason` and `fix` are templates filled with the values involved."""
+
+    id: str
+    reason: str
+    fix: str
+
+
+RULES: Final[Mapping[str, Rule]] = {
+    rule.id: rule
+    for rule in (
+        Rule(
+            id="strategy-accelerator",
+            reason="strategy {strategy!r} runs on {supported}, not {accelerator!r}: {why}",
+            fix="{fix}",
+        ),
+        Rule(
+            id="options-accelerator",
+            reason=(
+                "strategy='auto' with {options} chose strategy {strategy!r}, which runs on {supported}, not "
+                "{accelerator!r}: {why}"
+            ),
+            fix="Drop strategy_options to run on {accelerator!r}, or keep them and use accelerator={supported}",
+        ),
+        Rule(
+            id="strategy-package",
+            reason="strategy {strategy!r} needs the {package!r} package, which is not installed",
+            fix="Install it (`pip install {package}`) or choose another strategy, e.g. strategy='ddp'",
+        ),
+        Rule(
+            id="strategy-nodes",
+            reason="strategy {strategy!r} runs in a single process, which cannot span {num_nodes} nodes",
+            fix="Use strategy='ddp' for several nodes, or num_nodes=1",
+        ),
+        Rule(
+            id="strategy-device-count",
+            reason="strategy {strategy!r} drives exactly one device, but {count} devices were selected",
+            fix="Use strategy='ddp' (or 'auto') for several devices, or select one device, e.g. devices=1",
+        ),
+        Rule(
+            id="strategy-options",
+            reason="strategy_options of type {given} do not fit strategy {strategy!r}, which takes {expected}",
+            fix="{fix}",
+        ),
+        Rule(
+            id="strategy-preset",
+            reason="strategy {strategy!r} already sets {field}={preset!r}, but strategy_options say {field}={given!r}",
+            fix="Use the base strategy {base!r} with strategy_options, or drop the conflicting option",
+        ),
+        Rule(
+            id="deepspeed-offload-stage",
+            reason="DeepSpeed offloads parameters only at ZeRO stage 3, but stage {stage} was asked for",
+            fix="Use DeepSpeedOptions(stage=3, offload_parameters=True), or offload_parameters=False",
+        ),
+        Rule(
+            id="fork-unavailable",
+            reason="strategy {strategy!r} forks this process, and this platform offers only {methods}",
+            fix="Use strategy={instead!r}",
+        ),
+        Rule(
+            id="fork-after-cuda",
+            reason=(
+                "strategy {strategy!r} forks this process, and CUDA is already initialised here; "
+                "a forked child cannot use CUDA after that"
+            ),
+            fix=(
+                "Use strategy={instead!r}, or make sure nothing touches CUDA before the fork "
+                "(find_usable_cuda_devices() is safe: it never initialises CUDA)"
+            ),
+        ),
+        Rule(
+            id="interactive-launcher",
+            reason=(
+                "strategy {strategy!r} would {launcher_description}, which an interactive session "
+                "(notebook, REPL) cannot do"
+            ),
+            fix="Use strategy={instead!r}, or run the code as a script",
+        ),
+        Rule(
+            id="backend-accelerator",
+            reason="process_group_backend={backend!r} cannot serve accelerator {accelerator!r}: {why}",
+            fix="Use process_group_backend={instead!r} (the default for {accelerator!r}), or leave it unset",
+        ),
+        Rule(
+            id="backend-without-group",
+            reason="strategy {strategy!r} runs one process and creates no process group, so a backend has no effect",
+            fix="Remove process_group_backend, or use a multi-process strategy such as 'ddp'",
+        ),
+        Rule(
+            id="precision-accelerator",
+            reason="precision={precision!r} is not available on accelerator {accelerator!r}: {why}",
+            fix="Use precision={instead!r}",
+        ),
+        Rule(
+            id="precision-strategy",
+            reason="precision={precision!r} is not supported by strategy {strategy!r}, which accepts {supported}",
+            fix="Use one of {supported}",
+        ),
+        Rule(
+            id="precision-package",
+            reason="precision={precision!r} needs the {package!r} package, which is not installed",
+            fix="Install it (`pip install {package}`), or use precision='bf16-mixed'",
+        ),
+        Rule(
+            id="cluster-world-size",
+            reason=(
+                "{cluster} started {started} ({detail}), but the request asks for num_nodes={num_nodes} × "
+                "{processes_per_node} processes per node = {world_size}"
+            ),
+            fix="{fix}",
+        ),
+        Rule(
+            id="cluster-rank-range",
+            reason="{what} {value} is outside the plan's {limit_name} of {limit}",
+            fix="{fix}",
+        ),
+        Rule(
+            id="cluster-main-address",
+            reason="{cluster} spans {num_nodes} nodes but gives no main address for them to meet at",
+            fix="Export MASTER_ADDR=<host of rank 0> to every process (for mpirun: -x MASTER_ADDR)",
+        ),
+        Rule(
+            id="cluster-one-process-per-node",
+            reason="{cluster} runs one process per pod, but {processes_per_node} processes per node were asked for",
+            fix="Use devices=1 (one device per pod), and raise the number of pods (num_nodes) instead",
+        ),
+        Rule(
+            id="usable-with-indices",
+            reason="select_usable_gpus picks GPUs itself, but devices={devices!r} already names them",
+            fix="Give a count instead (devices=2), or drop select_usable_gpus and keep the indices",
+        ),
+        Rule(
+            id="usable-needs-cuda",
+            reason="select_usable_gpus picks CUDA GPUs, but the accelerator is {accelerator!r}",
+            fix="Use accelerator='cuda' (or 'gpu'), or drop select_usable_gpus",
+        ),
+        Rule(
+            id="legacy-conflict",
+            reason="{first} and {second} both set {what}{how}",
+            fix="Keep one of them: {fix}",
+        ),
+        Rule(
+            id="legacy-removed",
+            reason="{reason}",
+            fix="{fix}",
+        ),
+        Rule(
+            id="job-layout-unknown",
+            reason=(
+                "{cluster} started {world_size} processes ({detail}) but does not say how many run on each node, so "
+                "devices='auto' cannot take the job's layout"
+            ),
+            fix="Ask for the job's layout explicitly: devices=<processes per node>, num_nodes=<nodes>",
+        ),
+        Rule(
+            id="job-gpus",
+            reason=(
+                "{cluster} started {processes_per_node} processes on this node, one GPU each, but only {visible} "
+                "GPU(s) are visible to this process"
+            ),
+            fix=(
+                "Make every GPU the node's processes use visible to each of them (CUDA_VISIBLE_DEVICES, SLURM "
+                "--gpus-per-node rather than --gpus-per-task), or start {visible} process(es) per node"
+            ),
+        ),
+        Rule(
+            id="job-device-selection",
+            reason=("this job was started on devices {selected} ({variable}), and devices={devices} names other ones"),
+            fix="Write devices='auto' inside the job (it takes the job's GPUs), or devices={selected}",
+        ),
+        Rule(
+            id="nested-launch",
+            reason=(
+                "this process is rank {rank} of a world of {world} that {started_by} started, and the plan's "
+                "launcher {launcher!r} would start {world_size} more workers from it: a second world inside the first"
+            ),
+            fix=(
+                "Resolve the plan inside the job (trainplan.resolve() takes the job's layout, launcher 'external'); "
+                "trainplan.launch then runs the function here, in the existing world"
+            ),
+        ),
+        Rule(
+            id="multi-node-port",
+            reason=(
+                "num_nodes={num_nodes} with no main port: each node would choose its own free port, and the nodes "
+                "would never meet"
+            ),
+            fix=(
+                "Give every node the same main port and address: `trainplan launch --main-port 29500 --main-address "
+                "node0`, or export MASTER_PORT=29500 and MASTER_ADDR on every node before launching"
+            ),
+        ),
+        Rule(
+            id="kubeflow-accelerator",
+            reason=(
+                "a Kubeflow PyTorchJob's pods get their devices from Kubernetes, which schedules {supported}, not "
+                "{accelerator!r}"
+            ),
+            fix="Plan for accelerator='cpu' or 'cuda' to emit a PyTorchJob, or use {accelerator!r}'s own launcher",
+        ),
+        Rule(
+            id="kubeflow-resource",
+            reason=(
+                "accelerator {accelerator!r} is a row of {rules}, which names no Kubernetes resource for its devices, "
+                "so a PyTorchJob's pods could not ask for them"
+            ),
+            fix=(
+                "Name the resource its device plugin advertises: {rules_builder}.extend(kubernetes_resources="
+                "{{{accelerator!r}: 'vendor.com/device'}}), or plan for accelerator='cpu' or 'cuda'"
+            ),
+        ),
+        Rule(
+            id="framework-accelerator",
+            reason=(
+                "accelerator {accelerator!r} is a row of {rules}, which says nothing of how {framework} spells it: "
+                "{framework} has no accelerator of that name unless a plugin registers one"
+            ),
+            fix=(
+                "Add the spelling the plugin registers: {rules_builder}.extend(framework_accelerators=["
+                "FrameworkAccelerator(accelerator={accelerator!r}, lightning=..., lightning_devices='indices', "
+                "accelerate_cpu=False, accelerate_gpu_ids=False, accelerate_processes=True)]), or build "
+                "{framework}'s arguments by hand"
+            ),
+        ),
+        Rule(
+            id="framework-precision",
+            reason=(
+                "precision {precision!r} is a row of {rules}; {framework} has no precision of that name (its "
+                "precision plugins are the built-in precisions)"
+            ),
+            fix=(
+                "Run the plan's loop through trainplan.runtime, which reads the precision's recipe, or give "
+                "{framework} your own precision plugin and plan with one of {supported} for the adapter"
+            ),
+        ),
+        Rule(
+            id="plan-rules",
+            reason=(
+                "the plan was made from {plan_rules}, and the rules given here ({given}) have no row for its {what} "
+                "{value!r}"
+            ),
+            fix="Pass the plan's own rule set as rules= ({how})",
+        ),
+        Rule(
+            id="sync-batchnorm-device",
+            reason="torch's SyncBatchNorm synchronises batch statistics across CUDA devices only, not {accelerator!r}",
+            fix="Drop sync_batchnorm (each process then normalises its own batch), or run on CUDA GPUs",
+        ),
+        Rule(
+            id="sync-batchnorm-framework",
+            reason="{framework} has no sync_batchnorm setting, so the plan's sync_batchnorm=True would be lost",
+            fix="Convert the model before handing it over: torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)",
+        ),
+        Rule(
+            id="accelerate-cpu-processes",
+            reason="`accelerate launch` starts several CPU processes only through MPI (--mpirun_hostfile)",
+            fix="Start the processes with trainplan launch or torchrun, and build the Accelerator inside each one",
+        ),
+        Rule(
+            id="deepspeed-config",
+            reason="only a DeepSpeed plan has a DeepSpeed config",
+            fix="Resolve a plan with strategy='deepspeed' (or a deepspeed_stage_* preset)",
+        ),
+        Rule(id="deepspeed-count", reason="{name} counts samples or steps", fix="Write {name}=1 or more"),
+        Rule(
+            id="lightning-trainer-strategy",
+            reason="Lightning's Trainer registers no {strategy_class} (only Fabric does)",
+            fix="Run the plan with Fabric (trainplan.fabric_arguments(plan)), or use strategy={instead!r} with the "
+            "Trainer",
+        ),
+        Rule(
+            id="lightning-strategy",
+            reason="Lightning has no strategy for it (Lightning 2.0 removed DataParallel)",
+            fix="Use strategy='ddp' (one process per GPU), which Lightning and trainplan both run",
+        ),
+        Rule(
+            id="accelerate-precision",
+            reason="Accelerate has no mode that casts the whole model; its mixed_precision is no, fp16, bf16 or fp8",
+            fix="Use precision='32-true' with Accelerate and cast the model yourself, or a '-mixed' precision",
+        ),
+        Rule(
+            id="accelerate-strategy",
+            reason="{why}",
+            fix="Use strategy={instead!r} with Accelerate",
+        ),
+        Rule(
+            id="mesh-product",
+            reason=(
+                "the parallel degrees multiply to {product} ({spelled}), but the world has {world_size} processes "
+                "({layout})"
+            ),
+            fix=(
+                "Use degrees whose product is {world_size}, e.g. {fitting}, or leave one of them 'auto' to take the "
+                "rest"
+            ),
+        ),
+        Rule(
+            id="mesh-remainder",
+            reason=(
+                "{auto}='auto' takes what the other degrees leave, but they multiply to {product} ({spelled}), which "
+                "does not divide the world of {world_size} processes ({layout})"
+            ),
+            fix="Use degrees that divide {world_size}, e.g. {fitting}",
+        ),
+        Rule(
+            id="mesh-autos",
+            reason="{names} say 'auto', but only one degree can take what the others leave",
+            fix="Write numbers for all but one of them, e.g. {fitting}",
+        ),
+        Rule(
+            id="mesh-spellings",
+            reason="Lightning's sizes ({lightning}) and trainplan's degrees ({degrees}) both describe the mesh",
+            fix="Keep one spelling: {suggestion}",
+        ),
+        Rule(
+            id="mesh-inside-node",
+            reason="{took}{what} needs {needed} processes on one node ({why}); {shortfall}",
+            fix="Use {choices}, e.g. {fitting}",
+        ),
+        Rule(
+            id="mesh-pipeline-nodes",
+            reason=(
+                "{took}pipeline stages span nodes, each stage holding whole nodes or sharing a node with whole "
+                "stages, but {dimension}={degree} makes stages of {stage} processes on {num_nodes} nodes of "
+                "{processes_per_node}"
+            ),
+            fix="Use {choices}, e.g. {fitting}",
+        ),
+        Rule(
+            id="mesh-accelerator",
+            reason="{took}{dimension}={degree} does not run on {accelerator!r}: {why}",
+            fix="Use {dimension}=1 there, e.g. {fitting}, or run on {supported}",
+        ),
+        Rule(
+            id="mesh-backend",
+            reason=(
+                "a device mesh on {accelerator!r} runs over {allowed!r}, the backend torch's FSDP2 and DTensor are "
+                "built on, not {backend!r}"
+            ),
+            fix="Use process_group_backend={allowed!r}, or leave it unset",
+        ),
+        Rule(
+            id="mesh-precision",
+            reason="{took}{dimension}={degree} does not run with precision={precision!r}: {why}",
+            fix="Use precision={instead!r}, or {dimension}=1",
+        ),
+        Rule(
+            id="lightning-mesh",
+            reason=(
+                "Lightning's ModelParallelStrategy has one data-parallel and one tensor-parallel dimension, so {lost}"
+            ),
+            fix="{fix}",
+        ),
+        Rule(
+            id="lightning-precision",
+            reason="Lightning's {strategy_class} runs precision {supported} only",
+            fix="Use one of them with Lightning, or run the plan's loop through trainplan.runtime",
+        ),
+        Rule(
+            id="fabric-parallelize",
+            reason=(
+                "Fabric's ModelParallelStrategy applies the mesh through a function it calls with the model and the "
+                "device mesh, and none was given"
+            ),
+            fix="Pass it: fabric_arguments(plan, parallelize=fn), where fn(model, device_mesh) returns the model",
+        ),
+        Rule(id="accelerate-mesh", reason="{why}", fix="{fix}"),
+        Rule(
+            id="metric-stateful-cpu",
+            reason=(
+                "a stateful metric object kept on CPU cannot be reduced with backend {backend!r}: its states are "
+                "reduced by the metric itself, on the device its tensors live on, and {backend!r} only takes "
+                "{device_type} tensors; moving them to the device and back would mean patching the metric"
+            ),
+            fix="Keep stateful metrics on the device (store_on_cpu=False), or log the plain value instead",
+        ),
+    )
+}
+
+# --------------------------------------------------------------------------------------------------
+# Deliberate differences from PyTorch Lightning's connector (each also stated in the README).
+
+DIFFERENCES: Final[Mapping[str, str]] = {
+    "ddp-under-cluster-with-spawn": (
+        "ddp_spawn / ddp_fork / ddp_notebook inside SLURM, torchrun or trainplan launch: Lightning starts extra "
+        "processes inside each task; trainplan runs the process as the strategy's script counterpart "
+        "(strategy='ddp'), joining the world the job started, with a note, so the same script runs under every "
+        "launcher."
+    ),
+    "cluster-world-size": (
+        "A cluster whose world disagrees with num_nodes × devices: trainplan refuses it while planning, naming "
+        "both numbers and the launch line that fits; Lightning's connector accepts it (its SLURM environment "
+        "checks --ntasks-per-node only later, when the strategy sets up, and torchrun's world size not at all)."
+    ),
+    "torchelastic-visible-devices": (
+        "Under torchrun with one visible GPU, Lightning skips its check that the requested GPUs exist; "
+        "trainplan refuses device indices this process cannot see, since it could not use them."
+    ),
+    "interactive-under-cluster": (
+        "A notebook or REPL inside a SLURM or torchrun job with strategy='ddp': Lightning refuses it because "
+        "its script launcher is not interactive-compatible; trainplan accepts it, since the cluster started "
+        "the processes and nothing is re-run."
+    ),
+    "strategy-dp": (
+        "strategy='dp': trainplan plans torch.nn.DataParallel (one process, several GPUs); Lightning 2.0 removed it."
+    ),
+    "single-device-strategy": (
+        "strategy='single_device': Lightning's registered strategy ignores devices= and num_nodes= (it uses "
+        "the first device, on one node); trainplan uses the device asked for, and refuses several devices or "
+        "nodes, pointing to strategy='ddp'."
+    ),
+    "backend-on-single-process": (
+        "process_group_backend with a single-process strategy: Lightning ignores it; trainplan refuses it, since "
+        "it can have no effect."
+    ),
+    "mps-ddp": (
+        "strategy='ddp' with accelerator='mps': Lightning refuses DDP-family strategies only when MPS is "
+        "available; trainplan refuses the pair on any machine, and lets accelerator='cpu' use DDP on a Mac."
+    ),
+    "kubeflow-detected": (
+        "A Kubeflow PyTorchJob pod (KUBERNETES_PORT with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT) is detected "
+        "as a started job; Lightning detects it only when asked for (its KubeflowEnvironment cannot detect itself), "
+        "so there each pod would plan a world of its own."
+    ),
+    "auto-adopts-job": (
+        "devices='auto' and num_nodes='auto' inside a started job (torchrun, srun, mpirun, jsrun, trainplan "
+        "launch): trainplan takes the layout the job started (its processes per node and nodes); Lightning "
+        "counts the visible devices (all GPUs, or one CPU process) and defaults to one node, so a job whose "
+        "layout differs fails later, or silently runs a different world."
+    ),
+    "fork-after-cuda": (
+        "A fork-based strategy after CUDA was initialised: Lightning finds out at launch; trainplan refuses the "
+        "plan when the environment says CUDA is initialised already."
+    ),
+    "model-parallel-auto": (
+        "ModelParallelStrategy with one size 'auto': Lightning takes data parallel = the nodes and tensor parallel = "
+        "the processes per node whatever the other size says, and fails unless they multiply to the world size; "
+        "trainplan's 'auto' takes what the other size leaves (the same sizes wherever Lightning succeeds)."
+    ),
+    "model-parallel-default": (
+        "strategy='model_parallel' without sizes: Lightning's ModelParallelStrategy() makes tensor parallelism span "
+        "each node; trainplan shards data over every process (dp_shard='auto', torchtitan's default), since tensor "
+        "parallelism needs a function that knows the model's layers. Lightning's spelling with both sizes 'auto' "
+        "gives Lightning's layout."
+    ),
+    "model-parallel-precision": (
+        "ModelParallelStrategy's precisions: Lightning runs 32-true, bf16-mixed, bf16-true and 16-true; trainplan "
+        "also plans 16-mixed, with data parallelism alone (replicas and shards: not with pipeline stages, nor with "
+        "tensor or context parallelism, where torch's GradScaler can make the ranks of one group disagree on skipping "
+        "a step; use bf16-mixed there), and 64-true except with context parallelism. The Lightning adapter refuses "
+        "what Lightning cannot run."
+    ),
+    "deepspeed-cpu": (
+        "DeepSpeed on accelerator='cpu': Lightning's connector accepts it (DeepSpeed has a CPU accelerator); "
+        "trainplan's deepspeed rows run on CUDA only, since its ZeRO offload and precision paths are planned and "
+        "tested for CUDA devices. A framework that runs DeepSpeed on CPU extends the rule set with a deepspeed row "
+        "that lists 'cpu' (tests/downstream_rules.py does)."
+    ),
+    "xla-fsdp-trainer": (
+        "strategy='xla_fsdp': Fabric registers it (XLAFSDPStrategy, torch_xla's FSDP) and the Trainer does not, so "
+        "Lightning's Trainer refuses the name; trainplan plans it (XLA devices, torch_xla's launcher, 32-true, "
+        "16-true or bf16-true), fabric_arguments builds it, and lightning_trainer_arguments refuses it, pointing to "
+        "strategy='xla'. Fabric also turns strategy='fsdp' on a TPU into xla_fsdp; trainplan refuses fsdp on XLA "
+        "and names xla_fsdp."
+    ),
+}
