@@ -318,7 +318,7 @@ def _assume(env: Environment, assumption: str, downstream: tuple[str, ...] = ())
 def _assume_accelerator(env: Environment, rule: AcceleratorRule, fact: str, value: str | None) -> Environment:
     """`env` with `rule`'s devices assumed: the fact its row counts them by (a count, or yes/no for a machine's one
     device); the host's CPUs by `cpu_count`. A new count forgets the usable-GPU probe's answer, and implies the
-    package devices are counted through (`tables.COUNTED_THROUGH`)."""
+    package devices are counted through (`rules.COUNTED_THROUGH`)."""
     counted = rule.count_fact
     if counted is None:
         return attrs.evolve(env, cpu_count=max(1, _count(fact, value)))

@@ -4,7 +4,7 @@ Over requests × environments that Lightning's connector can be built for on thi
 CUDA device counts, SLURM and torchrun variables, interactive or not), both must agree on accelerator,
 strategy family, device indices, num_nodes, world size, launcher kind, cluster kind, precision, and on
 error versus no error, except where trainplan differs on purpose: each such difference is a predicate
-below whose reason is in `tables.DIFFERENCES` (and, from there, in the README). Skips without Lightning.
+below whose reason is in `rules.DIFFERENCES` (and, from there, in the README). Skips without Lightning.
 """
 
 from __future__ import annotations

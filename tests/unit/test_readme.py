@@ -76,7 +76,7 @@ def test_readme_lists_every_deliberate_difference() -> None:
     for key, reason in DIFFERENCES.items():
         assert f"- **{key}:** {reason}" in text, f"README lacks the difference {key!r}"
     # And the other way: the README's list holds nothing that is not one of them.
-    start = text.index("`tables.DIFFERENCES`; a test keeps this list identical):")
+    start = text.index("`rules.DIFFERENCES`; a test keeps this list identical):")
     section = text[start : text.index("\n## ", start)]
     listed = re.findall(r"^- \*\*([^*]+):\*\* ", section, flags=re.MULTILINE)
     assert listed == list(DIFFERENCES), "the README lists a difference DIFFERENCES lacks (or another order)"

@@ -1,7 +1,7 @@
 """One table-driven test per rule: the exact error type, the rule id, and key words of the message.
 
 Each case is (request, environment, error type, rule id or None, words the message must contain).
-A meta-test checks that every rule in `tables.RULES` is exercised here.
+A meta-test checks that every rule in `rules.RULES` is exercised here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Environment variable names are rows: no ALL_CAPS string literal (`"SLURM_NODEID"`, `"RANK"`) in `resolve/`.
 
 The cluster readers, the launched workers' variables and the probe's list read the variable schemas in
-`spec/tables.py` (`ClusterRule.schemas`, `LAUNCHED_WORKERS`); a name spelled in the resolver instead is a rule
+the rules package (`ClusterRule.schemas`, `LAUNCHED_WORKERS`); a name spelled in the resolver instead is a rule
 outside the tables. The check reads the source (the AST), so it fails the moment one is written.
 """
 
@@ -77,7 +77,7 @@ def test_no_variable_name_is_spelled_in_the_resolver(module: str) -> None:
     allowed = NOT_VARIABLES.get(module, {})
     found = variable_name_literals((SOURCE / module).read_text())
     spelled = [f"{line}: {name!r}" for line, name in found if name not in allowed]
-    assert spelled == [], f"{module} spells variable names: read them from a schema row in spec/tables.py"
+    assert spelled == [], f"{module} spells variable names: read them from a schema row of the rules package"
 
 
 def test_every_module_is_checked() -> None:

@@ -34,7 +34,7 @@ class ProbeError(TrainplanError, RuntimeError):
 
 
 def relevant_variables(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment variables that matter to a plan (see `tables.RELEVANT_VARIABLES`)."""
+    """The environment variables that matter to a plan (see `rules.RELEVANT_VARIABLES`)."""
     # Keys first, values only for the few that matter: os.environ decodes every value it yields.
     return {
         key: environ[key] for key in environ if key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES)

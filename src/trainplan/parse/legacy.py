@@ -4,7 +4,7 @@
 `plugins="ddp_sharded"`, `distributed_backend=`, `auto_select_gpus=`, `move_metrics_to_cpu=`, the RFC's
 interim `training_type=` and the old precision spellings keep working during the deprecation period.
 Each flag contributes *claims* (on the accelerator, the devices, the strategy, the precision, ...);
-the mapping of old names is data (`tables.LEGACY_*`); claims that disagree are an `Incompatible`
+the mapping of old names is data (`rules.LEGACY_*`); claims that disagree are an `Incompatible`
 error naming both flags, never a silent pick. Pure: nothing here probes the machine.
 """
 

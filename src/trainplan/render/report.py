@@ -33,7 +33,7 @@ REPORT_VARIABLE_PREFIXES: tuple[str, ...] = (
     "PJRT_",
     "KUBERNETES_",
 )
-"""The variables a bug report shows besides the planner's own (`tables.RELEVANT_VARIABLES`): those that change
+"""The variables a bug report shows besides the planner's own (`rules.RELEVANT_VARIABLES`): those that change
 how torch, its collectives, its threads and the frameworks behave."""
 
 MASK = "<masked>"

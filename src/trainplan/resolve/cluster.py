@@ -1,7 +1,7 @@
 """Reading the cluster environment from environment variables (pure: the variables are passed in).
 
 Detection order, required variables and each cluster's variable schema come from the rule set's clusters
-(`tables.CLUSTERS`, `ClusterRule.schemas`): one reader reads any schema through its row, checks the values (a rank
+(`rules.CLUSTERS`, `ClusterRule.schemas`): one reader reads any schema through its row, checks the values (a rank
 that is not a number, a port out of range, a rank beyond the world size) and reports garbage as
 `ClusterEnvironmentError` naming the variable. The special spellings (SLURM's tasks per node and host lists, LSF's
 host list) are one small parser per format, whichever cluster uses them.
@@ -385,7 +385,7 @@ class _Job:
 
 
 # --------------------------------------------------------------------------------------------------
-# One parser per format (`tables.VariableFormat`): the text of a set variable → its value, or `_Unreadable`.
+# One parser per format (`rules.VariableFormat`): the text of a set variable → its value, or `_Unreadable`.
 
 
 def _integer(text: str, minimum: int) -> int:

@@ -65,7 +65,7 @@ def visibility_variable(plan: Plan) -> str | None:
 
 def worker_start_method(plan: Plan, available: Sequence[str]) -> StartMethod | None:
     """The multiprocessing start method this process uses for the plan's workers: the launcher's served method
-    (`tables.SERVED_START_METHODS`: a forkserver for spawn) where the platform offers it (`available`, as
+    (`rules.SERVED_START_METHODS`: a forkserver for spawn) where the platform offers it (`available`, as
     `multiprocessing.get_all_start_methods()` lists them), else the launcher's own; None for a launcher that
     starts no multiprocessing workers."""
     method = LAUNCHERS[plan.launcher].start_method
@@ -90,7 +90,7 @@ def global_rank_of(plan: Plan, local_rank: int) -> int:
 
 def torchrun_variables(plan: Plan, *, rank: int, local_rank: int, port: int) -> dict[str, str]:
     """torchrun's variables for one process of the plan's world (what env:// scripts and frameworks read): every
-    variable of the launched workers' schema (`tables.LAUNCHED_WORKERS`), which is what a worker reads back."""
+    variable of the launched workers' schema (`rules.LAUNCHED_WORKERS`), which is what a worker reads back."""
     facts = _worker_facts(plan, rank=rank, local_rank=local_rank, port=port)
     return {
         name: lookup(facts, fact, name="the facts a launcher writes")

@@ -4,7 +4,7 @@ A mesh lays the world's ranks out as torch's `init_device_mesh` does: `arange(wo
 so the last dimension (`tp`) varies fastest and its groups are neighbouring ranks on one node. Everything here is
 arithmetic on that layout, checked against `torch.distributed.device_mesh` itself by a multi-process test.
 
-`layout_violation` says which of the mesh rules (`tables.MESH_DIMENSIONS`, `tables.MESH_BACKENDS`) a layout
+`layout_violation` says which of the mesh rules (`rules.MESH_DIMENSIONS`, `rules.MESH_BACKENDS`) a layout
 breaks, if any; the resolver turns it into an error naming the layout that fits, and `Plan.from_dict` into a
 format error.
 """

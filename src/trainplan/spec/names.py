@@ -46,7 +46,7 @@ StrategyName = Literal[
     "single_xla",
     "xla_fsdp",
 ]
-"""A registered strategy name; each maps to a family and preset options in `tables.STRATEGIES`."""
+"""A registered strategy name; each maps to a family and preset options in `rules.STRATEGIES`."""
 
 StrategyFlag: TypeAlias = Literal["auto"] | StrategyName
 """What a request may say for the strategy: a registered name or `auto`."""

@@ -2,7 +2,7 @@
 
 Each family that takes options has one frozen record. Registered names such as
 `ddp_find_unused_parameters_true` or `deepspeed_stage_3_offload` are presets of these records
-(see `tables.STRATEGIES`).
+(see `rules.STRATEGIES`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A rule set as a value: every table the resolver reads, bundled, and extensible without global state.
 
 `resolve`, `check`, the matrix and the CLI take a `Rules` (default `BUILTIN_RULES`, the tables of
-`trainplan.spec.tables`). A downstream framework that registers its own strategies (as Lightning users do through
+`trainplan.spec.rules`). A downstream framework that registers its own strategies (as Lightning users do through
 its global `StrategyRegistry`) builds an extended value instead and passes it along::
 
     RULES = tp.BUILTIN_RULES.extend(
@@ -815,7 +815,7 @@ BUILTIN_RULES: Final[Rules] = Rules(
     framework_accelerators=FRAMEWORK_ACCELERATORS,
     kubernetes_resources=KUBERNETES_DEVICE_RESOURCES,
 )
-"""trainplan's own rule set: the tables of `trainplan.spec.tables`."""
+"""trainplan's own rule set: the tables of the `trainplan.spec.rules` package."""
 
 
 __all__ = ["BUILTIN_RULES", "Rules"]
