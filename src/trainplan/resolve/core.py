@@ -258,15 +258,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         assumed: AcceleratorKey = fields.accelerator  # type: ignore[assignment]  # narrowed by the membership test
         # Only `check` gets here: go on as if the hardware were present, to find the request's other problems.
         chosen = assumed, "assumed present (check only)"
-        plenty = 1 << 12  # enough devices that no selection fails for want of them
-        env = attrs.evolve(
-            env,
-            cuda_device_count=plenty,
-            usable_cuda_devices=None,
-            mps_available=True,
-            xla_device_count=plenty,
-            device_counts={name: plenty for name in rules.accelerators if name not in _BUILTIN_ACCELERATORS},
-        )
+        env = _with_plenty(env, rules)
     accelerator, reasons["accelerator"] = chosen
     accelerator_rule = lookup(rules.accelerators, accelerator, name="ACCELERATORS")
     if fields.accelerator == "auto":
@@ -804,7 +796,6 @@ def _visible(env: Environment, rule: AcceleratorRule) -> int:
 
 
 _SUPPLIED_COUNTS: EnvironmentCount = "device_counts"
-_BUILTIN_ACCELERATORS: frozenset[str] = frozenset(BUILTIN_RULES.accelerators)
 
 
 def _available(env: Environment, rules: Rules) -> dict[AcceleratorKey, int]:
@@ -819,6 +810,27 @@ def _available(env: Environment, rules: Rules) -> dict[AcceleratorKey, int]:
 
 def _best_available(env: Environment, rules: Rules) -> str:
     return f"the best available of {_describe(_available(env, rules), rules)} (order: {rules.accelerator_order})"
+
+
+_PLENTY = 1 << 12
+"""Devices enough that no selection fails for want of them (`check` going on past an absent accelerator)."""
+
+
+def _with_plenty(env: Environment, rules: Rules) -> Environment:
+    """The facts with every accelerator of the rule set present: each row's count fact at plenty (a yes/no fact
+    yes), the downstream ones' counts supplied, the usable-GPU probe forgotten."""
+    facts: dict[str, Any] = {"usable_cuda_devices": None}
+    supplied: dict[str, int] = {}
+    for rule in rules.accelerators.values():
+        fact = rule.count_fact
+        if fact == _SUPPLIED_COUNTS:
+            supplied[rule.name] = _PLENTY
+        elif fact is not None:
+            facts[fact] = True if isinstance(_ENVIRONMENT_DEFAULTS[fact], bool) else _PLENTY
+    return attrs.evolve(env, device_counts=supplied, **facts)
+
+
+_ENVIRONMENT_DEFAULTS: dict[str, object] = {field.name: field.default for field in attrs.fields(Environment)}
 
 
 def _rendered(text: Text) -> str:
