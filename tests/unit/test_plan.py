@@ -36,6 +36,9 @@ def test_json_round_trip_gives_an_equal_plan() -> None:
         (lambda data: data.update(devices=[0, "1"]), "plan.devices"),
         (lambda data: data["cluster"].update(node_rank=True), "plan.cluster.node_rank"),
         (lambda data: data.update(version=2), "plan.version"),
+        (lambda data: data.pop("device_type"), "plan.device_type"),
+        (lambda data: data.update(device_type="cpu"), "plan.device_type"),
+        (lambda data: data["metrics"].update(device_type="cpu"), "plan.metrics.device_type"),
         (lambda data: data["strategy"].update(options={"kind": "ddp", "bogus": 1}), "plan.strategy.options"),
     ],
 )
@@ -64,6 +67,16 @@ def test_device_strings_per_local_rank() -> None:
     assert plan.device_for(1) == "cuda:5"
     with pytest.raises(IndexError, match="local_rank=2"):
         plan.device_for(2)
+
+
+def test_the_device_type_is_the_accelerator_rows() -> None:
+    """A plan carries its accelerator's device type (from the row), and writes devices with it: not with the metric
+    placement's, which only says where logged values live."""
+    for plan, expected in ((plan_for(cuda(2)), "cuda"), (plan_for(cpu(), devices=2), "cpu")):
+        assert plan.device_type == expected
+        assert plan.device_strings[0].split(":")[0] == expected
+    plan = plan_for(cuda(2))
+    assert plan.device_for(1) == "cuda:1"
 
 
 def test_dp_drives_several_devices_from_one_process() -> None:

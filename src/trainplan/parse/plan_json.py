@@ -62,6 +62,7 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
         "version": 1,
         "request": request_to_dict(plan.request),
         "accelerator": plan.accelerator,
+        "device_type": plan.device_type,
         "strategy": {
             "name": plan.strategy.name,
             "family": plan.strategy.family,
@@ -104,6 +105,7 @@ def _read(data: object) -> Plan:
     return Plan(
         request=_request_from_dict(read.child("request")),
         accelerator=read.strategy("accelerator", ACCELERATORS),
+        device_type=read.field("device_type", str),
         strategy=StrategyChoice(
             name=strategy.strategy("name", STRATEGY_NAMES),
             family=strategy.choice("family", STRATEGY_FAMILIES),
@@ -439,7 +441,11 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         raise bad("precision", f"{plan.precision!r} does not run with {plan.strategy.name!r} on {plan.accelerator!r}")
     if family is not None and plan.accelerator in rules.precisions[plan.precision].fallback:
         raise bad("precision", f"{plan.precision!r} runs as its fallback on {plan.accelerator!r}")
-    device_type = plan.metrics.device_type if accelerator_rule is None else accelerator_rule.device_type
+    device_type = plan.device_type if accelerator_rule is None else accelerator_rule.device_type
+    if plan.device_type != device_type:
+        raise bad("device_type", f"the plan's accelerator {plan.accelerator!r} has device type {device_type!r}")
+    if not _CUSTOM_NAME.fullmatch(device_type):
+        raise bad("device_type", "a torch device type is a lowercase name such as 'cuda' or 'cpu'")
     if plan.metrics.device_type != device_type:
         raise bad("metrics.device_type", f"the plan's accelerator {plan.accelerator!r} has device type {device_type!r}")
     if (

@@ -466,6 +466,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     return _new_plan(
         request=normal_request,
         accelerator=accelerator,
+        device_type=accelerator_rule.device_type,
         strategy=_new_strategy_choice(name=strategy_name, family=rule.family, options=options),
         devices=devices,
         physical_devices=_physical_devices(accelerator_rule, devices, env),

@@ -92,6 +92,9 @@ class Plan:
     request: Request
     """The request, normalised (resolving it again gives an equal plan)."""
     accelerator: AcceleratorKey
+    device_type: str
+    """The torch device type of the accelerator, from its row ("cuda", "cpu", "mps", "xla", or a downstream one's
+    such as "npu"): what `device_for` writes a local rank's device with."""
     strategy: StrategyChoice
     devices: tuple[int, ...]
     """Local device indices, one per process on this node (visible CUDA indices; 0..n-1 for CPU processes)."""
@@ -159,7 +162,7 @@ class Plan:
                 f"local_rank={local_rank!r} is outside this plan's {self.processes_per_node} local process(es); "
                 f"use 0 to {self.processes_per_node - 1}"
             )
-        device_type = self.metrics.device_type  # the accelerator row's device type (the plan check holds them equal)
+        device_type = self.device_type
         if device_type == HOST_DEVICE:  # torch's host device has no index: every CPU process is on "cpu"
             return device_type
         return f"{device_type}:{self.devices[local_rank]}"
