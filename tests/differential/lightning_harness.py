@@ -17,7 +17,7 @@ import pytest
 
 from trainplan import Environment, Plan, Request, TrainplanError
 from trainplan.resolve import resolve
-from trainplan.spec.rules import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
+from trainplan.spec.rules import LIGHTNING_SIZES, RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
 
 @attrs.frozen
@@ -33,6 +33,9 @@ class Outcome:
     launcher: str | None = None
     cluster: str | None = None
     precision: str | None = None
+    mesh: tuple[int, ...] | None = None
+    """ModelParallelStrategy's (data parallel, tensor parallel) sizes; trainplan's whole mesh shape where it uses a
+    dimension Lightning has no size for; None for other strategies."""
 
 
 def ours(request: Request, env: Environment) -> Outcome:
@@ -51,7 +54,43 @@ def ours(request: Request, env: Environment) -> Outcome:
         launcher=launcher,
         cluster=plan.cluster.kind,
         precision=plan.precision,
+        mesh=None if plan.mesh is None else _lightning_sizes(plan),
     )
+
+
+def _lightning_sizes(plan: Plan) -> tuple[int, ...]:
+    mesh = plan.mesh
+    assert mesh is not None
+    named = {size.dimension for size in LIGHTNING_SIZES}
+    if any(mesh.size(name) > 1 for name in mesh.dimensions if name not in named):
+        return mesh.shape
+    return tuple(mesh.size(size.dimension) for size in LIGHTNING_SIZES)
+
+
+def _lightning_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """The connector's arguments: a `model_parallel` request's Lightning sizes become its `ModelParallelStrategy`."""
+    given = dict(flags)
+    options = given.pop("strategy_options", None)
+    if given.get("strategy") == "model_parallel":
+        from pytorch_lightning.strategies import ModelParallelStrategy
+
+        sizes = {
+            size.argument: "auto" if getattr(options, size.argument, None) is None else getattr(options, size.argument)
+            for size in LIGHTNING_SIZES
+        }
+        given["strategy"] = ModelParallelStrategy(**sizes)
+    elif options is not None:
+        raise ValueError(f"the harness passes no strategy options but a model_parallel request's: {options!r}")
+    return given
+
+
+def _set_up_sizes(strategy: Any) -> tuple[int, int] | None:
+    """ModelParallelStrategy.setup_environment's sizes (Lightning 2.x): an 'auto' data-parallel size is the number of
+    nodes, an 'auto' tensor-parallel size the processes per node, and the two must multiply to the world size or
+    `_setup_device_mesh` raises (None here: the run fails when it starts)."""
+    data = strategy.num_nodes if strategy._data_parallel_size == "auto" else strategy._data_parallel_size
+    tensor = strategy.num_processes if strategy._tensor_parallel_size == "auto" else strategy._tensor_parallel_size
+    return (data, tensor) if data * tensor == strategy.world_size else None
 
 
 @contextlib.contextmanager
@@ -75,6 +114,7 @@ def simulated(monkeypatch: pytest.MonkeyPatch, env: Environment) -> Iterator[Non
 _ACCELERATORS = {"CPUAccelerator": "cpu", "CUDAAccelerator": "cuda", "MPSAccelerator": "mps", "XLAAccelerator": "xla"}
 _FAMILIES = {
     "SingleDeviceStrategy": "single_device",
+    "ModelParallelStrategy": "model_parallel",
     "DDPStrategy": "ddp",
     "FSDPStrategy": "fsdp",
     "DeepSpeedStrategy": "deepspeed",
@@ -97,7 +137,7 @@ def lightning(monkeypatch: pytest.MonkeyPatch, flags: Mapping[str, Any], env: En
     with simulated(monkeypatch, env), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            connector = _AcceleratorConnector(**flags)
+            connector = _AcceleratorConnector(**_lightning_flags(flags))
         except Exception:  # Lightning raises ValueError, MisconfigurationException, RuntimeError, ...
             return Outcome(error=True)
         strategy = connector.strategy
@@ -126,8 +166,14 @@ def lightning(monkeypatch: pytest.MonkeyPatch, flags: Mapping[str, Any], env: En
             root = strategy.root_device
             devices = (root.index if root.index is not None else 0,)
             world, nodes = 1, 1
+        mesh = None
+        if type(strategy).__name__ == "ModelParallelStrategy":
+            mesh = _set_up_sizes(strategy)
+            if mesh is None:
+                return Outcome(error=True)
         return Outcome(
             error=False,
+            mesh=mesh,
             accelerator=_ACCELERATORS.get(type(connector.accelerator).__name__, type(connector.accelerator).__name__),
             family=_FAMILIES.get(type(strategy).__name__, type(strategy).__name__),
             devices=devices,

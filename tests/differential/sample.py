@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 import random
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
-from trainplan import Environment, Request
+from trainplan import Environment, ModelParallelOptions, Request
 
 SLURM_TASK = {
     "SLURM_NTASKS": "2",
@@ -69,6 +69,40 @@ def sample(size: int, seed: int = 20261130) -> list[tuple[dict[str, Any], Enviro
         }
         env = Environment(cuda_device_count=cuda, cpu_count=8, interactive=interactive, variables=VARIABLES[variables])
         cases.append((flags, env))
+    return cases
+
+
+Size: TypeAlias = int | Literal["auto"]
+
+LIGHTNING_SIZES: tuple[tuple[Size, Size] | None, ...] = (
+    None,
+    ("auto", "auto"),
+    (2, "auto"),
+    ("auto", 2),
+    (1, 2),
+    (2, 2),
+    (4, 1),
+    (1, 4),
+)
+"""ModelParallelStrategy's (data_parallel_size, tensor_parallel_size), or None: the strategy without sizes."""
+
+
+def model_parallel_sample() -> list[tuple[dict[str, Any], Environment]]:
+    """Every model_parallel request Lightning can spell (its two sizes, or none) on 1-2 nodes of 2-8 GPUs."""
+    cases = []
+    for sizes, nodes, cuda, devices, precision in itertools.product(
+        LIGHTNING_SIZES, (1, 2), (2, 4, 8), ("auto", 2, 4), ("32-true", "bf16-mixed", "16-mixed", "64-true", "16-true")
+    ):
+        flags: dict[str, Any] = {
+            "accelerator": "cuda",
+            "strategy": "model_parallel",
+            "devices": devices,
+            "num_nodes": nodes,
+            "precision": precision,
+        }
+        if sizes is not None:
+            flags["strategy_options"] = ModelParallelOptions(data_parallel_size=sizes[0], tensor_parallel_size=sizes[1])
+        cases.append((flags, Environment(cuda_device_count=cuda, cpu_count=8)))
     return cases
 
 

@@ -462,6 +462,12 @@ DIFFERENCES: Final[Mapping[str, str]] = {
         "a step; use bf16-mixed there), and 64-true except with context parallelism. The Lightning adapter refuses "
         "what Lightning cannot run."
     ),
+    "model-parallel-inside-node": (
+        "ModelParallelStrategy's groups across nodes: Lightning builds a mesh whose tensor-parallel groups span nodes"
+        " when its sizes say so (tensor_parallel_size=4 on 2 nodes × 2 processes); trainplan keeps tensor- and "
+        "context-parallel groups inside a node, since their collectives run in every layer and across the network "
+        "they would dominate the step, and its refusal names the sizes that fit."
+    ),
     "deepspeed-cpu": (
         "DeepSpeed on accelerator='cpu': Lightning's connector accepts it (DeepSpeed has a CPU accelerator); "
         "trainplan's deepspeed rows run on CUDA only, since its ZeRO offload and precision paths are planned and "
