@@ -34,6 +34,7 @@ from trainplan.spec.rules import (
     SCRIPT_STRATEGY_FOR,
     SELECTED_DEVICES_VARIABLE,
     SERVED_START_METHODS,
+    UNNAMED_RULES,
     LauncherRule,
     job_variables,
     lookup,
@@ -241,11 +242,45 @@ def carried_request(plan: Plan) -> str | None:
         for name in attrs.fields_dict(Request)
         if name not in _LAYOUT_FIELDS and getattr(request, name) != getattr(default, name)
     ]
-    if not chosen:
+    downstream = plan.accelerator not in ACCELERATORS
+    if not chosen and not downstream:
         return None
     # The job is the cluster now, and its own GPUs are the selection: neither choice travels.
     inside = attrs.evolve(request, cluster="auto", select_usable_gpus=False)
+    if downstream:
+        # The emitting side counted a downstream accelerator's devices (the framework's count, or `--assume`); the
+        # job's probe cannot: the accelerator travels as chosen, so that the job plans it (given its count) or says
+        # plainly that it has none, never quietly another.
+        inside = attrs.evolve(inside, accelerator=plan.accelerator)
     return json.dumps(request_to_dict(inside), separators=(",", ":"))
+
+
+def carried_rules(plan: Plan, job: str) -> str | None:
+    """The rule set an emitted `job` ("torchrun line", "sbatch script", "PyTorchJob") carries to its script
+    (TRAINPLAN_RULES): the reference of the downstream rule set the plan was made from; None for trainplan's own.
+    A rule set without a name cannot be imported inside the job: `Incompatible` says to name it."""
+    if plan.rules is None:
+        return None
+    if plan.rules == UNNAMED_RULES:
+        raise incompatible("emit-unnamed-rules", {"rules": plan.rules}, job=job)
+    return plan.rules
+
+
+def downstream_devices_note(plan: Plan) -> Note | None:
+    """What a job of a downstream accelerator's plan needs that trainplan cannot give it: the count of the devices
+    on its node (`probe()` knows trainplan's own accelerators only), from the framework's plugin; None otherwise."""
+    if plan.accelerator in ACCELERATORS:
+        return None
+    return Note(
+        code="downstream-devices",
+        level="warning",
+        message=(
+            f"the job plans accelerator {plan.accelerator!r} of {plan.rules}, whose devices trainplan.probe() "
+            "cannot count: inside the job, pass the count its plugin sees, e.g. trainplan.resolve(env=trainplan."
+            f"probe().with_device_counts({{{plan.accelerator!r}: {len(plan.devices)}}})) (without it, resolve "
+            f"refuses {plan.accelerator!r})"
+        ),
+    )
 
 
 def script_strategy_note(strategy: str) -> Note | None:
@@ -278,6 +313,8 @@ def script_request(request: Request) -> Request:
 __all__ = [
     "STARTING_LAUNCHERS",
     "carried_request",
+    "carried_rules",
+    "downstream_devices_note",
     "job_of",
     "nested_launch",
     "process_group_timeout",
