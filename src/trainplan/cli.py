@@ -553,7 +553,8 @@ def _run_launch(arguments: argparse.Namespace) -> int:
     meeting = _meeting_variables(arguments)
     if meeting:
         env = env.with_variables({**env.variables, **meeting})
-    plan = _resolved(script_request(_request(arguments)), env, _rules(arguments))
+    rules = _rules(arguments)
+    plan = _resolved(script_request(_request(arguments), rules), env, rules)
     if arguments.standalone and plan.num_nodes > 1:
         raise CliError(
             f"--standalone runs one node, and the plan has {plan.num_nodes}: drop --standalone, or ask for one node"
@@ -677,10 +678,10 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
             print("no problems: the request resolves on this environment")
         return EXIT_USAGE if problems else 0
     request = _request(arguments)
+    rules = _rules(arguments)
     if arguments.emit:
         # The emitted job runs a script on every worker, whatever this session is.
-        request, env = script_request(request), attrs.evolve(env, interactive=False)
-    rules = _rules(arguments)
+        request, env = script_request(request, rules), attrs.evolve(env, interactive=False)
     plan = _resolved(request, env, rules)
     if arguments.emit == "torchrun":
         print(emit_torchrun(plan, command))

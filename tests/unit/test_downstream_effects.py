@@ -206,6 +206,15 @@ class TestEmitted:
         assert "TRAINPLAN_RULES" not in emit_torchrun(builtin) + emit_slurm(builtin)
         assert "# note" not in emit_torchrun(qat_plan()) and "TRAINPLAN_RULES=" in emit_torchrun(qat_plan())
 
+    def test_a_downstream_notebook_strategy_runs_as_its_own_script_counterpart(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        flags = ["plan", "--no-probe", "--assume", "cpu=4", "--rules", "tests.downstream_rules:RULES", "--devices", "2"]
+        assert main([*flags, "--strategy", "ddp_custom_checkpoint_io_notebook", "--emit", "torchrun"]) == 0
+        note, line = capsys.readouterr().out.splitlines()
+        assert "runs it as strategy='ddp_custom_checkpoint_io'" in note
+        assert '"strategy":"ddp_custom_checkpoint_io"' in line and "_notebook" not in line.partition("notes")[0]
+
     def test_a_plan_of_an_unnamed_rule_set_cannot_travel(self) -> None:
         unnamed = RULES.extend()  # no name=: nothing inside a job could import it
         plan = resolve_uncached(Request(accelerator="cpu", devices=2), Environment(cpu_count=2), unnamed)

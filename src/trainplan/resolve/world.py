@@ -26,16 +26,17 @@ from trainplan.spec.plan import Plan
 from trainplan.spec.request import Request
 from trainplan.spec.rules import (
     ACCELERATORS,
+    BUILTIN_RULES,
     DEFAULT_PROCESS_GROUP_TIMEOUT,
     LAUNCHED_MARKER,
     LAUNCHED_WORKERS,
     LAUNCHERS,
     PLAN_VARIABLE,
-    SCRIPT_STRATEGY_FOR,
     SELECTED_DEVICES_VARIABLE,
     SERVED_START_METHODS,
     UNNAMED_RULES,
     LauncherRule,
+    Rules,
     job_variables,
     lookup,
 )
@@ -283,9 +284,10 @@ def downstream_devices_note(plan: Plan) -> Note | None:
     )
 
 
-def script_strategy_note(strategy: str) -> Note | None:
-    """The note for running a function-launching strategy (spawn, fork, notebook) as a script, or None."""
-    instead = SCRIPT_STRATEGY_FOR.get(strategy)  # type: ignore[call-overload]
+def script_strategy_note(strategy: str, rules: Rules = BUILTIN_RULES) -> Note | None:
+    """The note for running a function-launching strategy (spawn, fork, notebook) as a script, or None (`rules`:
+    the rule set whose script counterparts to read, a downstream one's own included)."""
+    instead = rules.script_strategy_for.get(strategy)  # type: ignore[call-overload]
     if instead is None:
         return None
     return Note(
@@ -298,15 +300,16 @@ def script_strategy_note(strategy: str) -> Note | None:
     )
 
 
-def script_request(request: Request) -> Request:
+def script_request(request: Request, rules: Rules = BUILTIN_RULES) -> Request:
     """The request a script runs under a launcher that re-runs it (torchrun, srun, `trainplan launch`): a
-    strategy that starts workers from a function (spawn, fork, notebook) becomes its script-mode counterpart,
-    with a note (in the request's notes, so it reaches the plan)."""
+    strategy that starts workers from a function (spawn, fork, notebook) becomes its script-mode counterpart
+    (`rules`' counterparts: a downstream strategy's own), with a note (in the request's notes, so it reaches the
+    plan)."""
     strategy: object = request.strategy
-    note = script_strategy_note(strategy) if isinstance(strategy, str) else None
+    note = script_strategy_note(strategy, rules) if isinstance(strategy, str) else None
     if note is None:
         return request
-    instead = SCRIPT_STRATEGY_FOR[strategy]  # type: ignore[index]
+    instead = rules.script_strategy_for[strategy]  # type: ignore[index]
     return attrs.evolve(request, strategy=instead, notes=(*request.notes, note))
 
 
