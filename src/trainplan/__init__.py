@@ -160,37 +160,72 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
     Inside a process a launcher started (torchrun, srun, mpirun, jsrun, `trainplan launch`, `launch`),
     `devices="auto"` and `num_nodes="auto"` take the layout the job started and the launcher is `external`.
     With no arguments: in a worker of trainplan's own launchers, the launcher's plan (its strategy, precision
-    and options) seen from this worker; in an emitted job (`trainplan plan --emit torchrun|slurm`), the request
-    the job was emitted for (TRAINPLAN_REQUEST). `rules` is the rule set to decide from (`Rules.extend`).
+    and options) seen from this worker. With no request: in an emitted job (`trainplan plan --emit
+    torchrun|slurm|kubeflow`), the request the job was emitted for (TRAINPLAN_REQUEST), decided by the rule set
+    it was emitted with (TRAINPLAN_RULES, imported, the current directory searched too); `env` may then add what
+    probe() cannot see, such as a downstream accelerator's device count. `rules` is the rule set to decide from
+    (`Rules.extend`).
     """
     from trainplan.effects.probing import probe
 
-    if request is None and env is None:
+    if request is None:
         import os
 
         from trainplan.effects.launching import worker_plan
         from trainplan.parse.plan_json import request_from_json_text
-        from trainplan.spec.rules import PLAN_VARIABLE, REQUEST_VARIABLE
+        from trainplan.spec.rules import PLAN_VARIABLE, REQUEST_VARIABLE, RULES_VARIABLE
 
-        launched = worker_plan()
+        launched = worker_plan() if env is None else None
         if launched is not None:
             return launched  # inside a launched worker: the launcher's plan, with this worker's rank
         carried = os.environ.get(REQUEST_VARIABLE)
+        reference = os.environ.get(RULES_VARIABLE)
+        if reference is not None:  # inside an emitted job of a downstream rule set: that rule set decides
+            rules = _carried_rules(reference, rules)
         if carried is not None:  # inside an emitted job: the request it was emitted for
             request = request_from_json_text(carried, source=f"the environment variable {REQUEST_VARIABLE}")
-        elif PLAN_VARIABLE in os.environ:
+        elif PLAN_VARIABLE in os.environ and env is None:
             # A job started inside a trainplan worker (torchrun there): the outer plan's choices, the job's layout.
             import attrs
 
-            from trainplan.parse.plan_json import plan_from_json_text
+            from trainplan.effects.rules_loading import read_plan_text, rules_of
 
-            outer = plan_from_json_text(os.environ[PLAN_VARIABLE]).request
+            outer_plan = read_plan_text(os.environ[PLAN_VARIABLE], from_working_directory=True)
+            if rules is BUILTIN_RULES:
+                rules = rules_of(outer_plan)
+            outer = outer_plan.request
             request = attrs.evolve(outer, devices="auto", num_nodes="auto", cluster="auto", select_usable_gpus=False)
     request = Request() if request is None else request
     if env is None:
         # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.
         env = probe(usable_gpus=getattr(request, "select_usable_gpus", False) is True)
     return _resolve(request, env, rules)
+
+
+def _carried_rules(reference: str, given: Rules) -> Rules:
+    """The rule set an emitted job names (TRAINPLAN_RULES), imported; `given` when it is that one already."""
+    from trainplan.effects.rules_loading import load_rules
+    from trainplan.spec.rules import RULES_VARIABLE
+
+    if given is not BUILTIN_RULES:
+        if given.reference != reference:
+            raise InvalidRequest(
+                field="rules",
+                value=given.reference or "an unnamed rule set",
+                reason=f"this job was emitted for the rule set {reference!r} ({RULES_VARIABLE}), and the carried "
+                "request is decided by that one",
+                fix=f"Pass that rule set (or none: trainplan.resolve() imports {reference})",
+            )
+        return given
+    try:
+        return load_rules(reference, from_working_directory=True)
+    except InvalidRequest as error:
+        raise InvalidRequest(
+            field=RULES_VARIABLE,
+            value=reference,
+            reason=f"the job was emitted for that rule set, and {error.reason}",
+            fix="Run the job where the module is importable (its directory current, or on PYTHONPATH)",
+        ) from None
 
 
 def check(

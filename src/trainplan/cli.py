@@ -38,7 +38,7 @@ from trainplan.resolve import check, resolve
 from trainplan.resolve.cluster import host_address
 from trainplan.resolve.world import script_request
 from trainplan.spec.environment import Environment
-from trainplan.spec.errors import InvalidRequest, TrainplanError, did_you_mean
+from trainplan.spec.errors import InvalidRequest, TrainplanError, Unavailable, did_you_mean
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
@@ -49,13 +49,16 @@ from trainplan.spec.names import (
     STRATEGY_FLAGS,
     StartMethod,
 )
-from trainplan.spec.numbers import whole_number
+from trainplan.spec.numbers import is_ascii_digits, whole_number
+from trainplan.spec.plan import Plan
 from trainplan.spec.request import Request
 from trainplan.spec.rules import ACCELERATORS as ACCELERATOR_RULES
 from trainplan.spec.rules import (
     BUILTIN_RULES,
     COUNTED_THROUGH,
     DEFAULT_PRECISION,
+    MAX_CPU_COUNT,
+    MAX_DEVICES_PER_NODE,
     TORCHRUN_PROCESSES,
     AcceleratorRule,
     Rules,
@@ -104,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_request_flags(launch)
     _add_environment_flags(launch)
+    _add_rules_flag(launch)
     _add_launch_flags(launch)
     probe_command = commands.add_parser("probe", help="print the facts trainplan reads from this machine")
     _add_environment_flags(probe_command)
@@ -279,18 +283,26 @@ def _yes(fact: str, value: str | None) -> bool:
     raise CliError(f"--assume {fact}={value}: write yes or no, e.g. --assume {fact}=no")
 
 
-def _count(fact: str, value: str | None) -> int:
-    number = None if value is None else whole_number(value.strip())
-    if number is None:
+def _count(fact: str, value: str | None, limit: int = MAX_DEVICES_PER_NODE, what: str = "devices") -> int:
+    """A count of `what` on one node, at most `limit` (no machine has more; its digits are never all read)."""
+    text = "" if value is None else value.strip()
+    number = whole_number(text)
+    if number is None and not is_ascii_digits(text):
         raise CliError(f"--assume {fact}={value}: write a whole number, e.g. --assume {fact}=8")
+    if number is None or number > limit:
+        shown_value = text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
+        raise CliError(
+            f"--assume {fact}={shown_value}: a node has at most {limit} {what} to plan for; write a real count, "
+            f"e.g. --assume {fact}=8"
+        )
     return number
 
 
 def _assume(env: Environment, assumption: str, downstream: tuple[str, ...] = ()) -> Environment:
     """`env` with one what-if fact; `downstream`: the accelerators a `--rules` rule set adds (NAME=N counts them)."""
-    fact, _, rest = assumption.partition("=")
+    _, _, rest = assumption.partition("=")
     value = rest if "=" in assumption else None
-    fact = fact.strip().lower().replace("_", "-")
+    fact = _assumed_fact(assumption)
     # Each built-in accelerator is assumed by its name, through the fact its row counts it by.
     appliers: dict[str, Callable[[], Environment]] = {
         rule.name: functools.partial(_assume_accelerator, env, rule, fact, value) for rule in ACCELERATOR_RULES.values()
@@ -321,7 +333,7 @@ def _assume_accelerator(env: Environment, rule: AcceleratorRule, fact: str, valu
     package devices are counted through (`rules.COUNTED_THROUGH`)."""
     counted = rule.count_fact
     if counted is None:
-        return attrs.evolve(env, cpu_count=max(1, _count(fact, value)))
+        return attrs.evolve(env, cpu_count=max(1, _count(fact, value, MAX_CPU_COUNT, "CPUs")))
     changes: dict[str, Any] = {}  # Environment fields by name, as the row names its fact
     if isinstance(getattr(env, counted), bool):
         changes[counted] = _yes(fact, value)
@@ -393,12 +405,44 @@ def _environment(arguments: argparse.Namespace) -> Environment:
     variables = _given_variables(arguments)
     if variables:
         env = env.with_variables(variables)
-    downstream: tuple[str, ...] = ()
-    if arguments.assume and getattr(arguments, "rules", None) is not None:
-        downstream = tuple(name for name in _rules(arguments).accelerators if name not in BUILTIN_RULES.accelerators)
+    downstream = _downstream_accelerators(arguments) if arguments.assume else ()
     for assumption in arguments.assume:
         env = _assume(env, assumption, downstream)
     return env
+
+
+def _downstream_accelerators(arguments: argparse.Namespace) -> tuple[str, ...]:
+    """The accelerators `--rules` adds to trainplan's own: their devices are counted by `--assume NAME=N`."""
+    if getattr(arguments, "rules", None) is None:
+        return ()
+    return tuple(name for name in _rules(arguments).accelerators if name not in BUILTIN_RULES.accelerators)
+
+
+def _assumed_fact(assumption: str) -> str:
+    """The fact an `--assume FACT[=VALUE]` names, as the appliers spell it."""
+    return assumption.partition("=")[0].strip().lower().replace("_", "-")
+
+
+def _resolved(request: Request, env: Environment, rules: Rules) -> Plan:
+    """`resolve`, with the CLI's own spelling of the fix where a downstream accelerator has no devices."""
+    try:
+        return resolve(request, env, rules)
+    except Unavailable as error:
+        raise _cli_unavailable(error, rules) from None
+
+
+def _cli_unavailable(error: Unavailable, rules: Rules) -> Unavailable:
+    """`error`, or, when it asks for devices of an accelerator the rule set adds (counted by the framework's plugin,
+    which the library's fix names), the same refusal with `--assume NAME=N`, how the CLI supplies that count."""
+    for name in rules.accelerators:
+        if name not in BUILTIN_RULES.accelerators and error.requested == f"accelerator={name!r}":
+            return Unavailable(
+                requested=error.requested,
+                available=error.available,
+                fix=f"Give the count its device plugin sees, e.g. --assume {name}=8 (trainplan cannot probe it), "
+                "or use --accelerator auto",
+            )
+    return error
 
 
 def _given_variables(arguments: argparse.Namespace) -> dict[str, str]:
@@ -496,17 +540,21 @@ def _run_launch(arguments: argparse.Namespace) -> int:
         raise CliError("--grace-period must be a finite number of seconds ≥ 0")
     if arguments.max_restarts < 0:
         raise CliError("--max-restarts must be a whole number ≥ 0 (0: a failure ends the run)")
-    if arguments.assume:
-        raise CliError(
-            f"--assume {arguments.assume[0]}: what-if facts cannot be run for real; trainplan launch starts the "
-            "workers this machine has. Use `trainplan plan --assume ...` for what-ifs"
-        )
+    counted = {name.replace("_", "-") for name in _downstream_accelerators(arguments)}
+    for assumption in arguments.assume:
+        if _assumed_fact(assumption) not in counted:
+            raise CliError(
+                f"--assume {assumption}: what-if facts cannot be run for real; trainplan launch starts the "
+                "workers this machine has (only the devices of an accelerator --rules adds, which trainplan cannot "
+                "probe, are given as --assume NAME=N). Use `trainplan plan --assume ...` for what-ifs"
+            )
     _translate_torchrun_spellings(arguments)
     env = _environment(arguments)
     meeting = _meeting_variables(arguments)
     if meeting:
         env = env.with_variables({**env.variables, **meeting})
-    plan = resolve(script_request(_request(arguments)), env)
+    rules = _rules(arguments)
+    plan = _resolved(script_request(_request(arguments), rules), env, rules)
     if arguments.standalone and plan.num_nodes > 1:
         raise CliError(
             f"--standalone runs one node, and the plan has {plan.num_nodes}: drop --standalone, or ask for one node"
@@ -619,18 +667,22 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
         except TrainplanError as error:
             print(f"- {error}")
             return EXIT_USAGE
-        problems = list(check(request, env, _rules(arguments)))
+        rules = _rules(arguments)
+        problems = [
+            _cli_unavailable(problem, rules) if isinstance(problem, Unavailable) else problem
+            for problem in check(request, env, rules)
+        ]
         for problem in problems:
             print(f"- {problem}")
         if not problems:
             print("no problems: the request resolves on this environment")
         return EXIT_USAGE if problems else 0
     request = _request(arguments)
+    rules = _rules(arguments)
     if arguments.emit:
         # The emitted job runs a script on every worker, whatever this session is.
-        request, env = script_request(request), attrs.evolve(env, interactive=False)
-    rules = _rules(arguments)
-    plan = resolve(request, env, rules)
+        request, env = script_request(request, rules), attrs.evolve(env, interactive=False)
+    plan = _resolved(request, env, rules)
     if arguments.emit == "torchrun":
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":

@@ -11,6 +11,8 @@ import pytest
 
 from trainplan.cli import main
 
+DOWNSTREAM = "tests.downstream_rules:RULES"
+
 
 def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
     try:
@@ -175,6 +177,11 @@ def test_python_dash_m_trainplan_is_the_command() -> None:
         (["launch", "--devices", "2"], "nothing to launch: name the script after the flags"),
         (["launch", "--assume", "cuda=2", "x.py"], "what-if facts cannot be run for real"),
         (["launch", "--assume", "cuda=2", "x.py"], "Use `trainplan plan --assume ...` for what-ifs"),
+        (["launch", "--rules", DOWNSTREAM, "--assume", "cuda=2", "x.py"], "only the devices of an accelerator --rules"),
+        (["launch", "--rules", DOWNSTREAM, "--accelerator", "npu", "x.py"], "e.g. --assume npu=8 (trainplan cannot"),
+        # An accelerator the rule set adds is counted by --assume NAME=N: the plan is made, and only the script lacks.
+        (["launch", "--rules", DOWNSTREAM, "--assume", "npu=2", "--accelerator", "npu", "none.py"], "No such script"),
+        (["launch", "--rules", "no_such_module:RULES", "x.py"], "--rules: rules='no_such_module:RULES'"),
         (["launch", "--rdzv-conf", "garbage", "--no-python", "true"], "'garbage' is not key=value"),
         (["launch", "--timeout", "30", "--rdzv-conf", "timeout=abc", "--no-python", "true"], "is whole seconds"),
         (["launch", "--log-dir", "/proc/nope", "--no-python", "true"], "cannot be created or used as"),
@@ -232,3 +239,30 @@ def test_launch_says_torch_failed_to_import_and_why(tmp_path: Path) -> None:
     assert launched.returncode == 2, launched.stderr
     assert "torch failed to import (OSError: libcudart.so.13" in launched.stderr, launched.stderr
     assert "cannot write the output" not in launched.stderr
+
+
+def test_assumed_counts_beyond_a_machine_say_the_limit(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "plan", "--no-probe", "--rules", DOWNSTREAM, "--assume", "npu=99999999999999999999")
+    assert code == 2 and "--assume npu=99999999999999999999: a node has at most 4096 devices" in err, err
+    code, _, err = run(capsys, "plan", "--no-probe", "--assume", "cuda=" + "9" * 5000)
+    assert code == 2 and "at most 4096 devices" in err and "(5000 digits)" in err and len(err) < 300, err
+    code, _, err = run(capsys, "plan", "--no-probe", "--assume", "cpu=10000000")
+    assert code == 2 and "at most 1048576 CPUs" in err, err
+    code, _, err = run(capsys, "plan", "--no-probe", "--assume", "cuda=two")
+    assert code == 2 and "write a whole number, e.g. --assume cuda=8" in err, err
+
+
+def test_a_downstream_accelerator_without_devices_is_counted_by_the_clis_own_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tests.downstream_rules import NPU, RULES
+    from trainplan import Environment, Request, Unavailable
+    from trainplan.resolve import resolve
+
+    for check in ((), ("--check",)):
+        code, out, err = run(capsys, "plan", *check, "--no-probe", "--rules", DOWNSTREAM, "--accelerator", "npu")
+        assert code == 2 and "e.g. --assume npu=8 (trainplan cannot probe it)" in out + err
+        assert "with_device_counts" not in out + err
+    with pytest.raises(Unavailable) as caught:  # the library's own message names the library's spelling
+        resolve(Request(accelerator=NPU), Environment(), RULES)
+    assert "probe().with_device_counts({'npu': 8})" in str(caught.value)

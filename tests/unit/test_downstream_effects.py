@@ -187,6 +187,45 @@ class TestEmitted:
             "'mps'",
         )
 
+    def test_every_emitted_job_carries_the_rule_set_and_the_downstream_accelerator(self) -> None:
+        plan = npu_plan(PLUGGED)
+        request = '"accelerator":"npu"'  # the accelerator travels as chosen, never re-decided
+        line = emit_torchrun(plan, ["train.py"])
+        assert "TRAINPLAN_RULES=tests.downstream_rules:PLUGGED " in line and request in line
+        script = emit_slurm(plan, ["train.py"], rules=PLUGGED)
+        assert "export TRAINPLAN_RULES=tests.downstream_rules:PLUGGED" in script
+        manifest = emit_kubeflow(plan, ["train.py"], image="img", rules=PLUGGED)
+        assert '- name: "TRAINPLAN_RULES"\n' in manifest and '"tests.downstream_rules:PLUGGED"' in manifest
+        for text in (line, script, manifest):  # what the job needs that trainplan cannot give it, said plainly
+            assert "# note: the job plans accelerator 'npu'" in text and "with_device_counts({'npu': 2})" in text
+        # An all-"auto" request that planned the NPU from its count still carries the accelerator.
+        auto = resolve_uncached(Request(), npus(), RULES)
+        assert auto.accelerator == NPU and '"accelerator":"npu"' in emit_torchrun(auto)
+        # trainplan's own plans carry no rule set, and a downstream plan on built-in hardware no note.
+        builtin = resolve_uncached(Request(accelerator="cpu", devices=2), Environment(cpu_count=2))
+        assert "TRAINPLAN_RULES" not in emit_torchrun(builtin) + emit_slurm(builtin)
+        assert "# note" not in emit_torchrun(qat_plan()) and "TRAINPLAN_RULES=" in emit_torchrun(qat_plan())
+
+    def test_a_downstream_notebook_strategy_runs_as_its_own_script_counterpart(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        flags = ["plan", "--no-probe", "--assume", "cpu=4", "--rules", "tests.downstream_rules:RULES", "--devices", "2"]
+        assert main([*flags, "--strategy", "ddp_custom_checkpoint_io_notebook", "--emit", "torchrun"]) == 0
+        note, line = capsys.readouterr().out.splitlines()
+        assert "runs it as strategy='ddp_custom_checkpoint_io'" in note
+        assert '"strategy":"ddp_custom_checkpoint_io"' in line and "_notebook" not in line.partition("notes")[0]
+
+    def test_a_plan_of_an_unnamed_rule_set_cannot_travel(self) -> None:
+        unnamed = RULES.extend()  # no name=: nothing inside a job could import it
+        plan = resolve_uncached(Request(accelerator="cpu", devices=2), Environment(cpu_count=2), unnamed)
+        jobs = {
+            "torchrun line": lambda: emit_torchrun(plan, ["train.py"]),
+            "sbatch script": lambda: emit_slurm(plan, ["train.py"], rules=unnamed),
+            "PyTorchJob": lambda: emit_kubeflow(plan, ["train.py"], image="img", rules=unnamed),
+        }
+        for job, emit in jobs.items():
+            refused("emit-unnamed-rules", emit, f"so the {job} could not import it", "name='package.module:RULES'")
+
     def test_the_cli_emits_with_the_rule_set_it_was_given(self, capsys: pytest.CaptureFixture[str]) -> None:
         flags = ["plan", "--no-probe", "--assume", "npu=4", "--accelerator", "npu", "--devices", "2"]
         job = ["--emit", "kubeflow", "--image", "img", "--", "train.py"]
@@ -269,3 +308,26 @@ def test_a_resource_named_twice_is_refused_and_the_builtin_rows_stay_alone() -> 
     assert NPU not in RULES.framework_accelerators and NPU not in RULES.kubernetes_resources
     assert NPU not in BUILTIN_RULES.kubernetes_resources and type(NPU_SPELLING) is FrameworkAccelerator
     assert json.loads(json.dumps(npu_plan(PLUGGED).to_dict()))["rules"] == "tests.downstream_rules:PLUGGED"
+
+
+class TestInsideTheJob:
+    """`trainplan.resolve()` inside an emitted job decides the carried request with the rule set the job names."""
+
+    def test_the_carried_rule_set_decides_the_carried_request(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import trainplan as tp
+        from trainplan.parse.plan_json import request_to_dict
+
+        carried = request_to_dict(Request(strategy=tp.CustomName("ddp_custom_checkpoint_io"), devices=2))
+        monkeypatch.setenv("TRAINPLAN_RULES", "tests.downstream_rules:RULES")
+        monkeypatch.setenv("TRAINPLAN_REQUEST", json.dumps(carried))
+        plan = tp.resolve(env=Environment(cpu_count=2))
+        assert plan.strategy.name == "ddp_custom_checkpoint_io" and plan.rules == "tests.downstream_rules:RULES"
+        assert tp.resolve(env=Environment(cpu_count=2), rules=RULES).strategy.name == "ddp_custom_checkpoint_io"
+        with pytest.raises(InvalidRequest) as other:  # another rule set than the job's is never taken silently
+            tp.resolve(env=Environment(cpu_count=2), rules=PLUGGED)
+        assert "emitted for the rule set 'tests.downstream_rules:RULES'" in str(other.value)
+        monkeypatch.setenv("TRAINPLAN_RULES", "no_such_framework.rules:RULES")
+        with pytest.raises(InvalidRequest) as missing:
+            tp.resolve(env=Environment(cpu_count=2))
+        assert "TRAINPLAN_RULES='no_such_framework.rules:RULES'" in str(missing.value)
+        assert "cannot import 'no_such_framework.rules'" in str(missing.value)

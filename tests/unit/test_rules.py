@@ -566,11 +566,14 @@ def _raise(error: TrainplanError | None) -> None:
 
 def _emit_rules() -> set[str]:
     """The rules the emitters apply to a plan (`render.emit`)."""
+    from tests.downstream_rules import RULES as DOWNSTREAM
     from trainplan.render.emit import emit_kubeflow
 
     with pytest.raises(Incompatible) as caught:
         emit_kubeflow(resolve(Request(accelerator="mps"), Environment(mps_available=True)), image="img")
-    return {caught.value.rule}
+    with pytest.raises(Incompatible) as unnamed:  # a rule set without a name cannot travel to the job
+        emit_kubeflow(resolve(Request(), Environment(), DOWNSTREAM.extend()), ["train.py"], image="img")
+    return {caught.value.rule, unnamed.value.rule}
 
 
 def _downstream_rules() -> set[str]:

@@ -885,7 +885,7 @@ def worker_plan(environ: Mapping[str, str] | None = None) -> Plan | None:
     text = environ.get(PLAN_VARIABLE)
     if text is None or not launched_by_trainplan(environ):
         return None
-    plan = read_plan_text(text)
+    plan = read_plan_text(text, from_working_directory=True)  # `trainplan launch --rules` found it there too
     try:
         rank, local_rank = int(environ["RANK"]), int(environ["LOCAL_RANK"])
         port, world = int(environ["MASTER_PORT"]), int(environ["WORLD_SIZE"])

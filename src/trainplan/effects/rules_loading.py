@@ -72,12 +72,13 @@ def rules_of(plan: Plan) -> Rules:
     return load_rules(plan.rules)
 
 
-def read_plan_text(text: str) -> Plan:
-    """A plan from its JSON text, checked against the rule set it was made from (imported when it names one)."""
+def read_plan_text(text: str, *, from_working_directory: bool = False) -> Plan:
+    """A plan from its JSON text, checked against the rule set it was made from (imported when it names one;
+    `from_working_directory` as for `load_rules`: a launched worker finds the module its launcher found)."""
     plan = plan_from_json_text(text)  # as far as its own facts go, for a plan of a downstream rule set
     if plan.rules is None or plan.rules == UNNAMED_RULES:
         return plan
-    return plan_from_json_text(text, load_rules(plan.rules))
+    return plan_from_json_text(text, load_rules(plan.rules, from_working_directory=from_working_directory))
 
 
 __all__ = ["load_rules", "read_plan_text", "rules_of"]

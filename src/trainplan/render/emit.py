@@ -8,6 +8,10 @@ convention: the node's selected GPUs are made visible through CUDA_VISIBLE_DEVIC
 `cuda:i`. One node runs `--standalone` (a free port each run, so two jobs on one box never clash); several
 nodes meet through torchrun's c10d rendezvous at the main address and port, which must be the same on
 every node (the shell stops with a message when they are not set).
+
+A plan of a downstream rule set carries the rule set's reference (TRAINPLAN_RULES), which `trainplan.resolve()`
+imports inside the job, and a downstream accelerator is carried as chosen (with a note: the job's script supplies
+its device count, which trainplan cannot probe); a rule set without a name cannot travel and is refused.
 """
 
 from __future__ import annotations
@@ -19,7 +23,13 @@ from collections.abc import Sequence
 
 from trainplan.resolve.core import incompatible
 from trainplan.resolve.training import check_rules_at_hand, rules_named, rules_variable
-from trainplan.resolve.world import carried_request, script_strategy_note, visibility_variable
+from trainplan.resolve.world import (
+    carried_request,
+    carried_rules,
+    downstream_devices_note,
+    script_strategy_note,
+    visibility_variable,
+)
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.plan import Plan
 from trainplan.spec.rules import (
@@ -27,6 +37,7 @@ from trainplan.spec.rules import (
     KUBEFLOW_MASTER_PORT,
     KUBERNETES_DEVICE_RESOURCES,
     REQUEST_VARIABLE,
+    RULES_VARIABLE,
     SELECTED_DEVICES_VARIABLE,
     SLURM_PORT_BASE,
     Rules,
@@ -55,6 +66,9 @@ def _notes(plan: Plan) -> list[str]:
     own = script_strategy_note(plan.strategy.name)
     if own is not None and not notes:
         notes.append(own)
+    devices = downstream_devices_note(plan)
+    if devices is not None:
+        notes.append(devices)
     return [f"# note: {note.message}" for note in notes]
 
 
@@ -100,6 +114,7 @@ def _gpu_selection(plan: Plan) -> dict[str, str]:
 
 def emit_torchrun(plan: Plan, command: Sequence[str] = ()) -> str:
     """The torchrun command line that starts this plan's processes on one node (run it on every node)."""
+    rules = carried_rules(plan, "torchrun line")
     if plan.num_nodes > 1:
         address = plan.cluster.main_address
         if address in _LOOPBACK:
@@ -113,6 +128,8 @@ def emit_torchrun(plan: Plan, command: Sequence[str] = ()) -> str:
     else:
         words = _torchrun(plan, command, address="", port="", run_id="")
     variables = _gpu_selection(plan)
+    if rules is not None:
+        variables[RULES_VARIABLE] = rules
     carried = carried_request(plan)
     if carried is not None:
         variables[REQUEST_VARIABLE] = carried
@@ -124,6 +141,7 @@ def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTI
     """An sbatch script: one srun task per node runs torchrun, which starts that node's workers. A downstream
     accelerator's row is one of the plan's rule set, `rules` (its `slurm_gpus` says whether SLURM allocates its
     devices as GPUs)."""
+    reference = carried_rules(plan, "sbatch script")
     accelerator = rules.accelerators.get(plan.accelerator)
     if accelerator is None:
         check_rules_at_hand(plan, rules, "accelerator", plan.accelerator)
@@ -141,6 +159,11 @@ def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTI
         lines.append(f"#SBATCH --gpus-per-node={wanted}")
     lines.append("#SBATCH --job-name=train")
     lines += [*_notes(plan), ""]
+    if reference is not None:
+        lines += [
+            "# The rule set the plan was made from: trainplan.resolve() imports it (the current directory too).",
+            f"export {RULES_VARIABLE}={shlex.quote(reference)}",
+        ]
     carried = carried_request(plan)
     if carried is not None:
         lines += [
@@ -199,6 +222,7 @@ def emit_kubeflow(
     from those variables (`$(RANK)`, expanded by Kubernetes), so any operator version fits; inside, the workers
     carry torchrun's variables.
     """
+    reference = carried_rules(plan, "PyTorchJob")
     given_image: object = image
     given_name: object = name
     if not isinstance(given_image, str) or not _IMAGE.fullmatch(given_image):
@@ -253,8 +277,9 @@ def emit_kubeflow(
         ]
     container: dict[str, object] = {"name": "pytorch", "image": image, "command": words}
     carried = carried_request(plan)
-    if carried is not None:
-        container["env"] = [{"name": REQUEST_VARIABLE, "value": carried}]
+    carried_variables = {RULES_VARIABLE: reference, REQUEST_VARIABLE: carried}
+    if reference is not None or carried is not None:
+        container["env"] = [{"name": key, "value": value} for key, value in carried_variables.items() if value]
     container["ports"] = [{"name": "pytorchjob-port", "containerPort": port}]
     if resource is not None:
         container["resources"] = {"limits": {resource: len(plan.devices)}}

@@ -26,15 +26,17 @@ from trainplan.spec.plan import Plan
 from trainplan.spec.request import Request
 from trainplan.spec.rules import (
     ACCELERATORS,
+    BUILTIN_RULES,
     DEFAULT_PROCESS_GROUP_TIMEOUT,
     LAUNCHED_MARKER,
     LAUNCHED_WORKERS,
     LAUNCHERS,
     PLAN_VARIABLE,
-    SCRIPT_STRATEGY_FOR,
     SELECTED_DEVICES_VARIABLE,
     SERVED_START_METHODS,
+    UNNAMED_RULES,
     LauncherRule,
+    Rules,
     job_variables,
     lookup,
 )
@@ -241,16 +243,51 @@ def carried_request(plan: Plan) -> str | None:
         for name in attrs.fields_dict(Request)
         if name not in _LAYOUT_FIELDS and getattr(request, name) != getattr(default, name)
     ]
-    if not chosen:
+    downstream = plan.accelerator not in ACCELERATORS
+    if not chosen and not downstream:
         return None
     # The job is the cluster now, and its own GPUs are the selection: neither choice travels.
     inside = attrs.evolve(request, cluster="auto", select_usable_gpus=False)
+    if downstream:
+        # The emitting side counted a downstream accelerator's devices (the framework's count, or `--assume`); the
+        # job's probe cannot: the accelerator travels as chosen, so that the job plans it (given its count) or says
+        # plainly that it has none, never quietly another.
+        inside = attrs.evolve(inside, accelerator=plan.accelerator)
     return json.dumps(request_to_dict(inside), separators=(",", ":"))
 
 
-def script_strategy_note(strategy: str) -> Note | None:
-    """The note for running a function-launching strategy (spawn, fork, notebook) as a script, or None."""
-    instead = SCRIPT_STRATEGY_FOR.get(strategy)  # type: ignore[call-overload]
+def carried_rules(plan: Plan, job: str) -> str | None:
+    """The rule set an emitted `job` ("torchrun line", "sbatch script", "PyTorchJob") carries to its script
+    (TRAINPLAN_RULES): the reference of the downstream rule set the plan was made from; None for trainplan's own.
+    A rule set without a name cannot be imported inside the job: `Incompatible` says to name it."""
+    if plan.rules is None:
+        return None
+    if plan.rules == UNNAMED_RULES:
+        raise incompatible("emit-unnamed-rules", {"rules": plan.rules}, job=job)
+    return plan.rules
+
+
+def downstream_devices_note(plan: Plan) -> Note | None:
+    """What a job of a downstream accelerator's plan needs that trainplan cannot give it: the count of the devices
+    on its node (`probe()` knows trainplan's own accelerators only), from the framework's plugin; None otherwise."""
+    if plan.accelerator in ACCELERATORS:
+        return None
+    return Note(
+        code="downstream-devices",
+        level="warning",
+        message=(
+            f"the job plans accelerator {plan.accelerator!r} of {plan.rules}, whose devices trainplan.probe() "
+            "cannot count: inside the job, pass the count its plugin sees, e.g. trainplan.resolve(env=trainplan."
+            f"probe().with_device_counts({{{plan.accelerator!r}: {len(plan.devices)}}})) (without it, resolve "
+            f"refuses {plan.accelerator!r})"
+        ),
+    )
+
+
+def script_strategy_note(strategy: str, rules: Rules = BUILTIN_RULES) -> Note | None:
+    """The note for running a function-launching strategy (spawn, fork, notebook) as a script, or None (`rules`:
+    the rule set whose script counterparts to read, a downstream one's own included)."""
+    instead = rules.script_strategy_for.get(strategy)  # type: ignore[call-overload]
     if instead is None:
         return None
     return Note(
@@ -263,21 +300,24 @@ def script_strategy_note(strategy: str) -> Note | None:
     )
 
 
-def script_request(request: Request) -> Request:
+def script_request(request: Request, rules: Rules = BUILTIN_RULES) -> Request:
     """The request a script runs under a launcher that re-runs it (torchrun, srun, `trainplan launch`): a
-    strategy that starts workers from a function (spawn, fork, notebook) becomes its script-mode counterpart,
-    with a note (in the request's notes, so it reaches the plan)."""
+    strategy that starts workers from a function (spawn, fork, notebook) becomes its script-mode counterpart
+    (`rules`' counterparts: a downstream strategy's own), with a note (in the request's notes, so it reaches the
+    plan)."""
     strategy: object = request.strategy
-    note = script_strategy_note(strategy) if isinstance(strategy, str) else None
+    note = script_strategy_note(strategy, rules) if isinstance(strategy, str) else None
     if note is None:
         return request
-    instead = SCRIPT_STRATEGY_FOR[strategy]  # type: ignore[index]
+    instead = rules.script_strategy_for[strategy]  # type: ignore[index]
     return attrs.evolve(request, strategy=instead, notes=(*request.notes, note))
 
 
 __all__ = [
     "STARTING_LAUNCHERS",
     "carried_request",
+    "carried_rules",
+    "downstream_devices_note",
     "job_of",
     "nested_launch",
     "process_group_timeout",

@@ -39,6 +39,11 @@ REQUEST_VARIABLE: Final[str] = "TRAINPLAN_REQUEST"
 """Set by emitted jobs (torchrun line, sbatch script) when the request chose more than the layout (a precision, a
 strategy, its options): `trainplan.resolve()` with no arguments resolves that request inside the job."""
 
+RULES_VARIABLE: Final[str] = "TRAINPLAN_RULES"
+"""Set by emitted jobs whose plan was made from a downstream rule set: its reference ("package.module:NAME").
+`trainplan.resolve()` with no request imports it there (the current directory searched too, as `--rules` does) and
+resolves the carried request with it."""
+
 SELECTED_DEVICES_VARIABLE: Final[str] = "TRAINPLAN_SELECTED_DEVICES"
 """Set beside CUDA_VISIBLE_DEVICES by trainplan's launchers: the device indices the launcher was asked for (as the
 launching process saw them), so that the same explicit `devices=[0, 2]` inside the job names the same GPUs."""

@@ -211,6 +211,17 @@ RULES: Final[Mapping[str, Rule]] = {
             fix="Plan for accelerator='cpu' or 'cuda' to emit a PyTorchJob, or use {accelerator!r}'s own launcher",
         ),
         Rule(
+            id="emit-unnamed-rules",
+            reason=(
+                "the plan was made from a rule set without a name, so the {job} could not import it: "
+                "trainplan.resolve() inside the job would plan with trainplan's own rules"
+            ),
+            fix=(
+                "Give the rule set the name it is importable as where it is built, "
+                "extend(..., name='package.module:RULES'), and plan again"
+            ),
+        ),
+        Rule(
             id="kubeflow-resource",
             reason=(
                 "accelerator {accelerator!r} is a row of {rules}, which names no Kubernetes resource for its devices, "
