@@ -28,6 +28,7 @@ from trainplan.effects.extras import require_torch
 from trainplan.effects.gpus import gpu_statuses
 from trainplan.effects.probing import probe
 from trainplan.effects.report import bug_report
+from trainplan.parse.fields import REQUEST_FIELD_ROWS
 from trainplan.parse.legacy import LEGACY_FLAGS, MODERN_FLAGS
 from trainplan.parse.plan_json import request_to_dict
 from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun
@@ -40,13 +41,8 @@ from trainplan.resolve.world import script_request
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import InvalidRequest, TrainplanError, Unavailable, did_you_mean
 from trainplan.spec.names import (
-    ACCELERATOR_FLAGS,
-    BACKENDS,
-    CLUSTER_FLAGS,
     EMIT_FORMATS,
-    METRICS_STORES,
     START_METHODS,
-    STRATEGY_FLAGS,
     StartMethod,
 )
 from trainplan.spec.numbers import is_ascii_digits, whole_number
@@ -56,7 +52,6 @@ from trainplan.spec.rules import ACCELERATORS as ACCELERATOR_RULES
 from trainplan.spec.rules import (
     BUILTIN_RULES,
     COUNTED_THROUGH,
-    DEFAULT_PRECISION,
     MAX_CPU_COUNT,
     MAX_DEVICES_PER_NODE,
     TORCHRUN_PROCESSES,
@@ -120,11 +115,11 @@ def _parser() -> argparse.ArgumentParser:
     old = migrate.add_argument_group("old and modern Trainer flags (as Request.from_legacy takes them)")
     for flag in LEGACY_FLAGS + MODERN_FLAGS:
         option = "--" + flag.replace("_", "-")
-        if flag in ("auto_select_gpus", "move_metrics_to_cpu", "sync_batchnorm"):
+        if flag in ("auto_select_gpus", "move_metrics_to_cpu") or _flag_kind(flag) == "switch":
             old.add_argument(option, action="store_const", const=True, default=None)
         elif flag == "plugins":
             old.add_argument(option, action="append", default=None, metavar="NAME")
-        elif flag != "strategy_options":
+        elif _flag_kind(flag) != "options":
             old.add_argument(option, default=None, metavar="VALUE")
     migrate.add_argument("--json", action="store_true", help="print the modern request as JSON")
     gpus = commands.add_parser("gpus", help="list visible GPUs: usable now or not, and why")
@@ -136,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     env.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
+
+
+def _flag_kind(name: str) -> str | None:
+    """The kind of a request field's flag (`switch`, `value`, `options`), or None for another name."""
+    return next((row.flag.kind for row in REQUEST_FIELD_ROWS if row.name == name and row.flag is not None), None)
 
 
 def _add_rules_flag(parser: argparse.ArgumentParser) -> None:
@@ -164,27 +164,16 @@ def _rules(arguments: argparse.Namespace) -> Rules:
 
 def _add_request_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("request (mirrors trainplan.Request)")
-    group.add_argument("--accelerator", default="auto", help=f"one of {', '.join(ACCELERATOR_FLAGS)}")
-    group.add_argument("--strategy", default="auto", help=f"e.g. {', '.join(STRATEGY_FLAGS[:6])}, ...")
-    group.add_argument("--devices", default="auto", help="a count, -1 (all), auto, or indices like 0,2")
-    group.add_argument("--num-nodes", default="auto", help="number of machines (auto: the job's, else 1)")
-    group.add_argument("--precision", default=DEFAULT_PRECISION, help="e.g. 32-true, 16-mixed, bf16-mixed, 64-true")
-    group.add_argument("--process-group-backend", default=None, help=f"one of {', '.join(BACKENDS)}")
-    group.add_argument("--cluster", default="auto", help=f"one of {', '.join(CLUSTER_FLAGS)}")
-    group.add_argument("--metrics-store", default="device", help=f"one of {', '.join(METRICS_STORES)}")
-    group.add_argument("--sync-batchnorm", action="store_true", help="synchronise batch-norm statistics")
-    group.add_argument(
-        "--strategy-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a strategy option, e.g. find_unused_parameters=true, stage=3",
-    )
-    group.add_argument(
-        "--select-usable-gpus",
-        action="store_true",
-        help="take the GPUs no other process holds (the auto_select_gpus bridge)",
-    )
+    for row in REQUEST_FIELD_ROWS:  # one flag per field that has one, as its row spells it
+        flag = row.flag
+        if flag is None:
+            continue
+        if flag.kind == "switch":
+            group.add_argument(flag.option, action="store_true", help=flag.help)
+        elif flag.kind == "options":
+            group.add_argument(flag.option, action="append", default=[], metavar=flag.metavar, help=flag.help)
+        else:
+            group.add_argument(flag.option, default=flag.default, help=flag.help)
 
 
 TORCHRUN_SPELLINGS: dict[str, tuple[str, str]] = {
@@ -460,22 +449,12 @@ def _given_variables(arguments: argparse.Namespace) -> dict[str, str]:
 
 def _request(arguments: argparse.Namespace) -> Request:
     rules = _rules(arguments)
-    return Request.from_config(
-        {
-            "accelerator": arguments.accelerator,
-            "strategy": arguments.strategy,
-            "devices": arguments.devices,
-            "num_nodes": arguments.num_nodes,
-            "precision": arguments.precision,
-            "process_group_backend": arguments.process_group_backend,
-            "cluster": arguments.cluster,
-            "metrics_store": arguments.metrics_store,
-            "sync_batchnorm": arguments.sync_batchnorm,
-            "select_usable_gpus": arguments.select_usable_gpus,
-            "strategy_options": _strategy_options(arguments.strategy_option),
-        },
-        rules,
-    )
+    config: dict[str, object] = {}
+    for row in REQUEST_FIELD_ROWS:
+        if row.flag is not None:
+            given = getattr(arguments, row.flag.dest)
+            config[row.name] = _strategy_options(given) if row.flag.kind == "options" else given
+    return Request.from_config(config, rules)
 
 
 def _strategy_options(items: list[str]) -> dict[str, object] | None:
@@ -507,7 +486,7 @@ def _run_migrate(arguments: argparse.Namespace) -> int:
     flags = {
         flag: getattr(arguments, flag)
         for flag in LEGACY_FLAGS + MODERN_FLAGS
-        if flag != "strategy_options" and getattr(arguments, flag) is not None
+        if _flag_kind(flag) != "options" and getattr(arguments, flag) is not None
     }
     if "plugins" in flags and isinstance(flags["plugins"], list) and len(flags["plugins"]) == 1:
         flags["plugins"] = flags["plugins"][0]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from trainplan.parse import normalise
+from trainplan.parse import fields, normalise
 from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
 from trainplan.spec.notes import Note
 from trainplan.spec.options import StrategyOptions
@@ -39,7 +39,7 @@ from trainplan.spec.rules import (
 
 MODERN_FLAGS: Final[tuple[str, ...]] = tuple(
     name
-    for name in normalise.REQUEST_FIELDS
+    for name in fields.REQUEST_FIELDS
     if name != "select_usable_gpus"  # the bridge's own output
 )
 LEGACY_FLAGS: Final[tuple[str, ...]] = (
@@ -234,17 +234,15 @@ def _modern(topic: str) -> Callable[[_Claims, object], None]:
     return handle
 
 
-_HANDLERS: Final[Mapping[str, Callable[[_Claims, object], None]]] = {
+_MODERN_HANDLERS: Final[Mapping[str, Callable[[_Claims, object], None]]] = {
     "accelerator": _accelerator,
     "strategy": lambda claims, raw: _strategy_claim(claims, "strategy", raw),
     "devices": lambda claims, raw: claims.claim("devices", "devices", raw, normalise.devices(raw)),
-    "num_nodes": _modern("num_nodes"),
-    "precision": lambda claims, raw: claims.claim("precision", "precision", raw, raw),
-    "process_group_backend": _modern("process_group_backend"),
-    "cluster": _modern("cluster"),
-    "metrics_store": lambda claims, raw: claims.claim("metrics_store", "metrics_store", raw, raw),
-    "sync_batchnorm": _modern("sync_batchnorm"),
-    "strategy_options": _modern("strategy_options"),
+}
+"""The modern flags that old flags also claim in their own terms; every other modern flag claims its field as given."""
+
+_HANDLERS: Final[Mapping[str, Callable[[_Claims, object], None]]] = {
+    **{flag: _MODERN_HANDLERS.get(flag, _modern(flag)) for flag in MODERN_FLAGS},
     **{flag: _device_flag(flag) for flag in LEGACY_DEVICE_FLAGS},
     "ipus": _unsupported("ipus"),
     "hpus": _unsupported("hpus"),
@@ -341,7 +339,7 @@ def from_legacy(record: type[Request], flags: Mapping[str, object]) -> Request:
             options = _options(legacy)
     if options is not None:
         config["strategy_options"] = options
-    request = normalise.request_from_config(record, config)
+    request = fields.request_from_config(record, config)
     return attrs.evolve(request, select_usable_gpus=claims.select_usable_gpus, notes=(*request.notes, *claims.notes))
 
 

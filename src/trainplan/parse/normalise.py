@@ -8,11 +8,11 @@ Nothing here looks at the machine: that is `resolve`'s job, with an `Environment
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import attrs
 
-from trainplan.spec.errors import InvalidRequest, did_you_mean, shown
+from trainplan.spec.errors import InvalidRequest, shown
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
@@ -39,7 +39,6 @@ from trainplan.spec.options import (
 )
 from trainplan.spec.rules import (
     ACCELERATOR_ALIASES,
-    BUILTIN_RULES,
     CLUSTER_ALIASES,
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
@@ -209,6 +208,14 @@ def strategy_alias_notes(value: object, notes: Mapping[str, str]) -> tuple[Note,
     return () if message is None else (Note(code="strategy-alias", level="deprecation", message=message),)
 
 
+def accelerator_alias_notes(value: object, notes: Mapping[str, str]) -> tuple[Note, ...]:
+    """A deprecation note when an accelerator was given by an alias the rule set notes (`tpu`)."""
+    if not isinstance(value, str):
+        return ()
+    message = notes.get(value.strip().lower())
+    return () if message is None else (Note(code="accelerator-alias", level="deprecation", message=message),)
+
+
 def num_nodes(value: object) -> int | Literal["auto"]:
     """A positive number of machines, or "auto" (the nodes a started job has, else 1)."""
     if isinstance(value, str) and value.strip().lower() == "auto":
@@ -237,7 +244,17 @@ def num_nodes(value: object) -> int | Literal["auto"]:
     return value
 
 
-def _loose_bool(value: object) -> object:
+def loose_number(value: object) -> object:
+    """A count from a config file: digit strings are numbers; anything else is kept for the normaliser to judge."""
+    if isinstance(value, str):
+        counted = whole_number(value.strip())
+        return value if counted is None else counted
+    return value
+
+
+def loose_bool(value: object) -> object:
+    """A switch from a config file: true/false, 1/0, yes/no (any case) are bools; anything else is kept for the
+    normaliser to judge."""
     if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0", "yes", "no"):
         return value.strip().lower() in ("true", "1", "yes")
     return value
@@ -368,74 +385,7 @@ def _device_indices(original: object, indices: list[int]) -> tuple[int, ...]:
 
 
 # --------------------------------------------------------------------------------------------------
-
-REQUEST_FIELDS: Final[tuple[str, ...]] = (
-    "accelerator",
-    "strategy",
-    "devices",
-    "num_nodes",
-    "precision",
-    "process_group_backend",
-    "cluster",
-    "metrics_store",
-    "sync_batchnorm",
-    "strategy_options",
-    "select_usable_gpus",
-)
-
-
-if TYPE_CHECKING:  # the record's module calls in here; the parsers take its class (no import cycle)
-    from trainplan.spec.request import Request
-
-
-def request_from_config(record: type[Request], config: Mapping[str, object], rules: Rules | None = None) -> Request:
-    """See `Request.from_config`: a `record` (the `Request` class) built from loose values."""
-    rules = BUILTIN_RULES if rules is None else rules
-    given: object = config
-    if not isinstance(given, Mapping):
-        raise InvalidRequest(
-            field="config",
-            value=config,
-            reason=f"from_config takes a mapping of field names to values, not a {type(given).__name__}",
-            fix="Pass a dict, e.g. Request.from_config({'accelerator': 'cpu', 'devices': 2})",
-        )
-    unknown = [key for key in config if key not in REQUEST_FIELDS]
-    if unknown:
-        raise InvalidRequest(
-            field="key",
-            value=unknown[0],
-            reason="it is not a field of Request",
-            allowed=REQUEST_FIELDS,
-            suggestion=did_you_mean(unknown[0], REQUEST_FIELDS),
-        )
-    raw_strategy = config.get("strategy", "auto")
-    strategy_name = strategy_in(raw_strategy, rules.strategy_spellings)
-    nodes = config.get("num_nodes", "auto")
-    if isinstance(nodes, str):
-        counted = whole_number(nodes.strip())
-        nodes = nodes if counted is None else counted
-    batchnorm = _loose_bool(config.get("sync_batchnorm", False))
-    usable = _loose_bool(config.get("select_usable_gpus", False))
-    normal_devices = devices(config.get("devices", "auto"))
-    raw_precision = config.get("precision", rules.default_precision)
-    canonical_precision = precision_in(raw_precision, rules.precision_spellings)
-    return record(
-        accelerator=accelerator_in(config.get("accelerator", "auto"), rules.accelerator_spellings),
-        strategy=strategy_name,
-        devices=normal_devices,
-        num_nodes=num_nodes(nodes),
-        precision=canonical_precision,
-        notes=(
-            *precision_alias_notes(raw_precision, canonical_precision),
-            *strategy_alias_notes(raw_strategy, rules.strategy_alias_notes),
-        ),
-        process_group_backend=backend_in(config.get("process_group_backend"), rules.backend_spellings),
-        cluster=cluster(config.get("cluster", "auto")),
-        metrics_store=metrics_store(config.get("metrics_store", "device")),
-        sync_batchnorm=flag("sync_batchnorm", batchnorm),
-        select_usable_gpus=flag("select_usable_gpus", usable),
-        strategy_options=_options_from_config(strategy_name, config.get("strategy_options"), rules),
-    )
+# Strategy options from a config file
 
 
 def _loose_degree(value: object) -> object:
@@ -450,9 +400,11 @@ def _loose_degree(value: object) -> object:
     return value
 
 
-def _options_from_config(
+def options_from_config(
     strategy_name: StrategyFlag | CustomName, value: object, rules: Rules
 ) -> StrategyOptions | None:
+    """`strategy_options` from a config file: a mapping fills the options record of `strategy_name`'s family
+    (digit strings read as degrees where a mesh takes them); a record or None is checked as it is."""
     if value is None or not isinstance(value, Mapping):
         return strategy_options(value)
     if strategy_name == "auto":

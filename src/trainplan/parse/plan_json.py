@@ -5,40 +5,33 @@ reads. A plan read back is checked as resolve would have made it (ranges, consis
 
 from __future__ import annotations
 
+import functools
 import json
-import re
-from collections.abc import Callable, Mapping
-from typing import TypeVar
+from collections.abc import Callable
 
 import attrs
 
-from trainplan.parse import normalise
+from trainplan.parse.fields import IN_READ_ORDER, REQUEST_FIELD_ROWS
+from trainplan.parse.wire import CUSTOM_NAME, CUSTOM_PRECISION, Reader, note_from, options_from_dict, options_to_dict
 from trainplan.spec import option_checks
 from trainplan.spec.errors import InvalidRequest, PlanFormatError
 from trainplan.spec.mesh import MeshLayout, layout_violations
 from trainplan.spec.names import (
-    ACCELERATOR_FLAGS,
     ACCELERATORS,
     BACKENDS,
-    CLUSTER_FLAGS,
     CLUSTERS,
     LAUNCHERS,
     MESH_DIMENSIONS,
     METRICS_STORES,
-    NOTE_LEVELS,
-    PRECISION_FLAGS,
     PRECISIONS,
     STRATEGY_FAMILIES,
-    STRATEGY_FLAGS,
     STRATEGY_NAMES,
-    CustomName,
     MeshDimension,
     StrategyFamily,
 )
-from trainplan.spec.notes import Note
-from trainplan.spec.options import ModelParallelOptions, StrategyOptions
+from trainplan.spec.options import ModelParallelOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, Plan, StrategyChoice
-from trainplan.spec.request import NumNodes, Request
+from trainplan.spec.request import Request
 from trainplan.spec.rules import (
     BUILTIN_RULES,
     HOST_DEVICE,
@@ -52,9 +45,6 @@ from trainplan.spec.rules import (
     is_rules_reference,
 )
 
-_CUSTOM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
-_CUSTOM_PRECISION = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)
-
 
 def plan_to_dict(plan: Plan) -> dict[str, object]:
     """`Plan.to_dict`: plain JSON-compatible data; `plan_from_dict` reads it back to an equal plan."""
@@ -66,7 +56,7 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
         "strategy": {
             "name": plan.strategy.name,
             "family": plan.strategy.family,
-            "options": _options_to_dict(plan.strategy.options),
+            "options": options_to_dict(plan.strategy.options),
         },
         "devices": list(plan.devices),
         "num_nodes": plan.num_nodes,
@@ -95,7 +85,7 @@ def plan_from_dict(data: object, rules: Rules | None = None) -> Plan:
 
 
 def _read(data: object) -> Plan:
-    read = _Reader(data, "plan")
+    read = Reader(data, "plan")
     version = read.field("version", int)
     if version != 1:
         raise PlanFormatError(path="plan.version", reason=f"version {version} is not 1")
@@ -109,7 +99,7 @@ def _read(data: object) -> Plan:
         strategy=StrategyChoice(
             name=strategy.strategy("name", STRATEGY_NAMES),
             family=strategy.choice("family", STRATEGY_FAMILIES),
-            options=_options_from_dict(strategy, "options"),
+            options=options_from_dict(strategy, "options"),
         ),
         devices=tuple(read.int_list("devices")),
         num_nodes=read.field("num_nodes", int),
@@ -126,7 +116,7 @@ def _read(data: object) -> Plan:
             local_rank=cluster.optional("local_rank", int),
         ),
         process_group_backend=read.optional_custom("process_group_backend", BACKENDS),
-        precision=read.strategy("precision", PRECISIONS, _CUSTOM_PRECISION),
+        precision=read.strategy("precision", PRECISIONS, CUSTOM_PRECISION),
         metrics=MetricPlacement(
             default_store=metrics.choice("default_store", METRICS_STORES),
             device_type=metrics.field("device_type", str),
@@ -134,7 +124,7 @@ def _read(data: object) -> Plan:
             cpu_values_move_for_reduction=metrics.field("cpu_values_move_for_reduction", bool),
             explanation=metrics.field("explanation", str),
         ),
-        notes=tuple(_note_from(item) for item in read.children("notes")),
+        notes=tuple(note_from(item) for item in read.children("notes")),
         reasons=read.string_map("reasons"),
         physical_devices=tuple(read.string_list("physical_devices") if "physical_devices" in read.data else ()),
         mesh=_mesh_from(read),
@@ -142,98 +132,7 @@ def _read(data: object) -> Plan:
     )
 
 
-# --------------------------------------------------------------------------------------------------
-# JSON helpers (private): explicit, so a changed record cannot silently change the wire format.
-
-T = TypeVar("T")
-C = TypeVar("C")
-
-
-class _Reader:
-    def __init__(self, data: object, path: str) -> None:
-        if not isinstance(data, Mapping):
-            raise PlanFormatError(path=path, reason=f"expected an object, found {type(data).__name__}")
-        self.data = data
-        self.path = path
-
-    def _get(self, key: str) -> object:
-        if key not in self.data:
-            raise PlanFormatError(path=f"{self.path}.{key}", reason="the key is missing")
-        return self.data[key]
-
-    def field(self, key: str, kind: type[T]) -> T:
-        value = self._get(key)
-        if kind is int and isinstance(value, bool):
-            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected an integer, found a bool")
-        if not isinstance(value, kind):
-            raise PlanFormatError(
-                path=f"{self.path}.{key}", reason=f"expected {kind.__name__}, found {type(value).__name__}"
-            )
-        return value
-
-    def optional(self, key: str, kind: type[T]) -> T | None:
-        if self._get(key) is None:
-            return None
-        return self.field(key, kind)
-
-    def choice(self, key: str, allowed: tuple[C, ...]) -> C:
-        value = self._get(key)
-        for option in allowed:
-            if value == option and type(value) is type(option):
-                return option
-        raise PlanFormatError(path=f"{self.path}.{key}", reason=f"{value!r} is not one of {list(allowed)}")
-
-    def strategy(self, key: str, allowed: tuple[C, ...], pattern: re.Pattern[str] = _CUSTOM_NAME) -> C | CustomName:
-        """A built-in name (a strategy's, an accelerator's, a precision's), or a downstream rule set's (`CustomName`:
-        lowercase, digits, underscores; hyphens too in a precision's)."""
-        value = self._get(key)
-        if isinstance(value, str) and value not in allowed and pattern.fullmatch(value):
-            return CustomName(value)
-        return self.choice(key, allowed)
-
-    def optional_custom(self, key: str, allowed: tuple[C, ...]) -> C | CustomName | None:
-        if self._get(key) is None:
-            return None
-        return self.strategy(key, allowed)
-
-    def optional_choice(self, key: str, allowed: tuple[C, ...]) -> C | None:
-        if self._get(key) is None:
-            return None
-        return self.choice(key, allowed)
-
-    def child(self, key: str) -> _Reader:
-        return _Reader(self._get(key), f"{self.path}.{key}")
-
-    def children(self, key: str) -> list[_Reader]:
-        value = self._get(key)
-        if not isinstance(value, list):
-            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list")
-        return [_Reader(item, f"{self.path}.{key}[{index}]") for index, item in enumerate(value)]
-
-    def int_list(self, key: str) -> list[int]:
-        value = self._get(key)
-        if not isinstance(value, list) or not all(
-            isinstance(item, int) and not isinstance(item, bool) for item in value
-        ):
-            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list of integers")
-        return list(value)
-
-    def string_list(self, key: str) -> list[str]:
-        value = self._get(key)
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list of strings")
-        return list(value)
-
-    def string_map(self, key: str) -> dict[str, str]:
-        value = self._get(key)
-        if not isinstance(value, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-        ):
-            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected an object of strings")
-        return dict(value)
-
-
-def _mesh_from(read: _Reader) -> MeshLayout | None:
+def _mesh_from(read: Reader) -> MeshLayout | None:
     if read.data.get("mesh") is None:
         return None
     mesh = read.child("mesh")
@@ -252,84 +151,15 @@ def _mesh_from(read: _Reader) -> MeshLayout | None:
 _MAX_DEGREE = 2**31 - 1
 
 
-def _note_from(read: _Reader) -> Note:
-    return Note(
-        code=read.field("code", str), level=read.choice("level", NOTE_LEVELS), message=read.field("message", str)
-    )
-
-
-_OPTION_KINDS: dict[type[StrategyOptions], str] = {record: family for family, record in OPTION_TYPES.items()}
-"""An options record's `kind` on the wire: the family that takes it."""
-
-
-def _options_to_dict(options: StrategyOptions | None) -> dict[str, object] | None:
-    if options is None:
-        return None
-    kind = _OPTION_KINDS[type(options)]
-    values = attrs.asdict(options, filter=lambda attribute, _: attribute.init)
-    return {"kind": kind, **values, "given": sorted(options.given)}
-
-
-def _options_from_dict(read: _Reader, key: str) -> StrategyOptions | None:
-    if read._get(key) is None:
-        return None
-    options = read.child(key)
-    kind = options.choice("kind", tuple(OPTION_TYPES))
-    values = {name: value for name, value in options.data.items() if name not in ("kind", "given")}
-    try:
-        record = OPTION_TYPES[kind](**values)
-    except TypeError as error:
-        raise PlanFormatError(path=options.path, reason=str(error)) from None
-    if "given" in options.data:
-        given = options.string_list("given")
-        unknown = sorted(set(given) - set(values))
-        if unknown:
-            raise PlanFormatError(path=f"{options.path}.given", reason=f"{unknown} are not options of {kind}")
-        object.__setattr__(record, "given", frozenset(given))
-    return record
-
-
 def request_to_dict(request: Request) -> dict[str, object]:
-    """A request as plain JSON data (the `request` part of `Plan.to_dict`)."""
-    devices = request.devices
-    return {
-        "accelerator": request.accelerator,
-        "strategy": request.strategy,
-        "devices": list(devices) if isinstance(devices, tuple) else devices,
-        "num_nodes": request.num_nodes,
-        "precision": request.precision,
-        "process_group_backend": request.process_group_backend,
-        "cluster": request.cluster,
-        "metrics_store": request.metrics_store,
-        "sync_batchnorm": request.sync_batchnorm,
-        "strategy_options": _options_to_dict(request.strategy_options),
-        "select_usable_gpus": request.select_usable_gpus,
-        "notes": [attrs.asdict(note) for note in request.notes],
-    }
+    """A request as plain JSON data (the `request` part of `Plan.to_dict`): each field as its row writes it."""
+    data = {row.name: row.to_json(getattr(request, row.name)) for row in REQUEST_FIELD_ROWS}
+    return {**data, "notes": [attrs.asdict(note) for note in request.notes]}
 
 
-def _request_from_dict(read: _Reader) -> Request:
-    raw_devices = read._get("devices")
-    if isinstance(raw_devices, list):
-        devices: int | str | tuple[int, ...] = tuple(read.int_list("devices"))
-    elif isinstance(raw_devices, (int, str)) and not isinstance(raw_devices, bool):
-        devices = raw_devices
-    else:
-        raise PlanFormatError(path=f"{read.path}.devices", reason="expected an integer, a string or a list")
-    return Request(
-        accelerator=read.strategy("accelerator", ACCELERATOR_FLAGS),
-        strategy=read.strategy("strategy", STRATEGY_FLAGS),
-        devices=devices,
-        num_nodes=_num_nodes_from(read),
-        precision=read.strategy("precision", PRECISION_FLAGS, _CUSTOM_PRECISION),
-        process_group_backend=read.optional_custom("process_group_backend", BACKENDS),
-        cluster=read.choice("cluster", CLUSTER_FLAGS),
-        metrics_store=read.choice("metrics_store", METRICS_STORES),
-        sync_batchnorm=read.field("sync_batchnorm", bool),
-        strategy_options=_options_from_dict(read, "strategy_options"),
-        select_usable_gpus=read.field("select_usable_gpus", bool),
-        notes=tuple(_note_from(item) for item in read.children("notes")),
-    )
+def _request_from_dict(read: Reader) -> Request:
+    values = {row.name: row.from_json(read, row.name) for row in IN_READ_ORDER}
+    return Request(**values, notes=tuple(note_from(item) for item in read.children("notes")))  # type: ignore[arg-type]
 
 
 def _lookup_family(rules: Rules, family: StrategyFamily, bad: Callable[[str, str], PlanFormatError]) -> FamilyRule:
@@ -339,7 +169,7 @@ def _lookup_family(rules: Rules, family: StrategyFamily, bad: Callable[[str, str
     return found
 
 
-def _rules_reference_from(read: _Reader) -> str | None:
+def _rules_reference_from(read: Reader) -> str | None:
 
     if "rules" not in read.data:
         return None
@@ -349,12 +179,6 @@ def _rules_reference_from(read: _Reader) -> str | None:
             path="plan.rules", reason=f"expected 'module:NAME' or {UNNAMED_RULES!r}, found {reference!r}"
         )
     return reference
-
-
-def _num_nodes_from(read: _Reader) -> NumNodes:
-    if read._get("num_nodes") == "auto":
-        return "auto"
-    return read.field("num_nodes", int)
 
 
 def _check_plan(plan: Plan, given: Rules | None) -> None:
@@ -444,7 +268,7 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
     device_type = plan.device_type if accelerator_rule is None else accelerator_rule.device_type
     if plan.device_type != device_type:
         raise bad("device_type", f"the plan's accelerator {plan.accelerator!r} has device type {device_type!r}")
-    if not _CUSTOM_NAME.fullmatch(device_type):
+    if not CUSTOM_NAME.fullmatch(device_type):
         raise bad("device_type", "a torch device type is a lowercase name such as 'cuda' or 'cpu'")
     if plan.metrics.device_type != device_type:
         raise bad("metrics.device_type", f"the plan's accelerator {plan.accelerator!r} has device type {device_type!r}")
@@ -485,39 +309,17 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
     request = plan.request
     checks: dict[str, Callable[[], object]] = {
         "strategy.options": lambda: option_checks.strategy_options(options),
-        "request.accelerator": lambda: (
-            _builtin_or_custom(request.accelerator, ACCELERATOR_FLAGS) or normalise.accelerator(request.accelerator)
-        ),
-        # A downstream strategy name was read as a CustomName already; a built-in spelling is checked here.
-        "request.strategy": lambda: (
-            request.strategy in STRATEGY_FLAGS
-            or _CUSTOM_NAME.fullmatch(request.strategy)
-            or normalise.strategy(request.strategy)
-        ),
-        "request.devices": lambda: normalise.devices(request.devices),
-        "request.num_nodes": lambda: normalise.num_nodes(request.num_nodes),
-        "request.precision": lambda: (
-            _builtin_or_custom(request.precision, PRECISION_FLAGS, _CUSTOM_PRECISION)
-            or normalise.precision(request.precision)
-        ),
-        "request.process_group_backend": lambda: (
-            _builtin_or_custom(request.process_group_backend, (*BACKENDS, None))
-            or normalise.backend(request.process_group_backend)
-        ),
-        "request.cluster": lambda: normalise.cluster(request.cluster),
-        "request.metrics_store": lambda: normalise.metrics_store(request.metrics_store),
-        "request.strategy_options": lambda: option_checks.strategy_options(request.strategy_options),
+        **{
+            f"request.{row.name}": functools.partial(row.read_check, getattr(request, row.name))
+            for row in REQUEST_FIELD_ROWS
+            if row.read_check is not None
+        },
     }
     for path, check in checks.items():
         try:
             check()
         except InvalidRequest as error:
             raise bad(path, error.reason) from None
-
-
-def _builtin_or_custom(value: object, allowed: tuple[object, ...], pattern: re.Pattern[str] = _CUSTOM_NAME) -> bool:
-    """A built-in name, or one a downstream rule set may add (read back as a `CustomName`)."""
-    return value in allowed or (isinstance(value, str) and pattern.fullmatch(value) is not None)
 
 
 def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
@@ -569,7 +371,7 @@ def request_from_json_text(text: str, *, source: str = "request") -> Request:
         data = json.loads(text)
     except (ValueError, RecursionError) as error:
         raise PlanFormatError(path=source, reason=f"not JSON ({error})") from None
-    return _request_from_dict(_Reader(data, source))
+    return _request_from_dict(Reader(data, source))
 
 
 def plan_from_json_text(text: str, rules: Rules | None = None) -> Plan:

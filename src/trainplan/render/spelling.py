@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import attrs
 
+from trainplan.parse.fields import REQUEST_FIELD_ROWS
 from trainplan.parse.legacy import devices_text
 from trainplan.spec.request import Request
 
@@ -25,24 +26,24 @@ def python_spelling(request: Request) -> str:
 
 
 def flag_spelling(request: Request) -> str:
-    """The request as `trainplan plan` flags, defaults left out."""
+    """The request as `trainplan plan` flags (each field's row names its flag), defaults left out."""
     default = type(request)()
     parts: list[str] = []
-    for attribute in attrs.fields(type(request)):
-        name = attribute.name
+    for row in REQUEST_FIELD_ROWS:
+        name = row.name
         value = getattr(request, name)
-        if name == "notes" or value == getattr(default, name):
+        if row.flag is None or value == getattr(default, name):
             continue
-        option = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
+        option = row.flag.option
+        if row.flag.kind == "switch":
             parts.append(option)
         elif name == "devices" and isinstance(value, tuple):
             parts.append(f"{option} {','.join(str(index) for index in value)}")
-        elif name == "strategy_options":
+        elif row.flag.kind == "options":
             defaults = type(value)()
             for key, field in attrs.fields_dict(type(value)).items():
                 if field.init and getattr(value, key) != getattr(defaults, key):
-                    parts.append(f"--strategy-option {key}={getattr(value, key)}")
+                    parts.append(f"{option} {key}={getattr(value, key)}")
         else:
             parts.append(f"{option} {value}")
     return " ".join(parts)

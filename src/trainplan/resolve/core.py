@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from trainplan.parse import normalise
+from trainplan.parse.fields import IN_CHECK_ORDER, REFUSED, REQUEST_FIELD_ROWS
 from trainplan.parse.normalise import DevicesSpec
 from trainplan.resolve.cluster import THIS_MACHINE, ClusterFacts, detect
 from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
@@ -159,19 +160,23 @@ def check(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> I
 
 @attrs.define(kw_only=True)
 class _Fields:
-    """The request's fields, normalised (built once per run and only read after; not frozen, which costs)."""
+    """The request's fields, normalised (built once per run and only read after; not frozen, which costs).
+
+    Written by hand for speed, like `_normal_fields`, `_already_normal` and `_type_signature`: a new `Request` field
+    is added to each (tests/unit/test_request_fields.py names the one it is missing from); the rest reads its row in
+    `trainplan.parse.fields`."""
 
     accelerator: AcceleratorFlag | CustomName
     strategy: StrategyFlag | CustomName
     devices: DevicesSpec
     num_nodes: NumNodes
     precision: PrecisionKey
-    backend: BackendKey | None
+    process_group_backend: BackendKey | None
     cluster: ClusterFlag
     metrics_store: MetricsStore
     sync_batchnorm: bool
     select_usable_gpus: bool
-    options: StrategyOptions | None
+    strategy_options: StrategyOptions | None
     notes: tuple[Note, ...]
     ok: bool
     as_given: bool  # the request holds these very values: it is its own normal form
@@ -185,8 +190,6 @@ _new_strategy_choice = trusted_constructor(StrategyChoice)
 _new_cluster_info = trusted_constructor(ClusterInfo)
 _new_metric_placement = trusted_constructor(MetricPlacement)
 _new_plan = trusted_constructor(Plan)
-
-_AUTO_NODES: NumNodes = "auto"
 
 _FALLBACK_CLUSTER = detect(THIS_MACHINE, {})
 """What `check` goes on with after an error in the cluster's variables (resolve stops at the error)."""
@@ -286,7 +289,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         notes.extend(device_notes)
 
     strategy_name, reasons["strategy"] = _choose_strategy(
-        fields.strategy, accelerator, devices, num_nodes, env, fields.options, rules
+        fields.strategy, accelerator, devices, num_nodes, env, fields.strategy_options, rules
     )
     if (facts.creates_processes or facts.launched) and strategy_name in rules.script_strategy_for:
         # The job already started every process: a strategy that would start them from a function joins
@@ -310,8 +313,8 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     family = lookup(rules.families, rule.family, name="FAMILIES")
 
     chosen_by = (
-        fields.options
-        if fields.options is not None  # first: without options nothing chose by them (and the test is cheapest)
+        fields.strategy_options
+        if fields.strategy_options is not None  # first: without options nothing chose by them (the cheapest test)
         and fields.strategy == "auto"
         and strategy_name in rules.auto_for_options.values()
         else None
@@ -320,7 +323,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         report(problem)
     options: StrategyOptions | None
     try:
-        options = _merge_options(strategy_name, rule, family, fields.options)
+        options = _merge_options(strategy_name, rule, family, fields.strategy_options)
     except TrainplanError as error:
         report(error)
         options = None
@@ -378,19 +381,19 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
 
     backend: BackendKey | None
     try:
-        backend = _choose_backend(fields.backend, family, strategy_name, accelerator_rule, rules)
+        backend = _choose_backend(fields.process_group_backend, family, strategy_name, accelerator_rule, rules)
     except TrainplanError as error:
         report(error)
         backend = None
     if family.has_process_group and backend is not None:
         backend_rule = lookup(rules.backends, backend, name="BACKENDS")
-        how = "asked for {!r} ({})" if fields.backend is not None else "the default for {!r} ({})"
+        how = "asked for {!r} ({})" if fields.process_group_backend is not None else "the default for {!r} ({})"
         reasons["backend"] = (
             str.format,
-            (how, backend if fields.backend is not None else accelerator, backend_rule.description),
+            (how, backend if fields.process_group_backend is not None else accelerator, backend_rule.description),
         )
     elif family.has_process_group:
-        reasons["backend"] = f"asked for {fields.backend!r}"
+        reasons["backend"] = f"asked for {fields.process_group_backend!r}"
     else:
         reasons["backend"] = "a single process creates no process group"
 
@@ -437,20 +440,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
     normal_request = (
         request
         if fields.as_given or _already_normal(request, fields)
-        else Request(
-            accelerator=fields.accelerator,
-            strategy=fields.strategy,
-            devices=fields.devices,
-            num_nodes=fields.num_nodes,
-            precision=fields.precision,
-            process_group_backend=fields.backend,
-            cluster=fields.cluster,
-            metrics_store=fields.metrics_store,
-            sync_batchnorm=fields.sync_batchnorm,
-            strategy_options=fields.options,
-            select_usable_gpus=fields.select_usable_gpus,
-            notes=fields.notes,
-        )
+        else Request(**_normal_values(fields), notes=fields.notes)
     )
     if (fields.devices == "auto" or fields.num_nodes == "auto") and (facts.creates_processes or facts.launched):
         notes.append(
@@ -498,14 +488,19 @@ def _already_normal(request: Request, fields: _Fields) -> bool:
         and request.num_nodes is fields.num_nodes
         and type(request.precision) is str
         and request.precision == fields.precision  # the same name (written in another module: another object)
-        and request.process_group_backend is fields.backend
+        and request.process_group_backend is fields.process_group_backend
         and request.cluster is fields.cluster
         and request.metrics_store is fields.metrics_store
         and request.sync_batchnorm is fields.sync_batchnorm
-        and request.strategy_options is fields.options
+        and request.strategy_options is fields.strategy_options
         and request.select_usable_gpus is fields.select_usable_gpus
         and _same_items(request.notes, fields.notes)
     )
+
+
+def _normal_values(fields: _Fields) -> dict[str, Any]:
+    """The normalised fields by their `Request` names (each row's field), to build the normal request from."""
+    return {row.name: getattr(fields, row.name) for row in REQUEST_FIELD_ROWS}
 
 
 def _same_items(given: object, notes: tuple[Note, ...]) -> bool:
@@ -629,55 +624,38 @@ def _check_environment(env: Environment, report: Report) -> bool:
 
 
 def _normalise(request: Request, report: Report, rules: Rules) -> _Fields:
-    """Every field in its normal form; each refused field is reported (in field order) and takes its default, so
-    that `check` lists every problem and `resolve` raises the first."""
+    """Every field in its normal form; each refused field is reported (in its row's check order) and takes its row's
+    default, so that `check` lists every problem and `resolve` raises the first."""
     fields = _normal_fields(request, rules)  # the common case, at a glance
     return fields if fields is not None else _normalise_each(request, report, rules)
 
 
 def _normalise_each(request: Request, report: Report, rules: Rules) -> _Fields:
-    """`_normalise` field by field, through each field's normaliser."""
+    """`_normalise` field by field, through each field's row: its normaliser, the notes its spelling carries, and the
+    default a refused value takes."""
     problems: list[TrainplanError] = []
     given_notes: object = request.notes
     notes: list[Note] = (
         [note for note in given_notes if isinstance(note, Note)] if isinstance(given_notes, tuple) else []
     )
-    precision = _step(
-        problems, rules.default_precision, normalise.precision_in, request.precision, rules.precision_spellings
-    )
-    if not problems:
-        notes.extend(normalise.precision_alias_notes(request.precision, precision))
-    accelerator: AcceleratorFlag | CustomName = _step(
-        problems, "auto", normalise.accelerator_in, request.accelerator, rules.accelerator_spellings
-    )
-    raw_accelerator: object = request.accelerator
-    if isinstance(raw_accelerator, str) and raw_accelerator.strip().lower() in rules.accelerator_alias_notes:
-        message = rules.accelerator_alias_notes[raw_accelerator.strip().lower()]
-        notes.append(_new_note(code="accelerator-alias", level="deprecation", message=message))
-    strategy: StrategyFlag | CustomName = _step(
-        problems, "auto", normalise.strategy_in, request.strategy, rules.strategy_spellings
-    )
-    notes.extend(normalise.strategy_alias_notes(request.strategy, rules.strategy_alias_notes))
-    converted: dict[str, Any] = {}
-    for name, attribute, convert, fallback in _PLAIN_FIELDS:
+    normal: dict[str, Any] = {}  # each value normalised by its row
+    for row in IN_CHECK_ORDER:
+        value = getattr(request, row.name)
         try:
-            if convert is None:  # the backend: a name of the rule set's
-                converted[name] = normalise.backend_in(request.process_group_backend, rules.backend_spellings)
-            else:
-                converted[name] = convert(getattr(request, attribute))
+            normal[row.name] = found = row.normalise(value, rules)
         except TrainplanError as error:
             problems.append(error)
-            converted[name] = fallback
+            normal[row.name] = row.default(rules)
+            found = REFUSED
+        if row.notes is not None:
+            notes.extend(row.notes(value, found, rules))
     for problem in problems:
         report(problem)
     return _new_fields(
-        accelerator=accelerator,
-        strategy=strategy,
-        precision=precision,
+        **normal,
         notes=tuple(notes),
         ok=not problems,
         as_given=False,  # `_already_normal` tells
-        **converted,
     )
 
 
@@ -746,39 +724,16 @@ def _normal_fields(request: Request, rules: Rules) -> _Fields | None:
         devices=devices,  # type: ignore[arg-type]  # checked above, or normalised
         num_nodes=nodes,  # type: ignore[arg-type]  # checked above
         precision=precision,  # type: ignore[arg-type]  # a normal name, checked above
-        backend=backend,  # type: ignore[arg-type]  # None or a normal name, checked above
+        process_group_backend=backend,  # type: ignore[arg-type]  # None or a normal name, checked above
         cluster=cluster,  # type: ignore[arg-type]  # a normal name, checked above
         metrics_store=store,  # type: ignore[arg-type]  # a normal name, checked above
         sync_batchnorm=batchnorm,
         select_usable_gpus=usable,
-        options=options,
+        strategy_options=options,
         notes=tuple([note for note in given_notes if isinstance(note, Note)]) if given_notes else (),
         ok=True,
         as_given=devices is given_devices and not given_notes,
     )
-
-
-_PLAIN_FIELDS: tuple[tuple[str, str, Callable[[object], Any] | None, object], ...] = (
-    ("devices", "devices", normalise.devices, "auto"),
-    ("num_nodes", "num_nodes", normalise.num_nodes, _AUTO_NODES),
-    ("backend", "process_group_backend", None, None),
-    ("cluster", "cluster", normalise.cluster, "auto"),
-    ("metrics_store", "metrics_store", normalise.metrics_store, "device"),
-    ("sync_batchnorm", "sync_batchnorm", functools.partial(normalise.flag, "sync_batchnorm"), False),
-    ("select_usable_gpus", "select_usable_gpus", functools.partial(normalise.flag, "select_usable_gpus"), False),
-    ("options", "strategy_options", option_checks.strategy_options, None),
-)
-"""(field, the request's attribute, its normaliser, the default a refused value takes), in reporting order; None:
-normalised against the rule set's names."""
-
-
-def _step(problems: list[TrainplanError], fallback: Any, convert: Callable[..., Any], *given: object) -> Any:
-    """`convert(*given)`, or `fallback` with the refusal kept in `problems` (a plain call: no closure per field)."""
-    try:
-        return convert(*given)
-    except TrainplanError as error:
-        problems.append(error)
-        return fallback
 
 
 # --------------------------------------------------------------------------------------------------

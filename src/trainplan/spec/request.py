@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
-from trainplan.parse import legacy, normalise
+from trainplan.parse import fields, legacy
 from trainplan.spec.names import (
     AcceleratorFlag,
     BackendName,
@@ -75,7 +75,7 @@ class Request:
         `rules` (default: the built-in rule set), and Lightning's names kept as aliases (`single_tpu`, `xla_debug`)
         add a deprecation note.
         """
-        return normalise.request_from_config(cls, config, rules)
+        return fields.request_from_config(cls, config, rules)
 
     @classmethod
     def from_legacy(cls, **flags: object) -> Request:

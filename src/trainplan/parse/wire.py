@@ -1,0 +1,156 @@
+"""The JSON wire format's shared readers and writers: a reader that names the path of whatever is wrong, and the
+pieces a plan and a request both carry (notes, strategy options, downstream names).
+
+Explicit, so a changed record cannot silently change the wire format: `plan_json` reads plans with it, and the
+request's field rows (`fields`) read and write each request field with it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TypeVar
+
+import attrs
+
+from trainplan.spec.errors import PlanFormatError
+from trainplan.spec.names import NOTE_LEVELS, CustomName
+from trainplan.spec.notes import Note
+from trainplan.spec.options import StrategyOptions
+from trainplan.spec.rules import OPTION_TYPES
+
+CUSTOM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
+"""A downstream rule set's name (a strategy's, an accelerator's, a backend's): lowercase, digits, underscores."""
+CUSTOM_PRECISION = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)
+"""A downstream precision's name: as `CUSTOM_NAME`, and hyphens too."""
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+
+class Reader:
+    """Reads one JSON object; each reading names the path of what is wrong (`PlanFormatError`)."""
+
+    def __init__(self, data: object, path: str) -> None:
+        if not isinstance(data, Mapping):
+            raise PlanFormatError(path=path, reason=f"expected an object, found {type(data).__name__}")
+        self.data = data
+        self.path = path
+
+    def _get(self, key: str) -> object:
+        if key not in self.data:
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="the key is missing")
+        return self.data[key]
+
+    def field(self, key: str, kind: type[T]) -> T:
+        value = self._get(key)
+        if kind is int and isinstance(value, bool):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected an integer, found a bool")
+        if not isinstance(value, kind):
+            raise PlanFormatError(
+                path=f"{self.path}.{key}", reason=f"expected {kind.__name__}, found {type(value).__name__}"
+            )
+        return value
+
+    def optional(self, key: str, kind: type[T]) -> T | None:
+        if self._get(key) is None:
+            return None
+        return self.field(key, kind)
+
+    def choice(self, key: str, allowed: tuple[C, ...]) -> C:
+        value = self._get(key)
+        for option in allowed:
+            if value == option and type(value) is type(option):
+                return option
+        raise PlanFormatError(path=f"{self.path}.{key}", reason=f"{value!r} is not one of {list(allowed)}")
+
+    def strategy(self, key: str, allowed: tuple[C, ...], pattern: re.Pattern[str] = CUSTOM_NAME) -> C | CustomName:
+        """A built-in name (a strategy's, an accelerator's, a precision's), or a downstream rule set's (`CustomName`:
+        lowercase, digits, underscores; hyphens too in a precision's)."""
+        value = self._get(key)
+        if isinstance(value, str) and value not in allowed and pattern.fullmatch(value):
+            return CustomName(value)
+        return self.choice(key, allowed)
+
+    def optional_custom(self, key: str, allowed: tuple[C, ...]) -> C | CustomName | None:
+        if self._get(key) is None:
+            return None
+        return self.strategy(key, allowed)
+
+    def optional_choice(self, key: str, allowed: tuple[C, ...]) -> C | None:
+        if self._get(key) is None:
+            return None
+        return self.choice(key, allowed)
+
+    def child(self, key: str) -> Reader:
+        return Reader(self._get(key), f"{self.path}.{key}")
+
+    def children(self, key: str) -> list[Reader]:
+        value = self._get(key)
+        if not isinstance(value, list):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list")
+        return [Reader(item, f"{self.path}.{key}[{index}]") for index, item in enumerate(value)]
+
+    def int_list(self, key: str) -> list[int]:
+        value = self._get(key)
+        if not isinstance(value, list) or not all(
+            isinstance(item, int) and not isinstance(item, bool) for item in value
+        ):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list of integers")
+        return list(value)
+
+    def string_list(self, key: str) -> list[str]:
+        value = self._get(key)
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected a list of strings")
+        return list(value)
+
+    def string_map(self, key: str) -> dict[str, str]:
+        value = self._get(key)
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise PlanFormatError(path=f"{self.path}.{key}", reason="expected an object of strings")
+        return dict(value)
+
+
+def note_from(read: Reader) -> Note:
+    return Note(
+        code=read.field("code", str), level=read.choice("level", NOTE_LEVELS), message=read.field("message", str)
+    )
+
+
+OPTION_KINDS: dict[type[StrategyOptions], str] = {record: family for family, record in OPTION_TYPES.items()}
+"""An options record's `kind` on the wire: the family that takes it."""
+
+
+def options_to_dict(options: StrategyOptions | None) -> dict[str, object] | None:
+    if options is None:
+        return None
+    kind = OPTION_KINDS[type(options)]
+    values = attrs.asdict(options, filter=lambda attribute, _: attribute.init)
+    return {"kind": kind, **values, "given": sorted(options.given)}
+
+
+def options_from_dict(read: Reader, key: str) -> StrategyOptions | None:
+    if read._get(key) is None:
+        return None
+    options = read.child(key)
+    kind = options.choice("kind", tuple(OPTION_TYPES))
+    values = {name: value for name, value in options.data.items() if name not in ("kind", "given")}
+    try:
+        record = OPTION_TYPES[kind](**values)
+    except TypeError as error:
+        raise PlanFormatError(path=options.path, reason=str(error)) from None
+    if "given" in options.data:
+        given = options.string_list("given")
+        unknown = sorted(set(given) - set(values))
+        if unknown:
+            raise PlanFormatError(path=f"{options.path}.given", reason=f"{unknown} are not options of {kind}")
+        object.__setattr__(record, "given", frozenset(given))
+    return record
+
+
+def builtin_or_custom(value: object, allowed: tuple[object, ...], pattern: re.Pattern[str] = CUSTOM_NAME) -> bool:
+    """A built-in name, or one a downstream rule set may add (read back as a `CustomName`)."""
+    return value in allowed or (isinstance(value, str) and pattern.fullmatch(value) is not None)

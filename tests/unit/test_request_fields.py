@@ -1,0 +1,203 @@
+"""A `Request` field is written in the record plus one row (`trainplan.parse.fields`), and in the few places the cold
+path keeps written by hand for speed, each named here.
+
+`Request.from_config`, `check`'s field-by-field pass, the JSON wire format and the CLI's request flags loop over the
+rows. The places that do not (resolve's `_Fields` record, its glance `_normal_fields`, `_already_normal`, and the
+memo's `_type_signature`) are checked field by field: a field missing from one fails naming the place. A request
+class with one field more, written nowhere else, shows that every check catches it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+
+from trainplan import BUILTIN_RULES, Environment, InvalidRequest, PlanFormatError, Request, TrainplanError, cli
+from trainplan.parse import fields
+from trainplan.parse.plan_json import request_from_json_text, request_to_dict
+from trainplan.resolve import check, core
+
+RECORD_FIELDS = tuple(field.name for field in attrs.fields(Request))
+ROW_FIELDS = tuple(name for name in RECORD_FIELDS if name != "notes")
+"""`notes` is the record's own bookkeeping (carried from `from_legacy`, not asked for): it has no row."""
+
+
+class Stranger:
+    """A value of a type no field takes."""
+
+    def __repr__(self) -> str:
+        return "Stranger()"
+
+
+class OtherStranger:
+    """Another such type: equal-looking values of two types must not share a memo entry."""
+
+    def __repr__(self) -> str:
+        return "OtherStranger()"
+
+
+@attrs.frozen(kw_only=True)
+class RequestWithANewField(Request):
+    """What a contributor writes first: the record with one field more, and nothing else yet."""
+
+    new_field: int = 0
+
+
+def _with(record: type[Request], field: str, value: object) -> Request:
+    """The record's default request with one field set to `value`, whatever its type (the record keeps it)."""
+    values: dict[str, Any] = {field: value}
+    return attrs.evolve(record(), **values)
+
+
+Check = Callable[[type[Request], str], str | None]
+"""(the request class, a field) → None when the place handles the field, else what is wrong there."""
+
+
+def _row(record: type[Request], field: str) -> str | None:
+    if field not in fields.REQUEST_FIELDS:
+        return "it has no row in trainplan.parse.fields.REQUEST_FIELD_ROWS"
+    return None
+
+
+def _fields_record(record: type[Request], field: str) -> str | None:
+    if field not in attrs.fields_dict(core._Fields):
+        return "resolve.core._Fields has no attribute for it"
+    return None
+
+
+def _glance(record: type[Request], field: str) -> str | None:
+    """`_normal_fields` reads the field: it sends a stranger there the long way, or gives what the long way gives."""
+    request = _with(record, field, Stranger())
+    problems: list[TrainplanError] = []
+    long = core._normalise_each(request, problems.append, BUILTIN_RULES)
+    short = core._normal_fields(request, BUILTIN_RULES)
+    if short is None:
+        return None
+    if problems:
+        return f"resolve.core._normal_fields takes {field}=Stranger() at a glance, which the long way refuses"
+    missing = object()
+    if getattr(short, field, missing) != getattr(long, field, missing) or getattr(short, field, missing) is missing:
+        return f"resolve.core._normal_fields does not set {field} as the long way (_normalise_each) does"
+    return None
+
+
+def _already_normal(record: type[Request], field: str) -> str | None:
+    """`_already_normal` compares the field: a request that differs there is not the normal form of another's."""
+    normal = core._normal_fields(record(), BUILTIN_RULES)
+    assert normal is not None
+    changed = _with(record, field, Stranger())
+    if core._already_normal(changed, normal):
+        return f"resolve.core._already_normal does not compare {field}"
+    return None
+
+
+def _type_signature(record: type[Request], field: str) -> str | None:
+    """The memo's key tells the field's types apart (`True == 1`, yet `devices=True` is refused)."""
+    env = Environment()
+    one = core._type_signature(_with(record, field, Stranger()), env)
+    other = core._type_signature(_with(record, field, OtherStranger()), env)
+    if one == other:
+        return f"resolve.core._type_signature (the memo's key) does not read the type of {field}"
+    return None
+
+
+PLACES: dict[str, tuple[Check, tuple[str, ...]]] = {
+    "the row": (_row, ROW_FIELDS),
+    "_Fields": (_fields_record, RECORD_FIELDS),
+    "_normal_fields": (_glance, RECORD_FIELDS),
+    "_already_normal": (_already_normal, RECORD_FIELDS),
+    # The key holds the request's notes themselves (they are not part of its equality).
+    "_type_signature": (_type_signature, ROW_FIELDS),
+}
+"""Every place a new `Request` field must still be written (besides the record), and the fields it covers."""
+
+CASES = [(place, field) for place, (_, covered) in PLACES.items() for field in covered]
+
+
+@pytest.mark.parametrize(("place", "field"), CASES, ids=[f"{place}-{field}" for place, field in CASES])
+def test_every_field_is_written_in_every_place(place: str, field: str) -> None:
+    checked, _ = PLACES[place]
+    problem = checked(Request, field)
+    assert problem is None, f"Request.{field} is missing from {place}: {problem}"
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_field_added_to_the_record_alone_is_caught_in_every_place(place: str) -> None:
+    checked, _ = PLACES[place]
+    problem = checked(RequestWithANewField, "new_field")
+    assert problem is not None, f"{place} does not notice a Request field it lacks"
+
+
+def test_the_rows_are_the_record_in_its_order() -> None:
+    assert fields.REQUEST_FIELDS == ROW_FIELDS
+    assert len({row.name for row in fields.REQUEST_FIELD_ROWS}) == len(fields.REQUEST_FIELD_ROWS)
+
+
+def test_a_refused_field_takes_its_default_and_a_missing_key_gives_it() -> None:
+    defaults = Request()
+    for row in fields.REQUEST_FIELD_ROWS:
+        assert row.default(BUILTIN_RULES) == getattr(defaults, row.name), row.name
+    assert Request.from_config({}) == defaults
+
+
+def test_check_reports_refused_fields_in_the_rows_check_order() -> None:
+    request = Request(**dict.fromkeys(ROW_FIELDS, Stranger()))  # type: ignore[arg-type]
+    reported = [error.field for error in check(request, Environment()) if isinstance(error, InvalidRequest)]
+    assert reported[: len(ROW_FIELDS)] == [row.name for row in fields.IN_CHECK_ORDER]
+    assert reported[: len(ROW_FIELDS)] == [
+        "precision",
+        "accelerator",
+        "strategy",
+        "devices",
+        "num_nodes",
+        "process_group_backend",
+        "cluster",
+        "metrics_store",
+        "sync_batchnorm",
+        "select_usable_gpus",
+        "strategy_options",
+    ]
+
+
+def test_from_config_raises_the_first_refusal_in_the_rows_config_order() -> None:
+    config: dict[str, object] = dict.fromkeys(ROW_FIELDS, Stranger())
+    raised = []
+    for _ in ROW_FIELDS:
+        with pytest.raises(InvalidRequest) as caught:
+            Request.from_config(config)
+        raised.append(caught.value.field)
+        del config[caught.value.field]
+    assert raised == [row.name for row in fields.IN_CONFIG_ORDER]
+    assert raised[:4] == ["strategy", "devices", "precision", "accelerator"]
+    assert raised[-1] == "strategy_options"  # read with the strategy it fills
+
+
+def test_the_wire_format_writes_each_row_and_reads_it_in_the_rows_read_order() -> None:
+    written = request_to_dict(Request())
+    assert list(written) == [*ROW_FIELDS, "notes"]
+    assert request_from_json_text(json.dumps(written)) == Request()
+    given: dict[str, object] = {"notes": []}
+    missing = []
+    for _ in ROW_FIELDS:
+        with pytest.raises(PlanFormatError) as caught:
+            request_from_json_text(json.dumps(given))
+        key = caught.value.path.removeprefix("request.")
+        missing.append(key)
+        given[key] = written[key]
+    assert missing == [row.name for row in fields.IN_READ_ORDER]
+    assert missing[0] == "devices"
+
+
+def test_the_cli_request_flags_are_the_rows_flags() -> None:
+    parser = cli._parser()
+    commands = next(action for action in parser._actions if action.dest == "command")
+    plan = commands.choices["plan"]  # type: ignore[index]
+    group = next(group for group in plan._action_groups if group.title == "request (mirrors trainplan.Request)")
+    options = [action.option_strings[0] for action in group._group_actions]
+    assert options == [row.flag.option for row in fields.REQUEST_FIELD_ROWS if row.flag is not None]
+    flagged = {row.flag.dest: row.name for row in fields.REQUEST_FIELD_ROWS if row.flag is not None}
+    assert set(flagged.values()) == set(ROW_FIELDS)  # every field has a flag today
