@@ -201,6 +201,8 @@ QAT_ROW = RULES.precisions[INT8_QAT]
 QAT_RECIPE = RULES.precision_recipes[INT8_QAT]
 DDP = BUILTIN_RULES.families["ddp"]
 DDP_WITH_NPU = attrs.evolve(DDP, accelerators=DDP.accelerators | {NPU})
+SINGLE = BUILTIN_RULES.families["single_device"]
+SINGLE_WITH_NPU = attrs.evolve(SINGLE, accelerators=SINGLE.accelerators | {NPU})  # what 'auto' runs on one NPU
 DDP_WITH_QAT = attrs.evolve(DDP, precisions=DDP.precisions | {INT8_QAT})
 SINGLE_WITH_QAT = attrs.evolve(BUILTIN_RULES.families["single_device"], precisions=DDP.precisions | {INT8_QAT})
 QAT_OFF_NPU = attrs.evolve(QAT_ROW, accelerators=frozenset({"cpu", "cuda"}))
@@ -218,7 +220,7 @@ def _coherent(**rows: Any) -> dict[str, Any]:
     given: dict[str, Any] = {
         "accelerators": [NPU_ROW],
         "backends": [HCCL_ROW],
-        "families": [DDP_WITH_NPU],
+        "families": [DDP_WITH_NPU, SINGLE_WITH_NPU],
         "precisions": [FP32_ON_NPU],
     }
     return {**given, **rows}
