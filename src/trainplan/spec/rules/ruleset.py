@@ -1013,6 +1013,13 @@ def _check_coherence(rules: Rules) -> None:
     some precision; every family runs somewhere at something; a bare `Request()` on a bare machine resolves; what
     'auto' picks can be planned; no row names an accelerator, precision or strategy the rule set lacks."""
     accelerators, families, precisions = rules.accelerators, rules.families, rules.precisions
+    if rules.default_precision not in precisions:
+        raise InvalidRequest(
+            field="rules.default_precision",
+            value=rules.default_precision,
+            reason="no such precision",
+            allowed=tuple(precisions),
+        )
     for accelerator in accelerators.values():
         priority: object = accelerator.auto_priority
         if not isinstance(priority, int) or isinstance(priority, bool):
@@ -1062,13 +1069,6 @@ def _check_coherence(rules: Rules) -> None:
                 + ("family, so no strategy could run on it" if not runs else "precision, so nothing could run on it"),
                 fix=f"Keep {accelerator.name!r} in the accelerators of the {table} rows it runs with",
             )
-    if rules.default_precision not in precisions:
-        raise InvalidRequest(
-            field="rules.default_precision",
-            value=rules.default_precision,
-            reason="no such precision",
-            allowed=tuple(precisions),
-        )
     for accelerator in accelerators.values():
         counts = (1,) if accelerator.device_counts == "one" else (1, 2)
         for devices in counts:
