@@ -24,7 +24,7 @@ from trainplan import (
 from trainplan.resolve import resolve, resolve_uncached
 from trainplan.spec.rules import LEGACY_STRATEGIES
 
-T = TypeVar("T", bound=attrs.AttrsInstance)
+T = TypeVar("T")
 
 NPU_ROW = RULES.accelerators[NPU]
 HCCL_ROW = RULES.backends[HCCL]
@@ -37,7 +37,9 @@ DDP, SINGLE = BUILTIN.families["ddp"], BUILTIN.families["single_device"]
 
 def _with(row: T, **changes: Any) -> T:
     """`attrs.evolve`, with values of any type: the refusals are what is tested."""
-    return attrs.evolve(row, **changes)
+    given: Any = row
+    changed: T = attrs.evolve(given, **changes)
+    return changed
 
 
 def _plugin(**rows: Any) -> dict[str, Any]:
