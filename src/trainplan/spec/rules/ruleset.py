@@ -119,7 +119,14 @@ def is_rules_reference(text: str) -> bool:
 
 @attrs.frozen(kw_only=True, eq=False)
 class Rules:
-    """Every table the resolver decides from. Compared by identity: each extension is a rule set of its own."""
+    """Every table the resolver decides from. Compared by identity: each extension is a rule set of its own.
+
+    Built (directly, by `attrs.evolve` or by `extend`), the whole rule set is checked to hold together (see
+    `_check_coherence`): an incoherent one is refused with `InvalidRequest` naming the row, never left to fail as
+    `MissingRule` at the first resolve. Its tables are read-only `ReadOnlyMap`s, so a rule set pickles and
+    deep-copies: `BUILTIN_RULES` comes back as itself; any other comes back as a new rule set with equal rows and the
+    same reference, which resolves equal plans (plans record the reference, not the object) but is not `==` to the
+    original, nor shares its memo entries (the memo is keyed by identity)."""
 
     accelerators: Mapping[AcceleratorKey, AcceleratorRule]
     accelerator_groups: Mapping[str, tuple[AcceleratorKey, ...]]
