@@ -82,6 +82,11 @@ def test_the_builtin_and_the_downstream_rule_sets_hold_together() -> None:
             "family 'ddp' would run at nothing",
         ),
         (
+            {"families": [_with(SINGLE, accelerators=frozenset({"cuda"}), why_not={})]},
+            "rules.families['single_device'].accelerators",
+            "accelerator 'mps' would be listed by no family",
+        ),
+        (
             {"families": [_with(SINGLE, accelerators=frozenset({"cuda", "mps"}))]},
             "rules.families['single_device'].accelerators",
             "'auto' picks 'single_device' for 1 'cpu' device",

@@ -1068,13 +1068,17 @@ def _check_coherence(rules: Rules) -> None:
         runs = [family.family for family in families.values() if accelerator.name in family.accelerators]
         at = [precision.name for precision in precisions.values() if accelerator.name in precision.accelerators]
         if not runs or not at:
-            table, row = ("families", "ddp") if not runs else ("precisions", rules.default_precision)
+            # The row to name: the first built-in one that listed it (the one replaced), else the one to add it to.
+            table, builtin, fallback = (
+                ("families", FAMILIES, "ddp") if not runs else ("precisions", PRECISIONS, rules.default_precision)
+            )
+            row = next((key for key, value in builtin.items() if accelerator.name in value.accelerators), fallback)
             raise InvalidRequest(
                 field=_where(table, row, "accelerators"),
                 value=accelerator.name,
                 reason=f"accelerator {accelerator.name!r} would be listed by no "
                 + ("family, so no strategy could run on it" if not runs else "precision, so nothing could run on it"),
-                fix=f"Keep {accelerator.name!r} in the accelerators of the {table} rows it runs with",
+                fix=f"Keep {accelerator.name!r} in the accelerators of the {table[:-1].replace('ie', 'y')} rows it runs with",
             )
     for accelerator in accelerators.values():
         counts = (1,) if accelerator.device_counts == "one" else (1, 2)
