@@ -1078,7 +1078,8 @@ def _check_coherence(rules: Rules) -> None:
                 value=accelerator.name,
                 reason=f"accelerator {accelerator.name!r} would be listed by no "
                 + ("family, so no strategy could run on it" if not runs else "precision, so nothing could run on it"),
-                fix=f"Keep {accelerator.name!r} in the accelerators of the {table[:-1].replace('ie', 'y')} rows it runs with",
+                fix=f"Keep {accelerator.name!r} in the accelerators of the {table[:-1].replace('ie', 'y')} rows it "
+                "runs with",
             )
     for accelerator in accelerators.values():
         counts = (1,) if accelerator.device_counts == "one" else (1, 2)
