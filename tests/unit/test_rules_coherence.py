@@ -109,7 +109,9 @@ def test_a_replaced_row_that_breaks_the_builtin_rule_set_is_refused_naming_it(
 
 def test_an_extension_that_drops_its_accelerator_from_the_families_auto_picks_is_refused() -> None:
     """`device_counts={'npu': 2}` makes 'auto' pick the NPU: the families it then runs must list it."""
-    with pytest.raises(InvalidRequest, match=r"rules\.families\['ddp'\]\.accelerators.*would be listed by no family"):
+    with pytest.raises(
+        InvalidRequest, match=r"rules\.families\['single_device'\]\.accelerators.*would be listed by no family"
+    ):
         RULES.extend(families=[DDP, SINGLE])
     with pytest.raises(InvalidRequest, match=r"'auto' picks 'ddp' for 2 'npu' device\(s\)") as caught:
         RULES.extend(families=[DDP])

@@ -1068,11 +1068,15 @@ def _check_coherence(rules: Rules) -> None:
         runs = [family.family for family in families.values() if accelerator.name in family.accelerators]
         at = [precision.name for precision in precisions.values() if accelerator.name in precision.accelerators]
         if not runs or not at:
-            # The row to name: the first built-in one that listed it (the one replaced), else the one to add it to.
-            table, builtin, fallback = (
-                ("families", FAMILIES, "ddp") if not runs else ("precisions", PRECISIONS, rules.default_precision)
-            )
-            row = next((key for key, value in builtin.items() if accelerator.name in value.accelerators), fallback)
+            # The row to name: the first built-in one that listed it (the one replaced), else one to add it to.
+            if not runs:
+                table = "families"
+                row = next((key for key, value in FAMILIES.items() if accelerator.name in value.accelerators), "")
+                row = row or next(iter(families))
+            else:
+                table = "precisions"
+                row = next((key for key, value in PRECISIONS.items() if accelerator.name in value.accelerators), "")
+                row = row or rules.default_precision
             raise InvalidRequest(
                 field=_where(table, row, "accelerators"),
                 value=accelerator.name,
