@@ -29,6 +29,24 @@ def my_plan() -> tuple[int | None, int | None, str]:
     return plan.cluster.global_rank, plan.cluster.local_rank, plan.strategy.name
 
 
+def plan_with_rules(rules: object) -> tuple[str | None, str, bool]:
+    """What a spawned worker makes of the rule set it was handed (pickled): its reference, the plan it resolves on
+    one NPU, and whether trainplan's own came back as itself."""
+    import trainplan
+
+    assert isinstance(rules, trainplan.Rules)
+    plan = trainplan.resolve(trainplan.Request(), trainplan.Environment().with_device_counts({"npu": 1}), rules)
+    return rules.reference, plan.accelerator, trainplan.BUILTIN_RULES is pickle_builtin_rules()
+
+
+def pickle_builtin_rules() -> object:
+    import pickle
+
+    import trainplan
+
+    return pickle.loads(pickle.dumps(trainplan.BUILTIN_RULES))
+
+
 def add(left: int, right: int, *, scale: int = 1) -> int:
     return (left + right) * scale
 

@@ -70,6 +70,15 @@ def test_workers_get_the_environment_arguments_and_their_plan() -> None:
     assert launch(plan, workers.my_plan) == [(0, 0, "ddp_fork"), (1, 1, "ddp_fork")]
 
 
+def test_a_spawned_worker_takes_a_rule_set_as_an_argument() -> None:
+    """A rule set pickles: `launch` hands a downstream one to spawned workers, who resolve with it."""
+    from tests.downstream_rules import RULES
+
+    plan = cpu_plan("ddp_spawn")
+    assert plan.launcher == "spawn"
+    assert launch(plan, workers.plan_with_rules, RULES) == [("tests.downstream_rules:RULES", "npu", True)] * 2
+
+
 def test_inline_plan_runs_in_this_process() -> None:
     plan = resolve(Request(accelerator="cpu"), CPU)
     assert plan.launcher == "none"

@@ -63,16 +63,34 @@ def test_without_a_count_the_downstream_accelerator_is_unavailable_and_the_error
 
 
 def test_builtin_accelerators_keep_their_own_facts() -> None:
-    """`device_counts` counts the accelerators a rule set adds; CUDA is still counted by cuda_device_count."""
-    env = Environment(device_counts={"cuda": 8})
-    assert resolve_uncached(Request(), env).accelerator == "cpu"
+    """`device_counts` counts the accelerators a rule set adds; CUDA is still counted by cuda_device_count, and a
+    CUDA count in device_counts is refused (it would be dropped: the run would plan CPU) with the fact to write."""
+    for rules in (BUILTIN_RULES, RULES):
+        with pytest.raises(
+            InvalidRequest, match=r"device_counts='cuda'.*Write Environment\(cuda_device_count=\.\.\.\)"
+        ):
+            resolve_uncached(Request(), Environment(device_counts={"cuda": 8}), rules)
     with pytest.raises(Unavailable):
-        resolve_uncached(Request(accelerator="cuda"), env)
+        resolve_uncached(Request(accelerator="cuda"), npus(), RULES)
+
+
+def test_a_count_of_an_accelerator_the_resolving_rule_set_lacks_is_refused() -> None:
+    """A typo in a plugin's name, or a downstream count given to a rule set without the plugin's rows, would plan CPU
+    silently: `resolve` and `check` refuse it on Environment.device_counts, naming what the rule set counts there."""
+    with pytest.raises(InvalidRequest, match=r"device_counts='npu2'.*it counts 'npu' there.*Did you mean.*'npu'"):
+        resolve_uncached(Request(), Environment(device_counts={"npu2": 4}), RULES)
+    with pytest.raises(InvalidRequest, match=r"device_counts='npu'.*it adds no accelerator.*pass the rule set"):
+        resolve_uncached(Request(), npus(), BUILTIN_RULES)
+    problems = list(check(Request(), Environment(device_counts={"npu2": 4, "npu": 1}), RULES))
+    assert [
+        (type(problem), getattr(problem, "field", None), getattr(problem, "value", None)) for problem in problems
+    ] == [(InvalidRequest, "Environment.device_counts", "npu2")]
+    assert resolve_uncached(Request(), npus(), RULES).accelerator == NPU  # the rule set that adds it counts it
 
 
 def test_a_downstream_accelerator_is_refused_by_the_builtin_rules_and_its_families() -> None:
     with pytest.raises(InvalidRequest, match="accelerator='npu'"):
-        resolve_uncached(Request(accelerator=NPU), npus())
+        resolve_uncached(Request(accelerator=NPU), Environment())
     with pytest.raises(Incompatible, match="Use strategy='ddp', 'single_device' or 'auto' on NPUs"):
         resolve_uncached(Request(accelerator=NPU, strategy="fsdp", devices=2), npus(), RULES)
 
@@ -83,7 +101,7 @@ def test_the_downstream_backend_serves_its_accelerator_only() -> None:
     with pytest.raises(Incompatible, match="HCCL reduces NPU tensors only"):
         resolve_uncached(Request(accelerator="cpu", devices=2, process_group_backend=HCCL), npus(), RULES)
     with pytest.raises(InvalidRequest, match="process_group_backend='hccl'"):
-        resolve_uncached(Request(accelerator="cpu", devices=2, process_group_backend=HCCL), npus())
+        resolve_uncached(Request(accelerator="cpu", devices=2, process_group_backend=HCCL), Environment())
 
 
 def test_a_downstream_precision_runs_where_its_row_says() -> None:
@@ -188,11 +206,24 @@ def test_the_runtime_reads_a_downstream_precisions_recipe_from_the_plans_rule_se
         with rt.autocast():
             assert torch.get_autocast_dtype("cpu") == torch.bfloat16
     unnamed = BUILTIN_RULES.extend(precisions=[QAT_OFF_NPU], precision_recipes=[QAT_RECIPE], families=[SINGLE_WITH_QAT])
-    plan = resolve_uncached(Request(accelerator="cpu", precision=INT8_QAT), npus(packages=WITH_TORCHAO), unnamed)
+    plan = resolve_uncached(Request(accelerator="cpu", precision=INT8_QAT), Environment(packages=WITH_TORCHAO), unnamed)
     with pytest.raises(NotWrappable, match="runtime"):
         runtime(plan)
     with runtime(plan, rules=unnamed) as rt:
         assert rt.autocast_dtype == torch.bfloat16
+
+
+def test_the_runtime_refuses_a_rule_set_other_than_the_plans_as_reading_it_back_does() -> None:
+    plan = resolve_uncached(Request(accelerator="cpu", precision=INT8_QAT), Environment(packages=WITH_TORCHAO), RULES)
+    other = BUILTIN_RULES.extend(
+        precisions=[QAT_OFF_NPU], precision_recipes=[QAT_RECIPE], families=[SINGLE_WITH_QAT], name="other.rules:RULES"
+    )
+    for rules, named in ((other, "'other.rules:RULES'"), (BUILTIN_RULES, "'another one'")):
+        message = rf"rules=.*made from the rule set 'tests\.downstream_rules:RULES', and is run with {named}"
+        with pytest.raises(InvalidRequest, match=message):
+            runtime(plan, rules=rules)
+        with pytest.raises(PlanFormatError, match=r"made from the rule set 'tests\.downstream_rules:RULES'"):
+            plan_from_json_text(json.dumps(plan.to_dict()), rules)  # the same refusal, reading the plan back
 
 
 NPU_ROW = RULES.accelerators[NPU]
@@ -201,6 +232,8 @@ QAT_ROW = RULES.precisions[INT8_QAT]
 QAT_RECIPE = RULES.precision_recipes[INT8_QAT]
 DDP = BUILTIN_RULES.families["ddp"]
 DDP_WITH_NPU = attrs.evolve(DDP, accelerators=DDP.accelerators | {NPU})
+SINGLE = BUILTIN_RULES.families["single_device"]
+SINGLE_WITH_NPU = attrs.evolve(SINGLE, accelerators=SINGLE.accelerators | {NPU})  # what 'auto' runs on one NPU
 DDP_WITH_QAT = attrs.evolve(DDP, precisions=DDP.precisions | {INT8_QAT})
 SINGLE_WITH_QAT = attrs.evolve(BUILTIN_RULES.families["single_device"], precisions=DDP.precisions | {INT8_QAT})
 QAT_OFF_NPU = attrs.evolve(QAT_ROW, accelerators=frozenset({"cpu", "cuda"}))
@@ -218,7 +251,7 @@ def _coherent(**rows: Any) -> dict[str, Any]:
     given: dict[str, Any] = {
         "accelerators": [NPU_ROW],
         "backends": [HCCL_ROW],
-        "families": [DDP_WITH_NPU],
+        "families": [DDP_WITH_NPU, SINGLE_WITH_NPU],
         "precisions": [FP32_ON_NPU],
     }
     return {**given, **rows}

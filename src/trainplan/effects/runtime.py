@@ -39,12 +39,12 @@ from trainplan.resolve.training import (
     needs_grad_scaler,
     precision_recipe,
 )
-from trainplan.spec.errors import TrainplanError
+from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 from trainplan.spec.options import DDPOptions, FSDPOptions
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import HOST_DEVICE, Rules
+from trainplan.spec.rules import HOST_DEVICE, UNNAMED_RULES, Rules
 from trainplan.spec.rules import MESH_DIMENSIONS as MESH_RULES
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ class Runtime:
         """Rank 0 (where to save checkpoints and print)."""
         self.device: torch.device = torch.device(world.device)
         self._wrappers: ModelWrappers = TorchWrappers() if wrappers is None else wrappers
-        self.rules: Rules = rules_of(plan) if rules is None else rules
+        self.rules: Rules = rules_of(plan) if rules is None else _same_rules(plan, rules)
         """The rule set the plan was made from: a downstream precision's recipe is one of its rows."""
         if plan.precision not in self.rules.precision_recipes:
             raise NotWrappable(
@@ -511,6 +511,23 @@ class Runtime:
         )
 
 
+def _same_rules(plan: Plan, rules: Rules) -> Rules:
+    """`rules`, when the plan may have been made from it: as `Plan.from_dict` reads a plan, a rule set whose
+    reference differs from the one the plan records is refused (its recipes are another rule set's)."""
+    given: object = rules
+    if not isinstance(given, Rules):
+        raise TypeError(f"rules must be a trainplan.Rules, not {type(given).__name__}")
+    if plan.rules not in (None, UNNAMED_RULES, rules.reference):
+        raise InvalidRequest(
+            field="rules",
+            value=rules.reference,
+            reason=f"the plan was made from the rule set {plan.rules!r}, and is run with "
+            f"{rules.reference or 'another one'!r}: its precision recipe would be the other rule set's",
+            fix="Run it with the rule set it names (or leave rules out: the plan's own is imported)",
+        )
+    return rules
+
+
 def runtime(
     plan: Plan | None = None,
     *,
@@ -528,6 +545,8 @@ def runtime(
         import trainplan
 
         plan = trainplan.resolve()
+    if rules is not None:
+        _same_rules(plan, rules)  # before joining: a refused rule set leaves no process group behind
     return Runtime(plan, join(plan, devices=devices), wrappers=wrappers, rules=rules)
 
 

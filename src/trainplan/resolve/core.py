@@ -233,7 +233,9 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         )
         return None
     env: Environment = given_env
-    if not _plainly_valid(env) and not _check_environment(env, report):  # the common case in one expression first
+    if not _plainly_valid(env) and not _check_environment(
+        env, report, rules
+    ):  # the common case in one expression first
         return None
     fields = _normalise(request, report, rules)
     notes: list[Note] = list(fields.notes)
@@ -555,7 +557,7 @@ _START_METHODS: frozenset[str] = frozenset(START_METHODS)
 _STRINGS: frozenset[type] = frozenset({str})
 
 
-def _check_environment(env: Environment, report: Report) -> bool:
+def _check_environment(env: Environment, report: Report, rules: Rules) -> bool:
     """Each fact checked on its own, each problem reported (when `_plainly_valid` found one somewhere)."""
     ok = True
 
@@ -607,6 +609,32 @@ def _check_environment(env: Environment, report: Report) -> bool:
             f"it maps a downstream accelerator's name to its visible devices (0 to {MAX_DEVICES_PER_NODE}), e.g. "
             "{'npu': 8}",
         )
+    elif counts:
+        # A count the rule set reads nowhere would be dropped silently (a typo in a plugin's name plans CPU).
+        counted = tuple(name for name, rule in rules.accelerators.items() if rule.count_fact == _SUPPLIED_COUNTS)
+        for name in counts:
+            if name not in counted:
+                ok = False
+                own = rules.accelerators.get(name)
+                there = f"it counts {', '.join(map(repr, counted))} there" if counted else "it adds no accelerator"
+                report(
+                    InvalidRequest(
+                        field="Environment.device_counts",
+                        value=name,
+                        reason=f"the rule set resolving counts no such accelerator through device_counts ({there})"
+                        if own is None
+                        else f"{name!r} is "
+                        + ("counted by its own fact" if own.count_fact is not None else "always there")
+                        + f", not through device_counts ({there})",
+                        allowed=counted,
+                        fix="Name an accelerator the rule set adds, or pass the rule set that adds it "
+                        "(trainplan.resolve(request, env, rules=RULES))"
+                        if own is None
+                        else f"Write Environment({own.count_fact}=...) for {name!r}"
+                        if own.count_fact is not None
+                        else f"Leave {name!r} out: it is always there",
+                    )
+                )
     usable, count = facts["usable_cuda_devices"], facts["cuda_device_count"]
     if (
         usable is not None

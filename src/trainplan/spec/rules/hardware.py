@@ -20,6 +20,9 @@ COUNTED_THROUGH: Final[Mapping[EnvironmentCount, str]] = {"xla_device_count": "t
 """An `Environment` fact that counts an accelerator's devices (a bool counts one; `device_counts`, the counts a
 framework supplies for the accelerators it adds, is read at the accelerator's name)."""
 
+ForkBlocker: TypeAlias = Literal["cuda_initialized"]
+"""An `Environment` fact after which a forked child fails (CUDA initialised in the parent cannot be forked)."""
+
 DeviceCounts: TypeAlias = Literal["any", "one", "one_or_all"]
 """Which device counts an accelerator takes: any up to what is visible; exactly one; one or all of them (and a
 single index)."""
@@ -44,7 +47,7 @@ class AcceleratorRule:
     slurm_gpus: bool  # SLURM allocates its devices as GPUs (an emitted job asks --gpus-per-node for them)
     job_layout: bool  # inside a started job, devices='auto' takes the job's processes per node (local rank i → i)
     probes_usable: bool  # select_usable_gpus can pick among its devices (the usable-GPU probe)
-    fork_blocked_by: Literal["cuda_initialized"] | None  # the Environment fact after which a forked child fails
+    fork_blocked_by: ForkBlocker | None  # the Environment fact after which a forked child fails
     strategy_fix: str | None  # the fix when a strategy refuses this accelerator (None: the generic one)
     binds_device: bool = True  # a worker makes its device torch's current one (torch.cuda.set_device, a plugin's)
 

@@ -21,6 +21,8 @@ from trainplan.spec.names import (
 DtypeName: TypeAlias = Literal["float64", "float32", "float16", "bfloat16"]
 WrapperName: TypeAlias = Literal["move", "data_parallel", "ddp", "fsdp", "deepspeed", "mesh", "xla"]
 AccelerateMixedPrecision: TypeAlias = Literal["no", "fp16", "bf16", "fp8"]
+RecipeEngine: TypeAlias = Literal["torch", "transformer_engine"]
+"""Who runs a precision: torch (autocast, parameter dtype) or NVIDIA's Transformer Engine."""
 
 
 @attrs.frozen(kw_only=True)
@@ -32,7 +34,7 @@ class PrecisionRecipe:
     parameter_dtype: DtypeName  # the dtype the model's parameters are cast to
     grad_scaler_on: frozenset[AcceleratorKey]  # where the loss must be scaled (fp16 AMP on CUDA)
     accelerate: AccelerateMixedPrecision | None  # Accelerate's mixed_precision; None: Accelerate has no such mode
-    engine: Literal["torch", "transformer_engine"]
+    engine: RecipeEngine
 
 
 PRECISION_RECIPES: Final[Mapping[PrecisionKey, PrecisionRecipe]] = {

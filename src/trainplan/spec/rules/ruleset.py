@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType
-from typing import Any, Final, TypeVar, get_args
+from typing import Any, Final, SupportsIndex, TypeVar, get_args
 
 import attrs
 
 from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.frozen import ReadOnlyMap
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     PRECISION_FLAGS,
@@ -62,9 +62,11 @@ from trainplan.spec.rules.hardware import (
     ACCELERATORS,
     AcceleratorRule,
     DeviceCounts,
+    ForkBlocker,
 )
 from trainplan.spec.rules.job import KUBERNETES_DEVICE_RESOURCES, SYNC_BATCHNORM_ACCELERATORS
 from trainplan.spec.rules.launchers import LAUNCHERS, LauncherRule
+from trainplan.spec.rules.legacy import LEGACY_ACCELERATORS, LEGACY_STRATEGIES
 from trainplan.spec.rules.mesh import MESH_BACKENDS
 from trainplan.spec.rules.precision import (
     BACKENDS,
@@ -77,9 +79,12 @@ from trainplan.spec.rules.precision import (
 from trainplan.spec.rules.recipes import (
     FRAMEWORK_ACCELERATORS,
     PRECISION_RECIPES,
+    AccelerateMixedPrecision,
+    DtypeName,
     FrameworkAccelerator,
     LightningDevices,
     PrecisionRecipe,
+    RecipeEngine,
 )
 from trainplan.spec.rules.strategies import (
     AUTO_STRATEGIES,
@@ -99,6 +104,7 @@ from trainplan.spec.rules.strategies import (
 
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
 _PRECISION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)  # as the built-in ones: "bf16-mixed"
+_PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?", flags=re.ASCII)  # a distribution's name
 _REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", flags=re.ASCII)
 
 UNNAMED_RULES: Final = "unnamed"
@@ -113,7 +119,14 @@ def is_rules_reference(text: str) -> bool:
 
 @attrs.frozen(kw_only=True, eq=False)
 class Rules:
-    """Every table the resolver decides from. Compared by identity: each extension is a rule set of its own."""
+    """Every table the resolver decides from. Compared by identity: each extension is a rule set of its own.
+
+    Built (directly, by `attrs.evolve` or by `extend`), the whole rule set is checked to hold together (see
+    `_check_coherence`): an incoherent one is refused with `InvalidRequest` naming the row, never left to fail as
+    `MissingRule` at the first resolve. Its tables are read-only `ReadOnlyMap`s, so a rule set pickles and
+    deep-copies: `BUILTIN_RULES` comes back as itself; any other comes back as a new rule set with equal rows and the
+    same reference, which resolves equal plans (plans record the reference, not the object) but is not `==` to the
+    original, nor shares its memo entries (the memo is keyed by identity)."""
 
     accelerators: Mapping[AcceleratorKey, AcceleratorRule]
     accelerator_groups: Mapping[str, tuple[AcceleratorKey, ...]]
@@ -163,24 +176,34 @@ class Rules:
         for attribute in attrs.fields(Rules):
             value = getattr(self, attribute.name) if attribute.init else None
             if isinstance(value, Mapping):
-                object.__setattr__(self, attribute.name, MappingProxyType(dict(value)))
+                object.__setattr__(self, attribute.name, ReadOnlyMap(value))
         spellings: dict[str, StrategyFlag | CustomName] = {"auto": "auto"}
         spellings.update({name: name for name in self.strategies})
         spellings.update(self.strategy_aliases)
-        object.__setattr__(self, "strategy_spellings", MappingProxyType(spellings))
+        object.__setattr__(self, "strategy_spellings", ReadOnlyMap(spellings))
         accelerators: dict[str, AcceleratorFlag | CustomName] = {
             flag: flag for flag in ACCELERATOR_FLAGS if flag not in ACCELERATOR_ALIASES
         }
         accelerators.update(ACCELERATOR_ALIASES)
         accelerators.update({name: name for name in self.accelerators if name not in accelerators})
-        object.__setattr__(self, "accelerator_spellings", MappingProxyType(accelerators))
+        object.__setattr__(self, "accelerator_spellings", ReadOnlyMap(accelerators))
         precisions: dict[str, PrecisionKey] = {name: name for name in self.precisions}
         precisions.update(PRECISION_ALIASES)
-        object.__setattr__(self, "precision_spellings", MappingProxyType(precisions))
-        object.__setattr__(self, "backend_spellings", MappingProxyType({name: name for name in self.backends}))
-        ranked = tuple(sorted(self.accelerators.values(), key=lambda rule: -rule.auto_priority))
+        object.__setattr__(self, "precision_spellings", ReadOnlyMap(precisions))
+        object.__setattr__(self, "backend_spellings", ReadOnlyMap({name: name for name in self.backends}))
+        # Built directly or through attrs.evolve, a rule set is checked as an extension's is: whole, at construction
+        # (refused with InvalidRequest naming the row, not with MissingRule at the first resolve).
+        _check_coherence(self)
+        ranked = tuple(sorted(self.accelerators.values(), key=_priority))
         object.__setattr__(self, "accelerators_by_priority", ranked)
         object.__setattr__(self, "accelerator_order", " > ".join(rule.name for rule in ranked))
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
+        # trainplan's own rule set pickles and copies as itself (by its global name), so that a plan made from the
+        # copy still records no rule set; any other is a new value, equal in every row, distinct by identity.
+        if self is BUILTIN_RULES:
+            return "BUILTIN_RULES"
+        return super().__reduce_ex__(protocol)
 
     @property
     def plan_reference(self) -> str | None:
@@ -255,7 +278,12 @@ class Rules:
         _unique("rules.backends", [rule.name for rule in added_backends])
         _unique("rules.precision_recipes", [recipe.name for recipe in added_recipes])
         for accelerator in added_accelerators:
-            _new_name("rules.accelerators", accelerator.name, (*self.accelerator_spellings, *ACCELERATOR_NAMES), _NAME)
+            _new_name(
+                "rules.accelerators",
+                accelerator.name,
+                (*self.accelerator_spellings, *ACCELERATOR_NAMES, *LEGACY_ACCELERATORS),
+                _NAME,
+            )
         for backend in added_backends:
             _new_name("rules.backends", backend.name, (*self.backends, *BACKEND_NAMES), _NAME)
         for precision in given_precisions:
@@ -277,11 +305,12 @@ class Rules:
                     allowed=tuple(name for name in new_precisions if name not in self.precision_recipes),
                 )
             new_recipes[recipe.name] = recipe
-        extended = attrs.evolve(self, accelerators=new_accelerators, backends=new_backends)
         for accelerator in added_accelerators:
-            _check_accelerator(accelerator, extended)
+            _check_accelerator(accelerator, new_accelerators)
         for backend in added_backends:
-            extended._known_accelerators(f"rules.backends[{backend.name!r}]", [*backend.accelerators, *backend.why_not])
+            _check_backend(backend, new_accelerators)
+        for recipe in added_recipes:
+            _check_recipe(recipe, new_accelerators)
         for accelerator in added_accelerators:
             _check_default_backend(accelerator, new_backends)
         for family in replaced_families:
@@ -293,7 +322,8 @@ class Rules:
                     allowed=tuple(self.families),
                 )
             where = f"rules.families[{family.family!r}]"
-            extended._known_accelerators(where, [*family.accelerators, *family.why_not])
+            _check_family_fields(family, self.families[family.family], self.strategies)
+            _known_accelerators(new_accelerators, where, [*family.accelerators, *family.why_not])
             if OPTION_TYPES.get(family.family) is ModelParallelOptions:
                 for accelerator_name in family.accelerators:
                     if accelerator_name not in MESH_BACKENDS:
@@ -324,8 +354,10 @@ class Rules:
                     fix=f"Add precision_recipes=[PrecisionRecipe(name={precision.name!r}, autocast_dtype=..., "
                     "parameter_dtype=..., grad_scaler_on=frozenset(), accelerate=None, engine='torch')]",
                 )
+        for precision in given_precisions:
+            _check_precision_fields(precision)
         for precision in new_precisions.values():
-            _check_precision(precision, new_precisions, extended)
+            _check_precision(precision, new_precisions, new_accelerators)
         for accelerator in added_accelerators:
             _listed(
                 "accelerator",
@@ -379,13 +411,6 @@ class Rules:
             spawn_strategy_for={**self.spawn_strategy_for, **counterparts[2]},
             reference=name,
         )
-
-    def _known_accelerators(self, field: str, names: Iterable[object]) -> None:
-        for accelerator in names:
-            if accelerator not in self.accelerators:
-                raise InvalidRequest(
-                    field=field, value=accelerator, reason="no such accelerator", allowed=tuple(self.accelerators)
-                )
 
     def _check_counterpart(
         self, field: str, key: StrategyKey, value: StrategyKey, strategies: Mapping[StrategyKey, StrategyRule]
@@ -565,7 +590,7 @@ def _new_name(field: str, name: object, known: Iterable[str], pattern: re.Patter
         )
 
 
-def _check_accelerator(rule: AcceleratorRule, rules: Rules) -> None:
+def _check_accelerator(rule: AcceleratorRule, accelerators: Mapping[AcceleratorKey, AcceleratorRule]) -> None:
     """A downstream accelerator's row: its devices counted by `Environment.device_counts`, indexed devices of its
     own (not the host's CPUs, not CUDA's usable-GPU probe), and a place of its own in the 'auto' order."""
     where = f"rules.accelerators[{rule.name!r}]"
@@ -577,7 +602,32 @@ def _check_accelerator(rule: AcceleratorRule, rules: Rules) -> None:
             "Environment.device_counts",
             fix="Write count_fact='device_counts', and pass probe().with_device_counts({...}) to resolve",
         )
+    _plain_fields(
+        where,
+        rule,
+        flags=("takes_indices", "host", "slurm_gpus", "job_layout", "probes_usable"),
+        texts=("description", "counts_why"),
+        optional_texts=("strategy_fix",),
+    )
+    blocker: object = rule.fork_blocked_by
+    if blocker is not None and blocker not in get_args(ForkBlocker):
+        raise InvalidRequest(
+            field=f"{where}.fork_blocked_by",
+            value=blocker,
+            reason="it names the Environment fact after which a forked child fails (or None)",
+            allowed=get_args(ForkBlocker),
+            fix="Write fork_blocked_by=None unless forking fails after one of those facts holds",
+        )
     device_type: object = rule.device_type
+    taken = {other.device_type: other.name for other in accelerators.values() if other.name != rule.name}
+    if isinstance(device_type, str) and device_type in taken:
+        raise InvalidRequest(
+            field=f"{where}.device_type",
+            value=device_type,
+            reason=f"it is {taken[device_type]!r}'s torch device type: the workers would bind {taken[device_type]!r}'s "
+            "devices, not the plugin's",
+            fix=f"Write the device type the plugin registers with torch, e.g. device_type={rule.name!r}",
+        )
     visibility: object = rule.visibility_variable
     interactive: object = rule.interactive_auto_devices
     binds: object = rule.binds_device
@@ -642,9 +692,10 @@ def _check_accelerator(rule: AcceleratorRule, rules: Rules) -> None:
         raise InvalidRequest(
             field=f"{where}.auto_priority", value=priority, reason="it is a whole number (higher wins for 'auto')"
         )
-    for other in rules.accelerators.values():
+    for other in accelerators.values():
         if other.name != rule.name and other.auto_priority == priority:
-            order = ", ".join(f"{row.name}={row.auto_priority}" for row in rules.accelerators_by_priority)
+            ranked = sorted(accelerators.values(), key=_priority)
+            order = ", ".join(f"{row.name}={row.auto_priority}" for row in ranked)
             raise InvalidRequest(
                 field=f"{where}.auto_priority",
                 value=priority,
@@ -698,10 +749,14 @@ def _listed(kind: str, name: str, *, families: list[StrategyFamily], precisions:
         )
 
 
-def _check_precision(rule: PrecisionRule, precisions: Mapping[PrecisionKey, PrecisionRule], base: Rules) -> None:
+def _check_precision(
+    rule: PrecisionRule,
+    precisions: Mapping[PrecisionKey, PrecisionRule],
+    accelerators: Mapping[AcceleratorKey, AcceleratorRule],
+) -> None:
     where = f"rules.precisions[{rule.name!r}]"
-    base._known_accelerators(
-        where, [*rule.accelerators, *rule.fallback, *rule.fallback_why, *rule.why_not, *rule.instead]
+    _known_accelerators(
+        accelerators, where, [*rule.accelerators, *rule.fallback, *rule.fallback_why, *rule.why_not, *rule.instead]
     )
     for accelerator, fallback in rule.fallback.items():
         if accelerator not in rule.fallback_why:
@@ -743,6 +798,16 @@ def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyF
             field="rules.strategies",
             value=name,
             reason="the rule set already has a strategy (or an alias) of that name",
+            fix="Choose a name of your own, e.g. one with your framework's prefix",
+        )
+    legacy = LEGACY_STRATEGIES.get(name)
+    if legacy is not None and legacy.strategy != name:
+        meaning = f"means strategy={legacy.strategy!r}" if legacy.strategy is not None else "is refused with its reason"
+        raise InvalidRequest(
+            field="rules.strategies",
+            value=name,
+            reason=f"it is an old Lightning name: Request.from_legacy reads {name!r} and {meaning}, so one name "
+            "would name two strategies",
             fix="Choose a name of your own, e.g. one with your framework's prefix",
         )
     if rule.family not in families:
@@ -790,6 +855,299 @@ def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyF
                 reason=error.reason if error.field.startswith("strategy_options") else str(error),
                 fix=error.fix,
             ) from None
+
+
+def _priority(rule: AcceleratorRule) -> int:
+    return -rule.auto_priority
+
+
+def _known_accelerators(
+    accelerators: Mapping[AcceleratorKey, AcceleratorRule], field: str, names: Iterable[object]
+) -> None:
+    for accelerator in names:
+        if accelerator not in accelerators:
+            raise InvalidRequest(
+                field=field, value=accelerator, reason="no such accelerator", allowed=tuple(accelerators)
+            )
+
+
+def _plain_fields(
+    where: str,
+    row: object,
+    *,
+    flags: Iterable[str] = (),
+    texts: Iterable[str] = (),
+    optional_texts: Iterable[str] = (),
+    sets: Iterable[str] = (),
+    text_maps: Iterable[str] = (),
+) -> None:
+    """The fields of a downstream row whose type is all there is to check: True/False flags, texts (a reason, a
+    description, a fix), sets of names and maps of name → reason."""
+    for field in flags:
+        if not isinstance(getattr(row, field), bool):
+            raise InvalidRequest(field=f"{where}.{field}", value=getattr(row, field), reason="it is True or False")
+    for field in (*texts, *optional_texts):
+        value = getattr(row, field)
+        if not isinstance(value, str) and not (value is None and field in optional_texts):
+            raise InvalidRequest(
+                field=f"{where}.{field}",
+                value=value,
+                reason="it is text, shown in the plan's reasons and errors"
+                + (" (or None)" if field in optional_texts else ""),
+                fix=f"Write {field}='...'",
+            )
+    for field in sets:
+        value = getattr(row, field)
+        if not isinstance(value, (frozenset, set)):
+            raise InvalidRequest(
+                field=f"{where}.{field}",
+                value=value,
+                reason=f"it is a set of names, not a {type(value).__name__}",
+                fix=f"Write {field}=frozenset({{...}})",
+            )
+    for field in text_maps:
+        value = getattr(row, field)
+        if not isinstance(value, Mapping) or not all(isinstance(text, str) for text in value.values()):
+            raise InvalidRequest(
+                field=f"{where}.{field}",
+                value=value,
+                reason="it maps an accelerator to the reason, as text",
+                fix=f"Write {field}={{'cpu': '...'}}",
+            )
+
+
+def _check_backend(rule: BackendRule, accelerators: Mapping[AcceleratorKey, AcceleratorRule]) -> None:
+    where = f"rules.backends[{rule.name!r}]"
+    _plain_fields(
+        where,
+        rule,
+        flags=("needs_device_tensors",),
+        texts=("description",),
+        sets=("accelerators",),
+        text_maps=("why_not",),
+    )
+    _known_accelerators(accelerators, where, [*rule.accelerators, *rule.why_not])
+
+
+def _check_recipe(recipe: PrecisionRecipe, accelerators: Mapping[AcceleratorKey, AcceleratorRule]) -> None:
+    where = f"rules.precision_recipes[{recipe.name!r}]"
+    _plain_fields(where, recipe, sets=("grad_scaler_on",))
+    _known_accelerators(accelerators, f"{where}.grad_scaler_on", recipe.grad_scaler_on)
+    choices: tuple[tuple[str, object, tuple[object, ...]], ...] = (
+        ("autocast_dtype", recipe.autocast_dtype, (None, *get_args(DtypeName))),
+        ("parameter_dtype", recipe.parameter_dtype, get_args(DtypeName)),
+        ("accelerate", recipe.accelerate, (None, *get_args(AccelerateMixedPrecision))),
+        ("engine", recipe.engine, get_args(RecipeEngine)),
+    )
+    for field, value, allowed in choices:
+        if value not in allowed:
+            raise InvalidRequest(
+                field=f"{where}.{field}",
+                value=value,
+                reason="the runtime knows these values only",
+                allowed=allowed,
+            )
+
+
+def _check_precision_fields(rule: PrecisionRule) -> None:
+    where = f"rules.precisions[{rule.name!r}]"
+    _plain_fields(where, rule, texts=("description",), sets=("accelerators",), text_maps=("fallback_why", "why_not"))
+    for field in ("fallback", "instead"):
+        if not isinstance(getattr(rule, field), Mapping):
+            raise InvalidRequest(
+                field=f"{where}.{field}",
+                value=getattr(rule, field),
+                reason="it maps an accelerator to a precision",
+                fix=f"Write {field}={{'cpu': '32-true'}} (or {{}})",
+            )
+    _package(where, rule.requires_package)
+
+
+def _package(where: str, package: object) -> None:
+    if package is not None and (not isinstance(package, str) or not _PACKAGE.fullmatch(package)):
+        raise InvalidRequest(
+            field=f"{where}.requires_package",
+            value=package,
+            reason="it is the name of the package it needs (as Environment.packages lists it), or None",
+            fix="Write e.g. requires_package='deepspeed'",
+        )
+
+
+def _check_family_fields(rule: FamilyRule, builtin: FamilyRule, strategies: Mapping[StrategyKey, StrategyRule]) -> None:
+    """A replaced family row changes where the family runs and at what precision (and why not), not how trainplan's
+    runtime runs it: its process layout is the built-in row's."""
+    where = f"rules.families[{rule.family!r}]"
+    _plain_fields(
+        where,
+        rule,
+        texts=("description",),
+        optional_texts=("accelerator_fix",),
+        sets=("accelerators", "precisions"),
+        text_maps=("why_not",),
+    )
+    for field in ("multi_process", "has_process_group"):
+        if getattr(rule, field) != getattr(builtin, field):
+            raise InvalidRequest(
+                field=f"{where}.{field}",
+                value=getattr(rule, field),
+                reason=f"trainplan's runtime runs family {rule.family!r} as its row says: a replaced row changes "
+                "where the family runs and at what precision, not how it runs",
+                fix=f"Write {field}={getattr(builtin, field)!r}",
+            )
+    for field in ("max_devices_per_node", "max_nodes"):
+        value: object = getattr(rule, field)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise InvalidRequest(
+                field=f"{where}.{field}", value=value, reason="it is a positive whole number, or None (no limit)"
+            )
+    _package(where, rule.requires_package)
+    if rule.base_strategy is not None and rule.base_strategy not in strategies:
+        raise InvalidRequest(
+            field=f"{where}.base_strategy",
+            value=rule.base_strategy,
+            reason="no such strategy",
+            allowed=tuple(strategies),
+        )
+
+
+def _where(table: str, key: str, field: str = "") -> str:
+    """The row a coherence refusal names (`rules.precisions['32-true'].accelerators`)."""
+    return f"rules.{table}[{key!r}]" + (f".{field}" if field else "")
+
+
+def _check_coherence(rules: Rules) -> None:
+    """The whole rule set holds together, whichever rows were replaced: every accelerator runs under some family at
+    some precision; every family runs somewhere at something; a bare `Request()` on a bare machine resolves; what
+    'auto' picks can be planned; no row names an accelerator, precision or strategy the rule set lacks."""
+    accelerators, families, precisions = rules.accelerators, rules.families, rules.precisions
+    if rules.default_precision not in precisions:
+        raise InvalidRequest(
+            field="rules.default_precision",
+            value=rules.default_precision,
+            reason="no such precision",
+            allowed=tuple(precisions),
+        )
+    for accelerator in accelerators.values():
+        priority: object = accelerator.auto_priority
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise InvalidRequest(
+                field=_where("accelerators", accelerator.name, "auto_priority"),
+                value=priority,
+                reason="it is a whole number (higher wins for 'auto')",
+            )
+        if accelerator.default_backend not in rules.backends:
+            raise InvalidRequest(
+                field=_where("accelerators", accelerator.name, "default_backend"),
+                value=accelerator.default_backend,
+                reason="no such backend",
+                allowed=tuple(rules.backends),
+            )
+    for family in families.values():
+        _known_accelerators(accelerators, _where("families", family.family, "accelerators"), family.accelerators)
+        for precision_name in family.precisions:
+            if precision_name not in precisions:
+                raise InvalidRequest(
+                    field=_where("families", family.family, "precisions"),
+                    value=precision_name,
+                    reason="no such precision",
+                    allowed=tuple(precisions),
+                )
+        for field, listed in (("accelerators", family.accelerators), ("precisions", family.precisions)):
+            if not listed:
+                raise InvalidRequest(
+                    field=_where("families", family.family, field),
+                    value=listed,
+                    reason=f"family {family.family!r} would run {'on' if field == 'accelerators' else 'at'} nothing: "
+                    f"every request naming one of its strategies would be refused with no {field[:-1]} to suggest",
+                    fix=f"List the {field} it runs {'on' if field == 'accelerators' else 'at'} (the built-in row: "
+                    f"{sorted(getattr(FAMILIES.get(family.family, family), field))})",
+                )
+    for precision in precisions.values():
+        _known_accelerators(accelerators, _where("precisions", precision.name, "accelerators"), precision.accelerators)
+    for accelerator in accelerators.values():
+        runs = [family.family for family in families.values() if accelerator.name in family.accelerators]
+        at = [precision.name for precision in precisions.values() if accelerator.name in precision.accelerators]
+        if not runs or not at:
+            # The row to name: the first built-in one that listed it (the one replaced), else one to add it to.
+            if not runs:
+                table = "families"
+                row = next((key for key, value in FAMILIES.items() if accelerator.name in value.accelerators), "")
+                row = row or next(iter(families))
+            else:
+                table = "precisions"
+                row = next((key for key, value in PRECISIONS.items() if accelerator.name in value.accelerators), "")
+                row = row or rules.default_precision
+            raise InvalidRequest(
+                field=_where(table, row, "accelerators"),
+                value=accelerator.name,
+                reason=f"accelerator {accelerator.name!r} would be listed by no "
+                + ("family, so no strategy could run on it" if not runs else "precision, so nothing could run on it"),
+                fix=f"Keep {accelerator.name!r} in the accelerators of the {table[:-1].replace('ie', 'y')} rows it "
+                "runs with",
+            )
+    for accelerator in accelerators.values():
+        counts = (1,) if accelerator.device_counts == "one" else (1, 2)
+        for devices in counts:
+            for interactive in (False, True):
+                _check_auto_pick(rules, accelerator, devices, interactive)
+
+
+def _check_auto_pick(rules: Rules, accelerator: AcceleratorRule, devices: int, interactive: bool) -> None:
+    """What strategy='auto' picks on one node for `devices` of `accelerator` runs there (and, on the host with one
+    device, at the default precision: `Request()` on a bare machine)."""
+    for row in rules.auto_strategies:
+        if (
+            (row.accelerators is None or accelerator.name in row.accelerators)
+            and devices >= row.min_devices
+            and (row.max_devices is None or devices <= row.max_devices)
+            and row.min_nodes <= 1
+            and (row.interactive is None or row.interactive == interactive)
+        ):
+            break
+    else:
+        raise InvalidRequest(
+            field="rules.auto_strategies",
+            value=accelerator.name,
+            reason=f"no row picks a strategy for {devices} {accelerator.name!r} device(s)"
+            + (" in an interactive session" if interactive else ""),
+            fix="End the rows with one that holds everywhere (as the built-in rows do)",
+        )
+    strategy = rules.strategies.get(row.strategy)
+    if strategy is None or strategy.family not in rules.families:
+        raise InvalidRequest(
+            field="rules.auto_strategies",
+            value=row.strategy,
+            reason="strategy='auto' picks it, and the rule set has no such strategy",
+            allowed=tuple(rules.strategies),
+        )
+    family = rules.families[strategy.family]
+    if accelerator.name not in family.accelerators:
+        raise InvalidRequest(
+            field=_where("families", family.family, "accelerators"),
+            value=sorted(family.accelerators),
+            reason=f"strategy='auto' picks {row.strategy!r} for {devices} {accelerator.name!r} device(s) (and "
+            f"accelerator='auto' picks {accelerator.name!r} where its devices are), but family {family.family!r} "
+            f"does not list {accelerator.name!r}: Request() would be refused there",
+            fix=f"Keep {accelerator.name!r} in family {family.family!r}'s accelerators",
+        )
+    if accelerator.host and devices == 1:
+        default = rules.precisions[rules.default_precision]
+        if rules.default_precision not in family.precisions:
+            raise InvalidRequest(
+                field=_where("families", family.family, "precisions"),
+                value=sorted(family.precisions),
+                reason=f"Request() on a bare machine runs {row.strategy!r} on {accelerator.name!r} at the default "
+                f"precision {rules.default_precision!r}, which the row does not list",
+                fix=f"Keep {rules.default_precision!r} in family {family.family!r}'s precisions",
+            )
+        if accelerator.name not in default.accelerators:
+            raise InvalidRequest(
+                field=_where("precisions", default.name, "accelerators"),
+                value=sorted(default.accelerators),
+                reason=f"Request() on a bare machine runs the default precision {default.name!r} on "
+                f"{accelerator.name!r}, which the row does not list",
+                fix=f"Keep {accelerator.name!r} in precision {default.name!r}'s accelerators",
+            )
 
 
 BUILTIN_RULES: Final[Rules] = Rules(

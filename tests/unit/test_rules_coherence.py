@@ -1,0 +1,255 @@
+"""A rule set holds together as a whole: `Rules.extend` (and `Rules(...)`, `attrs.evolve`) refuse what could not be
+resolved, each downstream row's fields are checked by type and meaning, and a rule set pickles and copies."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any, TypeVar
+
+import attrs
+import pytest
+
+from tests import downstream_rules
+from tests.downstream_rules import HCCL, INT8_QAT, NPU, RULES
+from trainplan import (
+    BUILTIN_RULES,
+    CustomName,
+    Environment,
+    InvalidRequest,
+    Request,
+    Rules,
+    StrategyRule,
+)
+from trainplan.resolve import resolve, resolve_uncached
+from trainplan.spec.rules import LEGACY_STRATEGIES
+
+T = TypeVar("T")
+
+NPU_ROW = RULES.accelerators[NPU]
+HCCL_ROW = RULES.backends[HCCL]
+QAT_ROW = RULES.precisions[INT8_QAT]
+QAT_RECIPE = RULES.precision_recipes[INT8_QAT]
+BUILTIN = BUILTIN_RULES
+FP32 = BUILTIN.precisions["32-true"]
+DDP, SINGLE = BUILTIN.families["ddp"], BUILTIN.families["single_device"]
+
+
+def _with(row: T, **changes: Any) -> T:
+    """`attrs.evolve`, with values of any type: the refusals are what is tested."""
+    given: Any = row
+    changed: T = attrs.evolve(given, **changes)
+    return changed
+
+
+def _plugin(**rows: Any) -> dict[str, Any]:
+    """An NPU plugin's rows that hold together (as `tests.downstream_rules`'s), with some replaced."""
+    given: dict[str, Any] = {
+        "accelerators": [NPU_ROW],
+        "backends": [HCCL_ROW],
+        "families": [_with(row, accelerators=row.accelerators | {NPU}) for row in (DDP, SINGLE)],
+        "precisions": [RULES.precisions["32-true"]],
+    }
+    return {**given, **rows}
+
+
+def test_the_builtin_and_the_downstream_rule_sets_hold_together() -> None:
+    """Every rule set the tests and the README use passes the whole-set checks (they run at construction)."""
+    sets = [value for value in vars(downstream_rules).values() if isinstance(value, Rules)]
+    assert BUILTIN_RULES in sets and RULES in sets and len(sets) >= 3
+    assert BUILTIN_RULES.extend(**_plugin()).accelerators[NPU] == NPU_ROW
+    for rules in sets:
+        assert resolve_uncached(Request(), Environment(), rules).accelerator == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("rows", "field", "words"),
+    [
+        # Finding 1's repros: each replaced row broke a bare Request() or a strategy somewhere.
+        (
+            {"precisions": [_with(FP32, accelerators=frozenset())]},
+            "rules.precisions['32-true'].accelerators",
+            "runs the default precision '32-true' on 'cpu'",
+        ),
+        (
+            {"families": [_with(DDP, accelerators=frozenset())]},
+            "rules.families['ddp'].accelerators",
+            "family 'ddp' would run on nothing",
+        ),
+        (
+            {"families": [_with(DDP, precisions=frozenset())]},
+            "rules.families['ddp'].precisions",
+            "family 'ddp' would run at nothing",
+        ),
+        (
+            {"families": [_with(SINGLE, accelerators=frozenset({"cuda"}), why_not={})]},
+            "rules.families['single_device'].accelerators",
+            "accelerator 'mps' would be listed by no family",
+        ),
+        (
+            {"families": [_with(SINGLE, accelerators=frozenset({"cuda", "mps"}))]},
+            "rules.families['single_device'].accelerators",
+            "'auto' picks 'single_device' for 1 'cpu' device",
+        ),
+        (
+            {"families": [_with(SINGLE, precisions=SINGLE.precisions - {"32-true"})]},
+            "rules.families['single_device'].precisions",
+            "Request() on a bare machine",
+        ),
+    ],
+)
+def test_a_replaced_row_that_breaks_the_builtin_rule_set_is_refused_naming_it(
+    rows: dict[str, Any], field: str, words: str
+) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        BUILTIN_RULES.extend(**rows)
+    assert caught.value.field == field
+    assert words in str(caught.value)
+
+
+def test_an_extension_that_drops_its_accelerator_from_the_families_auto_picks_is_refused() -> None:
+    """`device_counts={'npu': 2}` makes 'auto' pick the NPU: the families it then runs must list it."""
+    with pytest.raises(
+        InvalidRequest, match=r"rules\.families\['single_device'\]\.accelerators.*would be listed by no family"
+    ):
+        RULES.extend(families=[DDP, SINGLE])
+    with pytest.raises(InvalidRequest, match=r"'auto' picks 'ddp' for 2 'npu' device\(s\)") as caught:
+        RULES.extend(families=[DDP])
+    assert caught.value.field == "rules.families['ddp'].accelerators"
+    with pytest.raises(InvalidRequest, match=r"'auto' picks 'single_device' for 1 'npu'"):
+        BUILTIN_RULES.extend(**_plugin(families=[_with(DDP, accelerators=DDP.accelerators | {NPU})]))
+
+
+def test_rules_built_directly_or_evolved_run_the_same_checks() -> None:
+    """Not MissingRule at the first resolve: `InvalidRequest` naming the row, when the rule set is built."""
+    with pytest.raises(InvalidRequest, match=r"rules\.default_precision='32-true'.*no such precision"):
+        _with(BUILTIN_RULES, precisions={})
+    with pytest.raises(InvalidRequest, match=r"rules\.families\['ddp'\]\.accelerators.*would run on nothing"):
+        _with(BUILTIN_RULES, families={**BUILTIN.families, "ddp": _with(DDP, accelerators=frozenset())})
+    with pytest.raises(InvalidRequest, match=r"rules\.auto_strategies.*no row picks a strategy"):
+        _with(BUILTIN_RULES, auto_strategies=())
+    bad_priority = _with(BUILTIN.accelerators["cpu"], auto_priority=None)
+    with pytest.raises(InvalidRequest, match=r"rules\.accelerators\['cpu'\]\.auto_priority"):
+        _with(BUILTIN_RULES, accelerators={**BUILTIN.accelerators, "cpu": bad_priority})
+
+
+def _npu(**changes: Any) -> dict[str, Any]:
+    return _plugin(accelerators=[_with(NPU_ROW, **changes)])
+
+
+@pytest.mark.parametrize(
+    ("rows", "field"),
+    [
+        (_npu(auto_priority=None), "rules.accelerators['npu'].auto_priority"),
+        (_npu(auto_priority=True), "rules.accelerators['npu'].auto_priority"),
+        (_npu(auto_priority=2.5), "rules.accelerators['npu'].auto_priority"),
+        (_npu(fork_blocked_by="junk"), "rules.accelerators['npu'].fork_blocked_by"),
+        (_npu(device_type="cuda"), "rules.accelerators['npu'].device_type"),
+        (_npu(device_type="cpu"), "rules.accelerators['npu'].device_type"),
+        (_npu(device_type="npu:0"), "rules.accelerators['npu'].device_type"),
+        (_npu(strategy_fix=5), "rules.accelerators['npu'].strategy_fix"),
+        (_npu(description=None), "rules.accelerators['npu'].description"),
+        (_npu(counts_why=0), "rules.accelerators['npu'].counts_why"),
+        (_npu(takes_indices="yes"), "rules.accelerators['npu'].takes_indices"),
+        (_npu(host=0), "rules.accelerators['npu'].host"),
+        (_npu(slurm_gpus=None), "rules.accelerators['npu'].slurm_gpus"),
+        (_npu(job_layout="true"), "rules.accelerators['npu'].job_layout"),
+        (_npu(probes_usable=None), "rules.accelerators['npu'].probes_usable"),
+        (_plugin(backends=[_with(HCCL_ROW, description=3)]), "rules.backends['hccl'].description"),
+        (
+            _plugin(backends=[_with(HCCL_ROW, needs_device_tensors=1)]),
+            "rules.backends['hccl'].needs_device_tensors",
+        ),
+        (_plugin(backends=[_with(HCCL_ROW, accelerators=NPU)]), "rules.backends['hccl'].accelerators"),
+        (_plugin(backends=[_with(HCCL_ROW, why_not={"cpu": 1})]), "rules.backends['hccl'].why_not"),
+        (_plugin(families=[_with(DDP, description=None)]), "rules.families['ddp'].description"),
+        (_plugin(families=[_with(DDP, multi_process=False)]), "rules.families['ddp'].multi_process"),
+        (_plugin(families=[_with(DDP, has_process_group=False)]), "rules.families['ddp'].has_process_group"),
+        (_plugin(families=[_with(DDP, max_nodes=0)]), "rules.families['ddp'].max_nodes"),
+        (_plugin(families=[_with(DDP, max_devices_per_node="8")]), "rules.families['ddp'].max_devices_per_node"),
+        (_plugin(families=[_with(DDP, requires_package=7)]), "rules.families['ddp'].requires_package"),
+        (_plugin(families=[_with(DDP, accelerator_fix=7)]), "rules.families['ddp'].accelerator_fix"),
+        (_plugin(families=[_with(DDP, base_strategy="ddpp")]), "rules.families['ddp'].base_strategy"),
+        (_plugin(families=[_with(DDP, why_not={"mps": None})]), "rules.families['ddp'].why_not"),
+        (_plugin(families=[_with(DDP, accelerators=["cpu"])]), "rules.families['ddp'].accelerators"),
+        ({"precisions": [_with(FP32, description=1)]}, "rules.precisions['32-true'].description"),
+        (
+            {"precisions": [_with(FP32, requires_package="not a package")]},
+            "rules.precisions['32-true'].requires_package",
+        ),
+        ({"precisions": [_with(FP32, why_not={"mps": 1})]}, "rules.precisions['32-true'].why_not"),
+        ({"precisions": [_with(FP32, fallback=None)]}, "rules.precisions['32-true'].fallback"),
+        ({"precisions": [_with(FP32, accelerators="cpu")]}, "rules.precisions['32-true'].accelerators"),
+    ],
+)
+def test_each_field_of_a_downstream_row_is_checked(rows: dict[str, Any], field: str) -> None:
+    """A wrong type or meaning is refused at `extend`, naming the field (no TypeError, no AttributeError later)."""
+    with pytest.raises(InvalidRequest) as caught:
+        BUILTIN_RULES.extend(**rows)
+    assert caught.value.field == field
+
+
+def _qat(**changes: Any) -> dict[str, Any]:
+    families = [_with(SINGLE, precisions=SINGLE.precisions | {INT8_QAT})]
+    precision = _with(QAT_ROW, accelerators=frozenset({"cpu", "cuda"}))
+    return {"precisions": [precision], "precision_recipes": [_with(QAT_RECIPE, **changes)], "families": families}
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"autocast_dtype": "int8"}, "autocast_dtype"),
+        ({"parameter_dtype": None}, "parameter_dtype"),
+        ({"accelerate": "fp4"}, "accelerate"),
+        ({"engine": "tensorrt"}, "engine"),
+        ({"grad_scaler_on": "cuda"}, "grad_scaler_on"),
+        ({"grad_scaler_on": frozenset({"npu"})}, "grad_scaler_on"),
+    ],
+)
+def test_each_field_of_a_precision_recipe_is_checked(changes: dict[str, Any], field: str) -> None:
+    assert INT8_QAT in BUILTIN_RULES.extend(**_qat()).precision_recipes  # the rows unchanged hold
+    with pytest.raises(InvalidRequest) as caught:
+        BUILTIN_RULES.extend(**_qat(**changes))
+    assert caught.value.field == f"rules.precision_recipes['int8-qat'].{field}"
+
+
+def test_a_fork_blocker_is_a_fact_the_environment_has() -> None:
+    """What `fork_blocked_by` may name is read from its type's vocabulary; each name is an Environment fact."""
+    from typing import get_args
+
+    from trainplan.spec.rules.hardware import ForkBlocker
+
+    assert all(isinstance(getattr(Environment(), fact), bool) for fact in get_args(ForkBlocker))
+    with pytest.raises(InvalidRequest, match=r"fork_blocked_by='junk'.*the Environment fact") as caught:
+        BUILTIN_RULES.extend(**_npu(fork_blocked_by="junk"))
+    assert caught.value.allowed == get_args(ForkBlocker)
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        name
+        for name, row in LEGACY_STRATEGIES.items()
+        if row.strategy != name and name not in BUILTIN_RULES.strategy_spellings  # an alias is refused as one
+    ),
+)
+def test_a_legacy_name_that_means_another_strategy_is_not_a_new_strategy(name: str) -> None:
+    with pytest.raises(InvalidRequest, match="it is an old Lightning name"):
+        BUILTIN_RULES.extend(strategies=[StrategyRule(name=CustomName(name), family="ddp", launcher="subprocess")])
+
+
+@pytest.mark.parametrize("clone", [lambda rules: pickle.loads(pickle.dumps(rules)), copy.deepcopy, copy.copy])
+def test_a_rule_set_pickles_and_copies_and_resolves_the_same_plans(clone: Any) -> None:
+    """The builtin rule set round-trips as itself (its plans record no rule set); another is a new value, distinct
+    by identity (so a memo never confuses the two), with the same rows and reference: it resolves equal plans."""
+    assert clone(BUILTIN_RULES) is BUILTIN_RULES
+    copied = clone(RULES)
+    assert copied is not RULES and copied.reference == RULES.reference
+    assert dict(copied.accelerators) == dict(RULES.accelerators) and copied.accelerator_order == RULES.accelerator_order
+    env = Environment(packages=frozenset({"torchao"})).with_device_counts({NPU: 2})
+    for request in (Request(), Request(precision=INT8_QAT), Request(accelerator="cpu", devices=3)):
+        assert resolve(request, env, copied) == resolve_uncached(request, env, RULES)
+    unnamed = BUILTIN_RULES.extend(**_plugin())
+    assert resolve_uncached(Request(), env, clone(unnamed)) == resolve_uncached(Request(), env, unnamed)
+    with pytest.raises(TypeError):
+        copied.accelerators[NPU] = NPU_ROW  # read-only, as the original's
