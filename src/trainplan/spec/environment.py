@@ -72,7 +72,7 @@ def _freeze_counts(value: Mapping[str, int] | None) -> DeviceCounts:
     return given  # type: ignore[return-value]  # kept as given: resolve refuses it by name
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)  # a value: hashed once (the memo's key)
 class Environment:
     """Everything `resolve` may know about where it runs. The defaults describe a bare one-CPU machine.
 

@@ -41,7 +41,7 @@ def freeze_devices(value: int | str | Sequence[int]) -> Devices:
     return value  # type: ignore[return-value]  # a wrong type is kept for resolve to reject by name
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)  # a value: hashed once (the memo's key)
 class Request:
     """What to run on, how to distribute it and at which precision. Every field defaults to "decide for me".
 

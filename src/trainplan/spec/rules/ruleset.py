@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Final, SupportsIndex, TypeVar, get_args
 
 import attrs
 
 from trainplan.spec.errors import InvalidRequest
-from trainplan.spec.frozen import ReadOnlyMap
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     PRECISION_FLAGS,
@@ -123,10 +123,10 @@ class Rules:
 
     Built (directly, by `attrs.evolve` or by `extend`), the whole rule set is checked to hold together (see
     `_check_coherence`): an incoherent one is refused with `InvalidRequest` naming the row, never left to fail as
-    `MissingRule` at the first resolve. Its tables are read-only `ReadOnlyMap`s, so a rule set pickles and
-    deep-copies: `BUILTIN_RULES` comes back as itself; any other comes back as a new rule set with equal rows and the
-    same reference, which resolves equal plans (plans record the reference, not the object) but is not `==` to the
-    original, nor shares its memo entries (the memo is keyed by identity)."""
+    `MissingRule` at the first resolve. Its tables are read-only views; a rule set pickles and deep-copies (as plain
+    copies of its tables, built and checked again): `BUILTIN_RULES` comes back as itself; any other comes back as a
+    new rule set with equal rows and the same reference, which resolves equal plans (plans record the reference, not
+    the object) but is not `==` to the original, nor shares its memo entries (the memo is keyed by identity)."""
 
     accelerators: Mapping[AcceleratorKey, AcceleratorRule]
     accelerator_groups: Mapping[str, tuple[AcceleratorKey, ...]]
@@ -176,21 +176,21 @@ class Rules:
         for attribute in attrs.fields(Rules):
             value = getattr(self, attribute.name) if attribute.init else None
             if isinstance(value, Mapping):
-                object.__setattr__(self, attribute.name, ReadOnlyMap(value))
+                object.__setattr__(self, attribute.name, MappingProxyType(dict(value)))
         spellings: dict[str, StrategyFlag | CustomName] = {"auto": "auto"}
         spellings.update({name: name for name in self.strategies})
         spellings.update(self.strategy_aliases)
-        object.__setattr__(self, "strategy_spellings", ReadOnlyMap(spellings))
+        object.__setattr__(self, "strategy_spellings", MappingProxyType(spellings))
         accelerators: dict[str, AcceleratorFlag | CustomName] = {
             flag: flag for flag in ACCELERATOR_FLAGS if flag not in ACCELERATOR_ALIASES
         }
         accelerators.update(ACCELERATOR_ALIASES)
         accelerators.update({name: name for name in self.accelerators if name not in accelerators})
-        object.__setattr__(self, "accelerator_spellings", ReadOnlyMap(accelerators))
+        object.__setattr__(self, "accelerator_spellings", MappingProxyType(accelerators))
         precisions: dict[str, PrecisionKey] = {name: name for name in self.precisions}
         precisions.update(PRECISION_ALIASES)
-        object.__setattr__(self, "precision_spellings", ReadOnlyMap(precisions))
-        object.__setattr__(self, "backend_spellings", ReadOnlyMap({name: name for name in self.backends}))
+        object.__setattr__(self, "precision_spellings", MappingProxyType(precisions))
+        object.__setattr__(self, "backend_spellings", MappingProxyType({name: name for name in self.backends}))
         # Built directly or through attrs.evolve, a rule set is checked as an extension's is: whole, at construction
         # (refused with InvalidRequest naming the row, not with MissingRule at the first resolve).
         _check_coherence(self)
@@ -203,7 +203,14 @@ class Rules:
         # copy still records no rule set; any other is a new value, equal in every row, distinct by identity.
         if self is BUILTIN_RULES:
             return "BUILTIN_RULES"
-        return super().__reduce_ex__(protocol)
+        # The tables are read-only views (C-fast to read on the cold path, but not picklable): the rule set travels
+        # as plain copies of its given tables and is built again (checked again) where it lands.
+        given = {
+            attribute.name: dict(value) if isinstance(value := getattr(self, attribute.name), Mapping) else value
+            for attribute in attrs.fields(Rules)
+            if attribute.init
+        }
+        return (_rebuilt, (given,))
 
     @property
     def plan_reference(self) -> str | None:
@@ -1148,6 +1155,11 @@ def _check_auto_pick(rules: Rules, accelerator: AcceleratorRule, devices: int, i
                 f"{accelerator.name!r}, which the row does not list",
                 fix=f"Keep {accelerator.name!r} in precision {default.name!r}'s accelerators",
             )
+
+
+def _rebuilt(given: dict[str, Any]) -> Rules:
+    """A pickled or copied rule set, built again from its tables (`Rules.__reduce_ex__`)."""
+    return Rules(**given)
 
 
 BUILTIN_RULES: Final[Rules] = Rules(
