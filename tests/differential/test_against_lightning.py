@@ -136,11 +136,12 @@ def test_every_documented_difference_is_a_named_predicate() -> None:
     assert set(EXPLAINED) == set(DIFFERENCES)
 
 
-def test_trainplan_agrees_with_lightning_except_on_purpose(monkeypatch: pytest.MonkeyPatch) -> None:
+def _compare(monkeypatch: pytest.MonkeyPatch, cases: list[tuple[dict[str, Any], Environment]]) -> tuple[int, set[str]]:
+    """How many cases agree, and the differences that explain the others; fails naming the first unexplained."""
     unexplained = []
     agreed = 0
     used: set[str] = set()
-    for flags, env in sample(SAMPLE_SIZE):
+    for flags, env in cases:
         mine = ours(request_for(flags), env)
         theirs = lightning(monkeypatch, flags, env)
         if mine == theirs:
@@ -148,15 +149,19 @@ def test_trainplan_agrees_with_lightning_except_on_purpose(monkeypatch: pytest.M
             continue
         error = _our_error(flags, env)
         reasons = [name for name, explains in EXPLAINED.items() if explains(flags, env, mine, theirs, error)]
-        if reasons:
-            used.update(reasons)
-        else:
+        used.update(reasons)
+        if not reasons:
             unexplained.append((flags, env, mine, theirs, error))
     assert not unexplained, "\n".join(
         f"{flags} on cuda={env.cuda_device_count} interactive={env.interactive} {dict(env.variables)}:\n"
         f"  trainplan {mine} ({error})\n  lightning {theirs}"
         for flags, env, mine, theirs, error in unexplained[:10]
     )
+    return agreed, used
+
+
+def test_trainplan_agrees_with_lightning_except_on_purpose(monkeypatch: pytest.MonkeyPatch) -> None:
+    agreed, used = _compare(monkeypatch, sample(SAMPLE_SIZE))
     assert agreed > SAMPLE_SIZE // 2, "the sample should mostly be agreement, or it tests little"
     # The differences this sample shows (the model-parallel ones and xla_fsdp have tests of their own below).
     assert used == {
@@ -172,31 +177,14 @@ def test_trainplan_agrees_with_lightning_except_on_purpose(monkeypatch: pytest.M
 
 def test_model_parallel_agrees_with_lightning_except_on_purpose(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every model_parallel request Lightning can spell: the same plan and mesh sizes (Lightning's, as its setup
-    computes them), except the three documented differences, each of which the sample exercises."""
-    unexplained = []
-    used: set[str] = set()
-    agreed = 0
-    for flags, env in model_parallel_sample():
-        mine = ours(request_for(flags), env)
-        theirs = lightning(monkeypatch, flags, env)
-        if mine == theirs:
-            agreed += 1
-            continue
-        error = _our_error(flags, env)
-        reasons = [name for name, explains in EXPLAINED.items() if explains(flags, env, mine, theirs, error)]
-        used.update(reasons)
-        if not reasons:
-            unexplained.append((flags, mine, theirs, error))
-    assert not unexplained, "\n".join(
-        f"{flags}:\n  trainplan {mine} ({error})\n  lightning {theirs}"
-        for flags, mine, theirs, error in unexplained[:10]
-    )
-    assert {
+    computes them), except the four documented model-parallel differences, each of which the sample exercises."""
+    agreed, used = _compare(monkeypatch, model_parallel_sample())
+    assert used == {
         "model-parallel-auto",
         "model-parallel-default",
         "model-parallel-precision",
         "model-parallel-inside-node",
-    } <= used
+    }, used
     assert agreed > 0
 
 
