@@ -112,3 +112,15 @@ def test_reasons_written_when_read_are_the_same_value_as_written_ones() -> None:
         assert type(copied) is FrozenMap and copied == written
         assert all(type(text) is str for text in plan.reasons.values())
     assert resolve_uncached(Request(), cpu()).reasons["accelerator"].startswith("the best available of only cpu")
+
+
+def test_a_plan_read_back_keeps_the_options_its_strategy_name_fixes() -> None:
+    """`ddp_find_unused_parameters_true` fixes find_unused_parameters=True: a plan saying otherwise is refused when
+    read back, as resolve refuses such options (a worker trusts the plan it reads)."""
+    plan = plan_for(cpu(), strategy="ddp_find_unused_parameters_true", devices=2)
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert Plan.from_dict(data) == plan
+    data["strategy"]["options"]["find_unused_parameters"] = False
+    with pytest.raises(PlanFormatError) as caught:
+        Plan.from_dict(data)
+    assert caught.value.path == "plan.strategy.options.find_unused_parameters"

@@ -223,6 +223,15 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
     rule = rules.strategies.get(plan.strategy.name)
     if rule is not None and plan.strategy.family != rule.family:
         raise bad("strategy.family", f"strategy {plan.strategy.name!r} is of family {rule.family!r}")
+    if rule is not None:  # the options its name fixes are in force, as resolve puts them
+        in_force = plan.strategy.options
+        for option, value in rule.preset.items():
+            if getattr(in_force, option, value) != value:
+                raise bad(
+                    f"strategy.options.{option}",
+                    f"strategy {plan.strategy.name!r} fixes {option}={value!r}, and the plan says "
+                    f"{getattr(in_force, option)!r}",
+                )
     family = None if relaxed else _lookup_family(rules, plan.strategy.family, bad)
     backend = plan.process_group_backend
     # What the family row says, or (relaxed) what the plan's own facts say: a process group has a backend.

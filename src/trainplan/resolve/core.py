@@ -936,7 +936,9 @@ def _select_devices(
     if missing:
         raise Unavailable(
             requested=f"device index {missing[0]} on accelerator={accelerator!r}",
-            available=f"{total} visible {noun} (indices 0 to {total - 1}; indices count after CUDA_VISIBLE_DEVICES)",
+            available=f"{total} visible {noun} (indices 0 to {total - 1}"
+            + ("" if rule.visibility_variable is None else f"; indices count after {rule.visibility_variable}")
+            + ")",
             fix=f"Name indices below {total}, e.g. devices={list(range(min(len(spec), total)))}",
         )
     if rule.device_counts == "one_or_all" and len(spec) != 1:
