@@ -274,7 +274,9 @@ def _yes(fact: str, value: str | None) -> bool:
 
 def _count(fact: str, value: str | None, limit: int = MAX_DEVICES_PER_NODE, what: str = "devices") -> int:
     """A count of `what` on one node, at most `limit` (no machine has more; its digits are never all read)."""
-    text = "" if value is None else value.strip()
+    if value is None:
+        raise CliError(f"--assume {fact}: say how many, e.g. --assume {fact}=8")
+    text = value.strip()
     number = whole_number(text)
     if number is None and not is_ascii_digits(text):
         raise CliError(f"--assume {fact}={value}: write a whole number, e.g. --assume {fact}=8")

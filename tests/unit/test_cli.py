@@ -250,6 +250,8 @@ def test_assumed_counts_beyond_a_machine_say_the_limit(capsys: pytest.CaptureFix
     assert code == 2 and "at most 1048576 CPUs" in err, err
     code, _, err = run(capsys, "plan", "--no-probe", "--assume", "cuda=two")
     assert code == 2 and "write a whole number, e.g. --assume cuda=8" in err, err
+    code, _, err = run(capsys, "plan", "--no-probe", "--rules", DOWNSTREAM, "--assume", "npu")
+    assert code == 2 and "--assume npu: say how many, e.g. --assume npu=8" in err and "None" not in err, err
 
 
 def test_a_downstream_accelerator_without_devices_is_counted_by_the_clis_own_flag(
