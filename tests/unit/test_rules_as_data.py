@@ -255,6 +255,8 @@ class _LiteralDecisions(ast.NodeVisitor):
     def visit_Dict(self, node: ast.Dict) -> None:  # {"ddp": ...}: a table outside the tables
         if any(_named(key) for key in node.keys):
             self.flag(node, "keyed")
+        elif any(_named(value) for value in node.values):
+            self.flag(node, "valued")
         self.generic_visit(node)
 
     def visit_JoinedStr(self, node: ast.JoinedStr) -> None:
@@ -324,6 +326,7 @@ def choose(accelerator: Literal["cpu", "cuda"], name, table, strategy="ddp"):  #
     if name.endswith("_offload"):  # found: endswith
         pass
     rule = table["ddp"]  # found: subscript
+    values = {"strategy": "model_parallel"}  # found: valued
     rule = table.get("fsdp")  # found: argument
     rule = dict(kind="local")  # found: argument
     {"cuda", "mps"}.issuperset(name)  # found: set
@@ -367,7 +370,7 @@ def test_the_check_finds_a_literal_decision(tmp_path: Path) -> None:
         if "# found: " in line
     ]
     assert found == marked
-    assert len({form for _, form in marked}) == 12
+    assert len({form for _, form in marked}) == 13
 
 
 # --------------------------------------------------------------------------------------------------

@@ -415,6 +415,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
             accelerator=accelerator,
             backend=backend,
             precision=precision,
+            strategy=strategy_name,
         )
         if isinstance(outcome, MeshChoice):
             mesh = outcome

@@ -51,6 +51,7 @@ class _World:
     accelerator: AcceleratorKey
     precision: PrecisionKey
     names: Mapping[MeshDimension, str]
+    strategy: str  # the strategy asked for, which a refusal names when no degree was written
 
     @property
     def size(self) -> int:
@@ -81,7 +82,7 @@ class _World:
         layout = f"{self.num_nodes} node(s) × {self.processes_per_node} processes"
         return incompatible(
             rule,
-            dict(values) or {"strategy": "model_parallel"},
+            dict(values) or {"strategy": self.strategy},
             world_size=self.size,
             layout=layout,
             fitting=self.fitting(asked),
@@ -97,10 +98,11 @@ def mesh_or_refusals(
     accelerator: AcceleratorKey,
     backend: BackendKey | None,
     precision: PrecisionKey,
+    strategy: str,
 ) -> MeshChoice | tuple[Incompatible, ...]:
-    """The mesh for `options`, or every refusal of it: one while the degrees do not yet make a layout (a group too
-    big for a node, two 'auto's, a product that is not the world size), then every layout rule the degrees break
-    (each naming a layout that fits), for `check` to list them all."""
+    """The mesh for `options` (of the strategy named `strategy`), or every refusal of it: one while the degrees do not
+    yet make a layout (a group too big for a node, two 'auto's, a product that is not the world size), then every
+    layout rule the degrees break (each naming a layout that fits), for `check` to list them all."""
     try:
         return _choose_mesh(
             options,
@@ -109,6 +111,7 @@ def mesh_or_refusals(
             accelerator=accelerator,
             backend=backend,
             precision=precision,
+            strategy=strategy,
         )
     except Incompatible as refusal:
         return (refusal,)
@@ -122,6 +125,7 @@ def _choose_mesh(
     accelerator: AcceleratorKey,
     backend: BackendKey | None,
     precision: PrecisionKey,
+    strategy: str,
 ) -> MeshChoice | tuple[Incompatible, ...]:
     lightning = _lightning_sizes(options)
     names: dict[MeshDimension, str] = {name: name for name in MESH_DIMENSIONS}
@@ -133,6 +137,7 @@ def _choose_mesh(
         accelerator=accelerator,
         precision=precision,
         names=names,
+        strategy=strategy,
     )
     asked = _asked(options, lightning, world)
     autos = [name for name in MESH_DIMENSIONS if asked[name] == "auto"]
