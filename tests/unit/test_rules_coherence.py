@@ -315,6 +315,22 @@ GLOO = B.backends["gloo"]
         ({"fork_strategy_for": {"ddp": "nope"}}, "rules.fork_strategy_for['ddp']", "no such strategy"),
         ({"spawn_strategy_for": {"nope": "ddp_spawn"}}, "rules.spawn_strategy_for", "no such strategy"),
         ({"script_strategy_for": {"ddp_spawn": "nope"}}, "rules.script_strategy_for['ddp_spawn']", "no such"),
+        # A counterpart names a strategy of its family started where the original cannot be.
+        (
+            {"fork_strategy_for": {**B.fork_strategy_for, "ddp": "ddp_spawn"}},
+            "rules.fork_strategy_for['ddp']",
+            "which a notebook cannot run either",
+        ),
+        (
+            {"spawn_strategy_for": {**B.spawn_strategy_for, "ddp_fork": "ddp_notebook"}},
+            "rules.spawn_strategy_for['ddp_fork']",
+            "forks too",
+        ),
+        (
+            {"script_strategy_for": {**B.script_strategy_for, "ddp_spawn": "fsdp"}},
+            "rules.script_strategy_for['ddp_spawn']",
+            "a counterpart runs the same family",
+        ),
         (
             {"backends": {**B.backends, "gloo": _with(GLOO, accelerators=frozenset({"cuda"}))}},
             "rules.accelerators['cpu'].default_backend",

@@ -461,23 +461,35 @@ class Rules:
                     reason="a counterpart names a strategy of the rule set",
                     allowed=tuple(strategies),
                 )
-        source, target = strategies[key], strategies[value]
-        launcher = self.launchers[target.launcher]
-        if source.family != target.family:
-            reason = f"{value!r} is of family {target.family!r}, {key!r} of {source.family!r}: a counterpart " + (
-                "runs the same family"
+        refusal = _counterpart_refusal(field.split("_", 1)[0], key, value, strategies, self.launchers)
+        if refusal is not None:
+            raise InvalidRequest(
+                field=f"rules.{field}[{key!r}]", value=value, reason=refusal, fix="Name a counterpart that runs there"
             )
-        elif field == "fork_counterparts" and not launcher.interactive_compatible:
-            reason = f"{value!r} is started by {target.launcher!r}, which a notebook cannot run either"
-        elif field == "spawn_counterparts" and launcher.forks:
-            reason = f"{value!r} forks too (launcher {target.launcher!r}), where forking is what fails"
-        elif field == "script_counterparts" and launcher.start_method is not None:
-            reason = f"{value!r} starts its processes itself (launcher {target.launcher!r}), inside a started job too"
-        else:
-            return
-        raise InvalidRequest(
-            field=f"rules.{field}[{key!r}]", value=value, reason=reason, fix="Name a counterpart that runs there"
+
+
+def _counterpart_refusal(
+    kind: str,
+    key: StrategyKey,
+    value: StrategyKey,
+    strategies: Mapping[StrategyKey, StrategyRule],
+    launchers: Mapping[LauncherName, LauncherRule],
+) -> str | None:
+    """Why `value` cannot stand in for `key` as its fork, spawn or script counterpart (`kind`), or None."""
+    source, target = strategies[key], strategies[value]
+    launcher = launchers[target.launcher]
+    if source.family != target.family:
+        return (
+            f"{value!r} is of family {target.family!r}, {key!r} of {source.family!r}: a counterpart runs the same "
+            "family"
         )
+    if kind == "fork" and not launcher.interactive_compatible:
+        return f"{value!r} is started by {target.launcher!r}, which a notebook cannot run either"
+    if kind == "spawn" and launcher.forks:
+        return f"{value!r} forks too (launcher {target.launcher!r}), where forking is what fails"
+    if kind == "script" and launcher.start_method is not None:
+        return f"{value!r} starts its processes itself (launcher {target.launcher!r}), inside a started job too"
+    return None
 
 
 R = TypeVar("R")
@@ -624,7 +636,8 @@ def _new_name(field: str, name: object, known: Iterable[str], pattern: re.Patter
             value=name,
             reason="the rule set already has that name (as a name, an alias or a flag): a built-in name is not "
             "reused for another row",
-            fix="Choose a name of your own (replace a built-in family or precision row with families=/precisions=)",
+            fix="Choose a name of your own (replace a built-in family, precision or backend row with "
+            "families=/precisions=/backends=)",
         )
 
 
@@ -1092,10 +1105,13 @@ def _check_references(rules: Rules) -> None:
         _exists(strategy.launcher, launchers, "launcher", "strategies", strategy.name, "launcher")
     for table in _COUNTERPARTS:
         for key, value in getattr(rules, table).items():
-            if key in strategies and value in strategies:
-                continue
             _exists(key, strategies, "strategy", table, None)
             _exists(value, strategies, "strategy", table, key)
+            refusal = _counterpart_refusal(table.split("_", 1)[0], key, value, strategies, launchers)
+            if refusal is not None:
+                raise InvalidRequest(
+                    field=_where(table, key), value=value, reason=refusal, fix="Name a counterpart that runs there"
+                )
     for family_name, strategy_name in rules.auto_for_options.items():
         _exists(family_name, families, "family", "auto_for_options", None)
         _exists(strategy_name, strategies, "strategy", "auto_for_options", family_name)
