@@ -270,6 +270,16 @@ GLOO = B.backends["gloo"]
             "runs family 'ddp' as its built-in row says",
         ),
         (
+            {"families": {**dict[str, Any](B.families.items()), "nofam": _with(DDP, family="nofam")}},
+            "rules.families['nofam']",
+            "custom families need a runtime of their own",
+        ),
+        (
+            {"families": {**B.families, "fsdp": DDP}},
+            "rules.families['fsdp']",
+            "under its own name",
+        ),
+        (
             {"strategies": {**B.strategies, "ddp": _with(B.strategies["ddp"], family="nofam")}},
             "rules.strategies['ddp'].family",
             "no such family",

@@ -1149,11 +1149,17 @@ def _check_references(rules: Rules) -> None:
             "have no cluster to plan for",
             fix="Keep the built-in 'local' row: clusters={**BUILTIN_RULES.clusters, ...}",
         )
-    for family in families.values():
+    for key, family in families.items():
         builtin = FAMILIES.get(family.family)
-        if builtin is None or (
-            family.multi_process is builtin.multi_process and family.has_process_group is builtin.has_process_group
-        ):
+        if builtin is None or family.family != key:
+            raise InvalidRequest(
+                field=_where("families", key),
+                value=family.family,
+                reason="a family row is one of trainplan's families, under its own name (custom families need a "
+                "runtime of their own)",
+                allowed=tuple(FAMILIES),
+            )
+        if family.multi_process is builtin.multi_process and family.has_process_group is builtin.has_process_group:
             continue
         for field in ("multi_process", "has_process_group"):
             if getattr(family, field) != getattr(builtin, field):
