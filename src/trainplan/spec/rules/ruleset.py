@@ -461,7 +461,8 @@ class Rules:
                     reason="a counterpart names a strategy of the rule set",
                     allowed=tuple(strategies),
                 )
-        refusal = _counterpart_refusal(field.split("_", 1)[0], key, value, strategies, self.launchers)
+        table = field.replace("counterparts", "strategy_for")  # fork_counterparts adds to fork_strategy_for
+        refusal = _counterpart_refusal(table, key, value, strategies, self.launchers)
         if refusal is not None:
             raise InvalidRequest(
                 field=f"rules.{field}[{key!r}]", value=value, reason=refusal, fix="Name a counterpart that runs there"
@@ -469,13 +470,13 @@ class Rules:
 
 
 def _counterpart_refusal(
-    kind: str,
+    table: str,
     key: StrategyKey,
     value: StrategyKey,
     strategies: Mapping[StrategyKey, StrategyRule],
     launchers: Mapping[LauncherName, LauncherRule],
 ) -> str | None:
-    """Why `value` cannot stand in for `key` as its fork, spawn or script counterpart (`kind`), or None."""
+    """Why `value` cannot stand in for `key` as its fork, spawn or script counterpart (`table`), or None."""
     source, target = strategies[key], strategies[value]
     launcher = launchers[target.launcher]
     if source.family != target.family:
@@ -483,11 +484,11 @@ def _counterpart_refusal(
             f"{value!r} is of family {target.family!r}, {key!r} of {source.family!r}: a counterpart runs the same "
             "family"
         )
-    if kind == "fork" and not launcher.interactive_compatible:
+    if table == "fork_strategy_for" and not launcher.interactive_compatible:
         return f"{value!r} is started by {target.launcher!r}, which a notebook cannot run either"
-    if kind == "spawn" and launcher.forks:
+    if table == "spawn_strategy_for" and launcher.forks:
         return f"{value!r} forks too (launcher {target.launcher!r}), where forking is what fails"
-    if kind == "script" and launcher.start_method is not None:
+    if table == "script_strategy_for" and launcher.start_method is not None:
         return f"{value!r} starts its processes itself (launcher {target.launcher!r}), inside a started job too"
     return None
 
@@ -1107,7 +1108,7 @@ def _check_references(rules: Rules) -> None:
         for key, value in getattr(rules, table).items():
             _exists(key, strategies, "strategy", table, None)
             _exists(value, strategies, "strategy", table, key)
-            refusal = _counterpart_refusal(table.split("_", 1)[0], key, value, strategies, launchers)
+            refusal = _counterpart_refusal(table, key, value, strategies, launchers)
             if refusal is not None:
                 raise InvalidRequest(
                     field=_where(table, key), value=value, reason=refusal, fix="Name a counterpart that runs there"
