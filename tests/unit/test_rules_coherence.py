@@ -461,7 +461,7 @@ def test_a_downstream_accelerator_does_not_take_another_accelerators_spelling(
     with pytest.raises(InvalidRequest) as caught:
         RULES.extend(**rows)
     assert caught.value.field == field
-    assert f"it is {owner}" in str(caught.value) or f"spells {owner}" in str(caught.value)
+    assert f"the resource of {owner}:" in str(caught.value) or f"Lightning spells {owner}:" in str(caught.value)
 
 
 def test_a_precision_no_family_lists_any_more_is_refused() -> None:

@@ -1070,6 +1070,11 @@ _HOST_LAUNCHER: Final[LauncherName] = next(
 )
 """The launcher `check` goes on with after a launcher is refused (it starts no process and joins no world)."""
 
+_FALLBACK_CLUSTER: Final[ClusterName] = next(
+    name for name, rule in CLUSTERS.items() if rule.detect_priority is not None and not all(rule.detect_variables)
+)
+"""The built-in cluster row detected without cluster variables (a process outside any cluster manager)."""
+
 _COUNTERPARTS: Final = ("fork_strategy_for", "spawn_strategy_for", "script_strategy_for")
 """The counterpart tables of a rule set (`extend`'s fork_, spawn_ and script_counterparts add to them)."""
 
@@ -1148,7 +1153,7 @@ def _check_references(rules: Rules) -> None:
             value=tuple(rules.clusters),
             reason="no row is detected without cluster variables: a process outside any cluster manager would "
             "have no cluster to plan for",
-            fix="Keep the built-in 'local' row: clusters={**BUILTIN_RULES.clusters, ...}",
+            fix=f"Keep the built-in {_FALLBACK_CLUSTER!r} row: clusters={{**BUILTIN_RULES.clusters, ...}}",
         )
     for key, family in families.items():
         builtin = FAMILIES.get(family.family)
@@ -1223,7 +1228,7 @@ def _check_claims(rules: Rules) -> None:
             raise InvalidRequest(
                 field=_where("kubernetes_resources", accelerator),
                 value=resource,
-                reason=f"it is {holder!r}'s resource: the pods would ask for {holder!r}'s devices",
+                reason=f"it is the resource of {holder!r}: the pods would ask for {holder!r} devices",
                 fix=f"Write the resource {accelerator!r}'s device plugin advertises (what `kubectl describe node` "
                 "lists under Allocatable)",
             )
