@@ -281,7 +281,11 @@ def _coherent(**rows: Any) -> dict[str, Any]:
         (_coherent(accelerators=[_npu(default_backend="gloo")]), "backend 'gloo' does not reduce 'npu' tensors"),
         (_coherent(families=[]), "no family lists the accelerator"),
         (_coherent(precisions=[]), "no precision runs on it"),
-        (_coherent(backends=[attrs.evolve(HCCL_ROW, name=CustomName("nccl"))]), "already has that name"),
+        # A row under a built-in backend's name replaces it (as a family's does): the set must still hold together.
+        (
+            _coherent(backends=[HCCL_ROW, attrs.evolve(HCCL_ROW, name=CustomName("nccl"))]),
+            "backend 'nccl' does not reduce 'cuda' tensors",
+        ),
         (
             _coherent(backends=[attrs.evolve(HCCL_ROW, accelerators=frozenset({NPU, CustomName("ipu")}))]),
             "no such accelerator",

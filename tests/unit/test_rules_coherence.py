@@ -16,6 +16,7 @@ from trainplan import (
     BUILTIN_RULES,
     CustomName,
     Environment,
+    FrameworkAccelerator,
     InvalidRequest,
     Request,
     Rules,
@@ -253,3 +254,236 @@ def test_a_rule_set_pickles_and_copies_and_resolves_the_same_plans(clone: Any) -
     assert resolve_uncached(Request(), env, clone(unnamed)) == resolve_uncached(Request(), env, unnamed)
     with pytest.raises(TypeError):
         copied.accelerators[NPU] = NPU_ROW  # read-only, as the original's
+
+
+B = BUILTIN_RULES
+GLOO = B.backends["gloo"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        # The second review's repros: each built a rule set that failed with MissingRule later, or planned wrongly.
+        (
+            {"families": {**B.families, "ddp": _with(DDP, multi_process=False)}},
+            "rules.families['ddp'].multi_process",
+            "runs family 'ddp' as its built-in row says",
+        ),
+        (
+            {"families": {**dict[str, Any](B.families.items()), "nofam": _with(DDP, family="nofam")}},
+            "rules.families['nofam']",
+            "custom families need a runtime of their own",
+        ),
+        (
+            {"families": {**B.families, "fsdp": DDP}},
+            "rules.families['fsdp']",
+            "under its own name",
+        ),
+        (
+            {"strategies": {**B.strategies, "ddp": _with(B.strategies["ddp"], family="nofam")}},
+            "rules.strategies['ddp'].family",
+            "no such family",
+        ),
+        (
+            {"strategies": {**B.strategies, "ddp": _with(B.strategies["ddp"], launcher="nolaunch")}},
+            "rules.strategies['ddp'].launcher",
+            "no such launcher",
+        ),
+        (
+            {"launchers": {name: row for name, row in B.launchers.items() if name != "spawn"}},
+            "rules.launchers",
+            "starts workers with launcher 'spawn'",
+        ),
+        (
+            {"launchers": {**B.launchers, "subprocess": _with(B.launchers["subprocess"], in_started_job="nope")}},
+            "rules.launchers['subprocess'].in_started_job",
+            "no such launcher",
+        ),
+        ({"clusters": {}}, "rules.clusters", "a process outside any cluster manager"),
+        (
+            {"clusters": {name: row for name, row in B.clusters.items() if name != "local"}},
+            "rules.clusters",
+            "no row is detected without cluster variables",
+        ),
+        ({"auto_for_options": {"deepspeed": "nope"}}, "rules.auto_for_options['deepspeed']", "no such strategy"),
+        ({"auto_for_options": {"nofam": "ddp"}}, "rules.auto_for_options", "no such family"),
+        (
+            {"auto_strategies": (_with(B.auto_strategies[0], strategy="nope"), *B.auto_strategies)},
+            "rules.auto_strategies[0].strategy",
+            "no such strategy",
+        ),
+        (
+            {"precisions": {**B.precisions, "16-mixed": _with(B.precisions["16-mixed"], fallback={"cpu": "nope"})}},
+            "rules.precisions['16-mixed'].fallback['cpu']",
+            "no such precision",
+        ),
+        (
+            {"precisions": {**B.precisions, "16-mixed": _with(B.precisions["16-mixed"], instead={"cpu": "nope"})}},
+            "rules.precisions['16-mixed'].instead['cpu']",
+            "no such precision",
+        ),
+        ({"fork_strategy_for": {"ddp": "nope"}}, "rules.fork_strategy_for['ddp']", "no such strategy"),
+        ({"spawn_strategy_for": {"nope": "ddp_spawn"}}, "rules.spawn_strategy_for", "no such strategy"),
+        ({"script_strategy_for": {"ddp_spawn": "nope"}}, "rules.script_strategy_for['ddp_spawn']", "no such"),
+        # A counterpart names a strategy of its family started where the original cannot be.
+        (
+            {"fork_strategy_for": {**B.fork_strategy_for, "ddp": "ddp_spawn"}},
+            "rules.fork_strategy_for['ddp']",
+            "which a notebook cannot run either",
+        ),
+        (
+            {"spawn_strategy_for": {**B.spawn_strategy_for, "ddp_fork": "ddp_notebook"}},
+            "rules.spawn_strategy_for['ddp_fork']",
+            "forks too",
+        ),
+        (
+            {"script_strategy_for": {**B.script_strategy_for, "ddp_spawn": "fsdp"}},
+            "rules.script_strategy_for['ddp_spawn']",
+            "a counterpart runs the same family",
+        ),
+        (
+            {"backends": {**B.backends, "gloo": _with(GLOO, accelerators=frozenset({"cuda"}))}},
+            "rules.accelerators['cpu'].default_backend",
+            "backend 'gloo' does not reduce 'cpu' tensors",
+        ),
+        (
+            {"accelerators": {**B.accelerators, "cpu": _with(B.accelerators["cpu"], default_backend="nope")}},
+            "rules.accelerators['cpu'].default_backend",
+            "no such backend",
+        ),
+        (
+            {"default_precision": "bf16-mixed"},
+            "rules.default_precision",
+            "a request's default precision is fixed ('32-true'",
+        ),
+    ],
+)
+def test_every_reference_between_rows_is_checked_when_the_rule_set_is_built(
+    changes: dict[str, Any], field: str, words: str
+) -> None:
+    """`Rules(...)` / `attrs.evolve(BUILTIN_RULES, ...)`: each row that names another names one the set has."""
+    with pytest.raises(InvalidRequest) as caught:
+        _with(BUILTIN_RULES, **changes)
+    assert caught.value.field == field
+    assert words in str(caught.value)
+
+
+def test_a_gloo_row_without_cpu_no_longer_plans_a_refusal_of_gloo_on_cpu() -> None:
+    """The repro: the set used to be built, and then `process_group_backend='gloo'` on CPU was refused with the fix
+    "Use process_group_backend='gloo'"; now the set is refused, and the built-in one plans gloo on CPU."""
+    plan = resolve_uncached(Request(devices=2, strategy="ddp", process_group_backend="gloo"), Environment(), BUILTIN)
+    assert plan.process_group_backend == "gloo"
+    with pytest.raises(InvalidRequest, match="List 'cpu' in the backend's accelerators"):
+        _with(BUILTIN_RULES, backends={**B.backends, "gloo": _with(GLOO, accelerators=frozenset({"cuda"}))})
+
+
+@pytest.mark.parametrize(
+    ("rows", "field"),
+    [
+        ({"families": [_with(DDP, why_not={**DDP.why_not, "cpu": "no"})]}, "rules.families['ddp'].why_not"),
+        ({"precisions": [_with(FP32, why_not={"cpu": "no"})]}, "rules.precisions['32-true'].why_not"),
+        ({"backends": [_with(GLOO, why_not={**GLOO.why_not, "cuda": "no"})]}, "rules.backends['gloo'].why_not"),
+        (_plugin(backends=[_with(HCCL_ROW, why_not={NPU: "no"})]), "rules.backends['hccl'].why_not"),
+    ],
+)
+def test_a_row_that_both_lists_an_accelerator_and_refuses_it_is_contradictory(rows: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidRequest, match="which one holds") as caught:
+        BUILTIN_RULES.extend(**rows)
+    assert caught.value.field == field
+    # The same rows giving reasons for accelerators they do not list are accepted (replacing gloo's is allowed).
+    assert BUILTIN_RULES.extend(families=[_with(DDP, why_not={**DDP.why_not, "mps": "no"})]).families["ddp"] != DDP
+    assert BUILTIN_RULES.extend(backends=[_with(GLOO, why_not={**GLOO.why_not, "mps": "no"})]).backends["gloo"] != GLOO
+
+
+NPU2 = CustomName("npu2")
+
+
+def test_a_downstream_accelerator_runs_over_a_replaced_builtin_backend_row() -> None:
+    """The refusal says to list the accelerator in gloo's row; the built-in row can be replaced, and then two devices
+    of the new accelerator resolve to a DDP world over gloo."""
+    npu2 = _with(NPU_ROW, name=NPU2, device_type="npu2", default_backend="gloo", auto_priority=6)
+    families = [_with(row, accelerators=row.accelerators | {NPU2}) for row in (DDP, SINGLE)]
+    fp32 = _with(FP32, accelerators=FP32.accelerators | {NPU2})
+    plugin: dict[str, Any] = {"accelerators": [npu2], "families": families, "precisions": [fp32]}
+    with pytest.raises(InvalidRequest, match=r"List 'npu2' in the backend's accelerators.*BUILTIN_RULES\.backends"):
+        BUILTIN_RULES.extend(**plugin)
+    gloo = _with(GLOO, accelerators=GLOO.accelerators | {NPU2})
+    rules = BUILTIN_RULES.extend(**plugin, backends=[gloo])
+    assert rules.backends["gloo"] == gloo and BUILTIN_RULES.backends["gloo"] == GLOO  # the built-in set unchanged
+    env = Environment().with_device_counts({NPU2: 2})
+    plan = resolve_uncached(Request(accelerator=NPU2, devices=2, strategy="ddp"), env, rules)
+    assert (plan.accelerator, plan.devices, plan.world_size) == (NPU2, (0, 1), 2)
+    assert plan.process_group_backend == "gloo"
+    assert resolve_uncached(Request(), env, rules).process_group_backend == "gloo"  # 'auto' picks it, as ddp
+    with pytest.raises(InvalidRequest) as caught:
+        BUILTIN_RULES.extend(**plugin, backends=[_with(gloo, needs_device_tensors=True)])
+    assert caught.value.field == "rules.backends['gloo'].needs_device_tensors"
+
+
+def _spelled(**changes: Any) -> FrameworkAccelerator:
+    row = FrameworkAccelerator(
+        accelerator=NPU,
+        lightning="npu",
+        lightning_devices="indices",
+        accelerate_cpu=False,
+        accelerate_gpu_ids=True,
+        accelerate_processes=True,
+    )
+    return _with(row, **changes)
+
+
+@pytest.mark.parametrize(
+    ("rows", "field", "owner"),
+    [
+        (
+            {"framework_accelerators": [_spelled(lightning="cuda")]},
+            "rules.framework_accelerators['npu'].lightning",
+            "'cuda'",
+        ),
+        (
+            {"framework_accelerators": [_spelled(lightning="gpu")]},
+            "rules.framework_accelerators['npu'].lightning",
+            "'cuda' or 'mps'",
+        ),
+        (
+            {"framework_accelerators": [_spelled(lightning="tpu")]},
+            "rules.framework_accelerators['npu'].lightning",
+            "'xla'",
+        ),
+        ({"kubernetes_resources": {NPU: "nvidia.com/gpu"}}, "rules.kubernetes_resources['npu']", "'cuda'"),
+    ],
+)
+def test_a_downstream_accelerator_does_not_take_another_accelerators_spelling(
+    rows: dict[str, Any], field: str, owner: str
+) -> None:
+    plugged = RULES.extend(framework_accelerators=[_spelled()], kubernetes_resources={NPU: "huawei.com/Ascend910"})
+    assert plugged.framework_accelerators[NPU] == _spelled()  # the plugin's own spelling and resource are accepted
+    with pytest.raises(InvalidRequest) as caught:
+        RULES.extend(**rows)
+    assert caught.value.field == field
+    assert f"the resource of {owner}:" in str(caught.value) or f"Lightning spells {owner}:" in str(caught.value)
+
+
+def test_a_precision_no_family_lists_any_more_is_refused() -> None:
+    """Replacing the families can orphan a downstream precision (the built-in set lists every precision)."""
+    dropped = [
+        _with(row, precisions=row.precisions - {INT8_QAT})
+        for row in RULES.families.values()
+        if INT8_QAT in row.precisions
+    ]
+    assert len(dropped) == 4
+    with pytest.raises(InvalidRequest, match="no family lists the precision") as caught:
+        RULES.extend(families=dropped)
+    assert caught.value.field == "rules.precisions['int8-qat']"
+    assert RULES.extend(families=dropped[:3]).families[dropped[2].family] == dropped[2]
+
+
+def test_a_rule_set_repr_is_short_and_says_which() -> None:
+    """help() and signatures show a default's repr: the reference and the sizes, not the ~40 KB of tables."""
+    assert repr(BUILTIN_RULES) == (
+        f"<Rules BUILTIN_RULES: {len(B.strategies)} strategies, {len(B.accelerators)} accelerators, "
+        f"{len(B.precisions)} precisions>"
+    )
+    assert repr(RULES).startswith("<Rules tests.downstream_rules:RULES: 31 strategies, 5 accelerators, 9 precisions")
+    assert repr(BUILTIN_RULES.extend(**_plugin())).startswith("<Rules unnamed: ")
+    assert len(repr(RULES)) < 120

@@ -65,7 +65,7 @@ from trainplan.spec.rules.hardware import (
     ForkBlocker,
 )
 from trainplan.spec.rules.job import KUBERNETES_DEVICE_RESOURCES, SYNC_BATCHNORM_ACCELERATORS
-from trainplan.spec.rules.launchers import LAUNCHERS, LauncherRule
+from trainplan.spec.rules.launchers import LAUNCHERS, SERVED_START_METHODS, LauncherRule
 from trainplan.spec.rules.legacy import LEGACY_ACCELERATORS, LEGACY_STRATEGIES
 from trainplan.spec.rules.mesh import MESH_BACKENDS
 from trainplan.spec.rules.precision import (
@@ -145,6 +145,9 @@ class Rules:
     precision_recipes: Mapping[PrecisionKey, PrecisionRecipe]
     """What the runtime does with each precision (autocast dtype, parameter dtype, loss scaling)."""
     default_precision: PrecisionName
+    """The precision of a request that names none: always the rules package's `DEFAULT_PRECISION` (`Request()`
+    carries it whichever rule set resolves it; a rule set with another is refused). A framework that runs at another
+    precision by default writes `precision=` in the requests it builds."""
     backends: Mapping[BackendKey, BackendRule]
     clusters: Mapping[ClusterName, ClusterRule]
     sync_batchnorm_accelerators: frozenset[AcceleratorKey]
@@ -197,6 +200,17 @@ class Rules:
         ranked = tuple(sorted(self.accelerators.values(), key=_priority))
         object.__setattr__(self, "accelerators_by_priority", ranked)
         object.__setattr__(self, "accelerator_order", " > ".join(rule.name for rule in ranked))
+
+    def __repr__(self) -> str:
+        # The tables run to tens of kilobytes (help() and signatures show a default's repr): name and size only.
+        if self is BUILTIN_RULES:
+            named = "BUILTIN_RULES"
+        else:
+            named = UNNAMED_RULES if self.reference is None else self.reference
+        return (
+            f"<Rules {named}: {len(self.strategies)} strategies, {len(self.accelerators)} accelerators, "
+            f"{len(self.precisions)} precisions>"
+        )
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
         # trainplan's own rule set pickles and copies as itself (by its global name), so that a plan made from the
@@ -263,7 +277,13 @@ class Rules:
         resource its device plugin advertises); without them, the adapters and `emit_kubeflow` refuse it by name. `name`
         is where the new rule set can be imported from ("package.module:NAME", the module
         that builds it): plans made from it record it, and a launched worker imports it to check the plan it reads
-        back. Refused with `InvalidRequest` naming what is wrong."""
+        back. A built-in backend's row may be replaced too (`backends=[attrs.evolve(BUILTIN_RULES.backends['gloo'],
+        accelerators=... | {'npu'})]`, for an accelerator whose default backend is gloo), keeping how it reduces
+        (`needs_device_tensors`). Refused with `InvalidRequest` naming what is wrong.
+
+        trainplan checks that the rule set holds together and that each row is well-formed (a row listing an
+        accelerator both in `accelerators` and in `why_not` is refused as contradictory), not that the hardware can
+        do what a replaced row claims: a replaced row is the framework's claim."""
         given_name: object = name
         if given_name is not None and (not isinstance(given_name, str) or not is_rules_reference(given_name)):
             raise InvalidRequest(
@@ -292,7 +312,18 @@ class Rules:
                 _NAME,
             )
         for backend in added_backends:
-            _new_name("rules.backends", backend.name, (*self.backends, *BACKEND_NAMES), _NAME)
+            if backend.name not in self.backends:
+                _new_name("rules.backends", backend.name, (*self.backends, *BACKEND_NAMES), _NAME)
+            elif backend.needs_device_tensors != self.backends[backend.name].needs_device_tensors:
+                kept = self.backends[backend.name].needs_device_tensors
+                raise InvalidRequest(
+                    field=f"rules.backends[{backend.name!r}].needs_device_tensors",
+                    value=backend.needs_device_tensors,
+                    reason=f"the row replaces {backend.name!r}'s, and where trainplan places the tensors its "
+                    "collectives reduce is the library's own: a replaced row changes which accelerators it serves, "
+                    "not how",
+                    fix=f"Write needs_device_tensors={kept!r}",
+                )
         for precision in given_precisions:
             if precision.name not in self.precisions:
                 known = (*self.precision_spellings, *PRECISION_NAMES, *map(str, PRECISION_FLAGS))
@@ -430,23 +461,36 @@ class Rules:
                     reason="a counterpart names a strategy of the rule set",
                     allowed=tuple(strategies),
                 )
-        source, target = strategies[key], strategies[value]
-        launcher = self.launchers[target.launcher]
-        if source.family != target.family:
-            reason = f"{value!r} is of family {target.family!r}, {key!r} of {source.family!r}: a counterpart " + (
-                "runs the same family"
+        table = field.replace("counterparts", "strategy_for")  # fork_counterparts adds to fork_strategy_for
+        refusal = _counterpart_refusal(table, key, value, strategies, self.launchers)
+        if refusal is not None:
+            raise InvalidRequest(
+                field=f"rules.{field}[{key!r}]", value=value, reason=refusal, fix="Name a counterpart that runs there"
             )
-        elif field == "fork_counterparts" and not launcher.interactive_compatible:
-            reason = f"{value!r} is started by {target.launcher!r}, which a notebook cannot run either"
-        elif field == "spawn_counterparts" and launcher.forks:
-            reason = f"{value!r} forks too (launcher {target.launcher!r}), where forking is what fails"
-        elif field == "script_counterparts" and launcher.start_method is not None:
-            reason = f"{value!r} starts its processes itself (launcher {target.launcher!r}), inside a started job too"
-        else:
-            return
-        raise InvalidRequest(
-            field=f"rules.{field}[{key!r}]", value=value, reason=reason, fix="Name a counterpart that runs there"
+
+
+def _counterpart_refusal(
+    table: str,
+    key: StrategyKey,
+    value: StrategyKey,
+    strategies: Mapping[StrategyKey, StrategyRule],
+    launchers: Mapping[LauncherName, LauncherRule],
+) -> str | None:
+    """Why `value` cannot stand in for `key` as its fork, spawn or script counterpart (`table`), or None."""
+    source, target = strategies[key], strategies[value]
+    launcher = launchers[target.launcher]
+    if source.family != target.family:
+        return (
+            f"{value!r} is of family {target.family!r}, {key!r} of {source.family!r}: a counterpart runs the same "
+            "family"
         )
+    if table == "fork_strategy_for" and not launcher.interactive_compatible:
+        return f"{value!r} is started by {target.launcher!r}, which a notebook cannot run either"
+    if table == "spawn_strategy_for" and launcher.forks:
+        return f"{value!r} forks too (launcher {target.launcher!r}), where forking is what fails"
+    if table == "script_strategy_for" and launcher.start_method is not None:
+        return f"{value!r} starts its processes itself (launcher {target.launcher!r}), inside a started job too"
+    return None
 
 
 R = TypeVar("R")
@@ -593,7 +637,8 @@ def _new_name(field: str, name: object, known: Iterable[str], pattern: re.Patter
             value=name,
             reason="the rule set already has that name (as a name, an alias or a flag): a built-in name is not "
             "reused for another row",
-            fix="Choose a name of your own (replace a built-in family or precision row with families=/precisions=)",
+            fix="Choose a name of your own (replace a built-in family, precision or backend row with "
+            "families=/precisions=/backends=)",
         )
 
 
@@ -728,7 +773,10 @@ def _check_default_backend(rule: AcceleratorRule, backends: Mapping[BackendKey, 
             value=rule.default_backend,
             reason=f"backend {backend.name!r} does not reduce {rule.name!r} tensors (its row lists "
             f"{sorted(backend.accelerators)})",
-            fix=f"List {rule.name!r} in the backend's accelerators, or choose a backend that does",
+            fix=f"List {rule.name!r} in the backend's accelerators (a built-in backend's row is replaced like a "
+            f"family's: backends=[attrs.evolve(BUILTIN_RULES.backends[{backend.name!r}], accelerators="
+            f"BUILTIN_RULES.backends[{backend.name!r}].accelerators | {{{rule.name!r}}})]), or choose a backend that "
+            "does",
         )
 
 
@@ -1017,6 +1065,175 @@ def _check_family_fields(rule: FamilyRule, builtin: FamilyRule, strategies: Mapp
         )
 
 
+_HOST_LAUNCHER: Final[LauncherName] = next(
+    rule.name for rule in LAUNCHERS.values() if not (rule.starts_processes or rule.joins)
+)
+"""The launcher `check` goes on with after a launcher is refused (it starts no process and joins no world)."""
+
+_FALLBACK_CLUSTER: Final[ClusterName] = next(
+    name for name, rule in CLUSTERS.items() if rule.detect_priority is not None and not all(rule.detect_variables)
+)
+"""The built-in cluster row detected without cluster variables (a process outside any cluster manager)."""
+
+_COUNTERPARTS: Final = ("fork_strategy_for", "spawn_strategy_for", "script_strategy_for")
+"""The counterpart tables of a rule set (`extend`'s fork_, spawn_ and script_counterparts add to them)."""
+
+
+def _exists(value: object, rows: Mapping[Any, object], kind: str, table: str, key: str | None, field: str = "") -> None:
+    """`value` names a row of `rows`, else `InvalidRequest` naming the row that names it (`_where(table, key, field)`,
+    built only then: the built-in set is checked at import)."""
+    if value not in rows:
+        raise InvalidRequest(
+            field=f"rules.{table}" if key is None else _where(table, key, field),
+            value=value,
+            reason=f"no such {kind} in the rule set: the row would fail at the first resolve that reads it",
+            allowed=tuple(rows),
+        )
+
+
+def _check_references(rules: Rules) -> None:
+    """Every name a row gives is a row of the rule set (strategies, families, launchers, precisions, backends, the
+    local cluster row), and a family row under a built-in name keeps the built-in process layout."""
+    strategies, families, launchers = rules.strategies, rules.families, rules.launchers
+    for name in (*SERVED_START_METHODS, _HOST_LAUNCHER):
+        if name not in launchers:
+            raise InvalidRequest(
+                field="rules.launchers",
+                value=tuple(launchers),
+                reason=f"trainplan's runtime starts workers with launcher {name!r} (its own tables name it), and the "
+                "rule set has no such row",
+                fix=f"Keep the built-in row: launchers={{**BUILTIN_RULES.launchers, ...}} (it has {name!r})",
+            )
+    for strategy in strategies.values():
+        if strategy.family in families and strategy.launcher in launchers:
+            continue
+        _exists(strategy.family, families, "family", "strategies", strategy.name, "family")
+        _exists(strategy.launcher, launchers, "launcher", "strategies", strategy.name, "launcher")
+    for table in _COUNTERPARTS:
+        for key, value in getattr(rules, table).items():
+            _exists(key, strategies, "strategy", table, None)
+            _exists(value, strategies, "strategy", table, key)
+            refusal = _counterpart_refusal(table, key, value, strategies, launchers)
+            if refusal is not None:
+                raise InvalidRequest(
+                    field=_where(table, key), value=value, reason=refusal, fix="Name a counterpart that runs there"
+                )
+    for family_name, strategy_name in rules.auto_for_options.items():
+        _exists(family_name, families, "family", "auto_for_options", None)
+        _exists(strategy_name, strategies, "strategy", "auto_for_options", family_name)
+    for index, row in enumerate(rules.auto_strategies):
+        if row.strategy not in strategies:
+            _exists(row.strategy, strategies, "strategy", f"auto_strategies[{index}].strategy", None)
+    for launcher in launchers.values():
+        if launcher.in_started_job is not None:
+            _exists(launcher.in_started_job, launchers, "launcher", "launchers", launcher.name, "in_started_job")
+    for precision in rules.precisions.values():
+        for field in ("fallback", "instead"):
+            for accelerator, target in getattr(precision, field).items():
+                if target not in rules.precisions:
+                    _exists(
+                        target, rules.precisions, "precision", "precisions", precision.name, f"{field}[{accelerator!r}]"
+                    )
+    grouped = {name for family in families.values() if family.has_process_group for name in family.accelerators}
+    for accelerator in rules.accelerators.values():
+        if accelerator.name in grouped:  # its process groups run over the default backend (else only named)
+            _check_default_backend(accelerator, rules.backends)
+        else:
+            _exists(
+                accelerator.default_backend,
+                rules.backends,
+                "backend",
+                "accelerators",
+                accelerator.name,
+                "default_backend",
+            )
+    if not any(rule.detect_priority is not None and not all(rule.detect_variables) for rule in rules.clusters.values()):
+        raise InvalidRequest(
+            field="rules.clusters",
+            value=tuple(rules.clusters),
+            reason="no row is detected without cluster variables: a process outside any cluster manager would "
+            "have no cluster to plan for",
+            fix=f"Keep the built-in {_FALLBACK_CLUSTER!r} row: clusters={{**BUILTIN_RULES.clusters, ...}}",
+        )
+    for key, family in families.items():
+        builtin = FAMILIES.get(family.family)
+        if builtin is None or family.family != key:
+            raise InvalidRequest(
+                field=_where("families", key),
+                value=family.family,
+                reason="a family row is one of trainplan's families, under its own name (custom families need a "
+                "runtime of their own)",
+                allowed=tuple(FAMILIES),
+            )
+        if family.multi_process is builtin.multi_process and family.has_process_group is builtin.has_process_group:
+            continue
+        for field in ("multi_process", "has_process_group"):
+            if getattr(family, field) != getattr(builtin, field):
+                raise InvalidRequest(
+                    field=_where("families", family.family, field),
+                    value=getattr(family, field),
+                    reason=f"trainplan's runtime runs family {family.family!r} as its built-in row says: a replaced "
+                    "row changes where the family runs and at what precision, not how it runs",
+                    fix=f"Write {field}={getattr(builtin, field)!r}",
+                )
+
+
+def _check_claims(rules: Rules) -> None:
+    """No row says both yes and no (an accelerator in a row's `accelerators` and in its `why_not`), every precision
+    runs under some family, and no two accelerators share a framework spelling or a Kubernetes resource."""
+    for table in ("families", "precisions", "backends"):
+        rows: Mapping[str, FamilyRule | PrecisionRule | BackendRule] = getattr(rules, table)
+        for key, row in rows.items():
+            if not row.accelerators.isdisjoint(row.why_not):
+                both = sorted(name for name in row.accelerators if name in row.why_not)
+                raise InvalidRequest(
+                    field=_where(table, key, "why_not"),
+                    value=both,
+                    reason=f"the row lists {', '.join(map(repr, both))} in its accelerators and gives a reason it "
+                    "does not run there: which one holds?",
+                    fix="Drop the accelerator from why_not (it runs there) or from accelerators (it does not)",
+                )
+    listed = {name for family in rules.families.values() for name in family.precisions}
+    for precision in rules.precisions:
+        if precision not in listed:
+            raise InvalidRequest(
+                field=_where("precisions", precision),
+                value=precision,
+                reason="no family lists the precision, so no strategy could run at it",
+                fix=f"Keep {precision!r} in the precisions of the family rows it runs with (a replaced family row "
+                "drops what it does not list)",
+            )
+    owners: dict[str, str] = {}
+    for spelling, flag in rules.accelerator_spellings.items():
+        owners[spelling] = " or ".join(map(repr, rules.accelerator_groups.get(flag, (flag,))))
+    for accelerator, spelled in rules.framework_accelerators.items():
+        lightning: object = spelled.lightning
+        if not isinstance(lightning, str):
+            continue  # the row's own check says what a spelling is
+        owner = owners.setdefault(lightning, repr(accelerator))
+        if owner != repr(accelerator):
+            raise InvalidRequest(
+                field=_where("framework_accelerators", accelerator, "lightning"),
+                value=lightning,
+                reason=f"it is how Lightning spells {owner}: the adapters would hand {accelerator!r}'s devices to "
+                f"{owner}'s accelerator",
+                fix=f"Write the name {accelerator!r}'s Lightning plugin registers, e.g. lightning={accelerator!r}",
+            )
+    resources: dict[object, AcceleratorKey] = {}
+    for accelerator, resource in rules.kubernetes_resources.items():
+        if resource is None:
+            continue
+        holder = resources.setdefault(resource, accelerator)
+        if holder != accelerator:
+            raise InvalidRequest(
+                field=_where("kubernetes_resources", accelerator),
+                value=resource,
+                reason=f"it is the resource of {holder!r}: the pods would ask for {holder!r} devices",
+                fix=f"Write the resource {accelerator!r}'s device plugin advertises (what `kubectl describe node` "
+                "lists under Allocatable)",
+            )
+
+
 def _where(table: str, key: str, field: str = "") -> str:
     """The row a coherence refusal names (`rules.precisions['32-true'].accelerators`)."""
     return f"rules.{table}[{key!r}]" + (f".{field}" if field else "")
@@ -1034,6 +1251,17 @@ def _check_coherence(rules: Rules) -> None:
             reason="no such precision",
             allowed=tuple(precisions),
         )
+    if rules.default_precision != DEFAULT_PRECISION:
+        raise InvalidRequest(
+            field="rules.default_precision",
+            value=rules.default_precision,
+            reason=f"a request's default precision is fixed ({DEFAULT_PRECISION!r}: Request() carries it, whichever "
+            "rule set resolves it), so a rule set with another default would explain plans it never makes",
+            fix=f"Write default_precision={DEFAULT_PRECISION!r}, and have the framework write precision=... in the "
+            "requests it builds",
+        )
+    _check_references(rules)
+    _check_claims(rules)
     for accelerator in accelerators.values():
         priority: object = accelerator.auto_priority
         if not isinstance(priority, int) or isinstance(priority, bool):
