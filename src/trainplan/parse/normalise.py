@@ -40,6 +40,7 @@ from trainplan.spec.options import (
 from trainplan.spec.rules import (
     ACCELERATOR_ALIASES,
     CLUSTER_ALIASES,
+    LEGACY_STRATEGIES,
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
     OPTION_TYPES,
@@ -104,7 +105,28 @@ def strategy_in(value: object, spellings: Mapping[str, StrategyFlag | CustomName
     """A strategy name of a rule set (its `Rules.strategy_spellings`: names, aliases and `auto`)."""
     if type(value) is str and value in spellings:  # the common case: a name or an alias as written
         return spellings[value]
-    return spellings[_name("strategy", value, spellings, tuple(spellings))]
+    try:
+        return spellings[_name("strategy", value, spellings, tuple(spellings))]
+    except InvalidRequest:
+        spelled = value.strip() if isinstance(value, str) else ""
+        legacy = LEGACY_STRATEGIES.get(spelled.lower())
+        if legacy is None:
+            raise
+    # An old Trainer name (`tpu_spawn`, `ddp2`, ...): say what it became, not the nearest spelling.
+    modern = "" if legacy.accelerator is None else f" with accelerator={legacy.accelerator!r}"
+    raise InvalidRequest(
+        field="strategy",
+        value=value,
+        reason="it is an old Trainer strategy name"
+        + ("" if legacy.strategy is not None else f" with no counterpart today ({legacy.reason})"),
+        suggestion=legacy.strategy,
+        fix=(
+            f"Write strategy={legacy.strategy!r}{modern}, or pass the old spelling to "
+            f"Request.from_legacy(distributed_backend={spelled!r}), which maps it with a note"
+            if legacy.strategy is not None
+            else legacy.fix
+        ),
+    )
 
 
 def accelerator_in(
