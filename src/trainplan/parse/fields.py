@@ -22,8 +22,6 @@ import attrs
 
 from trainplan.parse import normalise
 from trainplan.parse.wire import (
-    CUSTOM_NAME,
-    CUSTOM_PRECISION,
     Reader,
     builtin_or_custom,
     options_from_dict,
@@ -35,6 +33,8 @@ from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
     CLUSTER_FLAGS,
+    CUSTOM_NAME,
+    CUSTOM_PRECISION,
     METRICS_STORES,
     PRECISION_FLAGS,
     STRATEGY_FLAGS,

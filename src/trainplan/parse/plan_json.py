@@ -12,7 +12,7 @@ from collections.abc import Callable
 import attrs
 
 from trainplan.parse.fields import IN_READ_ORDER, REQUEST_FIELD_ROWS
-from trainplan.parse.wire import CUSTOM_NAME, CUSTOM_PRECISION, Reader, note_from, options_from_dict, options_to_dict
+from trainplan.parse.wire import Reader, note_from, options_from_dict, options_to_dict
 from trainplan.spec import option_checks
 from trainplan.spec.errors import InvalidRequest, PlanFormatError
 from trainplan.spec.mesh import MeshLayout, layout_violations
@@ -20,6 +20,8 @@ from trainplan.spec.names import (
     ACCELERATORS,
     BACKENDS,
     CLUSTERS,
+    CUSTOM_NAME,
+    CUSTOM_PRECISION,
     LAUNCHERS,
     MESH_DIMENSIONS,
     METRICS_STORES,

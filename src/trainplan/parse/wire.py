@@ -14,15 +14,10 @@ from typing import TypeVar
 import attrs
 
 from trainplan.spec.errors import PlanFormatError
-from trainplan.spec.names import NOTE_LEVELS, CustomName
+from trainplan.spec.names import CUSTOM_NAME, NOTE_LEVELS, CustomName
 from trainplan.spec.notes import Note
 from trainplan.spec.options import StrategyOptions
 from trainplan.spec.rules import OPTION_TYPES
-
-CUSTOM_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
-"""A downstream rule set's name (a strategy's, an accelerator's, a backend's): lowercase, digits, underscores."""
-CUSTOM_PRECISION = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)
-"""A downstream precision's name: as `CUSTOM_NAME`, and hyphens too."""
 
 T = TypeVar("T")
 C = TypeVar("C")

@@ -7,6 +7,7 @@ The tuples beside each type are the runtime view of the same set; a test keeps t
 
 from __future__ import annotations
 
+import re
 from typing import Final, Literal, NewType, TypeAlias, get_args
 
 AcceleratorName = Literal["cpu", "cuda", "mps", "xla"]
@@ -56,6 +57,11 @@ CustomName = NewType("CustomName", str)
 Built-in names stay `Literal`-checked: a bare string is not a `CustomName`, so `Request(strategy="ddpx")` is still
 a type error, while `Request(strategy=rule.name)` for a `StrategyRule(name=CustomName("ddp_custom_checkpoint_io"),
 ...)` is not (nor `Request(accelerator=NPU)` for `NPU = CustomName("npu")`)."""
+
+CUSTOM_NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
+"""A downstream rule set's name (a strategy's, an accelerator's, a backend's): lowercase, digits, underscores."""
+CUSTOM_PRECISION: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)
+"""A downstream precision's name: as `CUSTOM_NAME`, and hyphens too (as the built-in ones: "bf16-mixed")."""
 
 StrategyKey: TypeAlias = StrategyName | CustomName
 """A strategy name in a rule set: a built-in one or a downstream one."""

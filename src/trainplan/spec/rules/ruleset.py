@@ -29,6 +29,8 @@ import attrs
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
+    CUSTOM_NAME,
+    CUSTOM_PRECISION,
     PRECISION_FLAGS,
     STRATEGY_FLAGS,
     AcceleratorFlag,
@@ -102,8 +104,6 @@ from trainplan.spec.rules.strategies import (
     StrategyRule,
 )
 
-_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
-_PRECISION_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)  # as the built-in ones: "bf16-mixed"
 _PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?", flags=re.ASCII)  # a distribution's name
 _REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", flags=re.ASCII)
 
@@ -309,11 +309,11 @@ class Rules:
                 "rules.accelerators",
                 accelerator.name,
                 (*self.accelerator_spellings, *ACCELERATOR_NAMES, *LEGACY_ACCELERATORS),
-                _NAME,
+                CUSTOM_NAME,
             )
         for backend in added_backends:
             if backend.name not in self.backends:
-                _new_name("rules.backends", backend.name, (*self.backends, *BACKEND_NAMES), _NAME)
+                _new_name("rules.backends", backend.name, (*self.backends, *BACKEND_NAMES), CUSTOM_NAME)
             elif backend.needs_device_tensors != self.backends[backend.name].needs_device_tensors:
                 kept = self.backends[backend.name].needs_device_tensors
                 raise InvalidRequest(
@@ -327,7 +327,7 @@ class Rules:
         for precision in given_precisions:
             if precision.name not in self.precisions:
                 known = (*self.precision_spellings, *PRECISION_NAMES, *map(str, PRECISION_FLAGS))
-                _new_name("rules.precisions", precision.name, known, _PRECISION_NAME)
+                _new_name("rules.precisions", precision.name, known, CUSTOM_PRECISION)
         new_accelerators = {**self.accelerators, **{rule.name: rule for rule in added_accelerators}}
         new_backends = {**self.backends, **{rule.name: rule for rule in added_backends}}
         new_families = {**self.families, **{rule.family: rule for rule in replaced_families}}
@@ -531,7 +531,7 @@ def _framework_rows(
             "accelerate_gpu_ids": row.accelerate_gpu_ids,
             "accelerate_processes": row.accelerate_processes,
         }
-        if not isinstance(lightning, str) or not _NAME.fullmatch(lightning):
+        if not isinstance(lightning, str) or not CUSTOM_NAME.fullmatch(lightning):
             raise InvalidRequest(
                 field=f"{where}.lightning",
                 value=lightning,
@@ -627,9 +627,9 @@ def _new_name(field: str, name: object, known: Iterable[str], pattern: re.Patter
             field=field,
             value=name,
             reason="a downstream name is lowercase letters, digits and underscores"
-            + (" (hyphens too)" if pattern is _PRECISION_NAME else "")
+            + (" (hyphens too)" if pattern is CUSTOM_PRECISION else "")
             + ", starting with a letter",
-            fix="Write e.g. CustomName('npu')" if pattern is _NAME else "Write e.g. CustomName('int8-qat')",
+            fix="Write e.g. CustomName('npu')" if pattern is CUSTOM_NAME else "Write e.g. CustomName('int8-qat')",
         )
     if name in set(known):
         raise InvalidRequest(
@@ -710,7 +710,7 @@ def _check_accelerator(rule: AcceleratorRule, accelerators: Mapping[AcceleratorK
             "Write counts_why='...'",
         ),
         (
-            not isinstance(device_type, str) or not _NAME.fullmatch(device_type),
+            not isinstance(device_type, str) or not CUSTOM_NAME.fullmatch(device_type),
             "device_type",
             "it is the torch device type the workers bind (torch.device(device_type, index))",
             f"Write device_type={rule.name!r}",
@@ -841,7 +841,7 @@ def _check_precision(
 
 def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyFamily, FamilyRule]) -> None:
     name: object = rule.name
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or not CUSTOM_NAME.fullmatch(name):
         raise InvalidRequest(
             field="rules.strategies",
             value=name,
