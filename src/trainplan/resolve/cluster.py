@@ -35,6 +35,7 @@ from trainplan.spec.rules import (
     MissingRule,
     Rules,
     VariableFormat,
+    detected_alone,
     lookup,
 )
 
@@ -107,7 +108,7 @@ def _index(rules: Rules) -> _Index:
             key=lambda rule: -(rule.detect_priority or 0),
         )
     )
-    fallbacks = [rule for rule in clusters if rule.detect_priority is not None and not all(rule.detect_variables)]
+    fallbacks = [rule for rule in clusters if detected_alone(rule)]
     if not fallbacks:
         raise MissingRule(table="CLUSTERS", key="the row of a process without cluster variables (detect_variables=())")
     index = _Index(order, fallbacks[0], ", ".join(rule.schemas[0].label for rule in order))
@@ -611,7 +612,3 @@ def _numbers(ranges: tuple[tuple[int, int, int], ...]) -> Iterable[str]:
 
 _BUILTIN_INDEX = _index(BUILTIN_RULES)
 """trainplan's own clusters, indexed at import (the cold path reads them without a cache lookup)."""
-
-THIS_MACHINE: ClusterName = _BUILTIN_INDEX.fallback.name
-"""The cluster found without any variable (the row with an empty set of them: this machine alone), where detection
-ends when no cluster manager's variables are found."""

@@ -21,7 +21,7 @@ import attrs
 from trainplan.parse import normalise
 from trainplan.parse.fields import IN_CHECK_ORDER, REFUSED, REQUEST_FIELD_ROWS
 from trainplan.parse.normalise import DevicesSpec
-from trainplan.resolve.cluster import THIS_MACHINE, ClusterFacts, detect
+from trainplan.resolve.cluster import ClusterFacts, detect
 from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import visible_entries
@@ -51,16 +51,18 @@ from trainplan.spec.request import NumNodes, Request
 from trainplan.spec.rules import (
     BUILTIN_RULES,
     HOST_DEVICE,
+    HOST_LAUNCHER,
     HOST_METRICS_STORE,
+    LOCAL_CLUSTER,
     MAX_CPU_COUNT,
     MAX_DEVICES_PER_NODE,
     MAX_NODES,
     MAX_WORLD_SIZE,
     OPTION_TYPES,
     SELECTED_DEVICES_VARIABLE,
+    SUPPLIED_COUNTS,
     AcceleratorRule,
     AutoStrategyRule,
-    EnvironmentCount,
     FamilyRule,
     MissingRule,
     Rules,
@@ -191,13 +193,8 @@ _new_cluster_info = trusted_constructor(ClusterInfo)
 _new_metric_placement = trusted_constructor(MetricPlacement)
 _new_plan = trusted_constructor(Plan)
 
-_FALLBACK_CLUSTER = detect(THIS_MACHINE, {})
+_FALLBACK_CLUSTER = detect(LOCAL_CLUSTER, {})
 """What `check` goes on with after an error in the cluster's variables (resolve stops at the error)."""
-
-_FALLBACK_LAUNCHER: LauncherName = next(
-    rule.name for rule in BUILTIN_RULES.launchers.values() if not (rule.starts_processes or rule.joins)
-)
-"""What `check` goes on with after the launcher is refused: the row that starts no process and joins no world."""
 
 
 def _run(request: object, given_env: object, report: Report, rules: Rules) -> Plan | None:
@@ -348,7 +345,7 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         launcher = _choose_launcher(strategy_name, rule, family, facts, env, accelerator_rule, rules)
     except TrainplanError as error:
         report(error)
-        launcher = _FALLBACK_LAUNCHER
+        launcher = HOST_LAUNCHER
     launcher_rule = lookup(rules.launchers, launcher, name="LAUNCHERS")
     reasons["launcher"] = launcher_rule.description
     if launcher_rule.joins and facts.launched:
@@ -612,7 +609,7 @@ def _check_environment(env: Environment, report: Report, rules: Rules) -> bool:
         )
     elif counts:
         # A count the rule set reads nowhere would be dropped silently (a typo in a plugin's name plans CPU).
-        counted = tuple(name for name, rule in rules.accelerators.items() if rule.count_fact == _SUPPLIED_COUNTS)
+        counted = tuple(name for name, rule in rules.accelerators.items() if rule.count_fact == SUPPLIED_COUNTS)
         for name in counts:
             if name not in counted:
                 ok = False
@@ -775,12 +772,9 @@ def _visible(env: Environment, rule: AcceleratorRule) -> int:
     fact = rule.count_fact
     if fact is None:
         return 1
-    if fact == _SUPPLIED_COUNTS:
+    if fact == SUPPLIED_COUNTS:
         return env.device_counts.get(rule.name, 0)
     return int(getattr(env, fact))
-
-
-_SUPPLIED_COUNTS: EnvironmentCount = "device_counts"
 
 
 def _available(env: Environment, rules: Rules) -> dict[AcceleratorKey, int]:
@@ -808,7 +802,7 @@ def _with_plenty(env: Environment, rules: Rules) -> Environment:
     supplied: dict[str, int] = {}
     for rule in rules.accelerators.values():
         fact = rule.count_fact
-        if fact == _SUPPLIED_COUNTS:
+        if fact == SUPPLIED_COUNTS:
             supplied[rule.name] = _PLENTY
         elif fact is not None:
             facts[fact] = True if isinstance(_ENVIRONMENT_DEFAULTS[fact], bool) else _PLENTY
@@ -847,7 +841,7 @@ def _choose_accelerator(
             fact = rule.count_fact  # `_visible`, inlined (the facts are checked)
             if (
                 fact is None
-                or (env.device_counts.get(rule.name, 0) if fact == _SUPPLIED_COUNTS else getattr(env, fact)) > 0
+                or (env.device_counts.get(rule.name, 0) if fact == SUPPLIED_COUNTS else getattr(env, fact)) > 0
             ):
                 return rule.name, (_best_available, (env, rules))
         raise MissingRule(table="ACCELERATORS", key="an available accelerator")
@@ -869,7 +863,7 @@ def _choose_accelerator(
         variable = rule.visibility_variable
         hidden = variable is not None and variable in env.variables
         hidden = hidden and env.variables.get(variable or "", "").strip() in ("", "-1")
-        supplied = rule.count_fact == _SUPPLIED_COUNTS
+        supplied = rule.count_fact == SUPPLIED_COUNTS
         raise Unavailable(
             requested=f"accelerator={name!r}",
             available=_describe(_available(env, rules), rules)

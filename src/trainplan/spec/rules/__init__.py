@@ -18,6 +18,7 @@ from trainplan.spec.rules.clusters import (
     JOB_VARIABLES,
     LAUNCHED_MARKER,
     LAUNCHED_WORKERS,
+    LOCAL_CLUSTER,
     LSF_PORT_BASE,
     RUN_ID_VARIABLE,
     SLURM_DEFAULT_PORT,
@@ -31,6 +32,7 @@ from trainplan.spec.rules.clusters import (
     LaunchedWorkers,
     NotDetectedWhen,
     VariableFormat,
+    detected_alone,
     job_variables,
 )
 from trainplan.spec.rules.hardware import (
@@ -40,6 +42,7 @@ from trainplan.spec.rules.hardware import (
     ACCELERATORS,
     COUNTED_THROUGH,
     GPU_ACCELERATORS,
+    SUPPLIED_COUNTS,
     AcceleratorRule,
     DeviceCounts,
     EnvironmentCount,
@@ -63,6 +66,7 @@ from trainplan.spec.rules.job import (
 )
 from trainplan.spec.rules.launchers import (
     FORKSERVER_PRELOAD,
+    HOST_LAUNCHER,
     LAUNCHERS,
     SERVED_START_METHODS,
     TORCHRUN_PROCESSES,
@@ -170,6 +174,7 @@ __all__ = [
     "FRAMEWORK_ACCELERATORS",
     "GPU_ACCELERATORS",
     "HOST_DEVICE",
+    "HOST_LAUNCHER",
     "HOST_METRICS_STORE",
     "JOB_VARIABLES",
     "KUBEFLOW_MASTER_PORT",
@@ -184,6 +189,7 @@ __all__ = [
     "LEGACY_STRATEGIES",
     "LEGACY_STRATEGY_FLAGS",
     "LIGHTNING_SIZES",
+    "LOCAL_CLUSTER",
     "LSF_PORT_BASE",
     "MAX_CPU_COUNT",
     "MAX_DEVICES_PER_NODE",
@@ -212,6 +218,7 @@ __all__ = [
     "STRATEGIES",
     "STRATEGY_ALIASES",
     "STRATEGY_ALIAS_NOTES",
+    "SUPPLIED_COUNTS",
     "SYNC_BATCHNORM_ACCELERATORS",
     "TORCHRUN_PROCESSES",
     "TRAINPLAN_RUN_ID_PREFIX",
@@ -252,6 +259,7 @@ __all__ = [
     "TorchrunProcesses",
     "VariableFormat",
     "WrapperName",
+    "detected_alone",
     "is_rules_reference",
     "job_variables",
     "lookup",

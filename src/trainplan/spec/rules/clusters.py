@@ -437,3 +437,12 @@ JOB_VARIABLES: Final[frozenset[str]] = frozenset(
 
 CLUSTER_ALIASES: Final[Mapping[str, ClusterFlag]] = {"torchrun": "torchelastic", "lightning": "local"}
 """Cluster spellings normalised before validation (`lightning`: Lightning's LightningEnvironment, this machine)."""
+
+
+def detected_alone(rule: ClusterRule) -> bool:
+    """Whether `rule` is the cluster of a process without any cluster manager's variables (detection's fallback)."""
+    return rule.detect_priority is not None and not all(rule.detect_variables)
+
+
+LOCAL_CLUSTER: Final[ClusterName] = next(name for name, rule in CLUSTERS.items() if detected_alone(rule))
+"""The built-in cluster found without any variable (this machine alone), where detection ends."""

@@ -15,6 +15,10 @@ from trainplan.spec.names import (
 
 EnvironmentCount: TypeAlias = Literal["cuda_device_count", "mps_available", "xla_device_count", "device_counts"]
 
+SUPPLIED_COUNTS: Final[EnvironmentCount] = "device_counts"
+"""The count fact of a downstream accelerator: the counts a framework supplies (`Environment.device_counts`), read at
+the accelerator's name."""
+
 COUNTED_THROUGH: Final[Mapping[EnvironmentCount, str]] = {"xla_device_count": "torch_xla"}
 """The package through which `probe()` counts an accelerator's devices: a machine assumed to have them has it."""
 """An `Environment` fact that counts an accelerator's devices (a bool counts one; `device_counts`, the counts a

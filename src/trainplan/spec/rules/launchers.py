@@ -129,6 +129,12 @@ TORCHRUN_PROCESSES: Final[Mapping[str, TorchrunProcesses]] = {
 """torchrun's `--nproc-per-node` words that name an accelerator (its others are a count and `auto`)."""
 
 
+HOST_LAUNCHER: Final[LauncherName] = next(
+    rule.name for rule in LAUNCHERS.values() if not (rule.starts_processes or rule.joins)
+)
+"""The launcher that starts no process and joins no world (one process runs in place): what `check` goes on with
+after a launcher is refused, and a row every rule set keeps."""
+
 SERVED_START_METHODS: Final[Mapping[LauncherName, StartMethod]] = {"spawn": "forkserver"}
 """How a launcher's workers are started fastest with its guarantees kept, where the platform offers the method:
 spawn's workers fork from a forkserver, itself a fresh interpreter that imported torch once (no CUDA state and

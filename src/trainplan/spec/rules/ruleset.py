@@ -56,18 +56,19 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.option_checks import strategy_options
 from trainplan.spec.options import ModelParallelOptions
-from trainplan.spec.rules.clusters import CLUSTERS, ClusterRule
+from trainplan.spec.rules.clusters import CLUSTERS, LOCAL_CLUSTER, ClusterRule, detected_alone
 from trainplan.spec.rules.hardware import (
     ACCELERATOR_ALIAS_NOTES,
     ACCELERATOR_ALIASES,
     ACCELERATOR_GROUPS,
     ACCELERATORS,
+    SUPPLIED_COUNTS,
     AcceleratorRule,
     DeviceCounts,
     ForkBlocker,
 )
 from trainplan.spec.rules.job import KUBERNETES_DEVICE_RESOURCES, SYNC_BATCHNORM_ACCELERATORS
-from trainplan.spec.rules.launchers import LAUNCHERS, SERVED_START_METHODS, LauncherRule
+from trainplan.spec.rules.launchers import HOST_LAUNCHER, LAUNCHERS, SERVED_START_METHODS, LauncherRule
 from trainplan.spec.rules.legacy import LEGACY_ACCELERATORS, LEGACY_STRATEGIES
 from trainplan.spec.rules.mesh import MESH_BACKENDS
 from trainplan.spec.rules.precision import (
@@ -646,7 +647,7 @@ def _check_accelerator(rule: AcceleratorRule, accelerators: Mapping[AcceleratorK
     """A downstream accelerator's row: its devices counted by `Environment.device_counts`, indexed devices of its
     own (not the host's CPUs, not CUDA's usable-GPU probe), and a place of its own in the 'auto' order."""
     where = f"rules.accelerators[{rule.name!r}]"
-    if rule.count_fact != "device_counts":
+    if rule.count_fact != SUPPLIED_COUNTS:
         raise InvalidRequest(
             field=f"{where}.count_fact",
             value=rule.count_fact,
@@ -1065,16 +1066,6 @@ def _check_family_fields(rule: FamilyRule, builtin: FamilyRule, strategies: Mapp
         )
 
 
-_HOST_LAUNCHER: Final[LauncherName] = next(
-    rule.name for rule in LAUNCHERS.values() if not (rule.starts_processes or rule.joins)
-)
-"""The launcher `check` goes on with after a launcher is refused (it starts no process and joins no world)."""
-
-_FALLBACK_CLUSTER: Final[ClusterName] = next(
-    name for name, rule in CLUSTERS.items() if rule.detect_priority is not None and not all(rule.detect_variables)
-)
-"""The built-in cluster row detected without cluster variables (a process outside any cluster manager)."""
-
 _COUNTERPARTS: Final = ("fork_strategy_for", "spawn_strategy_for", "script_strategy_for")
 """The counterpart tables of a rule set (`extend`'s fork_, spawn_ and script_counterparts add to them)."""
 
@@ -1095,7 +1086,7 @@ def _check_references(rules: Rules) -> None:
     """Every name a row gives is a row of the rule set (strategies, families, launchers, precisions, backends, the
     local cluster row), and a family row under a built-in name keeps the built-in process layout."""
     strategies, families, launchers = rules.strategies, rules.families, rules.launchers
-    for name in (*SERVED_START_METHODS, _HOST_LAUNCHER):
+    for name in (*SERVED_START_METHODS, HOST_LAUNCHER):
         if name not in launchers:
             raise InvalidRequest(
                 field="rules.launchers",
@@ -1147,13 +1138,13 @@ def _check_references(rules: Rules) -> None:
                 accelerator.name,
                 "default_backend",
             )
-    if not any(rule.detect_priority is not None and not all(rule.detect_variables) for rule in rules.clusters.values()):
+    if not any(detected_alone(rule) for rule in rules.clusters.values()):
         raise InvalidRequest(
             field="rules.clusters",
             value=tuple(rules.clusters),
             reason="no row is detected without cluster variables: a process outside any cluster manager would "
             "have no cluster to plan for",
-            fix=f"Keep the built-in {_FALLBACK_CLUSTER!r} row: clusters={{**BUILTIN_RULES.clusters, ...}}",
+            fix=f"Keep the built-in {LOCAL_CLUSTER!r} row: clusters={{**BUILTIN_RULES.clusters, ...}}",
         )
     for key, family in families.items():
         builtin = FAMILIES.get(family.family)
