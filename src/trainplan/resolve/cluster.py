@@ -32,7 +32,6 @@ from trainplan.spec.rules import (
     JobPort,
     JobVariable,
     JobVariables,
-    MissingRule,
     Rules,
     VariableFormat,
     detected_alone,
@@ -108,10 +107,8 @@ def _index(rules: Rules) -> _Index:
             key=lambda rule: -(rule.detect_priority or 0),
         )
     )
-    fallbacks = [rule for rule in clusters if detected_alone(rule)]
-    if not fallbacks:
-        raise MissingRule(table="CLUSTERS", key="the row of a process without cluster variables (detect_variables=())")
-    index = _Index(order, fallbacks[0], ", ".join(rule.schemas[0].label for rule in order))
+    fallback = next(rule for rule in clusters if detected_alone(rule))  # every rule set has one (its checks)
+    index = _Index(order, fallback, ", ".join(rule.schemas[0].label for rule in order))
     index.alone["auto"] = _read(index.fallback, index, {}, requested=False)
     index.alone[index.fallback.name] = _read(index.fallback, index, {}, requested=True)
     return index
