@@ -44,7 +44,7 @@ from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 from trainplan.spec.options import DDPOptions, FSDPOptions
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import HOST_DEVICE, UNNAMED_RULES, Rules
+from trainplan.spec.rules import HOST_DEVICE, Rules
 from trainplan.spec.rules import MESH_DIMENSIONS as MESH_RULES
 
 if TYPE_CHECKING:
@@ -517,7 +517,7 @@ def _same_rules(plan: Plan, rules: Rules) -> Rules:
     given: object = rules
     if not isinstance(given, Rules):
         raise TypeError(f"rules must be a trainplan.Rules, not {type(given).__name__}")
-    if plan.rules not in (None, UNNAMED_RULES, rules.reference):
+    if not rules.may_have_made(plan.rules):
         raise InvalidRequest(
             field="rules",
             value=rules.reference,

@@ -192,7 +192,7 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
     supplied: object = given
     if supplied is not None and not isinstance(supplied, Rules):
         raise TypeError(f"rules must be a trainplan.Rules, not {type(supplied).__name__}")
-    if given is not None and plan.rules not in (None, UNNAMED_RULES, given.reference):
+    if given is not None and not given.may_have_made(plan.rules):
         raise bad(
             "rules",
             f"the plan was made from the rule set {plan.rules!r}, and is read with "

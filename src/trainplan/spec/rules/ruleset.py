@@ -234,6 +234,11 @@ class Rules:
             return None
         return UNNAMED_RULES if self.reference is None else self.reference
 
+    def may_have_made(self, plan_rules: str | None) -> bool:
+        """Whether a plan recording `plan_rules` (its `Plan.rules`) may be read back or run with this rule set: a
+        plan of trainplan's own rules or of an unnamed set with any, a named one only with the set of that name."""
+        return plan_rules in (None, UNNAMED_RULES, self.reference)
+
     def strategy_name(self, name: str) -> StrategyKey:
         """`name` as a strategy of this rule set (typed), or `InvalidRequest` when it has no such strategy."""
         found = self.strategy_spellings.get(name)
