@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import attrs
 
-from trainplan.spec.frozen import FrozenMap, freeze_map, freeze_sequence
+from trainplan.spec.frozen import FrozenMap, ReadOnlyMap, freeze_map, freeze_sequence
 from trainplan.spec.names import START_METHODS, StartMethod
 
 # Converters never raise: a value of the wrong shape is kept as given, and `resolve` refuses it by name.
@@ -30,31 +30,15 @@ def _freeze_indices(value: tuple[int, ...] | list[int] | None) -> tuple[int, ...
     return None if value is None else freeze_sequence(value)  # type: ignore[return-value]
 
 
-class DeviceCounts(Mapping[str, int]):
-    """A read-only, hashable map of accelerator name → visible devices (`Environment.device_counts`)."""
+class DeviceCounts(ReadOnlyMap[str, int]):
+    """A read-only, hashable map of accelerator name → visible devices (`Environment.device_counts`), in name order
+    (so equal counts given in any order are one value)."""
 
-    __slots__ = ("_items",)
+    __slots__ = ()
 
     def __init__(self, items: Mapping[str, int] | None = None) -> None:
         # Sorted by text, so keys of the wrong type (which resolve then reports) never make sorting raise.
-        self._items: dict[str, int] = dict(sorted((items or {}).items(), key=lambda item: (str(item[0]), repr(item))))
-
-    def __getitem__(self, key: str) -> int:
-        return self._items[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._items.items()))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Mapping):
-            return self._items == dict(other)
-        return NotImplemented
+        super().__init__(dict(sorted((items or {}).items(), key=lambda item: (str(item[0]), repr(item)))))
 
     def __repr__(self) -> str:
         return f"DeviceCounts({self._items!r})"
