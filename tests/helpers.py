@@ -32,6 +32,7 @@ SLURM_2x4 = {
     "SLURM_NTASKS_PER_NODE": "4",
     "SLURM_NNODES": "2",
     "SLURM_PROCID": "5",
+    "SLURM_STEP_ID": "0",  # an srun task (the batch script and salloc's shell have none)
     "SLURM_LOCALID": "1",
     "SLURM_NODEID": "1",
     "SLURM_JOB_NAME": "train",

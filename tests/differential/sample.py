@@ -13,6 +13,7 @@ SLURM_TASK = {
     "SLURM_NTASKS_PER_NODE": "2",
     "SLURM_NNODES": "1",
     "SLURM_PROCID": "1",
+    "SLURM_STEP_ID": "0",  # an srun task (the batch script and salloc's shell have none)
     "SLURM_LOCALID": "1",
     "SLURM_NODEID": "0",
     "SLURM_JOB_NAME": "train",

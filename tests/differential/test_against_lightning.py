@@ -46,6 +46,9 @@ def _cluster_variables(env: Environment) -> bool:
 Explanation = Callable[[dict[str, Any], Environment, Outcome, Outcome, "TrainplanError | None"], bool]
 
 EXPLAINED: dict[str, Explanation] = {
+    "srun-task-of-a-shell-job": lambda flags, env, mine, theirs, error: (
+        env.variables.get("SLURM_JOB_NAME") in ("bash", "interactive") and "SLURM_STEP_ID" in env.variables
+    ),
     "ddp-under-cluster-with-spawn": lambda flags, env, mine, theirs, error: (
         not mine.error and mine.launcher == "external" and theirs.launcher in ("spawn", "fork")
     ),
@@ -170,6 +173,7 @@ def test_trainplan_agrees_with_lightning_except_on_purpose(monkeypatch: pytest.M
         "ddp-under-cluster-with-spawn",
         "interactive-under-cluster",
         "single-device-strategy",
+        "srun-task-of-a-shell-job",
         "strategy-dp",
         "torchelastic-visible-devices",
     }, used

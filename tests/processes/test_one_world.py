@@ -146,6 +146,7 @@ def test_the_emitted_sbatch_worker_line_runs_a_plain_env_script() -> None:
             "SLURM_NNODES": "2",
             "SLURM_NTASKS_PER_NODE": "1",
             "SLURM_PROCID": str(task),
+            "SLURM_STEP_ID": "0",  # an srun task (the batch script and salloc's shell have none)
             "SLURM_NODEID": str(task),
             "SLURM_LOCALID": "0",
             "SLURM_JOB_NODELIST": "localhost",

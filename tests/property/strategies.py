@@ -118,6 +118,7 @@ _SLURM = {
     "SLURM_NTASKS_PER_NODE": "2",
     "SLURM_NNODES": "2",
     "SLURM_PROCID": "3",
+    "SLURM_STEP_ID": "0",  # an srun task (the batch script and salloc's shell have none)
     "SLURM_LOCALID": "1",
     "SLURM_NODEID": "1",
     "SLURM_JOB_NAME": "train",

@@ -172,7 +172,8 @@ def _as_valid_as_resolved(plan: Plan) -> None:
     assert len(set(plan.devices)) == len(plan.devices) >= 1
     port = plan.cluster.main_port
     assert port is None or 1 <= port <= 65535
-    assert 0 <= plan.cluster.node_rank < plan.num_nodes
+    node_rank = plan.cluster.node_rank
+    assert (node_rank is None and plan.cluster.creates_processes) or 0 <= (node_rank or 0) < plan.num_nodes
     for rank in range(plan.processes_per_node):
         plan.device_for(rank)
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan

@@ -101,7 +101,10 @@ class TestInvariants:
         assert plan.precision in family.precisions and plan.accelerator in rules.precisions[plan.precision].accelerators
         if plan.process_group_backend is None:
             assert plan.metrics.reduces_on == "nowhere"
-        assert 0 <= plan.cluster.node_rank < plan.num_nodes
+        if plan.cluster.node_rank is None:  # only inside a job that states none (MPI)
+            assert plan.cluster.creates_processes
+        else:
+            assert 0 <= plan.cluster.node_rank < plan.num_nodes
         if plan.cluster.global_rank is not None:
             assert 0 <= plan.cluster.global_rank < plan.world_size
         if plan.cluster.local_rank is not None:

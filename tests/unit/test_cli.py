@@ -37,8 +37,8 @@ def test_what_if_eight_gpus_as_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_environment_from_file_and_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     env_file = tmp_path / "slurm.env"
     env_file.write_text(
-        "# a SLURM task\nexport SLURM_NTASKS=4\nSLURM_NNODES=1\nSLURM_PROCID=1\nSLURM_LOCALID=1\nSLURM_NODEID=0\n"
-        "SLURM_JOB_NAME='train'\n"
+        "# a SLURM task\nexport SLURM_NTASKS=4\nSLURM_NNODES=1\nSLURM_STEP_ID=0\nSLURM_PROCID=1\nSLURM_LOCALID=1\n"
+        "SLURM_NODEID=0\nSLURM_JOB_NAME='train'\n"
     )
     code, out, _ = run(
         capsys,

@@ -53,13 +53,18 @@ class TestDetection:
     def test_torchelastic_wins_inside_slurm(self) -> None:
         assert detect("auto", {**SLURM_2x4, **TORCHRUN_2x2}).kind == "torchelastic"
 
-    def test_slurm_interactive_job_is_not_managed(self) -> None:
-        facts = detect("auto", {**SLURM_2x4, "SLURM_JOB_NAME": "bash"})
-        assert facts.kind == "local"
-        assert [note.code for note in facts.notes] == ["slurm-interactive"]
+    @pytest.mark.parametrize("name", ["bash", "interactive"])
+    def test_an_srun_task_is_a_slurm_task_whatever_the_job_is_called(self, name: str) -> None:
+        # `srun bash -c ...` names the job "bash", salloc "interactive": its srun tasks are still SLURM's.
+        facts = detect("auto", {**SLURM_2x4, "SLURM_JOB_NAME": name})
+        assert (facts.kind, facts.world_size, facts.global_rank, facts.notes) == ("slurm", 8, 5, ())
 
-    def test_explicit_slurm_is_honoured_in_an_interactive_job(self) -> None:
-        assert detect("slurm", {**SLURM_2x4, "SLURM_JOB_NAME": "interactive"}).kind == "slurm"
+    def test_the_allocation_shell_plans_alone_with_a_warning(self) -> None:
+        shell = {key: value for key, value in SLURM_2x4.items() if key not in {"SLURM_STEP_ID", "SLURM_PROCID"}}
+        facts = detect("auto", {**shell, "SLURM_JOB_NAME": "interactive"})
+        assert facts.kind == "local"
+        assert [(note.code, note.level) for note in facts.notes] == [("slurm-allocation-shell", "warning")]
+        assert "start the script with srun" in facts.notes[0].message
 
     def test_local_ignores_cluster_variables(self) -> None:
         assert detect("local", SLURM_2x4).kind == "local"
@@ -210,7 +215,7 @@ PBS = ClusterRule(
     name="pbs",  # type: ignore[arg-type]  # an invented cluster: its name is none of trainplan's
     description="PBS, processes started by pbsdsh (invented for this test)",
     detect_variables=(frozenset({"PBS_JOBNUM", "PBS_TASKNUM"}),),
-    detect_priority=7,
+    detect_priority=8,
     creates_processes=True,
     node_rank_variable="PBS_NODENUM",
     schemas=(
@@ -270,7 +275,7 @@ class TestANewClusterIsOneRow:
         assert plan.cluster.kind == "local"
         assert detect("auto", PBS_JOB, PBS_RULES).reason.startswith("PBS was detected")
         alone = detect("auto", {}, PBS_RULES).reason
-        assert alone == "no cluster manager's variables were found (PBS, torchelastic, SLURM, Kubeflow, LSF, MPI)"
+        assert alone == "no cluster manager's variables were found (PBS, torchrun, MPI, SLURM, Kubeflow, LSF)"
 
     @pytest.mark.parametrize(
         ("variable", "value", "words"),

@@ -39,6 +39,7 @@ HUGE = "1" * 5000
 SLURM_TASK = {
     "SLURM_NTASKS": "1",
     "SLURM_PROCID": "0",
+    "SLURM_STEP_ID": "0",  # an srun task (the batch script and salloc's shell have none)
     "SLURM_LOCALID": "0",
     "SLURM_NODEID": "0",
     "SLURM_NNODES": "1",

@@ -298,14 +298,21 @@ CASES: dict[str, Case] = {
         cpu(variables={"PMI_SIZE": "4", "PMI_RANK": "1"}),
         Incompatible,
         "job-layout-unknown",
-        ("mpi started 4 processes", "devices=<processes per node>"),
+        ("MPI started 4 processes", "devices=<processes per node>"),
+    ),
+    "slurm batch script without srun": (
+        {},
+        cpu(variables={key: value for key, value in SLURM_2x4.items() if key != "SLURM_STEP_ID"}),
+        Incompatible,
+        "slurm-batch-step",
+        ("batch script of SLURM job 1234567", "not one of the job's 8 tasks", "srun python train.py"),
     ),
     "job with fewer gpus than processes": (
         {},
         cuda(1, variables=TORCHRUN_2x2),
         Incompatible,
         "job-gpus",
-        ("torchelastic started 2 processes", "only 1 GPU", "--gpus-per-node"),
+        ("Torchrun started 2 processes", "only 1 GPU", "--gpus-per-node"),
     ),
     "job started on other gpus": (
         {"devices": [0, 1]},

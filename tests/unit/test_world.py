@@ -64,7 +64,7 @@ def _layout(plan: Plan) -> tuple[object, ...]:
                 }
             ),
             (2, 2, 4, "external"),
-            (1, 1, 0),
+            (1, 1, None),  # MPI states no node index
         ),
         (
             "jsrun",
@@ -84,7 +84,7 @@ def _layout(plan: Plan) -> tuple[object, ...]:
     ],
 )
 def test_everything_auto_takes_the_layout_the_job_started(
-    name: str, env: Environment, layout: tuple[object, ...], ranks: tuple[int, int, int]
+    name: str, env: Environment, layout: tuple[object, ...], ranks: tuple[int, int, int | None]
 ) -> None:
     plan = resolve(Request(), env)
     assert _layout(plan) == layout
@@ -106,7 +106,7 @@ def test_outside_a_job_auto_means_one_node() -> None:
 
 
 def test_explicit_fields_that_contradict_the_job_keep_the_clear_error() -> None:
-    with pytest.raises(Incompatible, match="torchelastic started 4 processes") as caught:
+    with pytest.raises(Incompatible, match="torchrun started 4 processes") as caught:
         resolve(Request(devices=1), cpu(variables=TORCHRUN_2x2))
     assert "--nproc-per-node=1" in str(caught.value)
     assert resolve(Request(devices=2), cpu(variables=TORCHRUN_2x2)).num_nodes == 2, "nodes still adopt"
@@ -139,6 +139,7 @@ def _workers_of(plan: Plan, env: Environment, port: int = 29400) -> list[tuple[P
             env.with_variables(variables),
             cuda_device_count=len(plan.devices) if plan.accelerator == "cuda" else env.cuda_device_count,
         )
+        assert plan.cluster.node_rank is not None  # trainplan's own launchers always know their node
         rank = plan.cluster.node_rank * plan.processes_per_node + local_rank
         view = worker_view(plan, global_rank=rank, local_rank=local_rank, main_port=port)
         seen.append((view, inside))
@@ -452,7 +453,7 @@ def test_a_torchrun_inside_a_trainplan_worker_gives_its_own_world() -> None:
 
 
 def test_layout_errors_name_both_layouts_and_who_started_the_job() -> None:
-    with pytest.raises(Incompatible, match=r"torchelastic started 4 processes as 2 node\(s\) × 2 .* num_nodes=1 × 4"):
+    with pytest.raises(Incompatible, match=r"torchrun started 4 processes as 2 node\(s\) × 2 .* num_nodes=1 × 4"):
         resolve(Request(devices=4, num_nodes=1), cpu(variables=TORCHRUN_2x2))
     with pytest.raises(Incompatible, match="trainplan's launcher started 2 processes"):
         resolve(Request(devices=3), cpu(variables=LAUNCHED_1_OF_2))

@@ -536,7 +536,7 @@ def _meeting(plan: Plan, options: EngineOptions) -> _Meeting:
         options.rdzv_id or (port if port != "0" else f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
     )
     local = options.local_addr or (address if plan.num_nodes == 1 else None)
-    return _Meeting(backend, endpoint, run_id, cluster.node_rank, local)
+    return _Meeting(backend, endpoint, run_id, cluster.node_rank or 0, local)  # a plan it launches knows its node
 
 
 def _summary(plan: Plan, meeting: _Meeting, options: EngineOptions) -> str:

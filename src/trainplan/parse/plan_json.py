@@ -113,7 +113,7 @@ def _read(data: object) -> Plan:
             creates_processes=cluster.field("creates_processes", bool),
             main_address=cluster.field("main_address", str),
             main_port=cluster.optional("main_port", int),
-            node_rank=cluster.field("node_rank", int),
+            node_rank=cluster.optional("node_rank", int),
             global_rank=cluster.optional("global_rank", int),
             local_rank=cluster.optional("local_rank", int),
         ),
@@ -306,7 +306,7 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         raise bad("cluster.main_address", "it is not a host name or address")
     if cluster.main_port is not None and not 1 <= cluster.main_port <= 65535:
         raise bad("cluster.main_port", "a TCP port is from 1 to 65535")
-    if not 0 <= cluster.node_rank < plan.num_nodes:
+    if cluster.node_rank is not None and not 0 <= cluster.node_rank < plan.num_nodes:
         raise bad("cluster.node_rank", f"it must be from 0 to {plan.num_nodes - 1}")
     if cluster.global_rank is not None and not 0 <= cluster.global_rank < plan.world_size:
         raise bad("cluster.global_rank", f"it must be from 0 to {plan.world_size - 1}")

@@ -41,7 +41,7 @@ def explain(plan: Plan) -> str:
         ("launcher", plan.launcher, "launcher"),
         (
             "cluster",
-            f"{cluster.kind}, main {cluster.main_address}:{port}, node rank {cluster.node_rank}{rank}",
+            f"{cluster.kind}, main {cluster.main_address}:{port}, node rank {_node_rank(cluster.node_rank)}{rank}",
             "cluster",
         ),
         ("backend", plan.process_group_backend or "none (single process)", "backend"),
@@ -129,3 +129,7 @@ def _describe_devices(plan: Plan) -> str:
     return ", ".join(
         f"{device} (GPU {physical})" for device, physical in zip(strings, plan.physical_devices, strict=False)
     )
+
+
+def _node_rank(node_rank: int | None) -> str:
+    return "not stated" if node_rank is None else str(node_rank)

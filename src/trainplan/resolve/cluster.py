@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import attrs
 
-from trainplan.spec.errors import ClusterEnvironmentError, Unavailable
+from trainplan.spec.errors import ClusterEnvironmentError, Incompatible, Unavailable
 from trainplan.spec.names import ClusterFlag, ClusterName
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
@@ -25,6 +25,7 @@ from trainplan.spec.rules import (
     BUILTIN_RULES,
     LAUNCHED_MARKER,
     LAUNCHED_WORKERS,
+    RULES,
     RUN_ID_VARIABLE,
     TRAINPLAN_RUN_ID_PREFIX,
     ClusterRule,
@@ -32,7 +33,9 @@ from trainplan.spec.rules import (
     JobPort,
     JobVariable,
     JobVariables,
+    NotATask,
     Rules,
+    TaskVerdict,
     VariableFormat,
     detected_alone,
     lookup,
@@ -59,11 +62,12 @@ class ClusterFacts:
     notes: tuple[Note, ...] = ()
     launched: bool = False  # this process is a worker trainplan's launcher started
     address_from: str | None = None  # the variable that gave main_address (None: a default, or unknown)
+    label: str = ""  # the cluster as messages name it ("SLURM")
 
     @property
     def started_by(self) -> str:
         """Who started this job's processes, for messages."""
-        return "trainplan's launcher" if self.launched else self.kind
+        return "trainplan's launcher" if self.launched else self.label or self.kind
 
 
 def detect(flag: ClusterFlag, variables: Mapping[str, str], rules: Rules = BUILTIN_RULES) -> ClusterFacts:
@@ -72,7 +76,8 @@ def detect(flag: ClusterFlag, variables: Mapping[str, str], rules: Rules = BUILT
     if not variables and flag in index.alone:
         return index.alone[flag]  # no variable at all: this machine alone (the same facts as reading none)
     if flag == "auto":
-        return _read(_detected(index, variables), index, variables, requested=False)
+        rule, passed = _detected(index, variables)
+        return _read(rule, index, variables, requested=False, passed=passed)
     rule = lookup(rules.clusters, flag, name="CLUSTERS")
     if not _present(rule.detect_variables, variables):  # a row without variables to find (local) is always present
         needed = " and ".join(sorted(rule.detect_variables[0]))
@@ -81,6 +86,7 @@ def detect(flag: ClusterFlag, variables: Mapping[str, str], rules: Rules = BUILT
             available=f"no {rule.description} variables ({needed} not set)",
             fix=f"Run inside a {flag} job, set the variables by hand for a what-if, or use cluster='auto'",
         )
+    _task_verdict(rule, variables)  # a process that is not a task and cannot plan alone is refused when asked for too
     return _read(rule, index, variables, requested=True)
 
 
@@ -140,41 +146,105 @@ def launched_by_trainplan(variables: Mapping[str, str]) -> bool:
     return variables.get(RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX).startswith(TRAINPLAN_RUN_ID_PREFIX)
 
 
-def _detected(index: _Index, variables: Mapping[str, str]) -> ClusterRule:
+def _detected(index: _Index, variables: Mapping[str, str]) -> tuple[ClusterRule, tuple[NotATask, ...]]:
+    """The innermost cluster that started this process (highest priority first), and the rows of the clusters passed
+    by on the way because this process is not one of their tasks."""
     if not variables or launched_by_trainplan(variables):
-        return index.fallback
+        return index.fallback, ()
+    passed: list[NotATask] = []
     for rule in index.order:
-        if _present(rule.detect_variables, variables) and not _passed_by(rule, variables):
-            return rule
-    return index.fallback
+        if not _present(rule.detect_variables, variables):
+            continue
+        row = _task_verdict(rule, variables)
+        if row is not None:
+            passed.append(row)
+            continue
+        return _same_job(rule, index, variables) or rule, tuple(passed)
+    return index.fallback, tuple(passed)
 
 
-def _passed_by(rule: ClusterRule, variables: Mapping[str, str]) -> bool:
-    """Whether the row's variables say the cluster does not manage the processes (SLURM's interactive sessions)."""
-    unless = rule.not_detected_when
-    return unless is not None and variables.get(unless.variable, "") in unless.values
+def _matches(row: NotATask, variables: Mapping[str, str]) -> bool:
+    return not any(name in variables for name in row.unset) and all(name in variables for name in row.set)
 
 
-def _passed_by_notes(index: _Index, variables: Mapping[str, str]) -> tuple[Note, ...]:
-    """A note for each cluster whose variables are present but that detection passed by."""
-    return tuple(
-        Note(
-            code=rule.not_detected_when.note_code,
-            level="info",
-            message=rule.not_detected_when.note.format(
-                variable=rule.not_detected_when.variable, value=variables[rule.not_detected_when.variable]
-            ),
-        )
-        for rule in index.order
-        if rule.not_detected_when is not None
-        and _present(rule.detect_variables, variables)
-        and _passed_by(rule, variables)
-    )
+def _task_verdict(rule: ClusterRule, variables: Mapping[str, str]) -> NotATask | None:
+    """The row that says this process is not one of the cluster's tasks and plans this machine (None: it is a task);
+    a row whose verdict is `refuse` raises its refusal."""
+    for row in rule.not_tasks:
+        if not _matches(row, variables):
+            continue
+        tasks = whole_number(variables.get(row.tasks, "").strip())
+        verdict: TaskVerdict = row.when_many if tasks is not None and tasks > 1 else row.when_one
+        if verdict == "refuse":
+            refusal = lookup(RULES, row.code, name="RULES")
+            values = _Values(variables)
+            raise Incompatible(
+                values={}, rule=refusal.id, reason=refusal.reason.format_map(values), fix=refusal.fix.format_map(values)
+            )
+        return row if verdict == "alone" else None
+    return None
 
 
-def _read(rule: ClusterRule, index: _Index, variables: Mapping[str, str], *, requested: bool) -> ClusterFacts:
+class _Values(dict[str, str]):
+    """The variables as template values, each cut to 64 characters: an unset one reads as '?'."""
+
+    def __init__(self, variables: Mapping[str, str]) -> None:
+        super().__init__((name, value[:64]) for name, value in variables.items())
+
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def _same_job(rule: ClusterRule, index: _Index, variables: Mapping[str, str]) -> ClusterRule | None:
+    """The cluster, among the row's `same_job_as`, whose variables describe the same world (the same world size, and
+    the same processes per node where both state one: facts of the whole job, so every rank decides alike) and whose
+    task this process is: it started the processes, and its row reads more of the job."""
+    if not rule.same_job_as:
+        return None
+    world, per_node = _peek_world(rule, variables)
+    if world is None:
+        return None
+    for other in index.order:
+        if other.name not in rule.same_job_as or not _present(other.detect_variables, variables):
+            continue
+        if any(_matches(row, variables) for row in other.not_tasks):
+            continue
+        other_world, other_per_node = _peek_world(other, variables)
+        if other_world == world and (per_node is None or other_per_node is None or per_node == other_per_node):
+            return other
+    return None
+
+
+def _peek_world(rule: ClusterRule, variables: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """A row's world size and processes per node as its variables state them, nothing else checked (None where unset
+    or unreadable: the full read reports those)."""
+    schema = next((each for each in rule.schemas if _sets_world_size(each, variables)), rule.schemas[-1])
+    values: list[int | None] = []
+    for source in (schema.world_size, schema.processes_per_node):
+        value: int | None = source if isinstance(source, int) else None
+        if isinstance(source, JobVariable):
+            text = next((variables[name] for name in source.names if name in variables), None)
+            parse = _NUMBER_FORMATS.get(source.format)
+            if text is not None and parse is not None:
+                try:
+                    value = parse(text, 1)
+                except _Unreadable:
+                    value = None
+        values.append(value)
+    return values[0], values[1]
+
+
+def _read(
+    rule: ClusterRule,
+    index: _Index,
+    variables: Mapping[str, str],
+    *,
+    requested: bool,
+    passed: tuple[NotATask, ...] = (),
+) -> ClusterFacts:
     """The facts of a job under `rule`: its schema read; on the row that needs no variables, a worker trainplan's
-    launcher started reads the launched workers' schema instead."""
+    launcher started reads the launched workers' schema instead. `passed`: the rows of the clusters detection passed
+    by (this process is not one of their tasks), each a note."""
     if not rule.creates_processes and launched_by_trainplan(variables):
         return _launched(rule, variables)
     schemas = rule.schemas
@@ -182,9 +252,9 @@ def _read(rule: ClusterRule, index: _Index, variables: Mapping[str, str], *, req
     job = _Job.read(schema, variables, rule.job_port, rule.default_port)
     template = schema.reason_asked if requested and schema.reason_asked else schema.reason
     reason = template.format(how="asked for" if requested else "detected", values=job.values, managers=index.managers)
-    notes = job.notes
-    if not requested and rule is index.fallback:
-        notes += _passed_by_notes(index, variables)
+    notes = job.notes + tuple(
+        Note(code=row.code, level=row.level, message=row.message.format_map(_Values(variables))) for row in passed
+    )
     return job.facts(rule.name, rule.creates_processes, rule.launch_hint, reason, notes)
 
 
@@ -251,9 +321,17 @@ class _Job:
         for fact, minimum in _FACTS:
             source = getattr(schema, fact)
             values[fact] = job.number(fact, source, minimum=minimum) if isinstance(source, JobVariable) else source
-        world, per_node = values["world_size"], values["processes_per_node"]
-        if values["num_nodes"] is None and world is not None and per_node is not None and world % per_node == 0:
+        world, per_node, nodes = values["world_size"], values["processes_per_node"], values["num_nodes"]
+        if nodes is None and world is not None and per_node is not None and world % per_node == 0:
             values["num_nodes"] = world // per_node
+        elif world is not None and per_node is not None and nodes is not None and world != per_node * nodes:
+            raise job.error(
+                names["processes_per_node"],
+                f"{schema.label} started {world} processes ({names['world_size']}={world}) on {nodes} nodes "
+                f"({names['num_nodes']}={nodes}), {per_node} of them on this node: the nodes run different numbers "
+                "of processes, and a plan runs the same number on every node",
+                schema.uneven_fix.format(num_nodes=nodes),
+            )
         for rank, count in _BELOW:  # checked where both come from variables
             value, limit = values[rank], values[count]
             if rank in names and count in names and value is not None and limit is not None and value >= limit:
@@ -308,9 +386,53 @@ class _Job:
             value = parse(text, minimum)
         except _Unreadable as unreadable:
             raise self.error(name, unreadable.reason, unreadable.fix) from None
+        except _Uneven as uneven:
+            raise self.error(name, *self.placement(uneven.groups)) from None
         if value is not None:
             self.names[fact] = name
         return value
+
+    def placement(self, groups: list[tuple[int, int]]) -> tuple[str, str]:
+        """Why an uneven placement of tasks (count, nodes) cannot be planned, naming the nodes where the schema lists
+        them, and the layout that fits."""
+        hosts: list[str] = []
+        if self.schema.node_list is not None:
+            _, text = self.text(self.schema.node_list)
+            try:
+                hosts = expand_hostlist(text) if text is not None else []
+            except ValueError:
+                hosts = []
+        parts: list[str] = []
+        start = 0
+        for count, repeat in groups[:4]:
+            names = hosts[start : start + repeat]
+            start += repeat
+            tasks = f"{count} task{'s' if count != 1 else ''}"
+            if repeat == 1:
+                parts.append(f"{tasks} on {names[0] if names else f'node {start - 1}'}")
+            else:
+                where = f" ({names[0]} … {names[-1]})" if len(names) == repeat else ""
+                parts.append(f"{tasks} on each of {repeat} nodes{where}")
+        if len(groups) > 4:
+            parts.append("…")
+        placed = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+        total = sum(count * repeat for count, repeat in groups)
+        nodes = sum(repeat for _, repeat in groups)
+        reason = (
+            f"{self.schema.label} put {placed} (without --ntasks-per-node it spreads the tasks as it likes), and a "
+            "plan runs the same number of processes on every node"
+        )
+        if total % nodes == 0:
+            fix = (
+                f"Start the step with the same number on every node: srun --nodes={nodes} "
+                f"--ntasks-per-node={total // nodes}"
+            )
+        else:
+            fix = (
+                f"Start the step with the same number on every node: srun --nodes={nodes} --ntasks-per-node=N "
+                f"({total} tasks do not split evenly over {nodes} nodes)"
+            )
+        return reason, fix
 
     def read_address(self) -> None:
         """The host of rank 0: the first of the schema's address variables that gives one, else 127.0.0.1 (only for
@@ -379,6 +501,7 @@ class _Job:
             notes=notes,
             launched=launched,
             address_from=self.address_from,
+            label=self.schema.label,
         )
 
 
@@ -404,17 +527,28 @@ def _port(text: str, minimum: int) -> int:
     return value
 
 
+class _Uneven(Exception):
+    """SLURM's tasks per node list different counts for different nodes: (count, nodes) groups, in node order."""
+
+    def __init__(self, groups: list[tuple[int, int]]) -> None:
+        super().__init__("uneven tasks per node")
+        self.groups = groups
+
+
+_TASK_GROUP = re.compile(r"(\d{1,18})(?:\(x(\d{1,18})\))?", flags=re.ASCII)
+
+
 def _tasks_per_node(text: str, minimum: int) -> int:
-    # "4" or "4(x2)" (four tasks on each of two nodes); uneven layouts ("4(x2),2") have no single value.
-    match = re.fullmatch(r"\s*(\d{1,18})(?:\(x\d{1,18}\))?\s*", text, flags=re.ASCII)
-    if match is None:
-        if re.fullmatch(r"[\d(x),]+", text.strip(), flags=re.ASCII):
-            raise _Unreadable(
-                "the job has a different number of tasks on different nodes",
-                "Ask SLURM for the same --ntasks-per-node on every node",
-            )
-        raise _Unreadable("it is not a number of tasks", "Unset it or fix the job script")
-    value = int(match.group(1))
+    # "4", "4(x2)" (four tasks on each of two nodes), or an uneven "3,1" / "2(x3),1" (refused, with the placement).
+    groups: list[tuple[int, int]] = []
+    for part in text.strip().split(",") if len(text) <= 100_000 else ["?"]:
+        match = _TASK_GROUP.fullmatch(part.strip())
+        if match is None:
+            raise _Unreadable("it is not a number of tasks, such as 4 or 4(x2)", "Unset it or fix the job script")
+        groups.append((int(match.group(1)), int(match.group(2) or 1)))
+    if len({count for count, _ in groups}) > 1:
+        raise _Uneven(groups)
+    value = groups[0][0]
     if value < minimum:
         raise _Unreadable(f"it must be at least {minimum}", "Fix the job's --ntasks-per-node")
     return value

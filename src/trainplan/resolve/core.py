@@ -352,7 +352,12 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
         reasons["launcher"] = "trainplan's launcher already started every process; join its world"
 
     try:
-        cluster = _place_in_cluster(facts, num_nodes, processes_per_node, world_size, launcher, rules)
+        asked = {
+            name: value
+            for name, value in (("devices", fields.devices), ("num_nodes", fields.num_nodes))
+            if value != "auto"
+        }
+        cluster = _place_in_cluster(facts, asked, num_nodes, processes_per_node, world_size, launcher, rules)
     except TrainplanError as error:
         report(error)
         cluster = _new_cluster_info(
@@ -973,9 +978,7 @@ def _job_processes_per_node(facts: ClusterFacts, num_nodes: int, nodes_known: bo
     if nodes_known and facts.world_size is not None and facts.world_size % num_nodes == 0:
         return facts.world_size // num_nodes
     world = facts.world_size if facts.world_size is not None else "?"
-    raise incompatible(
-        "job-layout-unknown", {"devices": "auto"}, cluster=facts.started_by, world_size=world, detail=facts.detail
-    )
+    raise incompatible("job-layout-unknown", {}, cluster=facts.started_by, world_size=world, detail=facts.detail)
 
 
 def _select_devices_in_job(
@@ -999,7 +1002,7 @@ def _select_devices_in_job(
         if per_node > visible:
             raise incompatible(
                 "job-gpus",
-                {"devices": "auto"},
+                {},
                 cluster=facts.started_by,
                 processes_per_node=per_node,
                 visible=visible,
@@ -1329,13 +1332,14 @@ def _choose_launcher(
 
 def _place_in_cluster(
     facts: ClusterFacts,
+    asked: Mapping[str, object],
     num_nodes: int,
     processes_per_node: int,
     world_size: int,
     launcher: LauncherName,
     rules: Rules,
 ) -> ClusterInfo:
-    values = {"num_nodes": num_nodes, "devices_per_node": processes_per_node}
+    values = asked  # the layout the request wrote: a refusal of the job itself names no field nobody set
     cluster_rule = lookup(rules.clusters, facts.kind, name="CLUSTERS")
     limit = cluster_rule.max_processes_per_node
     if limit is not None and processes_per_node > limit:
@@ -1367,15 +1371,17 @@ def _place_in_cluster(
                 cluster=facts.started_by,
                 started=started,
                 detail=facts.detail,
+                nodes=num_nodes,
                 processes_per_node=processes_per_node,
                 world_size=world_size,
                 fix=f"Start the job with {hint}{suggestion}",
             )
-    node_rank = facts.node_rank
-    if node_rank is None and facts.global_rank is not None:
+    node_rank = facts.node_rank  # None inside a job that states none (MPI, which may map ranks round-robin)
+    if node_rank is None and cluster_rule.node_rank_in_blocks and facts.global_rank is not None:
         node_rank = facts.global_rank // processes_per_node
-    node_rank = node_rank or 0
-    if node_rank >= num_nodes:
+    elif node_rank is None and not (facts.creates_processes or facts.launched):
+        node_rank = 0
+    if node_rank is not None and node_rank >= num_nodes:
         variable = cluster_rule.node_rank_variable
         raise incompatible(
             "cluster-rank-range",
@@ -1399,7 +1405,9 @@ def _place_in_cluster(
     address = facts.main_address
     if address is None:
         if num_nodes > 1:
-            raise incompatible("cluster-main-address", values, cluster=facts.kind)
+            raise incompatible(
+                "cluster-main-address", values, cluster=facts.started_by, nodes=num_nodes, detail=facts.detail
+            )
         address = "127.0.0.1"
     global_rank, local_rank = facts.global_rank, facts.local_rank
     launcher_rule = lookup(rules.launchers, launcher, name="LAUNCHERS")

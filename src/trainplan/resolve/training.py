@@ -382,7 +382,9 @@ def accelerate_arguments(plan: Plan, rules: Rules = BUILTIN_RULES) -> Accelerate
             flags.append("--multi_gpu")
     flags += list(family_recipe(plan).accelerate_launch) + extra
     if plan.num_nodes > 1:
-        flags += ["--machine_rank", str(plan.cluster.node_rank), "--main_process_ip", plan.cluster.main_address]
+        if plan.cluster.node_rank is not None:
+            flags += ["--machine_rank", str(plan.cluster.node_rank)]
+        flags += ["--main_process_ip", plan.cluster.main_address]
         if plan.cluster.main_port is not None:
             flags += ["--main_process_port", str(plan.cluster.main_port)]
     return AccelerateArguments(

@@ -87,7 +87,8 @@ def process_group_timeout(plan: Plan) -> int:
 
 def global_rank_of(plan: Plan, local_rank: int) -> int:
     """The global rank of local rank `local_rank` on this plan's node."""
-    return plan.cluster.node_rank * plan.processes_per_node + local_rank
+    # Only for workers trainplan starts itself: such a plan always knows its node (0, or NODE_RANK).
+    return (plan.cluster.node_rank or 0) * plan.processes_per_node + local_rank
 
 
 def torchrun_variables(plan: Plan, *, rank: int, local_rank: int, port: int) -> dict[str, str]:
@@ -108,7 +109,7 @@ def _worker_facts(plan: Plan, *, rank: int, local_rank: int, port: int) -> dict[
         "processes_per_node": str(plan.processes_per_node),
         "global_rank": str(rank),
         "local_rank": str(local_rank),
-        "node_rank": str(plan.cluster.node_rank),
+        "node_rank": str(plan.cluster.node_rank or 0),  # a plan trainplan launches always knows its node
         "main_address": plan.cluster.main_address,
         "main_port": str(port),
     }

@@ -95,6 +95,9 @@ class Incompatible(TrainplanError, ValueError):
         self.rule = rule
         self.reason = reason
         self.fix = fix
+        if not self.values:  # a refusal of the job itself (inside a started job), not of anything the request wrote
+            super().__init__(f"{reason[:1].upper()}{reason[1:]}. {_sentence(fix)}")
+            return
         asked = ", ".join(f"{key}={shown(value)}" for key, value in self.values.items())
         verdict = "cannot work together" if len(self.values) > 1 else "cannot be used"
         super().__init__(f"{asked} {verdict}: {reason}. {_sentence(fix)}")

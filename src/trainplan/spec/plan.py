@@ -54,7 +54,9 @@ class ClusterInfo:
     main_address: str
     main_port: int | None
     """None: the launcher picks a free port at launch."""
-    node_rank: int
+    node_rank: int | None
+    """This machine's rank among the nodes; None inside a job that states none (MPI names no node index, and ranks
+    may be mapped round-robin, so none is derived)."""
     global_rank: int | None
     """This process's rank, when the cluster already says it; None before trainplan launches the workers."""
     local_rank: int | None

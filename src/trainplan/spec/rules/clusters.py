@@ -23,6 +23,10 @@ SLURM_PORT_BASE: Final[int] = 15000
 LSF_PORT_BASE: Final[int] = 10000
 """LSF main port: 10000 + job id modulo 1000 (Lightning's rule)."""
 
+MPI_PORT_BASE: Final[int] = 20000
+"""Open MPI main port: 20000 + the job id (OMPI_MCA_ess_base_jobid) modulo 10000, the same on every rank of one mpirun
+and another for the next (below Linux's ephemeral ports, as SLURM's are)."""
+
 DEFAULT_MAIN_PORT: Final[int] = 29500
 """torch.distributed's customary port, used where a cluster gives neither MASTER_PORT nor a job id (MPI)."""
 
@@ -87,6 +91,8 @@ def _optional(*names: str, format: VariableFormat = "integer", default: int | No
 # torch.distributed's env:// meeting point, which a user (or a launcher) may set under any cluster manager.
 _MAIN_ADDRESS = _optional("MASTER_ADDR", format="host")
 _MAIN_PORT = _optional("MASTER_PORT", format="port")
+# SLURM's nodes in order: the step's own first (a step may run on part of the job's nodes).
+_SLURM_NODES = _optional("SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST", format="slurm_hostlist")
 
 
 @attrs.frozen(kw_only=True)
@@ -112,7 +118,11 @@ class JobVariables:
     loopback_needs_one_node: bool = False  # 127.0.0.1 only for a job known to run on one node (else unknown)
     main_port: JobVariable | None = None
     job_id: JobVariable | None = None  # read by the row's port formula (a required one is checked in any case)
+    node_list: JobVariable | None = None  # the nodes in order, where the cluster names them (for messages)
     detail_unit: str = ""  # what the world size counts, in messages ("pods")
+    # Where world size, processes per node and nodes all come from variables and the world is not their product, the
+    # nodes run different numbers of processes: refused on every rank with this fix ({num_nodes}: the node count).
+    uneven_fix: str = "Start the same number of processes on every node"
 
 
 def job_variables(schema: JobVariables) -> tuple[tuple[JobFact | Literal["job_id"], JobVariable], ...]:
@@ -153,15 +163,32 @@ class DefaultPort:
     note: str = ""
 
 
-@attrs.frozen(kw_only=True)
-class NotDetectedWhen:
-    """A value of a variable under which the cluster's variables are present but it does not manage the processes
-    (SLURM's interactive allocations): detection passes it by, with a note."""
+TaskVerdict = Literal["alone", "refuse", "task"]
+"""What a `NotATask` row makes of a process: `alone` (the cluster manager started no process here: trainplan plans
+this machine and may start the processes itself), `refuse` (a typed refusal: the world it would join never forms),
+`task` (it is one of the cluster's tasks after all: the schema reads it)."""
 
-    variable: str
-    values: frozenset[str]
-    note_code: str
-    note: str  # the note's message: {variable} and {value} are filled in
+
+@attrs.frozen(kw_only=True)
+class NotATask:
+    """A process that carries a cluster's variables without being one of the tasks the cluster started (SLURM's
+    allocation shell, its batch script, an `srun --pty` shell), told apart by the variables that are set and unset.
+
+    It matches when every variable of `unset` is unset and every one of `set` is set. `tasks` names the count of
+    tasks that decides what follows: `when_one` when it is at most 1 (or unset), `when_many` above. An `alone` verdict
+    adds a note (`code`, `level`, `message`) and applies to detection (`auto`) only: asking for the cluster by name
+    reads the schema as a task. A `refuse` verdict raises the refusal `code` (a row of the messages' RULES) whether
+    the cluster was detected or asked for. Messages are filled with every variable's value ({SLURM_JOB_ID}: "?" when
+    unset)."""
+
+    code: str
+    unset: frozenset[str]
+    set: frozenset[str] = frozenset()
+    tasks: str
+    when_one: TaskVerdict
+    when_many: TaskVerdict
+    level: Literal["info", "warning"] = "info"
+    message: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -179,7 +206,14 @@ class ClusterRule:
     launch_hint: str = ""  # how to start the job with another layout: {num_nodes}, {processes_per_node}, {world_size}
     job_port: JobPort | None = None  # the main port from the job id when the port variable is not set
     default_port: DefaultPort | None = None  # the main port when neither gives one (None: the launcher picks one)
-    not_detected_when: NotDetectedWhen | None = None
+    not_tasks: tuple[NotATask, ...] = ()  # processes with the variables that are not the cluster's tasks; first wins
+    # Clusters whose variables may describe the same processes: when one of them is present and states the same world
+    # size and global rank, it started them (srun's own PMI plugin sets MPI's variables; so does jsrun) and its row
+    # reads the job, stating more (the nodes, the main address). Otherwise this row, found first, is the innermost.
+    same_job_as: tuple[ClusterName, ...] = ()
+    # Without a node rank variable, whether the cluster places ranks on nodes in blocks of processes per node, so that a
+    # rank's node is rank // processes per node (jsrun's resource sets); otherwise the node rank stays unknown.
+    node_rank_in_blocks: bool = False
 
 
 def _set_by_torchrun(name: str, format: VariableFormat) -> JobVariable:
@@ -199,21 +233,26 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             name="torchelastic",
             description="torchrun / torch.distributed.elastic",
             detect_variables=(frozenset({"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}),),
-            # torchrun can run inside a SLURM allocation, so it is checked first (as Lightning does).
-            detect_priority=6,
+            # torchrun can run inside a SLURM allocation or under mpirun, so it is checked first (as Lightning does):
+            # the innermost launcher wins.
+            detect_priority=7,
             creates_processes=True,
             node_rank_variable="GROUP_RANK",
             schemas=(
                 JobVariables(
-                    label="torchelastic",
+                    label="torchrun",
                     reason="torchelastic was {how} (RANK, GROUP_RANK, LOCAL_RANK and LOCAL_WORLD_SIZE are set)",
                     world_size=_required("WORLD_SIZE"),
                     processes_per_node=_required("LOCAL_WORLD_SIZE"),
                     global_rank=_required("RANK"),
                     local_rank=_required("LOCAL_RANK"),
                     node_rank=_required("GROUP_RANK"),
+                    num_nodes=_optional("GROUP_WORLD_SIZE"),  # the agents that met (torchrun sets it on every worker)
                     main_address=(_set_by_torchrun("MASTER_ADDR", "host"),),
                     main_port=_set_by_torchrun("MASTER_PORT", "port"),
+                    uneven_fix=(
+                        "Start every node with the same --nproc-per-node (torchrun --nnodes={num_nodes} on each)"
+                    ),
                 ),
             ),
             launch_hint="torchrun --nnodes={num_nodes} --nproc-per-node={processes_per_node}",
@@ -228,19 +267,30 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             schemas=(
                 JobVariables(
                     label="SLURM",
-                    reason="SLURM was {how} (SLURM_NTASKS is set and SLURM_JOB_NAME is not an interactive allocation)",
-                    world_size=_required("SLURM_NTASKS"),
-                    processes_per_node=_optional("SLURM_NTASKS_PER_NODE", format="tasks_per_node"),
+                    reason="SLURM was {how} (SLURM_NTASKS is set, and this process is an srun task: SLURM_STEP_ID)",
+                    # The step's own variables first: a step may use part of the job (srun -n1 in a job of 8 tasks),
+                    # and MPI launchers start their daemons as a step of one task per node.
+                    world_size=_required("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"),
+                    processes_per_node=_optional(
+                        "SLURM_STEP_TASKS_PER_NODE",
+                        "SLURM_TASKS_PER_NODE",
+                        "SLURM_NTASKS_PER_NODE",
+                        format="tasks_per_node",
+                    ),
                     global_rank=_required("SLURM_PROCID"),
                     local_rank=_required("SLURM_LOCALID"),
                     node_rank=_required("SLURM_NODEID"),
-                    num_nodes=_optional("SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
+                    num_nodes=_optional("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"),
                     main_address=(
                         _MAIN_ADDRESS,
-                        _optional("SLURM_NODELIST", "SLURM_JOB_NODELIST", format="slurm_hostlist"),
+                        _optional(
+                            "SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST", format="slurm_hostlist"
+                        ),
                     ),
                     main_port=_MAIN_PORT,
                     job_id=_optional("SLURM_JOB_ID", format="job_number"),
+                    node_list=_SLURM_NODES,
+                    uneven_fix="Start the step with the same number of tasks on every node: srun --ntasks-per-node=N",
                 ),
             ),
             launch_hint=(
@@ -249,14 +299,49 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             # 15000 + the job id's last four digits, so every task agrees (Lightning's rule); 12910 without a job id.
             job_port=JobPort(base=SLURM_PORT_BASE, modulo=10000),
             default_port=DefaultPort(port=SLURM_DEFAULT_PORT),
-            # `salloc`/`srun --pty bash` sessions: SLURM does not manage the processes there (Lightning's rule).
-            not_detected_when=NotDetectedWhen(
-                variable="SLURM_JOB_NAME",
-                values=frozenset({"bash", "interactive"}),
-                note_code="slurm-interactive",
-                note=(
-                    "{variable}={value!r} is an interactive allocation, so SLURM does not manage the processes; "
-                    "trainplan starts them itself (cluster='slurm' overrides this)"
+            # Which processes with SLURM's variables are not srun tasks (read off SLURM 22.05: an srun task carries
+            # SLURM_STEP_ID and SLURM_PROCID whatever the job is called; salloc's shell carries neither; the batch
+            # script carries SLURM_PROCID but no SLURM_STEP_ID; `srun --pty` sets SLURM_PTY_PORT). Lightning decides
+            # by the job's name (bash, interactive), which plans every srun task of `salloc` or `srun bash -c` alone.
+            not_tasks=(
+                NotATask(
+                    code="slurm-allocation-shell",
+                    unset=frozenset({"SLURM_STEP_ID", "SLURM_PROCID"}),
+                    tasks="SLURM_NTASKS",
+                    when_one="alone",
+                    when_many="alone",
+                    level="warning",
+                    message=(
+                        "this is the shell of SLURM allocation {SLURM_JOB_ID} (salloc), not one of its tasks (neither "
+                        "SLURM_STEP_ID nor SLURM_PROCID is set): SLURM started no process here, so trainplan plans "
+                        "this machine alone and starts the processes itself; to run on the allocation's "
+                        "{SLURM_NTASKS} task(s), start the script with srun"
+                    ),
+                ),
+                NotATask(
+                    code="slurm-batch-step",
+                    unset=frozenset({"SLURM_STEP_ID"}),
+                    set=frozenset({"SLURM_PROCID"}),
+                    tasks="SLURM_NTASKS",
+                    when_one="alone",
+                    when_many="refuse",
+                    message=(
+                        "this is the batch script of SLURM job {SLURM_JOB_ID}, not an srun task (SLURM_STEP_ID is not "
+                        "set): trainplan plans this machine and starts the processes itself"
+                    ),
+                ),
+                NotATask(
+                    code="slurm-interactive-step",
+                    unset=frozenset(),
+                    set=frozenset({"SLURM_PTY_PORT"}),
+                    tasks="SLURM_STEP_NUM_TASKS",
+                    when_one="alone",
+                    when_many="task",
+                    message=(
+                        "this is an interactive srun shell of SLURM job {SLURM_JOB_ID} (srun --pty: SLURM_PTY_PORT is "
+                        "set, one task): trainplan plans this machine and starts the processes itself "
+                        "(cluster='slurm' takes the step's one task instead)"
+                    ),
                 ),
             ),
         ),
@@ -283,6 +368,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                 ),
             ),
             launch_hint="jsrun --nrs {num_nodes} --tasks_per_rs {processes_per_node}",
+            node_rank_in_blocks=True,  # jsrun fills one resource set (node) after another, as Lightning reads LSF
             job_port=JobPort(base=LSF_PORT_BASE, modulo=1000),  # 10000 + id % 1000 (Lightning)
         ),
         ClusterRule(
@@ -293,7 +379,9 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                 frozenset({"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"}),
                 frozenset({"PMI_SIZE", "PMI_RANK"}),
             ),
-            detect_priority=2,
+            # Before SLURM: mpirun and mpiexec start their daemons with srun inside an allocation, so their ranks carry
+            # that step's variables too (one task per node), and MPI's world is the one that started the process.
+            detect_priority=6,
             creates_processes=True,
             node_rank_variable="node rank",
             schemas=(
@@ -304,9 +392,13 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                     processes_per_node=_optional("OMPI_COMM_WORLD_LOCAL_SIZE"),
                     global_rank=_required("OMPI_COMM_WORLD_RANK"),
                     local_rank=_optional("OMPI_COMM_WORLD_LOCAL_RANK"),
+                    # MPI states no node index (ranks may be mapped round-robin), so the node rank stays unknown.
+                    num_nodes=_optional("OMPI_MCA_orte_num_nodes"),  # the nodes the job's ranks run on
                     main_address=(_MAIN_ADDRESS,),
                     loopback_needs_one_node=True,  # MPI names no hosts
                     main_port=_MAIN_PORT,
+                    job_id=_optional("OMPI_MCA_ess_base_jobid", format="job_number"),  # one per mpirun
+                    uneven_fix="Map the same number of ranks to every node (mpirun --map-by ppr:N:node)",
                 ),
                 JobVariables(
                     label="MPI",
@@ -321,11 +413,17 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                 ),
             ),
             launch_hint="mpirun -np {world_size} --map-by ppr:{processes_per_node}:node",
+            # Open MPI's job id gives every rank of one mpirun the same port, and another mpirun another one.
+            job_port=JobPort(base=MPI_PORT_BASE, modulo=10000),
             default_port=DefaultPort(
                 port=DEFAULT_MAIN_PORT,
                 note_code="mpi-default-port",
-                note="MPI gives no port; using {port} (export {variable} to choose another)",
+                note=(
+                    "MPI gives no port and no job id; using {port}: a second MPI job on the same machine needs its own "
+                    "(export {variable} to every rank, e.g. mpiexec -genv {variable} 29600)"
+                ),
             ),
+            same_job_as=("slurm", "lsf"),
         ),
         ClusterRule(
             name="kubeflow",
@@ -420,7 +518,7 @@ LAUNCHED_WORKERS: Final[LaunchedWorkers] = LaunchedWorkers(
 JOB_VARIABLES: Final[frozenset[str]] = frozenset(
     {
         *(name for rule in CLUSTERS.values() for group in rule.detect_variables for name in group),
-        *(rule.not_detected_when.variable for rule in CLUSTERS.values() if rule.not_detected_when is not None),
+        *(name for rule in CLUSTERS.values() for row in rule.not_tasks for name in (*row.unset, *row.set, row.tasks)),
         *(
             name
             for schema in (*(schema for rule in CLUSTERS.values() for schema in rule.schemas), LAUNCHED_WORKERS.schema)

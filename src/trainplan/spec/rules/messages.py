@@ -116,7 +116,7 @@ RULES: Final[Mapping[str, Rule]] = {
         Rule(
             id="cluster-world-size",
             reason=(
-                "{cluster} started {started} ({detail}), but the request asks for num_nodes={num_nodes} × "
+                "{cluster} started {started} ({detail}), but the request asks for num_nodes={nodes} × "
                 "{processes_per_node} processes per node = {world_size}"
             ),
             fix="{fix}",
@@ -128,8 +128,12 @@ RULES: Final[Mapping[str, Rule]] = {
         ),
         Rule(
             id="cluster-main-address",
-            reason="{cluster} spans {num_nodes} nodes but gives no main address for them to meet at",
-            fix="Export MASTER_ADDR=<host of rank 0> to every process (for mpirun: -x MASTER_ADDR)",
+            reason="{cluster} spans {nodes} nodes ({detail}) but gives no main address for them to meet at",
+            fix=(
+                "Export MASTER_ADDR=<the host of rank 0> to every process: mpirun -x MASTER_ADDR=$(hostname) (Open "
+                "MPI) or mpiexec -genv MASTER_ADDR $(hostname) (MPICH), run on rank 0's node (where mpirun places it "
+                "by default)"
+            ),
         ),
         Rule(
             id="cluster-one-process-per-node",
@@ -155,6 +159,18 @@ RULES: Final[Mapping[str, Rule]] = {
             id="legacy-removed",
             reason="{reason}",
             fix="{fix}",
+        ),
+        Rule(
+            id="slurm-batch-step",
+            reason=(
+                "this process is the batch script of SLURM job {SLURM_JOB_ID} (SLURM_PROCID is set but not "
+                "SLURM_STEP_ID), not one of the job's {SLURM_NTASKS} tasks: nothing starts the others, so the world "
+                "it would join never forms"
+            ),
+            fix=(
+                "Start the script with srun inside the batch script (srun python train.py), or ask for one task "
+                "(#SBATCH --ntasks=1) and let trainplan start the processes (trainplan launch train.py)"
+            ),
         ),
         Rule(
             id="job-layout-unknown",
@@ -404,6 +420,12 @@ RULES: Final[Mapping[str, Rule]] = {
 # Deliberate differences from PyTorch Lightning's connector (each also stated in the README).
 
 DIFFERENCES: Final[Mapping[str, str]] = {
+    "srun-task-of-a-shell-job": (
+        "An srun task of a job named 'bash' or 'interactive' (srun bash -c ..., salloc ... srun python train.py): "
+        "Lightning takes the name for an interactive allocation and plans every task alone (world 1 each, N "
+        "independent trainings); trainplan reads SLURM_STEP_ID and SLURM_PROCID, which only srun tasks carry, and "
+        "joins the job's world, keeping the alone plan for salloc's own shell (neither variable set)."
+    ),
     "ddp-under-cluster-with-spawn": (
         "ddp_spawn / ddp_fork / ddp_notebook inside SLURM, torchrun or trainplan launch: Lightning starts extra "
         "processes inside each task; trainplan runs the process as the strategy's script counterpart "

@@ -1,0 +1,271 @@
+"""The variables real engines set, read off SLURM 22.05, Open MPI 4.1.4 and MPICH 4.0 (hydra) on the test machine,
+and the one verdict every process of each job reaches.
+
+These sets are copied from real processes (`env` in each task, trimmed to what the cluster rows read): the cluster
+suite (`tests/cluster`) runs the same launch patterns against the real daemons; these pin the rules without them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import cpu
+from trainplan import ClusterEnvironmentError, Incompatible, Plan, Request, TrainplanError
+from trainplan.resolve.core import resolve_uncached
+
+_JOB_1N = {
+    "SLURM_JOB_ID": "5",
+    "SLURM_JOB_NODELIST": "tpnode1",
+    "SLURM_JOB_NUM_NODES": "1",
+    "SLURM_NNODES": "1",
+    "SLURM_NODELIST": "tpnode1",
+}
+
+
+def _srun_task(
+    *, procid: int, localid: int, nodeid: int, tasks: int, nodes: int, per_node: str, name: str
+) -> dict[str, str]:
+    """One task of `srun` (the step's variables and the job's, as srun sets them)."""
+    nodelist = "tpnode1" if nodes == 1 else "tpnode[1-2]"
+    return {
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NAME": name,
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_JOB_NUM_NODES": str(nodes),
+        "SLURM_NNODES": str(nodes),
+        "SLURM_NODELIST": nodelist,
+        "SLURM_NTASKS": str(tasks),
+        "SLURM_TASKS_PER_NODE": per_node,
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEPID": "0",
+        "SLURM_PROCID": str(procid),
+        "SLURM_LOCALID": str(localid),
+        "SLURM_NODEID": str(nodeid),
+        "SLURM_STEP_NUM_TASKS": str(tasks),
+        "SLURM_STEP_NUM_NODES": str(nodes),
+        "SLURM_STEP_TASKS_PER_NODE": per_node,
+        "SLURM_STEP_NODELIST": nodelist,
+    }
+
+
+def _verdict(variables: dict[str, str], **request: object) -> Plan | TrainplanError:
+    try:
+        return resolve_uncached(Request(**request), cpu(variables=variables))  # type: ignore[arg-type]
+    except TrainplanError as error:
+        return error
+
+
+def _layout(plan: Plan | TrainplanError) -> tuple[object, ...]:
+    assert isinstance(plan, Plan), plan
+    cluster = plan.cluster
+    return (cluster.kind, plan.launcher, plan.world_size, plan.num_nodes, cluster.global_rank, cluster.node_rank)
+
+
+class TestSrunTasks:
+    """An srun task carries SLURM_STEP_ID and SLURM_PROCID whatever the job is called: it is a SLURM task."""
+
+    @pytest.mark.parametrize("name", ["probe.py", "bash", "interactive"])
+    def test_every_task_of_srun_joins_the_steps_world(self, name: str) -> None:
+        # srun -N1 -n2 python probe.py; srun -n2 bash -c '...' (job "bash"); salloc ... srun ... (job "interactive")
+        for rank in range(2):
+            task = _srun_task(procid=rank, localid=rank, nodeid=0, tasks=2, nodes=1, per_node="2", name=name)
+            assert _layout(_verdict(task)) == ("slurm", "external", 2, 1, rank, 0)
+
+    def test_two_nodes_with_tasks_per_node(self) -> None:
+        # srun -N2 --ntasks-per-node=2: SLURM_STEP_TASKS_PER_NODE=2(x2)
+        for rank in range(4):
+            task = _srun_task(
+                procid=rank, localid=rank % 2, nodeid=rank // 2, tasks=4, nodes=2, per_node="2(x2)", name="p"
+            )
+            plan = _verdict(task)
+            assert _layout(plan) == ("slurm", "external", 4, 2, rank, rank // 2)
+            assert isinstance(plan, Plan) and plan.cluster.main_address == "tpnode1"
+
+    @pytest.mark.parametrize(
+        ("tasks", "per_node", "placed", "fix"),
+        [
+            (4, "3,1", "SLURM put 3 tasks on tpnode1 and 1 task on tpnode2", "srun --nodes=2 --ntasks-per-node=2"),
+            (3, "2,1", "SLURM put 2 tasks on tpnode1 and 1 task on tpnode2", "3 tasks do not split evenly"),
+        ],
+    )
+    def test_an_uneven_placement_is_refused_on_every_rank_with_the_nodes_named(
+        self, tasks: int, per_node: str, placed: str, fix: str
+    ) -> None:
+        # srun -N2 -n4 (no --ntasks-per-node): this SLURM placed the tasks 3 + 1; -n3: 2 + 1.
+        first = int(per_node.split(",", maxsplit=1)[0])
+        verdicts = [
+            _verdict(
+                _srun_task(
+                    procid=rank,
+                    localid=rank if rank < first else rank - first,
+                    nodeid=0 if rank < first else 1,
+                    tasks=tasks,
+                    nodes=2,
+                    per_node=per_node,
+                    name="p",
+                )
+            )
+            for rank in range(tasks)
+        ]
+        assert all(isinstance(verdict, ClusterEnvironmentError) for verdict in verdicts)
+        assert len({str(verdict) for verdict in verdicts}) == 1, "every rank gives the same refusal"
+        error = verdicts[0]
+        assert isinstance(error, ClusterEnvironmentError) and error.variable == "SLURM_STEP_TASKS_PER_NODE"
+        assert placed in str(error) and fix in str(error)
+
+    def test_the_steps_own_count_wins_over_the_jobs(self) -> None:
+        # srun -n1 inside a job of 2 tasks: the step has one task, the job's SLURM_NTASKS_PER_NODE says 2.
+        task = _srun_task(procid=0, localid=0, nodeid=0, tasks=1, nodes=1, per_node="1", name="p")
+        task |= {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"}
+        assert _layout(_verdict(task)) == ("slurm", "none", 1, 1, 0, 0)  # one process: it runs here
+
+
+class TestNotTasks:
+    """salloc's shell, the batch script and `srun --pty` carry SLURM's variables but are not srun tasks."""
+
+    def test_salloc_shell_plans_this_machine_with_a_warning(self) -> None:
+        shell = {**_JOB_1N, "SLURM_JOB_NAME": "interactive", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"}
+        shell |= {"SLURM_TASKS_PER_NODE": "2"}
+        plan = _verdict(shell)
+        assert isinstance(plan, Plan) and (plan.cluster.kind, plan.launcher) == ("local", "none")
+        warnings = [note for note in plan.notes if note.code == "slurm-allocation-shell"]
+        assert [note.level for note in warnings] == ["warning"]
+        assert "salloc" in warnings[0].message and "2 task(s), start the script with srun" in warnings[0].message
+
+    def test_a_batch_script_of_several_tasks_is_refused_asked_for_or_not(self) -> None:
+        # sbatch -N1 --ntasks-per-node=2 --wrap 'python probe.py': SLURM_PROCID=0 but no SLURM_STEP_ID.
+        batch = {**_JOB_1N, "SLURM_JOB_NAME": "wrap", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"}
+        batch |= {"SLURM_TASKS_PER_NODE": "2", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+        for cluster in ("auto", "slurm"):
+            error = _verdict(batch, cluster=cluster)
+            assert isinstance(error, Incompatible) and error.rule == "slurm-batch-step"
+            assert error.values == {}  # the job's mistake, not a field the request wrote
+            assert str(error).startswith("This process is the batch script of SLURM job 5")
+            assert "srun python train.py" in str(error)
+
+    def test_a_batch_script_of_one_task_plans_this_machine(self) -> None:
+        batch = {**_JOB_1N, "SLURM_JOB_NAME": "wrap", "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}
+        plan = _verdict(batch, accelerator="cpu", devices=2)
+        assert isinstance(plan, Plan)
+        assert (plan.cluster.kind, plan.launcher, plan.world_size) == ("local", "subprocess", 2)
+        assert [note.code for note in plan.notes if note.code.startswith("slurm")] == ["slurm-batch-step"]
+
+    def test_an_interactive_srun_shell_of_one_task_plans_this_machine(self) -> None:
+        pty = _srun_task(procid=0, localid=0, nodeid=0, tasks=1, nodes=1, per_node="1", name="bash")
+        plan = _verdict({**pty, "SLURM_PTY_PORT": "44275"})
+        assert isinstance(plan, Plan) and plan.cluster.kind == "local"
+        assert [note.code for note in plan.notes if note.code.startswith("slurm")] == ["slurm-interactive-step"]
+        assert _layout(_verdict({**pty, "SLURM_PTY_PORT": "44275"}, cluster="slurm"))[0] == "slurm"
+
+
+# The daemons' srun step that mpirun (Open MPI) started inside `sbatch -N1 --ntasks-per-node=2`: one task.
+_OMPI_DAEMON_STEP_1N = {
+    **_JOB_1N,
+    "SLURM_JOB_NAME": "wrap",
+    "SLURM_NTASKS": "1",
+    "SLURM_NTASKS_PER_NODE": "1",
+    "SLURM_TASKS_PER_NODE": "1",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_STEP_NUM_TASKS": "1",
+    "SLURM_STEP_NUM_NODES": "1",
+    "SLURM_STEP_TASKS_PER_NODE": "1",
+    "SLURM_STEP_NODELIST": "tpnode1",
+}
+
+
+def _open_mpi(rank: int, size: int, local: int, local_size: int, nodes: int, jobid: str) -> dict[str, str]:
+    return {
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_SIZE": str(size),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(local),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
+        "OMPI_COMM_WORLD_NODE_RANK": str(local),
+        "OMPI_MCA_ess_base_jobid": jobid,
+        "OMPI_MCA_orte_num_nodes": str(nodes),
+    }
+
+
+class TestMpi:
+    """The innermost launcher wins: MPI's world over the srun step that started MPI's daemons."""
+
+    def test_open_mpi_inside_sbatch_plans_mpis_world(self) -> None:
+        for rank in range(2):
+            plan = _verdict({**_OMPI_DAEMON_STEP_1N, **_open_mpi(rank, 2, rank, 2, 1, "1638334465")})
+            assert _layout(plan) == ("mpi", "external", 2, 1, rank, None)  # MPI states no node index
+            assert isinstance(plan, Plan) and plan.cluster.main_address == "127.0.0.1"
+
+    def test_two_open_mpi_jobs_get_two_ports(self) -> None:
+        ports = set()
+        for jobid in ("1638334465", "1656619009"):
+            plan = _verdict(_open_mpi(0, 2, 0, 2, 1, jobid))
+            assert isinstance(plan, Plan)
+            ports.add(plan.cluster.main_port)
+        assert ports == {20000 + 1638334465 % 10000, 20000 + 1656619009 % 10000}
+
+    def test_open_mpi_with_an_uneven_mapping_is_refused_on_every_rank(self) -> None:
+        # -np 3 over 2 nodes: local sizes 2 and 1, OMPI_MCA_orte_num_nodes=2.
+        verdicts = [_verdict(_open_mpi(rank, 3, rank % 2, 2 if rank < 2 else 1, 2, "9")) for rank in range(3)]
+        assert all(isinstance(verdict, ClusterEnvironmentError) for verdict in verdicts)
+        assert all("started 3 processes" in str(verdict) for verdict in verdicts)
+
+    def _hydra_in_two_nodes(self, rank: int) -> dict[str, str]:
+        # sbatch -N2 --ntasks-per-node=2 --wrap 'mpiexec.hydra -iface lo -n 4 ...': the proxies' step has one task
+        # per node, and the job's SLURM_NTASKS=4 stays.
+        node = rank // 2
+        step = _srun_task(procid=node, localid=0, nodeid=node, tasks=2, nodes=2, per_node="1(x2)", name="wrap")
+        step |= {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2"}
+        return {**step, "PMI_RANK": str(rank), "PMI_SIZE": "4", "MPI_LOCALRANKID": str(rank % 2)} | {
+            "MPI_LOCALNRANKS": "2"
+        }
+
+    def test_mpich_over_two_nodes_without_an_address_is_refused_on_every_rank(self) -> None:
+        verdicts = [_verdict(self._hydra_in_two_nodes(rank)) for rank in range(4)]
+        assert all(isinstance(verdict, Incompatible) for verdict in verdicts)
+        assert len({str(verdict) for verdict in verdicts}) == 1
+        error = verdicts[0]
+        assert isinstance(error, Incompatible) and error.rule == "cluster-main-address" and error.values == {}
+        assert str(error).startswith("MPI spans 2 nodes (PMI_SIZE=4, MPI_LOCALNRANKS=2)")
+        assert "mpiexec -genv MASTER_ADDR" in str(error)
+
+    def test_mpich_over_two_nodes_with_an_address_plans_mpis_world(self) -> None:
+        for rank in range(4):
+            plan = _verdict({**self._hydra_in_two_nodes(rank), "MASTER_ADDR": "tpnode1"})
+            assert _layout(plan) == ("mpi", "external", 4, 2, rank, None)
+            assert isinstance(plan, Plan) and plan.cluster.main_address == "tpnode1"
+            assert "mpi-default-port" in [note.code for note in plan.notes]
+
+    def test_srun_with_its_own_pmi_plugin_is_slurms_job(self) -> None:
+        # srun --mpi=pmi2 -n2: PMI_RANK/PMI_SIZE state the same world as SLURM's, which also knows the nodes.
+        for rank in range(2):
+            task = _srun_task(procid=rank, localid=rank, nodeid=0, tasks=2, nodes=1, per_node="2", name="p")
+            plan = _verdict({**task, "PMI_RANK": str(rank), "PMI_SIZE": "2", "PMI_JOBID": "12.0"})
+            assert _layout(plan) == ("slurm", "external", 2, 1, rank, 0)
+
+
+class TestTorchrun:
+    def _worker(self, rank: int, local: int, group: int, local_size: int) -> dict[str, str]:
+        return {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local),
+            "GROUP_RANK": str(group),
+            "LOCAL_WORLD_SIZE": str(local_size),
+            "WORLD_SIZE": "3",
+            "GROUP_WORLD_SIZE": "2",
+            "ROLE_WORLD_SIZE": "3",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29400",
+            "TORCHELASTIC_RUN_ID": "hpc1",
+        }
+
+    def test_an_uneven_world_is_refused_on_every_rank_with_its_numbers(self) -> None:
+        # --nproc-per-node 2 on one agent and 1 on the other (c10d): world 3 on 2 nodes.
+        workers = [self._worker(0, 0, 0, 2), self._worker(1, 1, 0, 2), self._worker(2, 0, 1, 1)]
+        verdicts = [_verdict(worker) for worker in workers]
+        assert all(isinstance(verdict, ClusterEnvironmentError) for verdict in verdicts)
+        for verdict in verdicts:
+            assert isinstance(verdict, ClusterEnvironmentError) and verdict.variable == "LOCAL_WORLD_SIZE"
+            assert "torchrun started 3 processes (WORLD_SIZE=3) on 2 nodes (GROUP_WORLD_SIZE=2)" in str(verdict)
+            assert "the same --nproc-per-node" in str(verdict)
