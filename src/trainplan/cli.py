@@ -42,6 +42,7 @@ from trainplan.spec.environment import Environment
 from trainplan.spec.errors import InvalidRequest, TrainplanError, Unavailable, did_you_mean
 from trainplan.spec.names import (
     EMIT_FORMATS,
+    NAMED_EMIT_FORMATS,
     START_METHODS,
     StartMethod,
 )
@@ -61,6 +62,7 @@ from trainplan.spec.rules import (
 from trainplan.spec.rules import LAUNCHERS as LAUNCHER_RULES
 
 EXIT_USAGE = 2
+DEFAULT_JOB_NAME = "train"
 ENV_FILE_LIMIT = 1 << 20
 
 SUBCOMMANDS = ("plan", "probe", "matrix", "migrate", "gpus", "env", "launch")
@@ -93,7 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--image", default=None, help="--emit kubeflow: the container image (the script, torch, trainplan)"
     )
-    plan.add_argument("--job-name", default="train", help="--emit kubeflow: the PyTorchJob's name (default: train)")
+    plan.add_argument(
+        "--job-name",
+        default=None,
+        help="--emit kubeflow and --emit slurm: the PyTorchJob's or the SLURM job's name (default: train)",
+    )
     launch = commands.add_parser(
         "launch",
         help="run a script on each of the plan's workers through torchrun's engine: trainplan launch [flags] train.py",
@@ -658,6 +664,13 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
         if not problems:
             print("no problems: the request resolves on this environment")
         return EXIT_USAGE if problems else 0
+    if arguments.job_name is not None and arguments.emit not in NAMED_EMIT_FORMATS:
+        emitted = f"--emit {arguments.emit}" if arguments.emit else "a plan"
+        raise CliError(
+            f"--job-name {arguments.job_name}: {emitted} has no job name to set (it names the job of "
+            f"{' and '.join(f'--emit {form}' for form in NAMED_EMIT_FORMATS)}): drop --job-name, or emit one of those"
+        )
+    name = DEFAULT_JOB_NAME if arguments.job_name is None else arguments.job_name
     request = _request(arguments)
     rules = _rules(arguments)
     if arguments.emit:
@@ -667,13 +680,13 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
     if arguments.emit == "torchrun":
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":
-        print(emit_slurm(plan, command, rules=rules))
+        print(emit_slurm(plan, command, rules=rules, name=name))
     elif arguments.emit == "kubeflow":
         if arguments.image is None:
             raise CliError(
                 "--emit kubeflow needs --image: the container image that holds the script, torch and trainplan"
             )
-        print(emit_kubeflow(plan, command, image=arguments.image, name=arguments.job_name, rules=rules))
+        print(emit_kubeflow(plan, command, image=arguments.image, name=name, rules=rules))
     elif arguments.json:
         print(json.dumps(plan.to_dict(), indent=2))
     else:

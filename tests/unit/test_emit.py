@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 from typing import Any
 
 import pytest
 import yaml
 
 from trainplan import DDPOptions, Environment, Incompatible, InvalidRequest, Plan, Request
+from trainplan.cli import main
 from trainplan.parse.plan_json import request_from_json_text
 from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun, slurm_worker_line
 from trainplan.resolve import resolve
@@ -87,6 +89,7 @@ def test_slurm_script_parses_back_to_the_same_plan(name: str) -> None:
         "SLURM_NTASKS_PER_NODE": "1",
         "SLURM_NNODES": str(nodes),
         "SLURM_PROCID": str(nodes - 1),
+        "SLURM_STEP_ID": "0",  # an srun task (the batch script and salloc's shell have none)
         "SLURM_LOCALID": "0",
         "SLURM_NODEID": str(nodes - 1),
         "SLURM_JOB_NAME": directives["job-name"],
@@ -182,6 +185,79 @@ def test_the_carried_request_leaves_the_cluster_to_the_job() -> None:
     plan = resolve(Request(accelerator="cpu", devices=2, cluster="local", precision="bf16-mixed"), Environment())
     carried = dict(word.split("=", 1) for word in shlex.split(emit_torchrun(plan)) if "TRAINPLAN_REQUEST=" in word)
     assert request_from_json_text(carried["TRAINPLAN_REQUEST"]).cluster == "auto"
+
+
+def srun_words(script: str, **variables: str) -> list[str]:
+    """The words the batch shell passes to srun when it runs `script` (srun and scontrol are stand-ins that print
+    their arguments and the first node's name), after the shell expanded them with `variables`."""
+    shell = "srun() { printf '%s\\n' \"$@\"; }; scontrol() { echo node1; }; source /dev/stdin"
+    environment = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node[1-2]", **variables}
+    result = subprocess.run(
+        ["bash", "-c", shell], input=script, env=environment, capture_output=True, text=True, timeout=30, check=True
+    )
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_the_sbatch_asks_for_a_cpu_per_worker_and_srun_passes_them_on(name: str) -> None:
+    request, env = PLANS[name]
+    plan = resolve(request, env)
+    script = emit_slurm(plan, ["train.py"])
+    directives = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)$", script, flags=re.MULTILINE))
+    # One task per node runs all of the node's workers: SLURM would otherwise give it (and bind them to) one CPU.
+    assert directives["cpus-per-task"] == str(plan.processes_per_node)
+    assert "a CPU each" in script
+    if plan.accelerator == "cuda":
+        assert int(directives["gpus-per-node"]) >= len(plan.devices), "GPU jobs keep their GPUs"
+    # srun does not inherit sbatch's --cpus-per-task (SLURM 22.05+): the line passes the batch job's on.
+    words = srun_words(script, SLURM_CPUS_PER_TASK="8")
+    assert words[:3] == ["--kill-on-bad-exit=1", "--ntasks-per-node=1", "--cpus-per-task=8"]
+    alone = srun_words(script)  # the script run by hand, outside sbatch: the plan's own count
+    assert alone[2] == f"--cpus-per-task={plan.processes_per_node}"
+    assert slurm_worker_line(script).split()[0] in ("torchrun", "bash")
+
+
+def test_a_failing_node_stops_the_others_and_the_script_says_whose_exit_code_the_job_has() -> None:
+    plan = resolve(Request(accelerator="cpu", devices=2, num_nodes=2), Environment(cpu_count=4))
+    script = emit_slurm(plan, ["train.py"])
+    words = srun_words(script)
+    assert "--kill-on-bad-exit=1" in words[: words.index("torchrun")], "srun stops every node when one fails"
+    assert "# note: the job's exit code is not the failing worker's: torchrun's 1, or 137/143 for a node" in script
+    assert "--kill-on-bad-exit" not in emit_torchrun(plan) and "# note" not in emit_torchrun(plan)
+
+
+def test_the_sbatch_job_has_the_name_asked_for_and_only_a_slurm_job_name() -> None:
+    plan = resolve(Request(accelerator="cpu", devices=2), Environment(cpu_count=4))
+    assert re.findall(r"^#SBATCH --job-name=(.*)$", emit_slurm(plan), flags=re.MULTILINE) == ["train"]
+    named = emit_slurm(plan, ["train.py"], name="llm-7b_v2.1+x")
+    assert re.findall(r"^#SBATCH --job-name=(.*)$", named, flags=re.MULTILINE) == ["llm-7b_v2.1+x"]
+    hostile = ["", "my job", "a\n#SBATCH --nodes=99", "x;rm", "$(id)", "`id`", "a|b", "-x", ".x", "a" * 129, "naïve"]
+    for name in hostile:
+        with pytest.raises(InvalidRequest, match="a SLURM job name is letters, digits") as caught:
+            emit_slurm(plan, name=name)
+        assert "--job-name train-llm" in str(caught.value)
+
+
+def test_the_cli_names_the_sbatch_job(capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["plan", "--no-probe", "--assume", "cpu=4", "--accelerator", "cpu", "--devices", "2"]
+    assert main([*flags, "--emit", "slurm", "--job-name", "llm", "--", "train.py"]) == 0
+    assert "\n#SBATCH --job-name=llm\n" in capsys.readouterr().out
+    assert main([*flags, "--emit", "slurm", "--", "train.py"]) == 0
+    assert "\n#SBATCH --job-name=train\n" in capsys.readouterr().out
+    refusals = {
+        ("--emit", "slurm", "--job-name", "my job"): "a SLURM job name is letters, digits",
+        ("--emit", "torchrun", "--job-name", "llm"): "--emit torchrun has no job name to set",
+        ("--job-name", "llm"): "a plan has no job name to set",
+    }
+    for arguments, message in refusals.items():
+        with pytest.raises(SystemExit) as exited:
+            main([*flags, *arguments])
+        assert exited.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert "--emit kubeflow and --emit slurm: the PyTorchJob's or the SLURM job's name" in " ".join(
+        capsys.readouterr().out.split()
+    )
 
 
 # --------------------------------------------------------------------------------------------------

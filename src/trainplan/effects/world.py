@@ -190,10 +190,13 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
         )
     address = plan.cluster.main_address
     delta = datetime.timedelta(seconds=timeout)
-    if _is_loopback(address) and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        # The world meets on this machine: the rendezvous store listens on loopback only, never on every
-        # interface (torch's own store binds the wildcard address).
-        store = _loopback_store(address, port, rank=rank, world_size=plan.world_size, timeout=delta)
+    on_this_machine = _is_loopback(address) or plan.num_nodes == 1
+    if on_this_machine and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        # The world meets on this machine (a loopback main address, or one node named by its host name, as in
+        # every one-node SLURM job): the rendezvous store listens on loopback only, never on every interface
+        # (torch's own store binds the wildcard address). Under torchrun's agent store, torchrun owns it.
+        host = address if _is_loopback(address) else "127.0.0.1"
+        store = _loopback_store(host, port, rank=rank, world_size=plan.world_size, timeout=delta)
         distributed.init_process_group(
             backend=backend, store=store, rank=rank, world_size=plan.world_size, timeout=delta
         )

@@ -1,13 +1,19 @@
 """Scaling out on existing engines: a plan written as a torchrun command line, a SLURM batch script or a
 Kubeflow PyTorchJob manifest.
 
-Pure: text from a plan. Both forms start the workers with torchrun, so every worker carries torchrun's
-variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and a plain env:// script runs
-unchanged; inside, `trainplan.resolve()` recognises the job and takes its layout. GPUs follow torchrun's
-convention: the node's selected GPUs are made visible through CUDA_VISIBLE_DEVICES and local rank i drives
-`cuda:i`. One node runs `--standalone` (a free port each run, so two jobs on one box never clash); several
+Pure: text from a plan. The torchrun line and the sbatch script start the workers with torchrun, so every
+worker carries torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and a plain
+env:// script runs unchanged; inside, `trainplan.resolve()` recognises the job and takes its layout. GPUs
+follow torchrun's convention: the node's selected GPUs are made visible through CUDA_VISIBLE_DEVICES and local
+rank i drives `cuda:i`. One node runs `--standalone` (a free port each run, so two jobs on one box never clash); several
 nodes meet through torchrun's c10d rendezvous at the main address and port, which must be the same on
 every node (the shell stops with a message when they are not set).
+
+The sbatch script runs one task per node, which asks for a CPU per worker (`--cpus-per-task`, passed on to
+srun, which does not inherit it), so SLURM does not bind all of a node's workers to one CPU. A node that fails
+stops the others at once (`srun --kill-on-bad-exit=1`): none waits out torchrun's exit barrier. The job's exit
+code is srun's, the highest of its tasks': torchrun's 1 (whatever the failing worker's own), or 128 + the signal
+of a node SLURM stopped; a `# note:` in the script says so, and the job's log shows each worker's code.
 
 A plan of a downstream rule set carries the rule set's reference (TRAINPLAN_RULES), which `trainplan.resolve()`
 imports inside the job, and a downstream accelerator is carried as chosen (with a note: the job's script supplies
@@ -137,11 +143,38 @@ def emit_torchrun(plan: Plan, command: Sequence[str] = ()) -> str:
     return "\n".join([*_notes(plan), environment + _quote(words)])
 
 
-def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTIN_RULES) -> str:
-    """An sbatch script: one srun task per node runs torchrun, which starts that node's workers. A downstream
-    accelerator's row is one of the plan's rule set, `rules` (its `slurm_gpus` says whether SLURM allocates its
-    devices as GPUs)."""
+_SLURM_JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
+
+
+def _check_slurm_job_name(name: object) -> None:
+    if not isinstance(name, str) or not _SLURM_JOB_NAME.fullmatch(name):
+        raise InvalidRequest(
+            field="job name",
+            value=name,
+            reason="the sbatch script writes it into an #SBATCH line, which holds one word: a SLURM job name is "
+            "letters, digits and '.', '_', '+', '-' (no spaces, newlines or shell characters), at most 128 "
+            "characters, not starting with '.', '+' or '-'",
+            fix="Write a name such as --job-name train-llm",
+        )
+
+
+def _srun(plan: Plan) -> list[_Word]:
+    """srun's options: one task per node with the CPUs the batch job asked for, every node stopped when one fails."""
+    return [
+        _Word("srun"),
+        _Word("--kill-on-bad-exit=1"),
+        _Word("--ntasks-per-node=1"),
+        _Word(f"--cpus-per-task=${{SLURM_CPUS_PER_TASK:-{plan.processes_per_node}}}", expand=True),
+    ]
+
+
+def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTIN_RULES, name: str = "train") -> str:
+    """An sbatch script named `name` (`#SBATCH --job-name`): one srun task per node, with a CPU per worker, runs
+    torchrun, which starts that node's workers; a node that fails stops the others. A downstream accelerator's
+    row is one of the plan's rule set, `rules` (its `slurm_gpus` says whether SLURM allocates its devices as
+    GPUs)."""
     reference = carried_rules(plan, "sbatch script")
+    _check_slurm_job_name(name)
     accelerator = rules.accelerators.get(plan.accelerator)
     if accelerator is None:
         check_rules_at_hand(plan, rules, "accelerator", plan.accelerator)
@@ -150,6 +183,9 @@ def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTI
         "#!/bin/bash",
         f"#SBATCH --nodes={plan.num_nodes}",
         "#SBATCH --ntasks-per-node=1",
+        "# The task runs all of its node's workers: it asks for a CPU each (alone, SLURM gives it one and binds every",
+        "# worker to that CPU).",
+        f"#SBATCH --cpus-per-task={plan.processes_per_node}",
     ]
     visibility = visibility_variable(plan)
     narrowed = visibility is not None and plan.devices != tuple(range(len(plan.devices)))
@@ -157,8 +193,13 @@ def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTI
         # Asking for the first max+1 GPUs keeps every index the plan names; the worker line narrows to them.
         wanted = max(plan.devices) + 1 if narrowed else len(plan.devices)
         lines.append(f"#SBATCH --gpus-per-node={wanted}")
-    lines.append("#SBATCH --job-name=train")
-    lines += [*_notes(plan), ""]
+    lines.append(f"#SBATCH --job-name={name}")
+    lines += [
+        *_notes(plan),
+        "# note: the job's exit code is not the failing worker's: torchrun's 1, or 137/143 for a node SLURM stopped "
+        "(the log shows each worker's)",
+        "",
+    ]
     if reference is not None:
         lines += [
             "# The rule set the plan was made from: trainplan.resolve() imports it (the current directory too).",
@@ -173,7 +214,9 @@ def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTI
     lines += [
         f"# One task per node runs torchrun, which starts the node's {plan.processes_per_node} worker(s) with",
         "# torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): plain env:// scripts",
-        "# and trainplan.resolve() both run unchanged.",
+        "# and trainplan.resolve() both run unchanged. srun is given the task's CPUs (from SLURM 22.05 it does not",
+        "# inherit sbatch's --cpus-per-task). A node whose torchrun fails stops the others at once",
+        "# (--kill-on-bad-exit=1): none waits out torchrun's exit barrier (300 s).",
     ]
     if plan.num_nodes > 1:
         lines += [
@@ -193,17 +236,19 @@ def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTI
         )
         lines.append(f"# The plan's GPUs {list(plan.devices)} among the node's visible ones, in that order:")
         worker = "bash -c " + shlex.quote(inner)
-    lines.append(f"srun --ntasks-per-node=1 {worker}")
+    lines.append(f"{_quote(_srun(plan))} {worker}")
     return "\n".join(lines)
+
+
+_SRUN_LINE = re.compile(r'srun(?: "?--[a-z-]+=[^\s"]*"?)+ (?P<worker>.+)')
 
 
 def slurm_worker_line(script: str) -> str:
     """The command each srun task runs (the last line of `emit_slurm`, without `srun` and its options)."""
-    last = script.splitlines()[-1]
-    prefix = "srun --ntasks-per-node=1 "
-    if not last.startswith(prefix):
+    found = _SRUN_LINE.fullmatch(script.splitlines()[-1])
+    if found is None:
         raise ValueError("not a script written by emit_slurm")
-    return last[len(prefix) :]
+    return found.group("worker")
 
 
 _KUBERNETES_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?")

@@ -1,0 +1,70 @@
+"""A world that says where its rendezvous store listens: each rank resolves the job it is in and joins it, and
+rank 0 reads, while every rank is still in the world, the addresses this machine's sockets listen on at the
+plan's main port (from /proc/net/tcp and /proc/net/tcp6: nothing connects to the store from outside).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import sys
+from pathlib import Path
+
+import trainplan as tp
+
+LISTEN = "0A"
+"""The state /proc/net/tcp prints for a listening socket (TCP_LISTEN)."""
+
+
+def listening_addresses(port: int) -> list[str]:
+    """The local addresses of this machine's TCP sockets that listen on `port` (IPv4 and IPv6), sorted."""
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:  # no IPv6 on this machine
+            continue
+        for row in rows:
+            fields = row.split()
+            address, _, port_hex = fields[1].partition(":")
+            if fields[3] == LISTEN and int(port_hex, 16) == port:
+                found.add(_address(address))
+    return sorted(found)
+
+
+def _address(text: str) -> str:
+    """An address as /proc/net/tcp* prints it: hex, each 32-bit word in the machine's byte order."""
+    raw = bytes.fromhex(text)
+    if sys.byteorder == "little":
+        raw = b"".join(raw[index : index + 4][::-1] for index in range(0, len(raw), 4))
+    return str(ipaddress.ip_address(raw))
+
+
+def main() -> dict[str, object]:
+    plan = tp.resolve()
+    port = plan.cluster.main_port
+    assert port is not None, "a started job names its main port"
+    with tp.join(plan) as world:
+        import torch
+        from torch import distributed
+
+        value = torch.tensor([float(world.rank + 1)])
+        distributed.all_reduce(value)
+        listening = listening_addresses(port) if world.rank == 0 else []
+        distributed.barrier()  # rank 0 has read the table while every rank was still in the world
+        return {
+            "rank": world.rank,
+            "sum": float(value.item()),
+            "world_size": world.world_size,
+            "num_nodes": plan.num_nodes,
+            "cluster": plan.cluster.kind,
+            "main_address": plan.cluster.main_address,
+            "main_port": port,
+            "listening": listening,
+            "agent_store": os.environ.get("TORCHELASTIC_USE_AGENT_STORE"),
+        }
+
+
+if __name__ == "__main__":
+    print("REPORT " + json.dumps(main()), flush=True)
