@@ -269,3 +269,26 @@ class TestTorchrun:
             assert isinstance(verdict, ClusterEnvironmentError) and verdict.variable == "LOCAL_WORLD_SIZE"
             assert "torchrun started 3 processes (WORLD_SIZE=3) on 2 nodes (GROUP_WORLD_SIZE=2)" in str(verdict)
             assert "the same --nproc-per-node" in str(verdict)
+
+
+class TestWithoutNtasks:
+    """`sbatch -N2 --wrap 'python train.py'` and salloc without --ntasks set no SLURM_NTASKS: still SLURM's job."""
+
+    def test_a_batch_script_over_two_nodes_is_refused(self) -> None:
+        batch = {"SLURM_JOB_ID": "8", "SLURM_JOB_NAME": "wrap", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2"}
+        batch |= {"SLURM_NODELIST": "tpnode[1-2]", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+        error = _verdict(batch)
+        assert isinstance(error, Incompatible) and error.rule == "slurm-batch-step"
+        assert "not one of the job's 2 tasks" in str(error)
+
+    def test_a_batch_script_on_one_node_plans_this_machine_with_a_note(self) -> None:
+        batch = {"SLURM_JOB_ID": "8", "SLURM_JOB_NAME": "wrap", "SLURM_NNODES": "1", "SLURM_PROCID": "0"}
+        plan = _verdict(batch, accelerator="cpu", devices=2)
+        assert isinstance(plan, Plan) and (plan.cluster.kind, plan.launcher) == ("local", "subprocess")
+        assert [note.code for note in plan.notes if note.code.startswith("slurm")] == ["slurm-batch-step"]
+
+    def test_the_shell_of_an_allocation_without_ntasks_says_so(self) -> None:
+        plan = _verdict({"SLURM_JOB_ID": "9", "SLURM_JOB_NAME": "interactive", "SLURM_NNODES": "2"})
+        assert isinstance(plan, Plan) and plan.cluster.kind == "local"
+        notes = [note for note in plan.notes if note.code == "slurm-allocation-shell"]
+        assert notes and "the allocation's 2 task(s)" in notes[0].message

@@ -173,11 +173,11 @@ def _task_verdict(rule: ClusterRule, variables: Mapping[str, str]) -> NotATask |
     for row in rule.not_tasks:
         if not _matches(row, variables):
             continue
-        tasks = whole_number(variables.get(row.tasks, "").strip())
+        tasks = _tasks(row, variables)
         verdict: TaskVerdict = row.when_many if tasks is not None and tasks > 1 else row.when_one
         if verdict == "refuse":
             refusal = lookup(RULES, row.code, name="RULES")
-            values = _Values(variables)
+            values = _Values(variables, tasks=tasks)
             raise Incompatible(
                 values={}, rule=refusal.id, reason=refusal.reason.format_map(values), fix=refusal.fix.format_map(values)
             )
@@ -185,11 +185,17 @@ def _task_verdict(rule: ClusterRule, variables: Mapping[str, str]) -> NotATask |
     return None
 
 
+def _tasks(row: NotATask, variables: Mapping[str, str]) -> int | None:
+    """The job's count of tasks by the row's variables (the first that is set), None when unset or unreadable."""
+    return whole_number(next((variables[name] for name in row.tasks if name in variables), "").strip())
+
+
 class _Values(dict[str, str]):
     """The variables as template values, each cut to 64 characters: an unset one reads as '?'."""
 
-    def __init__(self, variables: Mapping[str, str]) -> None:
+    def __init__(self, variables: Mapping[str, str], *, tasks: int | None = None) -> None:
         super().__init__((name, value[:64]) for name, value in variables.items())
+        self["tasks"] = "?" if tasks is None else str(tasks)
 
     def __missing__(self, key: str) -> str:
         return "?"
@@ -253,7 +259,12 @@ def _read(
     template = schema.reason_asked if requested and schema.reason_asked else schema.reason
     reason = template.format(how="asked for" if requested else "detected", values=job.values, managers=index.managers)
     notes = job.notes + tuple(
-        Note(code=row.code, level=row.level, message=row.message.format_map(_Values(variables))) for row in passed
+        Note(
+            code=row.code,
+            level=row.level,
+            message=row.message.format_map(_Values(variables, tasks=_tasks(row, variables))),
+        )
+        for row in passed
     )
     return job.facts(rule.name, rule.creates_processes, rule.launch_hint, reason, notes)
 

@@ -91,6 +91,8 @@ def _optional(*names: str, format: VariableFormat = "integer", default: int | No
 # torch.distributed's env:// meeting point, which a user (or a launcher) may set under any cluster manager.
 _MAIN_ADDRESS = _optional("MASTER_ADDR", format="host")
 _MAIN_PORT = _optional("MASTER_PORT", format="port")
+# How many tasks a SLURM job has: --ntasks, else one per node (what srun starts in it by default).
+_SLURM_JOB_TASKS = ("SLURM_NTASKS", "SLURM_NNODES", "SLURM_JOB_NUM_NODES")
 # SLURM's nodes in order: the step's own first (a step may run on part of the job's nodes).
 _SLURM_NODES = _optional("SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST", format="slurm_hostlist")
 
@@ -175,16 +177,16 @@ class NotATask:
     allocation shell, its batch script, an `srun --pty` shell), told apart by the variables that are set and unset.
 
     It matches when every variable of `unset` is unset and every one of `set` is set. `tasks` names the count of
-    tasks that decides what follows: `when_one` when it is at most 1 (or unset), `when_many` above. An `alone` verdict
-    adds a note (`code`, `level`, `message`) and applies to detection (`auto`) only: asking for the cluster by name
-    reads the schema as a task. A `refuse` verdict raises the refusal `code` (a row of the messages' RULES) whether
-    the cluster was detected or asked for. Messages are filled with every variable's value ({SLURM_JOB_ID}: "?" when
-    unset)."""
+    tasks that decides what follows (the first that is set): `when_one` when it is at most 1 (or unset), `when_many`
+    above. An `alone` verdict adds a note (`code`, `level`, `message`) and applies to detection (`auto`) only: asking
+    for the cluster by name reads the schema as a task. A `refuse` verdict raises the refusal `code` (a row of the
+    messages' RULES) whether the cluster was detected or asked for. Messages are filled with every variable's value
+    ({SLURM_JOB_ID}: "?" when unset) and {tasks}, the count of tasks."""
 
     code: str
     unset: frozenset[str]
     set: frozenset[str] = frozenset()
-    tasks: str
+    tasks: tuple[str, ...]
     when_one: TaskVerdict
     when_many: TaskVerdict
     level: Literal["info", "warning"] = "info"
@@ -260,7 +262,9 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
         ClusterRule(
             name="slurm",
             description="SLURM, processes started by srun",
-            detect_variables=(frozenset({"SLURM_NTASKS"}),),
+            # SLURM_NTASKS in every srun task; SLURM_JOB_ID alone in a batch script or salloc shell without --ntasks,
+            # which are then told apart below (not tasks), never mistaken for this machine alone.
+            detect_variables=(frozenset({"SLURM_NTASKS"}), frozenset({"SLURM_JOB_ID"})),
             detect_priority=5,
             creates_processes=True,
             node_rank_variable="SLURM_NODEID",
@@ -307,7 +311,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                 NotATask(
                     code="slurm-allocation-shell",
                     unset=frozenset({"SLURM_STEP_ID", "SLURM_PROCID"}),
-                    tasks="SLURM_NTASKS",
+                    tasks=_SLURM_JOB_TASKS,
                     when_one="alone",
                     when_many="alone",
                     level="warning",
@@ -315,14 +319,14 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                         "this is the shell of SLURM allocation {SLURM_JOB_ID} (salloc), not one of its tasks (neither "
                         "SLURM_STEP_ID nor SLURM_PROCID is set): SLURM started no process here, so trainplan plans "
                         "this machine alone and starts the processes itself; to run on the allocation's "
-                        "{SLURM_NTASKS} task(s), start the script with srun"
+                        "{tasks} task(s), start the script with srun"
                     ),
                 ),
                 NotATask(
                     code="slurm-batch-step",
                     unset=frozenset({"SLURM_STEP_ID"}),
                     set=frozenset({"SLURM_PROCID"}),
-                    tasks="SLURM_NTASKS",
+                    tasks=_SLURM_JOB_TASKS,
                     when_one="alone",
                     when_many="refuse",
                     message=(
@@ -334,7 +338,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                     code="slurm-interactive-step",
                     unset=frozenset(),
                     set=frozenset({"SLURM_PTY_PORT"}),
-                    tasks="SLURM_STEP_NUM_TASKS",
+                    tasks=("SLURM_STEP_NUM_TASKS",),
                     when_one="alone",
                     when_many="task",
                     message=(
@@ -518,7 +522,7 @@ LAUNCHED_WORKERS: Final[LaunchedWorkers] = LaunchedWorkers(
 JOB_VARIABLES: Final[frozenset[str]] = frozenset(
     {
         *(name for rule in CLUSTERS.values() for group in rule.detect_variables for name in group),
-        *(name for rule in CLUSTERS.values() for row in rule.not_tasks for name in (*row.unset, *row.set, row.tasks)),
+        *(name for rule in CLUSTERS.values() for row in rule.not_tasks for name in (*row.unset, *row.set, *row.tasks)),
         *(
             name
             for schema in (*(schema for rule in CLUSTERS.values() for schema in rule.schemas), LAUNCHED_WORKERS.schema)

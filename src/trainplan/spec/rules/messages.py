@@ -164,7 +164,7 @@ RULES: Final[Mapping[str, Rule]] = {
             id="slurm-batch-step",
             reason=(
                 "this process is the batch script of SLURM job {SLURM_JOB_ID} (SLURM_PROCID is set but not "
-                "SLURM_STEP_ID), not one of the job's {SLURM_NTASKS} tasks: nothing starts the others, so the world "
+                "SLURM_STEP_ID), not one of the job's {tasks} tasks: nothing starts the others, so the world "
                 "it would join never forms"
             ),
             fix=(
