@@ -15,9 +15,26 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from trainplan._version import __version__
+from trainplan.parse.fields import request_from_config as _request_from_config
+from trainplan.parse.legacy import from_legacy as _from_legacy
+from trainplan.parse.plan_json import plan_from_dict as _plan_from_dict
+from trainplan.parse.plan_json import plan_to_dict as _plan_to_dict
+from trainplan.render.explain import explain as _explain
 from trainplan.resolve import check as _check
 from trainplan.resolve import place_metric
 from trainplan.resolve import resolve as _resolve
+from trainplan.rules import (
+    BUILTIN_RULES,
+    AcceleratorRule,
+    AutoStrategyRule,
+    BackendRule,
+    FamilyRule,
+    FrameworkAccelerator,
+    PrecisionRecipe,
+    PrecisionRule,
+    Rules,
+    StrategyRule,
+)
 from trainplan.spec import (
     AcceleratorFlag,
     AcceleratorName,
@@ -56,18 +73,18 @@ from trainplan.spec import (
     TrainplanError,
     Unavailable,
 )
+from trainplan.spec.entry import EntryPoints as _EntryPoints
+from trainplan.spec.entry import install as _install
 from trainplan.spec.names import AcceleratorKey, BackendKey, CustomName, PrecisionKey, StrategyKey
-from trainplan.spec.rules import (
-    BUILTIN_RULES,
-    AcceleratorRule,
-    AutoStrategyRule,
-    BackendRule,
-    FamilyRule,
-    FrameworkAccelerator,
-    PrecisionRecipe,
-    PrecisionRule,
-    Rules,
-    StrategyRule,
+
+_install(
+    _EntryPoints(
+        request_from_config=_request_from_config,
+        request_from_legacy=_from_legacy,
+        plan_to_dict=_plan_to_dict,
+        plan_from_dict=_plan_from_dict,
+        explain=_explain,
+    )
 )
 
 if TYPE_CHECKING:
@@ -173,7 +190,7 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
 
         from trainplan.effects.launching import worker_plan
         from trainplan.parse.plan_json import request_from_json_text
-        from trainplan.spec.rules import PLAN_VARIABLE, REQUEST_VARIABLE, RULES_VARIABLE
+        from trainplan.rules import PLAN_VARIABLE, REQUEST_VARIABLE, RULES_VARIABLE
 
         launched = worker_plan() if env is None else None
         if launched is not None:
@@ -205,7 +222,7 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
 def _carried_rules(reference: str, given: Rules) -> Rules:
     """The rule set an emitted job names (TRAINPLAN_RULES), imported; `given` when it is that one already."""
     from trainplan.effects.rules_loading import load_rules
-    from trainplan.spec.rules import RULES_VARIABLE
+    from trainplan.rules import RULES_VARIABLE
 
     if given is not BUILTIN_RULES:
         if given.reference != reference:

@@ -28,6 +28,7 @@ from trainplan.effects.extras import require_torch
 from trainplan.effects.gpus import gpu_statuses
 from trainplan.effects.probing import probe
 from trainplan.effects.report import bug_report
+from trainplan.mapping.workers import script_request
 from trainplan.parse.fields import REQUEST_FIELD_ROWS
 from trainplan.parse.legacy import LEGACY_FLAGS, MODERN_FLAGS
 from trainplan.parse.plan_json import request_to_dict
@@ -37,7 +38,17 @@ from trainplan.render.report import render_report, report_to_dict
 from trainplan.render.spelling import flag_spelling, python_spelling
 from trainplan.resolve import check, resolve
 from trainplan.resolve.cluster import host_address
-from trainplan.resolve.world import script_request
+from trainplan.rules import ACCELERATORS as ACCELERATOR_RULES
+from trainplan.rules import (
+    BUILTIN_RULES,
+    COUNTED_THROUGH,
+    MAX_CPU_COUNT,
+    MAX_DEVICES_PER_NODE,
+    TORCHRUN_PROCESSES,
+    AcceleratorRule,
+    Rules,
+)
+from trainplan.rules import LAUNCHERS as LAUNCHER_RULES
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import InvalidRequest, TrainplanError, Unavailable, did_you_mean
 from trainplan.spec.names import (
@@ -49,17 +60,6 @@ from trainplan.spec.names import (
 from trainplan.spec.numbers import is_ascii_digits, whole_number
 from trainplan.spec.plan import Plan
 from trainplan.spec.request import Request
-from trainplan.spec.rules import ACCELERATORS as ACCELERATOR_RULES
-from trainplan.spec.rules import (
-    BUILTIN_RULES,
-    COUNTED_THROUGH,
-    MAX_CPU_COUNT,
-    MAX_DEVICES_PER_NODE,
-    TORCHRUN_PROCESSES,
-    AcceleratorRule,
-    Rules,
-)
-from trainplan.spec.rules import LAUNCHERS as LAUNCHER_RULES
 
 EXIT_USAGE = 2
 DEFAULT_JOB_NAME = "train"

@@ -17,7 +17,7 @@ import pytest
 
 from trainplan import Environment, Plan, Request, TrainplanError
 from trainplan.resolve import resolve
-from trainplan.spec.rules import LIGHTNING_SIZES, RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
+from trainplan.rules import LIGHTNING_SIZES, RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
 
 @attrs.frozen

@@ -20,7 +20,7 @@ from tests.differential.lightning_harness import Outcome, lightning, ours
 from tests.differential.sample import model_parallel_sample, request_for, sample
 from trainplan import Environment, Incompatible, TrainplanError, Unavailable
 from trainplan.resolve import resolve
-from trainplan.spec.rules import DIFFERENCES, LIGHTNING_SIZES
+from trainplan.rules import DIFFERENCES, LIGHTNING_SIZES
 
 SAMPLE_SIZE = 800
 

@@ -388,7 +388,7 @@ class TestForkserver:
                 os.environ["OMP_NUM_THREADS"] = previous
 
     def test_without_a_forkserver_spawn_plans_spawn(self) -> None:
-        from trainplan.resolve.world import worker_start_method
+        from trainplan.mapping.workers import worker_start_method
 
         spawn, fork, script = cpu_plan("ddp_spawn"), cpu_plan("ddp_fork"), cpu_plan("ddp")
         assert worker_start_method(spawn, ["fork", "spawn", "forkserver"]) == "forkserver"

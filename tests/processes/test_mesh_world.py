@@ -109,7 +109,7 @@ def test_lightning_and_trainplan_agree_on_the_same_sizes() -> None:
     accepts the sizes, the three agree on the data and tensor parallel sizes, every rank's coordinates and every
     group's members. Lightning refuses two pairs with one 'auto' that trainplan plans (`model-parallel-auto`)."""
     pytest.importorskip("pytorch_lightning")
-    from trainplan.spec.rules import DIFFERENCES
+    from trainplan.rules import DIFFERENCES
 
     environment = {key: value for key, value in os.environ.items() if not key.startswith("TRAINPLAN_")}
     environment["PYTHONPATH"] = str(ROOT)

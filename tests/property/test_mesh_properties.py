@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from trainplan import Environment, Incompatible, InvalidRequest, ModelParallelOptions, Plan, Request, TrainplanError
 from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.resolve import resolve_uncached
-from trainplan.spec.mesh import layout_violations
+from trainplan.rules.mesh import layout_violations
 from trainplan.spec.names import BACKENDS, MESH_DIMENSIONS, PRECISIONS
 
 LAYOUTS = [(1, 1), (1, 4), (2, 4), (2, 2), (4, 2), (1, 8), (2, 3), (3, 2), (3, 4)]

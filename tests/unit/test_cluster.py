@@ -10,12 +10,12 @@ import pytest
 from tests.helpers import SLURM_2x4, TORCHRUN_2x2, cpu, cuda, plan_for
 from trainplan import BUILTIN_RULES, ClusterEnvironmentError, Incompatible, Request
 from trainplan.effects.probing import relevant_variables
+from trainplan.mapping.workers import worker_environment
 from trainplan.resolve import cluster as cluster_module
 from trainplan.resolve import expand_hostlist
 from trainplan.resolve.cluster import detect
 from trainplan.resolve.core import resolve_uncached
-from trainplan.resolve.world import worker_environment
-from trainplan.spec.rules import (
+from trainplan.rules import (
     CLUSTERS,
     LAUNCHED_WORKERS,
     ClusterRule,

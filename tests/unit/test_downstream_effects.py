@@ -33,10 +33,10 @@ from trainplan.effects.adapters import (
     fabric_arguments,
     lightning_trainer_arguments,
 )
+from trainplan.mapping.frameworks import accelerate_arguments, deepspeed_config, lightning_arguments
 from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun
 from trainplan.resolve import resolve_uncached
-from trainplan.resolve.training import accelerate_arguments, deepspeed_config, lightning_arguments
-from trainplan.spec.rules import MissingRule, Rules
+from trainplan.rules import MissingRule, Rules
 
 WITH_TORCHAO = frozenset({"torchao"})
 

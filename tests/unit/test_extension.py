@@ -30,7 +30,7 @@ from trainplan.cli import main
 from trainplan.effects.rules_loading import read_plan_text
 from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.resolve import check, resolve, resolve_uncached
-from trainplan.spec.rules import UNNAMED_RULES
+from trainplan.rules import UNNAMED_RULES
 
 
 def test_a_downstream_strategy_resolves_with_its_preset_and_launcher() -> None:

@@ -37,7 +37,7 @@ from trainplan.effects.rules_loading import read_plan_text
 from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.render.matrix import render_matrix
 from trainplan.resolve import check, resolve, resolve_uncached
-from trainplan.spec.rules import UNNAMED_RULES
+from trainplan.rules import UNNAMED_RULES
 
 WITH_TORCHAO = frozenset({"torchao"})
 

@@ -25,13 +25,14 @@ from trainplan import (
 )
 from trainplan.effects.runtime import Runtime
 from trainplan.effects.world import World
-from trainplan.resolve import resolve
-from trainplan.resolve.training import (
+from trainplan.mapping.frameworks import (
     accelerate_arguments,
     accelerate_launch_flags,
     accelerate_mesh_refusal,
     lightning_arguments,
 )
+from trainplan.resolve import resolve
+from trainplan.rules.mesh import data_parallel
 
 MESH = ModelParallelOptions
 TWO_NODES = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "NODE_RANK": "1"}
@@ -172,7 +173,7 @@ class TestArithmetic:
             assert sorted(groups) == sorted(tuple(row.tolist()) for row in moved)
             for rank in range(layout.world_size):
                 assert rank in layout.group(rank, name)
-        replicas = {layout.data_parallel(rank) for rank in range(layout.world_size)}
+        replicas = {data_parallel(layout, rank) for rank in range(layout.world_size)}
         assert replicas == {(index, shape[1] * shape[2]) for index in range(shape[1] * shape[2])}
 
     def test_a_negative_count_of_groups_or_members_is_refused(self) -> None:

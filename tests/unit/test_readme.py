@@ -70,7 +70,7 @@ def test_readme_starts_with_the_two_commands() -> None:
 
 
 def test_readme_lists_every_deliberate_difference() -> None:
-    from trainplan.spec.rules import DIFFERENCES
+    from trainplan.rules import DIFFERENCES
 
     text = README.read_text()
     for key, reason in DIFFERENCES.items():

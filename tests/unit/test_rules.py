@@ -26,8 +26,8 @@ from trainplan import (
     Unavailable,
 )
 from trainplan.resolve import check, place_metric, resolve
+from trainplan.rules import RULES
 from trainplan.spec import ClusterEnvironmentError
-from trainplan.spec.rules import RULES
 
 Case = tuple[dict[str, Any], Environment, type[TrainplanError], str | None, tuple[str, ...]]
 
@@ -518,9 +518,9 @@ def test_every_rule_in_the_table_is_exercised() -> None:
 
 
 def _training_rules() -> set[str]:
-    """The rules `resolve.training` applies when a plan becomes torch or framework objects."""
+    """The rules `mapping.frameworks` applies when a plan becomes torch or framework objects."""
     from trainplan.effects.adapters import fabric_arguments
-    from trainplan.resolve.training import (
+    from trainplan.mapping.frameworks import (
         accelerate_arguments,
         accelerate_launch_flags,
         accelerate_mesh_refusal,
@@ -587,8 +587,8 @@ def _downstream_rules() -> set[str]:
     """The rules that refuse a downstream accelerator or precision on its way to a framework or a PyTorchJob (the
     cases themselves: `tests/unit/test_downstream_effects.py`)."""
     from tests.downstream_rules import INT8_QAT, NPU, RULES
+    from trainplan.mapping.frameworks import lightning_arguments
     from trainplan.render.emit import emit_kubeflow
-    from trainplan.resolve.training import lightning_arguments
 
     npu = resolve(Request(accelerator=NPU, devices=2), Environment().with_device_counts({NPU: 2}), RULES)
     qat = resolve(Request(accelerator="cpu", precision=INT8_QAT), Environment(packages={"torchao"}), RULES)
@@ -608,8 +608,8 @@ def _downstream_rules() -> set[str]:
 
 
 def _world_rules() -> set[str]:
-    """The rules `resolve.world` applies to a plan before starting its workers (not `resolve` itself)."""
-    from trainplan.resolve.world import nested_launch, unlaunchable
+    """The rules `mapping.workers` applies to a plan before starting its workers (not `resolve` itself)."""
+    from trainplan.mapping.workers import nested_launch, unlaunchable
 
     spawn = resolve(Request(accelerator="cpu", strategy="ddp_spawn", devices=2), cpu())
     nested = nested_launch(spawn, TORCHRUN_2x2)
@@ -622,7 +622,7 @@ def _world_rules() -> set[str]:
 
 
 def test_every_precision_a_mesh_dimension_refuses_is_exercised() -> None:
-    from trainplan.spec.rules import MESH_DIMENSIONS
+    from trainplan.rules import MESH_DIMENSIONS
 
     refused = {(name, precision) for name, rule in MESH_DIMENSIONS.items() for precision in rule.precisions_refused}
     exercised: set[tuple[str, object]] = set()

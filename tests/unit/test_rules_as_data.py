@@ -19,8 +19,8 @@ import pytest
 
 import trainplan
 from tests.downstream_rules import RULES as DOWNSTREAM_RULES
+from trainplan.rules import DEFAULT_PRECISION, AcceleratorRule
 from trainplan.spec import names
-from trainplan.spec.rules import DEFAULT_PRECISION, AcceleratorRule
 
 SOURCE = Path(trainplan.__file__).parent
 
@@ -40,8 +40,9 @@ VOCABULARY: frozenset[str] = frozenset(
 ROWS_AND_VOCABULARY = (
     *sorted(
         path.relative_to(SOURCE).as_posix()
-        for path in (SOURCE / "spec" / "rules").glob("*.py")
-        if path.name not in ("ruleset.py", "__init__.py")  # the rule set's builder decides; the package re-exports
+        for path in (SOURCE / "rules").glob("*.py")
+        # the rule set's builder and the options' checks decide; the package re-exports
+        if path.name not in ("ruleset.py", "option_checks.py", "__init__.py")
     ),
     "spec/names.py",
 )
@@ -61,7 +62,7 @@ explain; the rule set's builder), those that carry out what the rules decided (`
 the runtime, the adapters; the CLI; the public face), and the records (`spec`: the plan, the options, the
 environment, the request, the mesh), which read rows and never decide on a name."""
 
-UNCHECKED_CONSTANTS = ("trainplan.spec.rules", "trainplan.spec.names")
+UNCHECKED_CONSTANTS = ("trainplan.rules", "trainplan.spec.names")
 """Modules whose constants hold literal names by right: the rules package (the rows) and the vocabulary itself
 (`names.ACCELERATOR_FLAGS` is every accelerator flag: going through a whole vocabulary decides on no name)."""
 
@@ -285,7 +286,8 @@ def test_the_effects_the_cli_and_the_records_are_checked() -> None:
     """The thin layer and the records are checked too: every module of effects, the CLI, the face, the records;
     only the rows and the vocabulary are not."""
     effects = {path.relative_to(SOURCE).as_posix() for path in (SOURCE / "effects").glob("*.py")}
-    records = {f"spec/{name}.py" for name in ("plan", "options", "environment", "request", "mesh", "rules/ruleset")}
+    records = {f"spec/{name}.py" for name in ("plan", "options", "environment", "request", "mesh")}
+    records |= {"rules/ruleset.py", "rules/option_checks.py"}
     assert effects | records | {"cli.py", "__init__.py"} <= set(DECIDING_MODULES)
     assert {"effects/launching.py", "effects/world.py", "effects/metrics.py", "effects/runtime.py"} <= effects
     assert set(ROWS_AND_VOCABULARY).isdisjoint(DECIDING_MODULES)
@@ -297,7 +299,7 @@ from typing import Literal
 
 from trainplan.effects import probing
 from trainplan.effects.probing import OPTIONAL_PACKAGES
-from trainplan.spec.rules import GPU_ACCELERATORS
+from trainplan.rules import GPU_ACCELERATORS
 
 GPU_NAMES = ("cuda", "mps")  # found: assigned
 
@@ -378,8 +380,8 @@ def test_the_check_finds_a_literal_decision(tmp_path: Path) -> None:
 
 
 RULE_MODULES = [
-    importlib.import_module(f"trainplan.spec.rules.{path.stem}")
-    for path in sorted((SOURCE / "spec" / "rules").glob("*.py"))
+    importlib.import_module(f"trainplan.rules.{path.stem}")
+    for path in sorted((SOURCE / "rules").glob("*.py"))
     if path.stem != "__init__"
 ]
 """The modules of the rules package (each topic's rows, and the rule set's value)."""
@@ -391,7 +393,7 @@ RULE_CLASSES = [
     if isinstance(value, type)
     and attrs.has(value)
     and value.__module__ == module.__name__
-    and module.__name__ != "trainplan.spec.rules.ruleset"  # the rule set itself: the rows' holder, not a row
+    and module.__name__ != "trainplan.rules.ruleset"  # the rule set itself: the rows' holder, not a row
 ]
 
 _RULE_CLASS_NAMES = frozenset(rule_class.__name__ for rule_class in RULE_CLASSES)
@@ -568,8 +570,8 @@ def test_every_field_of_every_rule_has_a_reader(rule_class: type) -> None:
 
 
 READS_SAMPLE = """\
-from trainplan.spec.rules import hardware
-from trainplan.spec.rules import ACCELERATORS, FamilyRule, lookup
+from trainplan.rules import hardware
+from trainplan.rules import ACCELERATORS, FamilyRule, lookup
 
 
 def described(plan, family: FamilyRule, name):
@@ -612,7 +614,7 @@ def test_the_default_precision_is_written_once() -> None:
         f"{path.relative_to(SOURCE)}:{node.lineno}"
         for path in SOURCE.rglob("*.py")
         # the rows (which name that precision as they name every other), and the Literal type that names every one
-        if not path.relative_to(SOURCE).as_posix().startswith(("spec/rules/", "spec/names.py"))
+        if not path.relative_to(SOURCE).as_posix().startswith(("rules/", "spec/names.py"))
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Constant) and node.value == DEFAULT_PRECISION
     ]

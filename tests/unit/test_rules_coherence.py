@@ -23,7 +23,7 @@ from trainplan import (
     StrategyRule,
 )
 from trainplan.resolve import resolve, resolve_uncached
-from trainplan.spec.rules import LEGACY_STRATEGIES
+from trainplan.rules import LEGACY_STRATEGIES
 
 T = TypeVar("T")
 
@@ -218,7 +218,7 @@ def test_a_fork_blocker_is_a_fact_the_environment_has() -> None:
     """What `fork_blocked_by` may name is read from its type's vocabulary; each name is an Environment fact."""
     from typing import get_args
 
-    from trainplan.spec.rules.hardware import ForkBlocker
+    from trainplan.rules.hardware import ForkBlocker
 
     assert all(isinstance(getattr(Environment(), fact), bool) for fact in get_args(ForkBlocker))
     with pytest.raises(InvalidRequest, match=r"fork_blocked_by='junk'.*the Environment fact") as caught:

@@ -22,8 +22,7 @@ from trainplan import (
 )
 from trainplan.effects.runtime import Runtime
 from trainplan.effects.world import World
-from trainplan.resolve import resolve
-from trainplan.resolve.training import (
+from trainplan.mapping.frameworks import (
     accelerate_arguments,
     accelerate_launch_flags,
     deepspeed_config,
@@ -32,7 +31,8 @@ from trainplan.resolve.training import (
     needs_grad_scaler,
     precision_recipe,
 )
-from trainplan.spec.rules import PRECISIONS
+from trainplan.resolve import resolve
+from trainplan.rules import PRECISIONS
 
 DEEPSPEED = cuda(4, packages={"deepspeed"})
 

@@ -28,15 +28,15 @@ from trainplan import (
 )
 from trainplan.effects.launching import choose_free_port
 from trainplan.effects.metrics import CollectiveOp
-from trainplan.render.emit import emit_slurm, emit_torchrun, slurm_worker_line
-from trainplan.resolve import resolve
-from trainplan.resolve.world import (
+from trainplan.mapping.workers import (
     nested_launch,
     process_group_timeout,
     script_request,
     worker_environment,
     worker_view,
 )
+from trainplan.render.emit import emit_slurm, emit_torchrun, slurm_worker_line
+from trainplan.resolve import resolve
 
 # --------------------------------------------------------------------------------------------------
 # Inside a started job, 'auto' adopts the job

@@ -4,7 +4,7 @@
     fabric = lightning_fabric.Fabric(**trainplan.fabric_arguments(plan))
     accelerator = accelerate.Accelerator(**trainplan.accelerator_arguments(plan))
 
-The mapping is decided in `resolve.training` (pure, tested from plans alone); this module imports the
+The mapping is decided in `mapping.frameworks` (pure, tested from plans alone); this module imports the
 framework only when its adapter is called, and builds the framework's own objects from that mapping: a real
 strategy object carrying the plan's options (DDP's flags and timeout, FSDP's sharding and offload,
 DeepSpeed's stage and offload), Accelerate's kwargs handlers. A framework that is not installed is a
@@ -22,18 +22,18 @@ from typing import Any
 
 from trainplan.effects.extras import MissingExtra, is_missing, require_torch
 from trainplan.effects.rules_loading import rules_of
-from trainplan.resolve.refusal import incompatible
-from trainplan.resolve.training import (
+from trainplan.mapping.frameworks import (
     LightningFramework,
     accelerate_arguments,
     accelerate_mesh_refusal,
     framework_sync_batchnorm,
     lightning_arguments,
 )
-from trainplan.resolve.training import accelerate_launch_flags as _launch_flags
+from trainplan.mapping.frameworks import accelerate_launch_flags as _launch_flags
+from trainplan.resolve.refusal import incompatible
+from trainplan.rules import lookup
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import lookup
 
 
 def _framework(module: str, install: str) -> ModuleType:

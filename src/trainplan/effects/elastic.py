@@ -62,9 +62,9 @@ from trainplan.effects.launching import (
     _stop,
     choose_free_port,
 )
-from trainplan.resolve.world import launcher_rule, started_by_another_launcher, torchrun_variables
+from trainplan.mapping.workers import launcher_rule, started_by_another_launcher, torchrun_variables
+from trainplan.rules import RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.api import LogsDest

@@ -39,8 +39,7 @@ import attrs
 from trainplan.effects.extras import require_torch
 from trainplan.effects.rules_loading import read_plan_text
 from trainplan.effects.world import join
-from trainplan.resolve.cluster import launched_by_trainplan
-from trainplan.resolve.world import (
+from trainplan.mapping.workers import (
     global_rank_of,
     launcher_rule,
     nested_launch,
@@ -51,11 +50,12 @@ from trainplan.resolve.world import (
     worker_start_method,
     worker_view,
 )
+from trainplan.resolve.cluster import launched_by_trainplan
+from trainplan.rules import FORKSERVER_PRELOAD, LAUNCHED_MARKER, PLAN_VARIABLE, LauncherRule
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import StartMethod
 from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import FORKSERVER_PRELOAD, LAUNCHED_MARKER, PLAN_VARIABLE, LauncherRule
 
 R = TypeVar("R")
 
@@ -136,7 +136,7 @@ class WorkerSpec:
     main_port: int
     plan_json: str
     variables: dict[str, str] = attrs.field(hash=False)
-    """The variables `resolve.world.worker_environment` writes (torchrun's, the plan, the marker, the GPUs)."""
+    """The variables `mapping.workers.worker_environment` writes (torchrun's, the plan, the marker, the GPUs)."""
 
     def environment(self) -> dict[str, str]:
         """The torch.distributed (and torchrun-compatible) environment of this worker."""

@@ -42,10 +42,10 @@ import attrs
 from trainplan.effects.extras import require_torch
 from trainplan.effects.world import check_group
 from trainplan.resolve import place_metric
+from trainplan.rules import DEVICE_TYPES_WITHOUT_FLOAT64, HOST_DEVICE
 from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import DEVICE_TYPES_WITHOUT_FLOAT64, HOST_DEVICE
 
 if TYPE_CHECKING:
     import torch

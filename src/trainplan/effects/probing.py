@@ -18,12 +18,12 @@ from typing import NamedTuple
 from trainplan.effects.nvml import NvmlQuery, default_nvml
 from trainplan.resolve.gpus import visible_gpus
 from trainplan.resolve.visible import AmbiguousDevice
+from trainplan.rules import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.gpus import GpuFacts
 from trainplan.spec.names import START_METHODS, StartMethod
 from trainplan.spec.numbers import whole_number
-from trainplan.spec.rules import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
 OPTIONAL_PACKAGES = ("deepspeed", "torch_xla", "transformer_engine", "torchmetrics", "mpi4py")
 """Packages whose presence changes what a plan may use; looked up without importing them."""

@@ -12,9 +12,9 @@ import sys
 import attrs
 
 from trainplan.parse.plan_json import plan_from_json_text
+from trainplan.rules import BUILTIN_RULES, UNNAMED_RULES, Rules, is_rules_reference
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import BUILTIN_RULES, UNNAMED_RULES, Rules, is_rules_reference
 
 
 def load_rules(reference: str, *, from_working_directory: bool = False) -> Rules:

@@ -14,7 +14,7 @@ A `model_parallel` plan also gets its device mesh: `rt.mesh` is torch's `DeviceM
 (every rank builds it: its groups are collectives), and `rt.submesh("tp")`, `rt.fsdp_mesh` and
 `rt.data_parallel_mesh` hand out the sub-meshes a parallelize function needs.
 
-Every decision comes from the plan and `resolve.training` (the precision recipe, the family's wrapper);
+Every decision comes from the plan and `mapping.frameworks` (the precision recipe, the family's wrapper);
 this module only builds the torch objects. The torch constructors sit behind `ModelWrappers`, a small seam
 that tests replace to check the CUDA-only families (FSDP, DataParallel, DDP with device ids) without a GPU.
 The process-level view is typed for a strict downstream loop: `rank`, `local_rank`, `world_size` are ints,
@@ -32,20 +32,21 @@ from trainplan.effects.extras import require_torch
 from trainplan.effects.metrics import MetricStore
 from trainplan.effects.rules_loading import rules_of
 from trainplan.effects.world import DeviceBinder, World, join
-from trainplan.resolve.training import (
+from trainplan.mapping.frameworks import (
     deepspeed_config,
     family_recipe,
     fsdp_mesh_shape,
     needs_grad_scaler,
     precision_recipe,
 )
+from trainplan.rules import HOST_DEVICE, Rules
+from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
+from trainplan.rules.mesh import data_parallel
 from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 from trainplan.spec.options import DDPOptions, FSDPOptions
 from trainplan.spec.plan import Plan
-from trainplan.spec.rules import HOST_DEVICE, Rules
-from trainplan.spec.rules import MESH_DIMENSIONS as MESH_RULES
 
 if TYPE_CHECKING:
     import torch
@@ -203,7 +204,7 @@ class Runtime:
         self._meshes: dict[str, DeviceMesh] = {}
         self._mesh_group = False
         if plan.mesh is not None:
-            self.data_parallel_rank, self.data_parallel_size = plan.mesh.data_parallel(self.rank)
+            self.data_parallel_rank, self.data_parallel_size = data_parallel(plan.mesh, self.rank)
             self._build_meshes(plan.mesh)
 
     # -- the device mesh --------------------------------------------------------------------------------
@@ -375,7 +376,7 @@ class Runtime:
         return self._wrappers.fully_shard(self._wrappers.place(model, self.device, dtype), self.fsdp_mesh)
 
     def deepspeed_config(self, *, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1) -> dict[str, object]:
-        """The DeepSpeed config for this plan (see `resolve.training.deepspeed_config`)."""
+        """The DeepSpeed config for this plan (see `mapping.frameworks.deepspeed_config`)."""
         return deepspeed_config(
             self.plan,
             micro_batch_size=micro_batch_size,

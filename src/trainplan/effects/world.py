@@ -3,7 +3,7 @@
 One call, whichever launcher started the process (torchrun, srun, mpirun, jsrun, a Kubeflow pod,
 `trainplan launch`, `trainplan.launch`): it binds this process's device, initialises torch.distributed's
 default process group with the plan's backend, main address, port and ranks, and the strategy's
-`timeout_seconds` (`resolve.world.process_group_timeout`), and destroys the group when the `with` block
+`timeout_seconds` (`mapping.workers.process_group_timeout`), and destroys the group when the `with` block
 ends. When a group already exists (the script or a framework made one), it is checked against the plan and
 used as it is; it is then left for its owner to destroy. `trainplan.launch` joins through this same call.
 """
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from trainplan.effects.extras import require_torch
 from trainplan.effects.rules_loading import rules_of
-from trainplan.resolve.world import (
+from trainplan.mapping.workers import (
     STARTING_LAUNCHERS,
     job_of,
     launcher_rule,

@@ -27,7 +27,7 @@ from trainplan.parse.wire import (
     options_from_dict,
     options_to_dict,
 )
-from trainplan.spec import option_checks
+from trainplan.rules import BUILTIN_RULES, DEFAULT_PRECISION, Rules, option_checks
 from trainplan.spec.errors import InvalidRequest, PlanFormatError, did_you_mean
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
@@ -41,7 +41,6 @@ from trainplan.spec.names import (
     StrategyFlag,
 )
 from trainplan.spec.notes import Note
-from trainplan.spec.rules import BUILTIN_RULES, DEFAULT_PRECISION, Rules
 
 if TYPE_CHECKING:  # the record's module calls in here; the parsers take its class (no import cycle)
     from trainplan.spec.request import Request

@@ -16,10 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from trainplan.parse import fields, normalise
-from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
-from trainplan.spec.notes import Note
-from trainplan.spec.options import StrategyOptions
-from trainplan.spec.rules import (
+from trainplan.rules import (
     ACCELERATOR_GROUPS,
     FAMILIES,
     HOST_METRICS_STORE,
@@ -36,6 +33,9 @@ from trainplan.spec.rules import (
     LegacyStrategy,
     lookup,
 )
+from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
+from trainplan.spec.notes import Note
+from trainplan.spec.options import StrategyOptions
 
 MODERN_FLAGS: Final[tuple[str, ...]] = tuple(
     name

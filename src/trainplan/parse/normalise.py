@@ -12,6 +12,19 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
+from trainplan.rules import (
+    ACCELERATOR_ALIASES,
+    CLUSTER_ALIASES,
+    LEGACY_STRATEGIES,
+    MAX_DEVICES_PER_NODE,
+    MAX_NODES,
+    OPTION_TYPES,
+    PRECISION_ALIASES,
+    PRECISION_FLAG_ALIASES,
+    STRATEGY_ALIASES,
+    Rules,
+)
+from trainplan.rules.option_checks import strategy_options
 from trainplan.spec.errors import InvalidRequest, shown
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
@@ -32,22 +45,9 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
-from trainplan.spec.option_checks import strategy_options
 from trainplan.spec.options import (
     ModelParallelOptions,
     StrategyOptions,
-)
-from trainplan.spec.rules import (
-    ACCELERATOR_ALIASES,
-    CLUSTER_ALIASES,
-    LEGACY_STRATEGIES,
-    MAX_DEVICES_PER_NODE,
-    MAX_NODES,
-    OPTION_TYPES,
-    PRECISION_ALIASES,
-    PRECISION_FLAG_ALIASES,
-    STRATEGY_ALIASES,
-    Rules,
 )
 
 DevicesSpec: TypeAlias = Literal["auto"] | int | tuple[int, ...]

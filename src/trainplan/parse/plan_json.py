@@ -13,9 +13,22 @@ import attrs
 
 from trainplan.parse.fields import IN_READ_ORDER, REQUEST_FIELD_ROWS
 from trainplan.parse.wire import Reader, note_from, options_from_dict, options_to_dict
-from trainplan.spec import option_checks
+from trainplan.rules import (
+    BUILTIN_RULES,
+    HOST_DEVICE,
+    LIGHTNING_SIZES,
+    MAX_DEVICES_PER_NODE,
+    MAX_NODES,
+    OPTION_TYPES,
+    UNNAMED_RULES,
+    FamilyRule,
+    Rules,
+    is_rules_reference,
+    option_checks,
+)
+from trainplan.rules.mesh import layout_violations
 from trainplan.spec.errors import InvalidRequest, PlanFormatError
-from trainplan.spec.mesh import MeshLayout, layout_violations
+from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import (
     ACCELERATORS,
     BACKENDS,
@@ -34,18 +47,6 @@ from trainplan.spec.names import (
 from trainplan.spec.options import ModelParallelOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, Plan, StrategyChoice
 from trainplan.spec.request import Request
-from trainplan.spec.rules import (
-    BUILTIN_RULES,
-    HOST_DEVICE,
-    LIGHTNING_SIZES,
-    MAX_DEVICES_PER_NODE,
-    MAX_NODES,
-    OPTION_TYPES,
-    UNNAMED_RULES,
-    FamilyRule,
-    Rules,
-    is_rules_reference,
-)
 
 
 def plan_to_dict(plan: Plan) -> dict[str, object]:

@@ -13,11 +13,11 @@ from typing import TypeVar
 
 import attrs
 
+from trainplan.rules import OPTION_TYPES
 from trainplan.spec.errors import PlanFormatError
 from trainplan.spec.names import CUSTOM_NAME, NOTE_LEVELS, CustomName
 from trainplan.spec.notes import Note
 from trainplan.spec.options import StrategyOptions
-from trainplan.spec.rules import OPTION_TYPES
 
 T = TypeVar("T")
 C = TypeVar("C")

@@ -27,18 +27,16 @@ import re
 import shlex
 from collections.abc import Sequence
 
-from trainplan.resolve.core import incompatible
-from trainplan.resolve.training import check_rules_at_hand, rules_named, rules_variable
-from trainplan.resolve.world import (
+from trainplan.mapping.frameworks import check_rules_at_hand, rules_named, rules_variable
+from trainplan.mapping.workers import (
     carried_request,
     carried_rules,
     downstream_devices_note,
     script_strategy_note,
     visibility_variable,
 )
-from trainplan.spec.errors import InvalidRequest
-from trainplan.spec.plan import Plan
-from trainplan.spec.rules import (
+from trainplan.resolve.core import incompatible
+from trainplan.rules import (
     BUILTIN_RULES,
     KUBEFLOW_MASTER_PORT,
     KUBERNETES_DEVICE_RESOURCES,
@@ -49,6 +47,8 @@ from trainplan.spec.rules import (
     Rules,
     lookup,
 )
+from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.plan import Plan
 
 DEFAULT_SCRIPT: tuple[str, ...] = ("train.py",)
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")

@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
+from trainplan.rules import BUILTIN_RULES, MESH_BACKENDS, MESH_DIMENSIONS, Rules
 from trainplan.spec.names import ACCELERATORS as ACCELERATOR_ORDER
 from trainplan.spec.names import AcceleratorKey
-from trainplan.spec.rules import BUILTIN_RULES, MESH_BACKENDS, MESH_DIMENSIONS, Rules
 
 
 def render_matrix(rules: Rules = BUILTIN_RULES) -> str:

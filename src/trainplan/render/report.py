@@ -10,9 +10,9 @@ from collections.abc import Mapping
 
 import attrs
 
+from trainplan.rules import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 from trainplan.spec.gpus import GpuFacts
 from trainplan.spec.report import BugReport, DriverFacts, TorchFacts
-from trainplan.spec.rules import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 
 REPORT_VARIABLE_PREFIXES: tuple[str, ...] = (
     *RELEVANT_VARIABLE_PREFIXES,

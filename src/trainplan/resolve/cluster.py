@@ -17,11 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import attrs
 
-from trainplan.spec.errors import ClusterEnvironmentError, Incompatible, Unavailable
-from trainplan.spec.names import ClusterFlag, ClusterName
-from trainplan.spec.notes import Note
-from trainplan.spec.numbers import whole_number
-from trainplan.spec.rules import (
+from trainplan.rules import (
     BUILTIN_RULES,
     LAUNCHED_MARKER,
     LAUNCHED_WORKERS,
@@ -40,6 +36,10 @@ from trainplan.spec.rules import (
     detected_alone,
     lookup,
 )
+from trainplan.spec.errors import ClusterEnvironmentError, Incompatible, Unavailable
+from trainplan.spec.names import ClusterFlag, ClusterName
+from trainplan.spec.notes import Note
+from trainplan.spec.numbers import whole_number
 
 
 @attrs.frozen(kw_only=True)

@@ -25,7 +25,28 @@ from trainplan.resolve.cluster import ClusterFacts, detect
 from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import visible_entries
-from trainplan.spec import option_checks
+from trainplan.rules import (
+    BUILTIN_RULES,
+    HOST_DEVICE,
+    HOST_LAUNCHER,
+    HOST_METRICS_STORE,
+    LOCAL_CLUSTER,
+    MAX_CPU_COUNT,
+    MAX_DEVICES_PER_NODE,
+    MAX_NODES,
+    MAX_WORLD_SIZE,
+    OPTION_TYPES,
+    SELECTED_DEVICES_VARIABLE,
+    SUPPLIED_COUNTS,
+    AcceleratorRule,
+    AutoStrategyRule,
+    FamilyRule,
+    MissingRule,
+    Rules,
+    StrategyRule,
+    lookup,
+    option_checks,
+)
 from trainplan.spec.environment import DeviceCounts, Environment
 from trainplan.spec.errors import Incompatible, InvalidRequest, TrainplanError, Unavailable
 from trainplan.spec.frozen import FrozenMap, LazyTexts, Text, trusted_constructor
@@ -48,27 +69,6 @@ from trainplan.spec.numbers import whole_number
 from trainplan.spec.options import DeepSpeedOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
 from trainplan.spec.request import NumNodes, Request
-from trainplan.spec.rules import (
-    BUILTIN_RULES,
-    HOST_DEVICE,
-    HOST_LAUNCHER,
-    HOST_METRICS_STORE,
-    LOCAL_CLUSTER,
-    MAX_CPU_COUNT,
-    MAX_DEVICES_PER_NODE,
-    MAX_NODES,
-    MAX_WORLD_SIZE,
-    OPTION_TYPES,
-    SELECTED_DEVICES_VARIABLE,
-    SUPPLIED_COUNTS,
-    AcceleratorRule,
-    AutoStrategyRule,
-    FamilyRule,
-    MissingRule,
-    Rules,
-    StrategyRule,
-    lookup,
-)
 
 Report = Callable[[TrainplanError], None]
 

@@ -16,13 +16,14 @@ from typing import Any
 import attrs
 
 from trainplan.resolve.refusal import incompatible
+from trainplan.rules import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS
+from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
+from trainplan.rules.mesh import MeshViolation, layout_violations, node_violations, strides
 from trainplan.spec.errors import Incompatible
-from trainplan.spec.mesh import MeshLayout, MeshViolation, layout_violations, node_violations, strides
+from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorKey, BackendKey, MeshDimension, PrecisionKey
 from trainplan.spec.notes import Note
 from trainplan.spec.options import Degree, ModelParallelOptions
-from trainplan.spec.rules import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS
-from trainplan.spec.rules import MESH_DIMENSIONS as MESH_RULES
 
 ABSORBING: MeshDimension = next(
     name for name in MESH_DIMENSIONS if attrs.fields_dict(ModelParallelOptions)[name].default == "auto"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from trainplan.rules import RULES, lookup
 from trainplan.spec.errors import Incompatible
-from trainplan.spec.rules import RULES, lookup
 
 
 def incompatible(rule_id: str, values: Mapping[str, object], **fields: object) -> Incompatible:

@@ -8,6 +8,7 @@ from trainplan.spec.errors import (
     ClusterEnvironmentError,
     Incompatible,
     InvalidRequest,
+    MissingRule,
     PlanFormatError,
     TrainplanError,
     Unavailable,
@@ -37,7 +38,6 @@ from trainplan.spec.notes import Note
 from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions, StrategyOptions
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
 from trainplan.spec.request import Devices, Request
-from trainplan.spec.rules import MissingRule
 
 __all__ = [
     "AcceleratorFlag",

@@ -127,6 +127,18 @@ class ClusterEnvironmentError(TrainplanError, ValueError):
         )
 
 
+class MissingRule(TrainplanError, LookupError):
+    """A table has no row for a key: a gap in the rules, reported with the table and the key."""
+
+    def __init__(self, *, table: str, key: object) -> None:
+        self.table = table
+        self.key = key
+        super().__init__(
+            f"The rule table {table} has no row for {key!r}: this combination is not covered by trainplan's "
+            "rules. Report it as a bug, and pick explicit values meanwhile."
+        )
+
+
 class PlanFormatError(TrainplanError, ValueError):
     """A plan's JSON form that cannot be read back (a wrong key, type or value)."""
 

@@ -4,22 +4,18 @@ A mesh lays the world's ranks out as torch's `init_device_mesh` does: `arange(wo
 so the last dimension (`tp`) varies fastest and its groups are neighbouring ranks on one node. Everything here is
 arithmetic on that layout, checked against `torch.distributed.device_mesh` itself by a multi-process test.
 
-`layout_violation` says which of the mesh rules (`rules.MESH_DIMENSIONS`, `rules.MESH_BACKENDS`) a layout
-breaks, if any; the resolver turns it into an error naming the layout that fits, and `Plan.from_dict` into a
-format error.
+Which of the mesh rules a layout breaks is `rules.mesh.layout_violations`'s to say.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import attrs
 
 from trainplan.spec.frozen import freeze_sequence
-from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorKey, BackendKey, MeshDimension, PrecisionKey
-from trainplan.spec.rules import MESH_BACKENDS
-from trainplan.spec.rules import MESH_DIMENSIONS as MESH_RULES
+from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 
 
 def _freeze_dimensions(value: tuple[MeshDimension, ...] | list[MeshDimension]) -> tuple[MeshDimension, ...]:
@@ -109,16 +105,6 @@ class MeshLayout:
                 found.append(tuple(first + index * stride for index in range(shown)))
         return tuple(found)
 
-    def data_parallel(self, rank: int) -> tuple[int, int]:
-        """`rank`'s data-parallel replica and their number: which batches it reads (its sampler's rank and
-        replicas). Ranks that differ only along tensor, context or pipeline dimensions read the same batches."""
-        position = self.coordinates(rank)
-        index, count = 0, 1
-        for dimension, coordinate, size in zip(self.dimensions, position, self.shape, strict=True):
-            if MESH_RULES[dimension].splits_data:
-                index, count = index * size + coordinate, count * size
-        return index, count
-
     def describe(self) -> str:
         """`pp 1 × dp_replicate 1 × dp_shard 2 × cp 1 × tp 2`: every dimension, in order."""
         return " × ".join(f"{name} {size}" for name, size in zip(self.dimensions, self.shape, strict=True))
@@ -147,93 +133,4 @@ def spelled(degrees: Mapping[MeshDimension, int]) -> str:
 # The rules a layout must keep, in the order they are checked.
 
 
-@attrs.frozen(kw_only=True)
-class MeshViolation:
-    """The first mesh rule a layout breaks: the rule's id, the dimension at fault (None: the whole layout), and the
-    numbers that show it."""
-
-    rule: str
-    dimension: MeshDimension | None
-    degree: int
-    detail: str
-    needed: int = 0  # mesh-inside-node: the processes one group needs on a node; mesh-pipeline-nodes: a stage's
-
-
-def strides(degrees: Mapping[MeshDimension, int]) -> dict[MeshDimension, int]:
-    """How far apart the members of a group along each dimension are (the product of the inner degrees)."""
-    found: dict[MeshDimension, int] = {}
-    inner = 1
-    for name in reversed(MESH_DIMENSIONS):
-        found[name] = inner
-        inner *= degrees[name]
-    return found
-
-
-def node_violations(degrees: Mapping[MeshDimension, int], processes_per_node: int) -> Iterator[MeshViolation]:
-    """The dimensions that stay inside a node whose groups do not fit one: a group spans its degree times the
-    inner degrees of neighbouring ranks, and that many must divide the node's processes. Innermost first."""
-    apart = strides(degrees)
-    for name in reversed(MESH_DIMENSIONS):
-        degree, rule = degrees[name], MESH_RULES[name]
-        if degree > 1 and rule.inside_node and processes_per_node % (degree * apart[name]):
-            yield MeshViolation(
-                rule="mesh-inside-node",
-                dimension=name,
-                degree=degree,
-                needed=degree * apart[name],
-                detail=f"{processes_per_node} processes per node",
-            )
-
-
-def layout_violations(
-    degrees: Mapping[MeshDimension, int],
-    *,
-    num_nodes: int,
-    processes_per_node: int,
-    accelerator: AcceleratorKey,
-    backend: BackendKey | None,
-    precision: PrecisionKey,
-) -> Iterator[MeshViolation]:
-    """Every mesh rule `degrees` break on this world, in the order the rules are checked; nothing when it fits.
-
-    The product is the world size; a dimension that stays inside a node (`tp`, `cp`) has groups that fit a node
-    (its degree times the inner degrees divides the node's processes); a stage-aligned dimension (`pp`) cuts the
-    world into blocks that hold whole nodes or fit whole into one; a degree above 1 runs only on its accelerators
-    and precisions; the mesh's collectives run over the accelerator's mesh backend.
-    """
-    world = num_nodes * processes_per_node
-    product = math.prod(degrees.values())
-    if product != world:
-        yield MeshViolation(rule="mesh-product", dimension=None, degree=product, detail=f"world size {world}")
-        return
-    yield from node_violations(degrees, processes_per_node)
-    apart = strides(degrees)
-    for name in MESH_DIMENSIONS:
-        degree, rule = degrees[name], MESH_RULES[name]
-        block = apart[name]
-        if degree > 1 and rule.stage_aligned and block % processes_per_node and processes_per_node % block:
-            yield MeshViolation(
-                rule="mesh-pipeline-nodes",
-                dimension=name,
-                degree=degree,
-                needed=block,
-                detail=f"{num_nodes} nodes of {processes_per_node}",
-            )
-    for name in MESH_DIMENSIONS:
-        degree, rule = degrees[name], MESH_RULES[name]
-        if degree > 1 and accelerator not in rule.accelerators:
-            yield MeshViolation(
-                rule="mesh-accelerator", dimension=name, degree=degree, detail=rule.why_not.get(accelerator, "")
-            )
-    allowed = MESH_BACKENDS.get(accelerator)
-    if world > 1 and backend is not None and allowed is not None and backend != allowed:
-        yield MeshViolation(rule="mesh-backend", dimension=None, degree=world, detail=allowed)
-    for name in MESH_DIMENSIONS:
-        degree, rule = degrees[name], MESH_RULES[name]
-        if degree > 1 and precision in rule.precisions_refused:
-            yield MeshViolation(
-                rule="mesh-precision", dimension=name, degree=degree, detail=rule.precisions_refused[precision]
-            )
-
-
-__all__ = ["MeshLayout", "MeshViolation", "layout_violations", "node_violations", "spelled", "strides"]
+__all__ = ["MeshLayout"]

@@ -151,6 +151,11 @@ BACKENDS: Final[tuple[BackendName, ...]] = get_args(BackendName)
 CLUSTERS: Final[tuple[ClusterName, ...]] = get_args(ClusterName)
 CLUSTER_FLAGS: Final[tuple[ClusterFlag, ...]] = ("auto", *CLUSTERS)
 METRICS_STORES: Final[tuple[MetricsStore, ...]] = get_args(MetricsStore)
+DEFAULT_PRECISION: Final[PrecisionName] = "32-true"
+"""The precision of a request that names none (`Request().precision`): the record's default, which the rules read."""
+HOST_DEVICE: Final[str] = "cpu"
+"""torch's device type for host memory, which takes no index ("cpu", never "cpu:1"): where a CPU-stored metric lives,
+and the device of every process of the accelerator whose devices are the host's CPUs (`AcceleratorRule.host`)."""
 START_METHODS: Final[tuple[StartMethod, ...]] = get_args(StartMethod)
 EMIT_FORMATS: Final[tuple[EmitFormat, ...]] = get_args(EmitFormat)
 NAMED_EMIT_FORMATS: Final[tuple[EmitFormat, ...]] = ("slurm", "kubeflow")

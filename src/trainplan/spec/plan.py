@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
+from trainplan.spec.entry import entry_points
 from trainplan.spec.frozen import FrozenMap, freeze_map, freeze_sequence
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import (
+    HOST_DEVICE,
     AcceleratorKey,
     BackendKey,
     ClusterName,
@@ -22,10 +24,9 @@ from trainplan.spec.names import (
 from trainplan.spec.notes import Note, freeze_notes
 from trainplan.spec.options import StrategyOptions
 from trainplan.spec.request import Request
-from trainplan.spec.rules import HOST_DEVICE
 
 if TYPE_CHECKING:
-    from trainplan.spec.rules import Rules
+    from trainplan.rules import Rules
 
 
 ReducesOn: TypeAlias = Literal["device", "where_stored", "nowhere"]
@@ -179,15 +180,11 @@ class Plan:
 
     def explain(self) -> str:
         """A human-readable account of the plan: each choice with its reason, then the notes."""
-        from trainplan.render.explain import explain  # the record's entry point; the renderer lives above it
-
-        return explain(self)
+        return entry_points().explain(self)
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-compatible data; `Plan.from_dict` reads it back to an equal plan."""
-        from trainplan.parse.plan_json import plan_to_dict  # the record's entry point to its wire format
-
-        return plan_to_dict(self)
+        return entry_points().plan_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: object, rules: Rules | None = None) -> Plan:
@@ -200,9 +197,7 @@ class Plan:
         downstream rule set (whose rows may replace the built-in ones) only as far as its own facts allow: the
         family's and precision's rows are not read (a launched worker imports the recorded rule set:
         `trainplan.effects.read_plan_text`)."""
-        from trainplan.parse.plan_json import plan_from_dict
-
-        return plan_from_dict(data, rules)
+        return entry_points().plan_from_dict(data, rules)
 
 
 __all__ = [

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 
-from trainplan.parse import fields, legacy
+from trainplan.spec.entry import entry_points
 from trainplan.spec.names import (
+    DEFAULT_PRECISION,
     AcceleratorFlag,
     BackendName,
     ClusterFlag,
@@ -19,10 +20,9 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.notes import Note, freeze_notes
 from trainplan.spec.options import StrategyOptions
-from trainplan.spec.rules import DEFAULT_PRECISION
 
 if TYPE_CHECKING:
-    from trainplan.spec.rules import Rules
+    from trainplan.rules import Rules
 
 NumNodes: TypeAlias = int | Literal["auto"]
 """`num_nodes`: a number of machines, or `"auto"`: the nodes a started job has (torchrun, srun, ...), else 1."""
@@ -75,7 +75,7 @@ class Request:
         `rules` (default: the built-in rule set), and Lightning's names kept as aliases (`single_tpu`, `xla_debug`)
         add a deprecation note.
         """
-        return fields.request_from_config(cls, config, rules)
+        return entry_points().request_from_config(cls, config, rules)
 
     @classmethod
     def from_legacy(cls, **flags: object) -> Request:
@@ -85,4 +85,4 @@ class Request:
         strategy="ddp")`; its `notes` name each old spelling, the new one and why. Flags that disagree
         raise `Incompatible`; strategies without a modern counterpart (ddp2, horovod) too.
         """
-        return legacy.from_legacy(cls, flags)
+        return entry_points().request_from_legacy(cls, flags)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from trainplan.rules.job import MAX_WORLD_SIZE
+from trainplan.rules.mesh import LIGHTNING_SIZES
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.options import (
     DEEPSPEED_STAGES,
@@ -20,7 +22,6 @@ from trainplan.spec.options import (
     ModelParallelOptions,
     StrategyOptions,
 )
-from trainplan.spec.rules import LIGHTNING_SIZES, MAX_WORLD_SIZE
 
 
 def strategy_options(value: object) -> StrategyOptions | None:

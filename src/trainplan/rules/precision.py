@@ -16,7 +16,6 @@ from trainplan.spec.names import (
     PrecisionKey,
     PrecisionName,
 )
-from trainplan.spec.rules.hardware import ACCELERATORS
 
 
 @attrs.frozen(kw_only=True)
@@ -151,8 +150,6 @@ PRECISION_ALIASES: Final[Mapping[str, PrecisionName]] = {
 PRECISION_FLAG_ALIASES: Final[Mapping[PrecisionFlag, PrecisionName]] = {64: "64-true", 32: "32-true", 16: "16-mixed"}
 """Integer precision flags (as in `Trainer(precision=16)`)."""
 
-DEFAULT_PRECISION: Final[PrecisionName] = "32-true"
-
 
 # --------------------------------------------------------------------------------------------------
 # Process-group backends
@@ -223,10 +220,6 @@ BACKENDS: Final[Mapping[BackendKey, BackendRule]] = {
 HOST_METRICS_STORE: Final[MetricsStore] = "cpu"
 """The `metrics_store` that keeps logged tensors in host memory (Lightning's `move_metrics_to_cpu=True`); the other
 keeps them on the run's device."""
-
-HOST_DEVICE: Final[str] = next(rule.device_type for rule in ACCELERATORS.values() if rule.host)
-"""The torch device of host memory (the device type of the accelerator whose devices are the host's CPUs): where a
-CPU-stored metric lives."""
 
 DEVICE_TYPES_WITHOUT_FLOAT64: Final[frozenset[str]] = frozenset({"mps"})
 """torch device types that have no float64 (Metal has none): a metric store accumulates floats there in float32."""

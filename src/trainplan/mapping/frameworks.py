@@ -11,14 +11,9 @@ from typing import Literal
 
 import attrs
 
+from trainplan.mapping.workers import process_group_timeout
 from trainplan.resolve.refusal import incompatible
-from trainplan.resolve.world import process_group_timeout
-from trainplan.spec.errors import Incompatible
-from trainplan.spec.mesh import MeshLayout
-from trainplan.spec.names import MESH_DIMENSIONS
-from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions
-from trainplan.spec.plan import Plan
-from trainplan.spec.rules import (
+from trainplan.rules import (
     BUILTIN_RULES,
     DEEPSPEED_NO_OFFLOAD,
     FAMILY_RECIPES,
@@ -32,9 +27,14 @@ from trainplan.spec.rules import (
     Rules,
     lookup,
 )
-from trainplan.spec.rules import (
+from trainplan.rules import (
     MESH_DIMENSIONS as MESH_RULES,
 )
+from trainplan.spec.errors import Incompatible
+from trainplan.spec.mesh import MeshLayout
+from trainplan.spec.names import MESH_DIMENSIONS
+from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions
+from trainplan.spec.plan import Plan
 
 LightningFramework = Literal["trainer", "fabric"]
 """Which of Lightning's two front ends takes the arguments: the Trainer or Fabric (their registries differ)."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from trainplan.rules.clusters import JOB_VARIABLES
 from trainplan.spec.names import (
     AcceleratorKey,
     AcceleratorName,
 )
-from trainplan.spec.rules.clusters import JOB_VARIABLES
 
 MAX_DEVICES_PER_NODE: Final[int] = 4096
 """More processes or devices on one node than any machine has: refused rather than planned (and allocated)."""

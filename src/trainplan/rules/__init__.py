@@ -7,11 +7,11 @@ hand elsewhere. Each row carries a provenance comment where the reason is not ob
 is PyTorch Lightning 2.x's accelerator connector; deliberate differences are listed in `DIFFERENCES`.
 
 Modules: `lookup`, `hardware`, `launchers`, `strategies`, `precision`, `mesh`, `recipes`, `clusters`, `job`,
-`messages`, `legacy`; `ruleset` (the value). `from trainplan.spec.rules import X` reads any of them; the modules
+`messages`, `legacy`; `ruleset` (the value). `from trainplan.rules import X` reads any of them; the modules
 import each other, never this package.
 """
 
-from trainplan.spec.rules.clusters import (
+from trainplan.rules.clusters import (
     CLUSTER_ALIASES,
     CLUSTERS,
     DEFAULT_MAIN_PORT,
@@ -37,7 +37,7 @@ from trainplan.spec.rules.clusters import (
     detected_alone,
     job_variables,
 )
-from trainplan.spec.rules.hardware import (
+from trainplan.rules.hardware import (
     ACCELERATOR_ALIAS_NOTES,
     ACCELERATOR_ALIASES,
     ACCELERATOR_GROUPS,
@@ -49,7 +49,7 @@ from trainplan.spec.rules.hardware import (
     DeviceCounts,
     EnvironmentCount,
 )
-from trainplan.spec.rules.job import (
+from trainplan.rules.job import (
     DEFAULT_PROCESS_GROUP_TIMEOUT,
     KUBEFLOW_MASTER_PORT,
     KUBERNETES_DEVICE_RESOURCES,
@@ -66,7 +66,7 @@ from trainplan.spec.rules.job import (
     SYNC_BATCHNORM_ACCELERATORS,
     TRAINPLAN_RUN_ID_PREFIX,
 )
-from trainplan.spec.rules.launchers import (
+from trainplan.rules.launchers import (
     FORKSERVER_PRELOAD,
     HOST_LAUNCHER,
     LAUNCHERS,
@@ -75,7 +75,7 @@ from trainplan.spec.rules.launchers import (
     LauncherRule,
     TorchrunProcesses,
 )
-from trainplan.spec.rules.legacy import (
+from trainplan.rules.legacy import (
     LEGACY_ACCELERATORS,
     LEGACY_CONFLICT_FIXES,
     LEGACY_DEVICE_FLAGS,
@@ -86,27 +86,22 @@ from trainplan.spec.rules.legacy import (
     LegacyDeviceFlag,
     LegacyStrategy,
 )
-from trainplan.spec.rules.lookup import (
-    MissingRule,
-    lookup,
-)
-from trainplan.spec.rules.mesh import (
+from trainplan.rules.lookup import lookup
+from trainplan.rules.mesh import (
     LIGHTNING_SIZES,
     MESH_BACKENDS,
     MESH_DIMENSIONS,
     LightningSize,
     MeshDimensionRule,
 )
-from trainplan.spec.rules.messages import (
+from trainplan.rules.messages import (
     DIFFERENCES,
     RULES,
     Rule,
 )
-from trainplan.spec.rules.precision import (
+from trainplan.rules.precision import (
     BACKENDS,
-    DEFAULT_PRECISION,
     DEVICE_TYPES_WITHOUT_FLOAT64,
-    HOST_DEVICE,
     HOST_METRICS_STORE,
     PRECISION_ALIASES,
     PRECISION_FLAG_ALIASES,
@@ -114,7 +109,7 @@ from trainplan.spec.rules.precision import (
     BackendRule,
     PrecisionRule,
 )
-from trainplan.spec.rules.recipes import (
+from trainplan.rules.recipes import (
     DEEPSPEED_NO_OFFLOAD,
     FAMILY_RECIPES,
     FRAMEWORK_ACCELERATORS,
@@ -127,14 +122,14 @@ from trainplan.spec.rules.recipes import (
     PrecisionRecipe,
     WrapperName,
 )
-from trainplan.spec.rules.ruleset import (
+from trainplan.rules.ruleset import (
     BUILTIN_RULES,
     UNNAMED_RULES,
     R,
     Rules,
     is_rules_reference,
 )
-from trainplan.spec.rules.strategies import (
+from trainplan.rules.strategies import (
     AUTO_STRATEGIES,
     AUTO_STRATEGY_FOR_OPTIONS,
     FAMILIES,
@@ -150,6 +145,8 @@ from trainplan.spec.rules.strategies import (
     OptionsType,
     StrategyRule,
 )
+from trainplan.spec.errors import MissingRule  # re-exported: a gap in a table
+from trainplan.spec.names import DEFAULT_PRECISION, HOST_DEVICE  # re-exported: facts of the vocabulary the rows read
 
 __all__ = [
     "ACCELERATORS",

@@ -1,16 +1,20 @@
 """Device meshes (strategy `model_parallel`): the dimensions in the mesh's fixed order, where each may grow, and
-Lightning's size arguments."""
+Lightning's size arguments; and the check of a layout against these rows (`layout_violations`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterator, Mapping
 from typing import Final, Literal
 
 import attrs
 
 from trainplan.spec.frozen import freeze_nested_maps
+from trainplan.spec.mesh import MeshLayout
+from trainplan.spec.names import MESH_DIMENSIONS as MESH_DIMENSION_NAMES
 from trainplan.spec.names import (
     AcceleratorKey,
+    BackendKey,
     BackendName,
     MeshDimension,
     PrecisionKey,
@@ -162,3 +166,108 @@ LIGHTNING_SIZES: Final[tuple[LightningSize, ...]] = (
     ),
 )
 """Lightning's spelling of a 2-D mesh (`ModelParallelStrategy(data_parallel_size=..., tensor_parallel_size=...)`)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# A layout checked against the rows above: which rule it breaks (the resolver names the layout that fits; a plan read
+# back refuses it).
+
+
+def data_parallel(layout: MeshLayout, rank: int) -> tuple[int, int]:
+    """`rank`'s data-parallel replica and their number: which batches it reads (its sampler's rank and replicas).
+    Ranks that differ only along tensor, context or pipeline dimensions read the same batches."""
+    position = layout.coordinates(rank)
+    index, count = 0, 1
+    for dimension, coordinate, size in zip(layout.dimensions, position, layout.shape, strict=True):
+        if MESH_DIMENSIONS[dimension].splits_data:
+            index, count = index * size + coordinate, count * size
+    return index, count
+
+
+@attrs.frozen(kw_only=True)
+class MeshViolation:
+    """The first mesh rule a layout breaks: the rule's id, the dimension at fault (None: the whole layout), and the
+    numbers that show it."""
+
+    rule: str
+    dimension: MeshDimension | None
+    degree: int
+    detail: str
+    needed: int = 0  # mesh-inside-node: the processes one group needs on a node; mesh-pipeline-nodes: a stage's
+
+
+def strides(degrees: Mapping[MeshDimension, int]) -> dict[MeshDimension, int]:
+    """How far apart the members of a group along each dimension are (the product of the inner degrees)."""
+    found: dict[MeshDimension, int] = {}
+    inner = 1
+    for name in reversed(MESH_DIMENSION_NAMES):
+        found[name] = inner
+        inner *= degrees[name]
+    return found
+
+
+def node_violations(degrees: Mapping[MeshDimension, int], processes_per_node: int) -> Iterator[MeshViolation]:
+    """The dimensions that stay inside a node whose groups do not fit one: a group spans its degree times the
+    inner degrees of neighbouring ranks, and that many must divide the node's processes. Innermost first."""
+    apart = strides(degrees)
+    for name in reversed(MESH_DIMENSION_NAMES):
+        degree, rule = degrees[name], MESH_DIMENSIONS[name]
+        if degree > 1 and rule.inside_node and processes_per_node % (degree * apart[name]):
+            yield MeshViolation(
+                rule="mesh-inside-node",
+                dimension=name,
+                degree=degree,
+                needed=degree * apart[name],
+                detail=f"{processes_per_node} processes per node",
+            )
+
+
+def layout_violations(
+    degrees: Mapping[MeshDimension, int],
+    *,
+    num_nodes: int,
+    processes_per_node: int,
+    accelerator: AcceleratorKey,
+    backend: BackendKey | None,
+    precision: PrecisionKey,
+) -> Iterator[MeshViolation]:
+    """Every mesh rule `degrees` break on this world, in the order the rules are checked; nothing when it fits.
+
+    The product is the world size; a dimension that stays inside a node (`tp`, `cp`) has groups that fit a node
+    (its degree times the inner degrees divides the node's processes); a stage-aligned dimension (`pp`) cuts the
+    world into blocks that hold whole nodes or fit whole into one; a degree above 1 runs only on its accelerators
+    and precisions; the mesh's collectives run over the accelerator's mesh backend.
+    """
+    world = num_nodes * processes_per_node
+    product = math.prod(degrees.values())
+    if product != world:
+        yield MeshViolation(rule="mesh-product", dimension=None, degree=product, detail=f"world size {world}")
+        return
+    yield from node_violations(degrees, processes_per_node)
+    apart = strides(degrees)
+    for name in MESH_DIMENSION_NAMES:
+        degree, rule = degrees[name], MESH_DIMENSIONS[name]
+        block = apart[name]
+        if degree > 1 and rule.stage_aligned and block % processes_per_node and processes_per_node % block:
+            yield MeshViolation(
+                rule="mesh-pipeline-nodes",
+                dimension=name,
+                degree=degree,
+                needed=block,
+                detail=f"{num_nodes} nodes of {processes_per_node}",
+            )
+    for name in MESH_DIMENSION_NAMES:
+        degree, rule = degrees[name], MESH_DIMENSIONS[name]
+        if degree > 1 and accelerator not in rule.accelerators:
+            yield MeshViolation(
+                rule="mesh-accelerator", dimension=name, degree=degree, detail=rule.why_not.get(accelerator, "")
+            )
+    allowed = MESH_BACKENDS.get(accelerator)
+    if world > 1 and backend is not None and allowed is not None and backend != allowed:
+        yield MeshViolation(rule="mesh-backend", dimension=None, degree=world, detail=allowed)
+    for name in MESH_DIMENSION_NAMES:
+        degree, rule = degrees[name], MESH_DIMENSIONS[name]
+        if degree > 1 and precision in rule.precisions_refused:
+            yield MeshViolation(
+                rule="mesh-precision", dimension=name, degree=degree, detail=rule.precisions_refused[precision]
+            )

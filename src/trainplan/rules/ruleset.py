@@ -1,7 +1,7 @@
 """A rule set as a value: every table the resolver reads, bundled, and extensible without global state.
 
 `resolve`, `check`, the matrix and the CLI take a `Rules` (default `BUILTIN_RULES`, the tables of
-`trainplan.spec.rules`). A downstream framework that registers its own strategies (as Lightning users do through
+`trainplan.rules`). A downstream framework that registers its own strategies (as Lightning users do through
 its global `StrategyRegistry`) builds an extended value instead and passes it along::
 
     RULES = tp.BUILTIN_RULES.extend(
@@ -26,11 +26,60 @@ from typing import Any, Final, SupportsIndex, TypeVar, get_args
 
 import attrs
 
+from trainplan.rules.clusters import CLUSTERS, LOCAL_CLUSTER, ClusterRule, detected_alone
+from trainplan.rules.hardware import (
+    ACCELERATOR_ALIAS_NOTES,
+    ACCELERATOR_ALIASES,
+    ACCELERATOR_GROUPS,
+    ACCELERATORS,
+    SUPPLIED_COUNTS,
+    AcceleratorRule,
+    DeviceCounts,
+    ForkBlocker,
+)
+from trainplan.rules.job import KUBERNETES_DEVICE_RESOURCES, SYNC_BATCHNORM_ACCELERATORS
+from trainplan.rules.launchers import HOST_LAUNCHER, LAUNCHERS, SERVED_START_METHODS, LauncherRule
+from trainplan.rules.legacy import LEGACY_ACCELERATORS, LEGACY_STRATEGIES
+from trainplan.rules.mesh import MESH_BACKENDS
+from trainplan.rules.option_checks import strategy_options
+from trainplan.rules.precision import (
+    BACKENDS,
+    PRECISION_ALIASES,
+    PRECISIONS,
+    BackendRule,
+    PrecisionRule,
+)
+from trainplan.rules.recipes import (
+    FRAMEWORK_ACCELERATORS,
+    PRECISION_RECIPES,
+    AccelerateMixedPrecision,
+    DtypeName,
+    FrameworkAccelerator,
+    LightningDevices,
+    PrecisionRecipe,
+    RecipeEngine,
+)
+from trainplan.rules.strategies import (
+    AUTO_STRATEGIES,
+    AUTO_STRATEGY_FOR_OPTIONS,
+    FAMILIES,
+    FORK_STRATEGY_FOR,
+    OPTION_TYPES,
+    SCRIPT_STRATEGY_FOR,
+    SPAWN_STRATEGY_FOR,
+    STRATEGIES,
+    STRATEGY_ALIAS_NOTES,
+    STRATEGY_ALIASES,
+    AutoStrategyRule,
+    FamilyRule,
+    StrategyRule,
+)
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     CUSTOM_NAME,
     CUSTOM_PRECISION,
+    DEFAULT_PRECISION,
     PRECISION_FLAGS,
     STRATEGY_FLAGS,
     AcceleratorFlag,
@@ -54,56 +103,7 @@ from trainplan.spec.names import (
 from trainplan.spec.names import (
     PRECISIONS as PRECISION_NAMES,
 )
-from trainplan.spec.option_checks import strategy_options
 from trainplan.spec.options import ModelParallelOptions
-from trainplan.spec.rules.clusters import CLUSTERS, LOCAL_CLUSTER, ClusterRule, detected_alone
-from trainplan.spec.rules.hardware import (
-    ACCELERATOR_ALIAS_NOTES,
-    ACCELERATOR_ALIASES,
-    ACCELERATOR_GROUPS,
-    ACCELERATORS,
-    SUPPLIED_COUNTS,
-    AcceleratorRule,
-    DeviceCounts,
-    ForkBlocker,
-)
-from trainplan.spec.rules.job import KUBERNETES_DEVICE_RESOURCES, SYNC_BATCHNORM_ACCELERATORS
-from trainplan.spec.rules.launchers import HOST_LAUNCHER, LAUNCHERS, SERVED_START_METHODS, LauncherRule
-from trainplan.spec.rules.legacy import LEGACY_ACCELERATORS, LEGACY_STRATEGIES
-from trainplan.spec.rules.mesh import MESH_BACKENDS
-from trainplan.spec.rules.precision import (
-    BACKENDS,
-    DEFAULT_PRECISION,
-    PRECISION_ALIASES,
-    PRECISIONS,
-    BackendRule,
-    PrecisionRule,
-)
-from trainplan.spec.rules.recipes import (
-    FRAMEWORK_ACCELERATORS,
-    PRECISION_RECIPES,
-    AccelerateMixedPrecision,
-    DtypeName,
-    FrameworkAccelerator,
-    LightningDevices,
-    PrecisionRecipe,
-    RecipeEngine,
-)
-from trainplan.spec.rules.strategies import (
-    AUTO_STRATEGIES,
-    AUTO_STRATEGY_FOR_OPTIONS,
-    FAMILIES,
-    FORK_STRATEGY_FOR,
-    OPTION_TYPES,
-    SCRIPT_STRATEGY_FOR,
-    SPAWN_STRATEGY_FOR,
-    STRATEGIES,
-    STRATEGY_ALIAS_NOTES,
-    STRATEGY_ALIASES,
-    AutoStrategyRule,
-    FamilyRule,
-    StrategyRule,
-)
 
 _PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?", flags=re.ASCII)  # a distribution's name
 _REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", flags=re.ASCII)
@@ -1409,7 +1409,7 @@ BUILTIN_RULES: Final[Rules] = Rules(
     framework_accelerators=FRAMEWORK_ACCELERATORS,
     kubernetes_resources=KUBERNETES_DEVICE_RESOURCES,
 )
-"""trainplan's own rule set: the tables of the `trainplan.spec.rules` package."""
+"""trainplan's own rule set: the tables of the `trainplan.rules` package."""
 
 
 __all__ = ["BUILTIN_RULES", "Rules"]

@@ -16,7 +16,7 @@ from trainplan.spec.names import (
     StrategyName,
 )
 
-# arguments (read by `resolve.training` and the effects' runtime and adapters).
+# arguments (read by `mapping.frameworks` and the effects' runtime and adapters).
 
 DtypeName: TypeAlias = Literal["float64", "float32", "float16", "bfloat16"]
 WrapperName: TypeAlias = Literal["move", "data_parallel", "ddp", "fsdp", "deepspeed", "mesh", "xla"]

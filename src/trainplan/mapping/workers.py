@@ -18,13 +18,7 @@ from trainplan.parse.plan_json import request_to_dict
 from trainplan.resolve.cluster import ClusterFacts, detect
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import narrowed_visible_devices
-from trainplan.spec.errors import Incompatible, TrainplanError
-from trainplan.spec.names import LauncherName, StartMethod
-from trainplan.spec.notes import Note
-from trainplan.spec.options import DDPOptions, ModelParallelOptions
-from trainplan.spec.plan import Plan
-from trainplan.spec.request import Request
-from trainplan.spec.rules import (
+from trainplan.rules import (
     ACCELERATORS,
     BUILTIN_RULES,
     DEFAULT_PROCESS_GROUP_TIMEOUT,
@@ -40,6 +34,12 @@ from trainplan.spec.rules import (
     job_variables,
     lookup,
 )
+from trainplan.spec.errors import Incompatible, TrainplanError
+from trainplan.spec.names import LauncherName, StartMethod
+from trainplan.spec.notes import Note
+from trainplan.spec.options import DDPOptions, ModelParallelOptions
+from trainplan.spec.plan import Plan
+from trainplan.spec.request import Request
 
 STARTING_LAUNCHERS: tuple[LauncherName, ...] = tuple(name for name, rule in LAUNCHERS.items() if rule.trainplan_starts)
 """Launchers whose workers trainplan's launcher starts from this process (the rows say which)."""
