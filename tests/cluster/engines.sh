@@ -119,7 +119,7 @@ start_munge() {
         chown munge:munge /etc/munge/munge.key
         chmod 400 /etc/munge/munge.key
     fi
-    runuser -u munge -- munged
+    runuser -u munge -- munged 9>&-  # the daemons never hold the start/stop lock (fd 9)
     echo munged >>"$DIR/started"  # stop ends munged only when this script started it
 }
 
@@ -173,9 +173,9 @@ start() {
     stop_daemons >/dev/null 2>&1 || true
     write_config
     start_munge
-    slurmctld -c -i
+    slurmctld -c -i 9>&-
     local node
-    for node in "${NODES[@]}"; do slurmd -N "$node"; done
+    for node in "${NODES[@]}"; do slurmd -N "$node" 9>&-; done
     local deadline=$((SECONDS + 60))
     until ready; do
         if ((SECONDS > deadline)); then

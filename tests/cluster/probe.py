@@ -15,7 +15,9 @@ In each process:
 
 Knobs (environment): PROBE_DEVICES, PROBE_NODES, PROBE_CLUSTER (the request); PROBE_TIMEOUT (join timeout in s,
 default 60); PROBE_SLEEP (s to sleep after the plan record, before joining: a job to cancel); PROBE_EXIT and
-PROBE_EXIT_RANK (that global rank exits with that code after its plan record, before joining); PROBE_OUT (a folder:
+PROBE_EXIT_RANK (that global rank exits with that code after its plan record, before joining); PROBE_JOIN_DELAY and
+PROBE_JOIN_DELAY_RANK (that global rank sleeps before joining); PROBE_JOB_TAG (recorded with every peer of the world
+the rank joins: two jobs must never share one); PROBE_OUT (a folder:
 each process also appends its records to `<folder>/<pid>.jsonl`); PROBE_LIGHTNING=1 (also record Lightning's verdict:
 which cluster environment Fabric's connector picks here, and what it says; imports torch and lightning_fabric).
 
@@ -304,6 +306,10 @@ def run_world(tp: Any, plan: Any) -> int:
             tensor = torch.tensor([float(rank + 1)])
             distributed.all_reduce(tensor)
             reduced = float(tensor.item())
+            # Who is in this world: each rank's job (its parent's pid, and the job tag its command was given), so
+            # that a test sees two jobs' ranks that met in one world, which the sums alone cannot show.
+            peers: list[object] = [None] * size
+            distributed.all_gather_object(peers, [os.getppid(), os.environ.get("PROBE_JOB_TAG")])
             stage = "metrics"
             store = tp.metric_store(plan)
             store.log("loss", float(rank + 1), weight=rank + 1)
@@ -321,6 +327,7 @@ def run_world(tp: Any, plan: Any) -> int:
         "world",
         rank=rank,
         world_size=size,
+        peers=peers,
         all_reduce=reduced,
         expected_all_reduce=expected_sum,
         metrics=values,
@@ -384,6 +391,9 @@ def main() -> int:
         return int(exit_code)
     if plan.world_size == 1:
         return 0  # one process: nothing to join (and no torch to import)
+    delay_rank = os.environ.get("PROBE_JOIN_DELAY_RANK")
+    if delay_rank is not None and str(rank) == delay_rank:
+        time.sleep(float(os.environ.get("PROBE_JOIN_DELAY") or 0))  # joins late: another job's ranks come first
     return run_world(tp, plan)
 
 

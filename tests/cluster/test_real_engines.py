@@ -138,6 +138,12 @@ def _srun_two_plus_one(job: Job) -> Run:
     return run_command(job, srun("-N2", "-n3", *PROBE_COMMAND, job=job))
 
 
+@scenario("srun-pmi2-2-nodes-n3")
+def _srun_pmi2_two_plus_one(job: Job) -> Run:
+    """srun's own PMI plugin sets MPI's variables beside SLURM's: the same job, and the same refusal."""
+    return run_command(job, srun("--mpi=pmi2", "-N2", "-n3", *PROBE_COMMAND, job=job))
+
+
 @scenario("sbatch-no-srun")
 def _sbatch_no_srun(job: Job) -> Run:
     return run_batch(job, ["-N1", "--ntasks-per-node=2", "--wrap", PROBE_LINE], extra=LIGHTNING)
@@ -265,14 +271,42 @@ def _openmpi_twice(job: Job) -> Run:
     return job.finish()
 
 
-@scenario("mpich-n2", locks=("port-29500",), slurm=False)
+@scenario("mpich-n2", slurm=False)
 def _mpich(job: Job) -> Run:
     return run_command(job, [*MPICH, "-launcher", "fork", "-n", "2", *PROBE_COMMAND], extra=LIGHTNING)
 
 
-@scenario("mpich-sbatch-2-nodes", locks=("port-29500",))
+@scenario("mpich-twice", slurm=False)
+def _mpich_twice(job: Job) -> Run:
+    """Two MPICH jobs on one host at once, rank 1 of the first and rank 0 of the second joining late: with one fixed
+    port the late ranks would meet the other job's early ones in one world (the review's crossing)."""
+    for tag, late in (("A", "1"), ("B", "0")):
+        job.spawn(
+            [*MPICH, "-launcher", "fork", "-n", "2", *PROBE_COMMAND],
+            env=job.env(PROBE_JOB_TAG=tag, PROBE_JOIN_DELAY="8", PROBE_JOIN_DELAY_RANK=late),
+        )
+        time.sleep(2)
+    job.wait(150)
+    return job.finish()
+
+
+@scenario("srun-steps-side-by-side")
+def _srun_steps(job: Job) -> Run:
+    """Two srun steps run side by side in one allocation (a sweep), each rank 1 and rank 0 late in turn."""
+    step = shlex.join(["srun", "-n2", "-N1", "--exact", *PROBE_COMMAND])
+    script = (
+        f"PROBE_JOB_TAG=A PROBE_JOIN_DELAY=8 PROBE_JOIN_DELAY_RANK=1 {step} & sleep 2; "
+        f"PROBE_JOB_TAG=B PROBE_JOIN_DELAY=8 PROBE_JOIN_DELAY_RANK=0 {step} & wait"
+    )
+    return run_batch(job, ["-N1", "-n4", "--wrap", script])
+
+
+@scenario("mpich-sbatch-2-nodes")
 def _mpich_two_nodes(job: Job) -> Run:
-    line = shlex.join([*MPICH, "-genv", "MASTER_ADDR", "127.0.0.1", "-n", "4", *PROBE_COMMAND])
+    port = str(free_port())
+    line = shlex.join(
+        [*MPICH, "-genv", "MASTER_ADDR", "127.0.0.1", "-genv", "MASTER_PORT", port, "-n", "4", *PROBE_COMMAND]
+    )
     return run_batch(job, ["-N2", "--ntasks-per-node=2", "--wrap", line], extra=LIGHTNING)
 
 
@@ -558,6 +592,14 @@ def test_srun_two_plus_one_is_refused_on_every_rank(scenarios: Pool) -> None:
     check(problems_of_refusal(run, **uneven_refusal(3, placed)), run)
 
 
+@pytest.mark.scenario("srun-pmi2-2-nodes-n3")
+def test_srun_with_its_pmi_plugin_two_plus_one_is_refused_on_every_rank(scenarios: Pool) -> None:
+    run = scenarios.result("srun-pmi2-2-nodes-n3")
+    placed = placement(run)
+    assert placed is not None and sorted(placed) == [1, 2], run.describe()
+    check(problems_of_refusal(run, **uneven_refusal(3, placed)), run)
+
+
 @pytest.mark.scenario("srun-2x2-cyclic")
 def test_srun_cyclic_distribution(scenarios: Pool) -> None:
     """`--distribution=cyclic`: the node and local ranks are SLURM's, not derived from the global rank."""
@@ -684,12 +726,37 @@ def test_openmpi_one_node(scenarios: Pool) -> None:
 
 
 @pytest.mark.scenario("mpich-n2")
-def test_mpich_one_node_default_port(scenarios: Pool) -> None:
+def test_mpich_one_node_meets_on_its_proxys_port(scenarios: Pool) -> None:
+    """MPICH states no job id: the port comes from the hydra proxy that started the ranks (one per job and node)."""
     run = scenarios.result("mpich-n2")
-    problems = problems_of_world(
-        run, size=2, nodes=1, per_node=2, cluster="mpi", truth="mpich", address="127.0.0.1", notes=["mpi-default-port"]
-    )
-    check(problems + [f"port {port}" for port in {p["main_port"] for p in run.of_kind("plan")} - {29500}], run)
+    problems = problems_of_world(run, size=2, nodes=1, per_node=2, cluster="mpi", truth="mpich", address="127.0.0.1")
+    ports = {p["main_port"] for p in run.of_kind("plan")}
+    check(problems + ([] if len(ports) == 1 and 29500 not in ports else [f"ports {sorted(ports)}"]), run)
+
+
+def problems_of_two_jobs(run: Run) -> list[str]:
+    """Two jobs of two ranks each, every world holding one job's ranks only (by the tag each job's command had)."""
+    worlds = run.of_kind("world")
+    problems = [] if len(worlds) == 4 else [f"{len(worlds)} rank(s) formed a world, expected 4"]
+    for world in worlds:
+        tags = {tag for _, tag in world.get("peers", [])}
+        if len(tags) != 1 or world.get("world_size") != 2 or not world.get("exact"):
+            problems.append(f"pid {world['pid']}: a world of {world.get('peers')} (exact: {world.get('exact')})")
+    ports = {plan["main_port"] for plan in run.of_kind("plan")}
+    if len(ports) != 2:
+        problems.append(f"the two jobs' main ports: {sorted(map(str, ports))}")
+    return problems
+
+
+@pytest.mark.scenario("mpich-twice")
+def test_two_mpich_jobs_on_one_host_never_share_a_world(scenarios: Pool) -> None:
+    check(problems_of_two_jobs(scenarios.result("mpich-twice")), scenarios.result("mpich-twice"))
+
+
+@pytest.mark.scenario("srun-steps-side-by-side")
+def test_two_srun_steps_side_by_side_never_share_a_world(scenarios: Pool) -> None:
+    run = scenarios.result("srun-steps-side-by-side")
+    check(problems_of_two_jobs(run), run)
 
 
 @pytest.mark.scenario("openmpi-twice")

@@ -7,6 +7,8 @@ suite (`tests/cluster`) runs the same launch patterns against the real daemons; 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.helpers import cpu
@@ -113,6 +115,31 @@ class TestSrunTasks:
         assert isinstance(error, ClusterEnvironmentError) and error.variable == "SLURM_STEP_TASKS_PER_NODE"
         assert placed in str(error) and fix in str(error)
 
+    def test_steps_run_side_by_side_meet_on_their_own_ports(self) -> None:
+        """`srun -n2 --exact` twice at once in one allocation (a sweep): two steps, two ports."""
+        ports = set()
+        for step in ("0", "1", "2"):
+            task = _srun_task(procid=0, localid=0, nodeid=0, tasks=2, nodes=1, per_node="2", name="p")
+            plan = _verdict({**task, "SLURM_STEP_ID": step, "SLURM_STEPID": step})
+            assert isinstance(plan, Plan)
+            ports.add(plan.cluster.main_port)
+        assert ports == {15000 + 7, 15000 + 7 + 1009, 15000 + 7 + 2018}
+
+    def test_a_tasks_per_node_list_of_other_nodes_is_refused(self) -> None:
+        for garbage in ("2(x99999999999)", "2(x3)", "2(x0)"):
+            task = _srun_task(procid=0, localid=0, nodeid=0, tasks=2, nodes=1, per_node=garbage, name="p")
+            error = _verdict(task)
+            assert isinstance(error, ClusterEnvironmentError) and "node(s), and the job has 1" in str(error)
+
+    def test_a_loopback_address_across_nodes_is_a_warning(self) -> None:
+        task = _srun_task(procid=0, localid=0, nodeid=0, tasks=4, nodes=2, per_node="2(x2)", name="p")
+        plan = _verdict({**task, "MASTER_ADDR": "localhost"})
+        assert isinstance(plan, Plan)
+        (note,) = [note for note in plan.notes if note.code == "job-loopback-address"]
+        assert note.level == "warning" and "MASTER_ADDR=localhost" in note.message
+        plain = _verdict(task)
+        assert isinstance(plain, Plan) and "job-loopback-address" not in [note.code for note in plain.notes]
+
     def test_the_steps_own_count_wins_over_the_jobs(self) -> None:
         # srun -n1 inside a job of 2 tasks: the step has one task, the job's SLURM_NTASKS_PER_NODE says 2.
         task = _srun_task(procid=0, localid=0, nodeid=0, tasks=1, nodes=1, per_node="1", name="p")
@@ -203,7 +230,9 @@ class TestMpi:
             plan = _verdict(_open_mpi(0, 2, 0, 2, 1, jobid))
             assert isinstance(plan, Plan)
             ports.add(plan.cluster.main_port)
-        assert ports == {20000 + 1638334465 % 10000, 20000 + 1656619009 % 10000}
+        # The job family (the id's high 16 bits) varies between mpiruns; the id itself only in 625 ports.
+        assert ports == {20000 + (1638334465 >> 16) % 10000, 20000 + (1656619009 >> 16) % 10000}
+        assert len({20000 + ((family << 16) + 1 >> 16) % 10000 for family in range(20000, 30000)}) == 10000
 
     def test_open_mpi_with_an_uneven_mapping_is_refused_on_every_rank(self) -> None:
         # -np 3 over 2 nodes: local sizes 2 and 1, OMPI_MCA_orte_num_nodes=2.
@@ -230,12 +259,42 @@ class TestMpi:
         assert str(error).startswith("MPI spans 2 nodes (PMI_SIZE=4, MPI_LOCALNRANKS=2)")
         assert "mpiexec -genv MASTER_ADDR" in str(error)
 
-    def test_mpich_over_two_nodes_with_an_address_plans_mpis_world(self) -> None:
+    def test_mpich_over_two_nodes_with_an_address_and_a_port_plans_mpis_world(self) -> None:
         for rank in range(4):
-            plan = _verdict({**self._hydra_in_two_nodes(rank), "MASTER_ADDR": "tpnode1"})
+            plan = _verdict({**self._hydra_in_two_nodes(rank), "MASTER_ADDR": "tpnode1", "MASTER_PORT": "29611"})
             assert _layout(plan) == ("mpi", "external", 4, 2, rank, None)
-            assert isinstance(plan, Plan) and plan.cluster.main_address == "tpnode1"
-            assert "mpi-default-port" in [note.code for note in plan.notes]
+            assert isinstance(plan, Plan) and (plan.cluster.main_address, plan.cluster.main_port) == ("tpnode1", 29611)
+
+    def test_srun_with_its_own_pmi_plugin_and_an_uneven_placement_is_slurms_refusal(self) -> None:
+        task = _srun_task(procid=0, localid=0, nodeid=0, tasks=3, nodes=2, per_node="2,1", name="p")
+        error = _verdict({**task, "PMI_RANK": "0", "PMI_SIZE": "3"})
+        assert isinstance(error, ClusterEnvironmentError) and "SLURM put 2 tasks on tpnode1" in str(error)
+
+    def test_hydra_with_an_uneven_mapping_is_refused_where_a_node_can_tell(self) -> None:
+        # mpiexec -n 3 over 2 nodes of 2 slots: ranks 0 and 1 share a node; MPICH states no node count.
+        error = _verdict({"PMI_SIZE": "3", "PMI_RANK": "0", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"})
+        assert isinstance(error, ClusterEnvironmentError) and error.variable == "MPI_LOCALNRANKS"
+        assert "3 does not split into nodes of 2" in str(error) and "-ppn" in str(error)
+
+    def test_hydra_on_one_node_meets_on_its_proxys_port(self) -> None:
+        """Two MPICH jobs on one host have two hydra proxies (the probe names the one above each rank): two ports,
+        never two jobs' ranks in one world."""
+        ports = set()
+        for proxy in ("123456780001234", "123456990004321"):
+            for rank in range(2):
+                hydra = {"PMI_SIZE": "2", "PMI_RANK": str(rank), "MPI_LOCALRANKID": str(rank), "MPI_LOCALNRANKS": "2"}
+                plan = _verdict({**hydra, "TRAINPLAN_MPI_PROXY": proxy})
+                assert isinstance(plan, Plan) and plan.notes and "mpi-default-port" not in [n.code for n in plan.notes]
+                ports.add(plan.cluster.main_port)
+        assert len(ports) == 2
+
+    def test_hydra_over_two_nodes_needs_a_port_as_well_as_an_address(self) -> None:
+        hydra = {**self._hydra_in_two_nodes(0), "MASTER_ADDR": "tpnode1", "TRAINPLAN_MPI_PROXY": "1234"}
+        error = _verdict(hydra)
+        assert isinstance(error, ClusterEnvironmentError) and error.variable == "MASTER_PORT"
+        assert "another job may be meeting too" in str(error)
+        plan = _verdict({**hydra, "MASTER_PORT": "29611"})
+        assert isinstance(plan, Plan) and plan.cluster.main_port == 29611
 
     def test_srun_with_its_own_pmi_plugin_is_slurms_job(self) -> None:
         # srun --mpi=pmi2 -n2: PMI_RANK/PMI_SIZE state the same world as SLURM's, which also knows the nodes.
@@ -290,5 +349,22 @@ class TestWithoutNtasks:
     def test_the_shell_of_an_allocation_without_ntasks_says_so(self) -> None:
         plan = _verdict({"SLURM_JOB_ID": "9", "SLURM_JOB_NAME": "interactive", "SLURM_NNODES": "2"})
         assert isinstance(plan, Plan) and plan.cluster.kind == "local"
+        assert plan.reasons["cluster"] == (
+            "no cluster manager started this process: SLURM's variables are set, but it is not one of its tasks "
+            "(note slurm-allocation-shell)"
+        )
         notes = [note for note in plan.notes if note.code == "slurm-allocation-shell"]
         assert notes and "the allocation's 2 task(s)" in notes[0].message
+
+
+def test_the_face_shows_warning_notes_as_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan's warning notes reach the user through Python's warnings (category TrainplanWarning), so that salloc's
+    shell running a script alone is never silent."""
+    import trainplan
+
+    for name in [name for name in os.environ if name.startswith("SLURM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    with pytest.warns(trainplan.TrainplanWarning, match="slurm-allocation-shell: this is the shell"):
+        trainplan.resolve(Request(accelerator="cpu"))

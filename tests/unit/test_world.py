@@ -60,6 +60,7 @@ def _layout(plan: Plan) -> tuple[object, ...]:
                     "OMPI_COMM_WORLD_RANK": "1",
                     "OMPI_COMM_WORLD_LOCAL_RANK": "1",
                     "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+                    "OMPI_MCA_ess_base_jobid": "2886991873",  # every Open MPI rank has it (the port comes from it)
                     "MASTER_ADDR": "head",
                 }
             ),

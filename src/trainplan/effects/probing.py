@@ -13,12 +13,13 @@ import os
 import platform
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import NamedTuple
 
 from trainplan.effects.nvml import NvmlQuery, default_nvml
 from trainplan.resolve.gpus import visible_gpus
 from trainplan.resolve.visible import AmbiguousDevice
-from trainplan.rules import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
+from trainplan.rules import MPI_PROXY_FACT, RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.gpus import GpuFacts
@@ -36,9 +37,39 @@ class ProbeError(TrainplanError, RuntimeError):
 def relevant_variables(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment variables that matter to a plan (see `rules.RELEVANT_VARIABLES`)."""
     # Keys first, values only for the few that matter: os.environ decodes every value it yields.
-    return {
+    found = {
         key: environ[key] for key in environ if key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES)
     }
+    found.pop(MPI_PROXY_FACT, None)  # a fact of the process tree, never taken from a variable
+    return found
+
+
+_HYDRA_PROXY = b"hydra_pmi_proxy"
+_ANCESTORS = 16
+
+
+def mpi_proxy(environ: Mapping[str, str], parent: int | None = None) -> str | None:
+    """For a rank Hydra (MPICH, Intel MPI) started (PMI_RANK and MPI_LOCALRANKID set): the identity of the
+    `hydra_pmi_proxy` above it in the process tree (a shell between them is passed over; at most 16 ancestors are
+    read from /proc), as one number: its start time, then its pid. None anywhere else."""
+    if "PMI_RANK" not in environ or "MPI_LOCALRANKID" not in environ:
+        return None
+    pid = os.getppid() if parent is None else parent
+    for _ in range(_ANCESTORS):
+        if pid <= 1:
+            return None
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:
+            return None
+        name, _, rest = stat.partition(b"(")[2].rpartition(b")")
+        fields = rest.split()
+        if len(fields) < 20:
+            return None
+        if name == _HYDRA_PROXY:
+            return f"{int(fields[19])}{pid:07d}"
+        pid = int(fields[1])
+    return None
 
 
 def cuda_initialized() -> bool:
@@ -96,8 +127,23 @@ def probe(
         interactive=is_interactive(),
         start_methods=static.start_methods,
         packages=static.packages,
-        variables=relevant_variables(environ),
+        variables=_with_proxy(relevant_variables(environ), environ),
     )
+
+
+def process_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What `probe()` puts in `Environment.variables`: the variables that matter, and the facts of the process tree
+    written as variables (the MPI proxy above this rank). The effects that check a plan against this process read
+    these, never the raw environment, so that they see what resolve saw."""
+    environ = os.environ if environ is None else environ
+    return _with_proxy(relevant_variables(environ), environ)
+
+
+def _with_proxy(variables: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    proxy = mpi_proxy(environ)
+    if proxy is not None:
+        variables[MPI_PROXY_FACT] = proxy
+    return variables
 
 
 class _StaticFacts(NamedTuple):

@@ -138,6 +138,17 @@ def host_address(text: str) -> str | None:
     return text if _HOST_NAME.fullmatch(text) else None
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` names this machine's loopback (127.0.0.0/8, ::1, localhost): a meeting point no other
+    machine can reach."""
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def launched_by_trainplan(variables: Mapping[str, str]) -> bool:
     """Whether trainplan's launcher started this process: its marker is set, and no torchrun started inside
     that worker has since given this process a world of its own (torchrun's run id is then not trainplan's)."""
@@ -146,18 +157,20 @@ def launched_by_trainplan(variables: Mapping[str, str]) -> bool:
     return variables.get(RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX).startswith(TRAINPLAN_RUN_ID_PREFIX)
 
 
-def _detected(index: _Index, variables: Mapping[str, str]) -> tuple[ClusterRule, tuple[NotATask, ...]]:
+def _detected(
+    index: _Index, variables: Mapping[str, str]
+) -> tuple[ClusterRule, tuple[tuple[ClusterRule, NotATask], ...]]:
     """The innermost cluster that started this process (highest priority first), and the rows of the clusters passed
     by on the way because this process is not one of their tasks."""
     if not variables or launched_by_trainplan(variables):
         return index.fallback, ()
-    passed: list[NotATask] = []
+    passed: list[tuple[ClusterRule, NotATask]] = []
     for rule in index.order:
         if not _present(rule.detect_variables, variables):
             continue
         row = _task_verdict(rule, variables)
         if row is not None:
-            passed.append(row)
+            passed.append((rule, row))
             continue
         return _same_job(rule, index, variables) or rule, tuple(passed)
     return index.fallback, tuple(passed)
@@ -234,7 +247,7 @@ def _peek_world(rule: ClusterRule, variables: Mapping[str, str]) -> tuple[int | 
             if text is not None and parse is not None:
                 try:
                     value = parse(text, 1)
-                except _Unreadable:
+                except (_Unreadable, _Uneven):
                     value = None
         values.append(value)
     return values[0], values[1]
@@ -246,7 +259,7 @@ def _read(
     variables: Mapping[str, str],
     *,
     requested: bool,
-    passed: tuple[NotATask, ...] = (),
+    passed: tuple[tuple[ClusterRule, NotATask], ...] = (),
 ) -> ClusterFacts:
     """The facts of a job under `rule`: its schema read; on the row that needs no variables, a worker trainplan's
     launcher started reads the launched workers' schema instead. `passed`: the rows of the clusters detection passed
@@ -258,13 +271,18 @@ def _read(
     job = _Job.read(schema, variables, rule.job_port, rule.default_port)
     template = schema.reason_asked if requested and schema.reason_asked else schema.reason
     reason = template.format(how="asked for" if requested else "detected", values=job.values, managers=index.managers)
+    if passed and not rule.creates_processes:  # found, then passed by: say so, not "no variables were found"
+        reason = "no cluster manager started this process: " + "; ".join(
+            f"{other.schemas[0].label}'s variables are set, but it is not one of its tasks (note {row.code})"
+            for other, row in passed
+        )
     notes = job.notes + tuple(
         Note(
             code=row.code,
             level=row.level,
             message=row.message.format_map(_Values(variables, tasks=_tasks(row, variables))),
         )
-        for row in passed
+        for _, row in passed
     )
     return job.facts(rule.name, rule.creates_processes, rule.launch_hint, reason, notes)
 
@@ -335,6 +353,14 @@ class _Job:
         world, per_node, nodes = values["world_size"], values["processes_per_node"], values["num_nodes"]
         if nodes is None and world is not None and per_node is not None and world % per_node == 0:
             values["num_nodes"] = world // per_node
+        elif nodes is None and world is not None and per_node is not None and "processes_per_node" in names:
+            raise job.error(  # MPICH states no node count: a world that no node's share divides is uneven
+                names["processes_per_node"],
+                f"{schema.label} started {world} processes ({names['world_size']}={world}), {per_node} of them on "
+                f"this node: {world} does not split into nodes of {per_node}, so the nodes run different numbers of "
+                "processes, and a plan runs the same number on every node",
+                schema.uneven_fix.format(num_nodes="<nodes>"),
+            )
         elif world is not None and per_node is not None and nodes is not None and world != per_node * nodes:
             raise job.error(
                 names["processes_per_node"],
@@ -343,6 +369,7 @@ class _Job:
                 "of processes, and a plan runs the same number on every node",
                 schema.uneven_fix.format(num_nodes=nodes),
             )
+        job.check_listed_nodes()
         for rank, count in _BELOW:  # checked where both come from variables
             value, limit = values[rank], values[count]
             if rank in names and count in names and value is not None and limit is not None and value >= limit:
@@ -402,6 +429,25 @@ class _Job:
         if value is not None:
             self.names[fact] = name
         return value
+
+    def check_listed_nodes(self) -> None:
+        """SLURM's tasks per node as a list (`2(x3)`, `3,1`) names as many nodes as the job has: a list of other
+        nodes is garbage. (A bare count, `4`, is the same on every node: SLURM_NTASKS_PER_NODE's form.)"""
+        source = self.schema.processes_per_node
+        name = self.names.get("processes_per_node")
+        nodes = self.values["num_nodes"]
+        if not isinstance(source, JobVariable) or source.format != "tasks_per_node" or name is None or nodes is None:
+            return
+        groups = _task_groups(self.variables[name])
+        if groups == [(groups[0][0], 1)]:
+            return
+        listed = sum(repeat for _, repeat in groups)
+        if listed != nodes and "num_nodes" in self.names:
+            raise self.error(
+                name,
+                f"it lists {listed} node(s), and the job has {nodes} ({self.names['num_nodes']}={nodes})",
+                "Check how the job was started: srun sets both",
+            )
 
     def placement(self, groups: list[tuple[int, int]]) -> tuple[str, str]:
         """Why an uneven placement of tasks (count, nodes) cannot be planned, naming the nodes where the schema lists
@@ -466,13 +512,27 @@ class _Job:
     def read_port(self, job_port: JobPort | None, default: DefaultPort | None) -> None:
         schema = self.schema
         self.port = self.number("main_port", schema.main_port, minimum=0)
+        one_node = self.values["num_nodes"] == 1
         if self.port is None and job_port is not None and schema.job_id is not None:
             job_id = (
                 self.values["job_id"] if "job_id" in self.values else self.number("job_id", schema.job_id, minimum=0)
             )
-            if job_id is not None:
-                self.port = job_port.base + job_id % job_port.modulo
+            if job_id is not None and (one_node or not schema.job_id_is_the_nodes):
+                step = self.number("step_id", schema.step_id, minimum=0) if schema.step_id is not None else None
+                self.port = job_port.base + ((job_id >> schema.job_id_shift) + job_port.step_stride * (step or 0)) % (
+                    job_port.modulo
+                )
         if self.port is None and default is not None:
+            # (Without an address either, the resolver refuses the address, and its fix names the port too.)
+            if default.one_node_only and not one_node and schema.main_port is not None and self.address is not None:
+                variable = schema.main_port.names[0]
+                raise self.error(
+                    variable,
+                    f"it is not set, and {schema.label} states no job id to take a port from: ranks on several nodes "
+                    f"would meet on the fixed port {default.port}, where another job may be meeting too",
+                    f"Export a free port to every rank, the same on every node (mpiexec -genv {variable} <port>, "
+                    f"mpirun -x {variable}=<port>)",
+                )
             self.port = default.port
             if default.note:
                 variable = schema.main_port.names[0] if schema.main_port is not None else "the main port"
@@ -549,14 +609,20 @@ class _Uneven(Exception):
 _TASK_GROUP = re.compile(r"(\d{1,18})(?:\(x(\d{1,18})\))?", flags=re.ASCII)
 
 
-def _tasks_per_node(text: str, minimum: int) -> int:
-    # "4", "4(x2)" (four tasks on each of two nodes), or an uneven "3,1" / "2(x3),1" (refused, with the placement).
+def _task_groups(text: str) -> list[tuple[int, int]]:
+    """SLURM's "3(x2),1" as (tasks, nodes) groups, in node order; `_Unreadable` for anything else."""
     groups: list[tuple[int, int]] = []
     for part in text.strip().split(",") if len(text) <= 100_000 else ["?"]:
         match = _TASK_GROUP.fullmatch(part.strip())
         if match is None:
             raise _Unreadable("it is not a number of tasks, such as 4 or 4(x2)", "Unset it or fix the job script")
         groups.append((int(match.group(1)), int(match.group(2) or 1)))
+    return groups
+
+
+def _tasks_per_node(text: str, minimum: int) -> int:
+    # "4", "4(x2)" (four tasks on each of two nodes), or an uneven "3,1" / "2(x3),1" (refused, with the placement).
+    groups = _task_groups(text)
     if len({count for count, _ in groups}) > 1:
         raise _Uneven(groups)
     value = groups[0][0]
@@ -650,7 +716,8 @@ def expand_hostlist(text: str) -> list[str]:
 def first_host(text: str) -> str:
     """The first host of a SLURM host list (the main address), after checking the whole list; no expansion."""
     items = _parse_hostlist(text)
-    host = next(_names(items[0]))
+    # Built from the first number of each bracket group: nothing is expanded, whatever the list's size.
+    host = "".join(literal + (str(ranges[0][0]).zfill(ranges[0][2]) if ranges else "") for literal, ranges in items[0])
     if host_address(host) is None:
         raise ValueError(f"its first host {host[:40]!r} is not a host name")
     return host

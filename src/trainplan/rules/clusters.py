@@ -24,8 +24,13 @@ LSF_PORT_BASE: Final[int] = 10000
 """LSF main port: 10000 + job id modulo 1000 (Lightning's rule)."""
 
 MPI_PORT_BASE: Final[int] = 20000
-"""Open MPI main port: 20000 + the job id (OMPI_MCA_ess_base_jobid) modulo 10000, the same on every rank of one mpirun
-and another for the next (below Linux's ephemeral ports, as SLURM's are)."""
+"""MPI main port: 20000 + the job family (OMPI_MCA_ess_base_jobid >> 16, Open MPI) or Hydra's proxy modulo 10000, the
+same on every rank of one mpirun and another for the next (below Linux's ephemeral ports, as SLURM's are)."""
+
+MPI_PROXY_FACT: Final[str] = "TRAINPLAN_MPI_PROXY"
+"""Not a variable anyone sets: the probe writes it (`effects.probing`) for a rank of Hydra (MPICH, Intel MPI), from
+/proc: the pid and start time of the `hydra_pmi_proxy` that started it, as one number. Two jobs on one host have two
+proxies; the ranks of one job on one node share theirs."""
 
 DEFAULT_MAIN_PORT: Final[int] = 29500
 """torch.distributed's customary port, used where a cluster gives neither MASTER_PORT nor a job id (MPI)."""
@@ -120,6 +125,9 @@ class JobVariables:
     loopback_needs_one_node: bool = False  # 127.0.0.1 only for a job known to run on one node (else unknown)
     main_port: JobVariable | None = None
     job_id: JobVariable | None = None  # read by the row's port formula (a required one is checked in any case)
+    job_id_is_the_nodes: bool = False  # the job id names this node's part of the job only: used on one node alone
+    job_id_shift: int = 0  # low bits of the job id dropped first (Open MPI's is its job family × 65536 + 1)
+    step_id: JobVariable | None = None  # read by the row's port formula: steps of one job run side by side
     node_list: JobVariable | None = None  # the nodes in order, where the cluster names them (for messages)
     detail_unit: str = ""  # what the world size counts, in messages ("pods")
     # Where world size, processes per node and nodes all come from variables and the world is not their product, the
@@ -149,10 +157,12 @@ def job_variables(schema: JobVariables) -> tuple[tuple[JobFact | Literal["job_id
 @attrs.frozen(kw_only=True)
 class JobPort:
     """A main port every process of a job computes alike from the job's id (the schema's `job_id`), Lightning's
-    rules: `base + id % modulo`."""
+    rules: `base + id % modulo`, with `step_stride` times the schema's step id added (two steps of one SLURM job,
+    run side by side, meet on two ports)."""
 
     base: int
     modulo: int
+    step_stride: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -163,6 +173,7 @@ class DefaultPort:
     port: int
     note_code: str = ""
     note: str = ""
+    one_node_only: bool = False  # over several nodes a fixed port is refused: another job may meet there too
 
 
 TaskVerdict = Literal["alone", "refuse", "task"]
@@ -293,6 +304,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                     ),
                     main_port=_MAIN_PORT,
                     job_id=_optional("SLURM_JOB_ID", format="job_number"),
+                    step_id=_optional("SLURM_STEP_ID", format="job_number"),
                     node_list=_SLURM_NODES,
                     uneven_fix="Start the step with the same number of tasks on every node: srun --ntasks-per-node=N",
                 ),
@@ -300,8 +312,9 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
             launch_hint=(
                 "#SBATCH --nodes={num_nodes} --ntasks-per-node={processes_per_node}, and run the script with srun"
             ),
-            # 15000 + the job id's last four digits, so every task agrees (Lightning's rule); 12910 without a job id.
-            job_port=JobPort(base=SLURM_PORT_BASE, modulo=10000),
+            # 15000 + the job id's last four digits, so every task agrees (Lightning's rule), plus 1009 per step, so
+            # that steps run side by side in one allocation (a sweep) never meet; 12910 without a job id.
+            job_port=JobPort(base=SLURM_PORT_BASE, modulo=10000, step_stride=1009),
             default_port=DefaultPort(port=SLURM_DEFAULT_PORT),
             # Which processes with SLURM's variables are not srun tasks (read off SLURM 22.05: an srun task carries
             # SLURM_STEP_ID and SLURM_PROCID whatever the job is called; salloc's shell carries neither; the batch
@@ -402,6 +415,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                     loopback_needs_one_node=True,  # MPI names no hosts
                     main_port=_MAIN_PORT,
                     job_id=_optional("OMPI_MCA_ess_base_jobid", format="job_number"),  # one per mpirun
+                    job_id_shift=16,  # the job family: what differs between two mpiruns
                     uneven_fix="Map the same number of ranks to every node (mpirun --map-by ppr:N:node)",
                 ),
                 JobVariables(
@@ -414,10 +428,16 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                     main_address=(_MAIN_ADDRESS,),
                     loopback_needs_one_node=True,
                     main_port=_MAIN_PORT,
+                    # Hydra (MPICH, Intel MPI) states no job id: the probe names the proxy that started this rank
+                    # (one per node and job), which names the job when it runs on one node.
+                    job_id=_optional(MPI_PROXY_FACT, format="job_number"),
+                    job_id_is_the_nodes=True,
+                    uneven_fix="Start the same number of ranks on every node (mpiexec -ppn N)",
                 ),
             ),
             launch_hint="mpirun -np {world_size} --map-by ppr:{processes_per_node}:node",
-            # Open MPI's job id gives every rank of one mpirun the same port, and another mpirun another one.
+            # Open MPI's job family (its job id's high bits) gives every rank of one mpirun the same port, and another
+            # mpirun another one; so does Hydra's proxy for a job on one node.
             job_port=JobPort(base=MPI_PORT_BASE, modulo=10000),
             default_port=DefaultPort(
                 port=DEFAULT_MAIN_PORT,
@@ -426,6 +446,7 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                     "MPI gives no port and no job id; using {port}: a second MPI job on the same machine needs its own "
                     "(export {variable} to every rank, e.g. mpiexec -genv {variable} 29600)"
                 ),
+                one_node_only=True,
             ),
             same_job_as=("slurm", "lsf"),
         ),
@@ -531,6 +552,7 @@ JOB_VARIABLES: Final[frozenset[str]] = frozenset(
         ),
         *LAUNCHED_WORKERS.also_written,
         LAUNCHED_MARKER,
+        MPI_PROXY_FACT,
         RUN_ID_VARIABLE,
     }
 )

@@ -130,9 +130,9 @@ RULES: Final[Mapping[str, Rule]] = {
             id="cluster-main-address",
             reason="{cluster} spans {nodes} nodes ({detail}) but gives no main address for them to meet at",
             fix=(
-                "Export MASTER_ADDR=<the host of rank 0> to every process: mpirun -x MASTER_ADDR=$(hostname) (Open "
-                "MPI) or mpiexec -genv MASTER_ADDR $(hostname) (MPICH), run on rank 0's node (where mpirun places it "
-                "by default)"
+                "Export MASTER_ADDR=<the host of rank 0> and a free MASTER_PORT to every process: mpirun -x "
+                "MASTER_ADDR=$(hostname) -x MASTER_PORT=<port> (Open MPI) or mpiexec -genv MASTER_ADDR $(hostname) "
+                "-genv MASTER_PORT <port> (MPICH), run on rank 0's node (where mpirun places it by default)"
             ),
         ),
         Rule(
@@ -168,8 +168,9 @@ RULES: Final[Mapping[str, Rule]] = {
                 "it would join never forms"
             ),
             fix=(
-                "Start the script with srun inside the batch script (srun python train.py), or ask for one task "
-                "(#SBATCH --ntasks=1) and let trainplan start the processes (trainplan launch train.py)"
+                "Start the script with srun inside the batch script (srun python train.py), or ask for one node and "
+                "one task (#SBATCH --nodes=1 --ntasks=1) and let trainplan start the processes (trainplan launch "
+                "train.py)"
             ),
         ),
         Rule(
