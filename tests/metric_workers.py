@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
-from trainplan import MetricKeyMismatch, PlainValue, metric_store, resolve
+from trainplan import MetricKeyMismatch, MetricNaN, PlainValue, metric_store, resolve
 
 # Per rank: (value, weight) pairs for a weighted mean, uneven in length and weight.
 MEAN_DATA = {0: [(1.0, 3), (2.0, 1)], 1: [(10.0, 7), (4.0, 2), (0.5, 5)]}
@@ -128,3 +129,22 @@ def stateful_in_either_order() -> dict[str, PlainValue]:
     for name, metric in [("a", first), ("b", second)] if rank == 0 else [("b", second), ("a", first)]:
         store.log(name, metric)
     return store.compute()
+
+
+def nan_policies() -> dict[str, object]:
+    """Rank 1 alone logs NaNs, each key under its own policy; every rank must see the same outcome."""
+    rank = torch.distributed.get_rank()
+    store = metric_store(resolve())
+    nan = math.nan if rank == 1 else 1.0
+    store.log("ignored", nan, weight=torch.tensor(3.0), nan="ignore")
+    store.log("ignored", 2.0 + rank, weight=np.int64(1), nan="ignore")
+    store.log("filled", nan, reduce="sum", nan=10.0)
+    store.log("vector", torch.tensor([nan, 1.0]), reduce="sum", nan="ignore")
+    store.log("checked", 1.0, nan="error")
+    values: dict[str, object] = {"clean": store.compute()}
+    store.log("checked", nan, nan="error")
+    try:
+        store.compute()
+    except MetricNaN as error:
+        values["error"] = (type(error).__name__, error.keys)
+    return values

@@ -11,6 +11,7 @@ imports torch.
 from __future__ import annotations
 
 import importlib
+import warnings as _warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -53,7 +54,10 @@ from trainplan.spec import (
     InvalidRequest,
     LauncherName,
     MeshDimension,
+    MeshDimensionError,
     MeshLayout,
+    MeshQueryError,
+    MeshRankError,
     MetricPlacement,
     MetricSlot,
     MetricsStore,
@@ -71,6 +75,7 @@ from trainplan.spec import (
     StrategyName,
     StrategyOptions,
     TrainplanError,
+    TrainplanWarning,
     Unavailable,
 )
 from trainplan.spec.entry import EntryPoints as _EntryPoints
@@ -110,6 +115,7 @@ if TYPE_CHECKING:
         InvalidMetric,
         MetricError,
         MetricKeyMismatch,
+        MetricNaN,
         MetricOverflow,
         MetricStore,
         NotInWorld,
@@ -137,6 +143,7 @@ _LAZY = {
     "InvalidMetric": "trainplan.effects.metrics",
     "MetricError": "trainplan.effects.metrics",
     "MetricKeyMismatch": "trainplan.effects.metrics",
+    "MetricNaN": "trainplan.effects.metrics",
     "MetricOverflow": "trainplan.effects.metrics",
     "MetricStore": "trainplan.effects.metrics",
     "metric_store": "trainplan.effects.metrics",
@@ -216,7 +223,11 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
     if env is None:
         # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.
         env = probe(usable_gpus=getattr(request, "select_usable_gpus", False) is True)
-    return _resolve(request, env, rules)
+    plan = _resolve(request, env, rules)
+    for note in plan.notes:
+        if note.level == "warning":  # said where it is seen, not only kept in the plan (filter TrainplanWarning)
+            _warnings.warn(TrainplanWarning(f"{note.code}: {note.message}", note.code), stacklevel=2)
+    return plan
 
 
 def _carried_rules(reference: str, given: Rules) -> Rules:
@@ -285,9 +296,13 @@ __all__ = [
     "LaunchTimeout",
     "LauncherName",
     "MeshDimension",
+    "MeshDimensionError",
     "MeshLayout",
+    "MeshQueryError",
+    "MeshRankError",
     "MetricError",
     "MetricKeyMismatch",
+    "MetricNaN",
     "MetricOverflow",
     "MetricPlacement",
     "MetricSlot",
@@ -320,6 +335,7 @@ __all__ = [
     "StrategyOptions",
     "StrategyRule",
     "TrainplanError",
+    "TrainplanWarning",
     "Unavailable",
     "WorkerFailed",
     "World",

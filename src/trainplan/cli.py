@@ -757,6 +757,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reconfigure(errors="backslashreplace")
     try:
         return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C anywhere in a command: one line, the shell's code for it
+        with contextlib.suppress(OSError, ValueError):
+            print("trainplan: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader went away (`trainplan matrix | head`): stop quietly, as other command-line tools do.
         with contextlib.suppress(OSError, ValueError, AttributeError):

@@ -153,6 +153,7 @@ def test_bad_launch_options_are_refused_before_anything_starts(options: dict[str
         ["launch", "--no-probe", "--", "/nonexistent_binary_xyz"],
         ["launch", "--no-probe", "--", "/etc"],  # a directory is no script (a file is run as one, as torchrun)
         ["launch", "--no-probe", "--", ""],
+        ["launch", "-1", ""],  # not an option of the interpreter (torch's engine would fail on the empty word)
     ],
 )
 def test_the_cli_refuses_bad_launches_with_a_message(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> None:

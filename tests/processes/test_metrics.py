@@ -84,6 +84,18 @@ def test_collectives_do_not_grow_with_keys() -> None:
     assert values["max_99"] == 99.0 and values["mean_4"] == pytest.approx(4.0)
 
 
+def test_nan_policies_are_applied_alike_on_every_rank() -> None:
+    """Rank 1 alone logs NaNs: 'ignore' leaves them out (the weighted mean of the rest, weights a 0-d tensor and a
+    numpy scalar), a fill value replaces them, and 'error' raises MetricNaN on both ranks, not only on rank 1."""
+    reports = launch_with(world(), metric_workers.nan_policies, timeout=120)
+    for report in reports:
+        clean = report["clean"]
+        assert isinstance(clean, dict)
+        assert clean["ignored"] == pytest.approx((1.0 * 3 + 2.0 * 1 + 3.0 * 1) / 5)
+        assert clean["filled"] == 11.0 and clean["vector"] == [1.0, 2.0] and clean["checked"] == 1.0
+        assert report["error"] == ("MetricNaN", ["checked"])
+
+
 def test_different_keys_raise_on_every_rank_without_hanging() -> None:
     messages = launch_with(world(), metric_workers.mismatched_keys, timeout=60)
     for message in messages:

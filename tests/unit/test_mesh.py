@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from trainplan import (
     Plan,
     PlanFormatError,
     Request,
+    TrainplanError,
 )
 from trainplan.effects.runtime import Runtime
 from trainplan.effects.world import World
@@ -189,6 +191,30 @@ class TestArithmetic:
             layout.coordinates(4)
         with pytest.raises(KeyError, match="'tensor' is not a dimension"):
             layout.size("tensor")  # type: ignore[arg-type]
+
+    @pytest.mark.parametrize(
+        "ask",
+        [
+            lambda layout: layout.coordinates(8),
+            lambda layout: layout.coordinates(-1),
+            lambda layout: layout.coordinates(1.5),
+            lambda layout: layout.coordinates(True),
+            lambda layout: layout.coordinates("1"),
+            lambda layout: layout.coordinates(None),
+            lambda layout: layout.group(0, "bogus"),
+            lambda layout: layout.groups("TP"),
+            lambda layout: layout.rank_at("x"),
+            lambda layout: layout.rank_at((0, 0, 0, 0, "a")),
+            lambda layout: layout.rank_at((0, 0, 9, 0, 0)),
+            lambda layout: layout.groups("tp", limit=-1),
+        ],
+    )
+    def test_every_accessor_refuses_with_a_trainplan_error(self, ask: Callable[[MeshLayout], object]) -> None:
+        """Typed, and still the builtin kind index and mapping code catch (IndexError, KeyError, ValueError)."""
+        with pytest.raises(TrainplanError) as caught:
+            ask(MeshLayout(shape=(1, 1, 2, 1, 2)))
+        assert isinstance(caught.value, (IndexError, KeyError, ValueError))
+        assert "0 to" in str(caught.value) or "dimension" in str(caught.value) or "0 or more" in str(caught.value)
 
 
 class TestThePlan:

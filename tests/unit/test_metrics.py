@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from trainplan import Environment, Incompatible, InvalidMetric, MetricStore, Request
+from trainplan import Environment, Incompatible, InvalidMetric, MetricNaN, MetricStore, Request
 from trainplan.effects.metrics import CollectiveOp
 from trainplan.resolve import resolve
 
@@ -104,9 +104,9 @@ def test_stateful_metric_on_cpu_under_nccl_is_refused() -> None:
         ("loss", "0.5", {}, "a str is not a number"),
         ("loss", torch.tensor(1.0, requires_grad=True), {}, "requires grad"),
         ("loss", 1.0, {"reduce": "median"}, "not a reduction"),
-        ("loss", 1.0, {"weight": 0}, "finite number > 0"),
-        ("loss", 1.0, {"weight": -1}, "finite number > 0"),
-        ("loss", 1.0, {"weight": True}, "finite number > 0"),
+        ("loss", 1.0, {"weight": 0}, "finite real number > 0"),
+        ("loss", 1.0, {"weight": -1}, "finite real number > 0"),
+        ("loss", 1.0, {"weight": True}, "finite real number > 0"),
         ("loss", 1.0, {"reduce": "sum", "weight": 2}, "weights apply to a mean"),
         ("loss", 1.0, {"store_on_cpu": "yes"}, "True, False or None"),
         ("", 1.0, {}, "non-empty string"),
@@ -191,8 +191,8 @@ def test_a_rank_with_nothing_logged_still_takes_part_in_the_key_check() -> None:
         (10**400, {}, "too large for a float64"),
         (10**400, {"reduce": "max"}, "outside its range"),
         (2**63, {"reduce": "sum"}, "outside its range"),
-        (1.0, {"weight": 10**400}, "finite number > 0"),
-        (1.0, {"weight": math.inf}, "finite number > 0"),
+        (1.0, {"weight": 10**400}, "finite real number > 0"),
+        (1.0, {"weight": math.inf}, "finite real number > 0"),
     ],
     ids=["huge-mean", "huge-max", "int64-plus-one", "huge-weight", "inf-weight"],
 )
@@ -295,3 +295,52 @@ def test_numpy_scalars_are_numbers() -> None:
     assert values == {"count": 7, "loss": 1.0} and type(values["count"]) is int
     with pytest.raises(InvalidMetric, match="not a number"):
         store.log("flag", numpy.bool_(True))
+
+
+def test_a_weight_may_be_any_real_scalar() -> None:
+    """torchmetrics takes a 0-d tensor or a numpy scalar as a weight, and a loop's `weight=mask.sum()` is one."""
+    numpy = pytest.importorskip("numpy")
+    store = MetricStore(ONE_PROCESS_PLAN)
+    store.log("loss", 1.0, weight=torch.tensor(32.0))
+    store.log("loss", 3.0, weight=numpy.int64(32))
+    store.log("loss", 5.0, weight=torch.ones(64, dtype=torch.bool).sum())
+    assert store.compute() == {"loss": (1.0 * 32 + 3.0 * 32 + 5.0 * 64) / 128}
+    for weight in (torch.tensor([1.0, 2.0]), torch.tensor(0.0), torch.tensor(True), numpy.float64("nan")):
+        with pytest.raises(InvalidMetric, match="finite real number > 0"):
+            store.log("loss", 1.0, weight=weight)
+    assert store.compute() == {"loss": (1.0 * 32 + 3.0 * 32 + 5.0 * 64) / 128}  # nothing was lost
+
+
+def test_a_key_chooses_what_a_nan_does() -> None:
+    store = MetricStore(ONE_PROCESS_PLAN, collective=MirrorCollective(size=1))
+    store.log("kept", math.nan)  # IEEE propagation, the default
+    store.log("left_out", math.nan, nan="ignore")
+    store.log("left_out", 2.0, nan="ignore")
+    store.log("scalar_tensor", torch.tensor(math.nan), nan="ignore")
+    store.log("scalar_tensor", torch.tensor(4.0), nan="ignore")
+    store.log("filled", torch.tensor([math.nan, 1.0]), reduce="sum", nan=0.5)
+    store.log("peak", torch.tensor([math.nan, 3.0]), reduce="max", nan="ignore")
+    store.log("only_nans", math.nan, nan="ignore")
+    values = store.compute()
+    kept, nothing = values["kept"], values["only_nans"]
+    assert isinstance(kept, float) and math.isnan(kept) and isinstance(nothing, float) and math.isnan(nothing)
+    assert (values["left_out"], values["scalar_tensor"]) == (2.0, 4.0)
+    assert (values["filled"], values["peak"]) == ([0.5, 1.0], [-math.inf, 3.0])
+    store.log("checked", 1.0, nan="error")
+    assert store.compute()["checked"] == 1.0
+    store.log("checked", math.nan, nan="error")
+    with pytest.raises(MetricNaN, match="'checked' is NaN"):
+        store.compute()
+
+
+def test_nan_policies_are_checked_before_anything_is_logged() -> None:
+    store = MetricStore(ONE_PROCESS_PLAN)
+    store.log("loss", 1.0, nan="ignore")
+    with pytest.raises(InvalidMetric, match="logged with nan='ignore' before"):
+        store.log("loss", 1.0)
+    with pytest.raises(InvalidMetric, match="weight per element"):
+        store.log("vector", torch.ones(3), nan="ignore")
+    for policy in ("drop", math.inf, True, None):
+        with pytest.raises(InvalidMetric, match="NaN policy is"):
+            store.log("other", 1.0, nan=policy)  # type: ignore[arg-type]
+    assert store.keys() == ["loss"]

@@ -28,6 +28,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, project / name)
     shutil.copytree(ROOT / "src" / "trainplan", project / "src" / "trainplan", ignore=shutil.ignore_patterns("*.pyc"))
+    shutil.copy(ROOT / "src" / "_trainplan_entry.py", project / "src" / "_trainplan_entry.py")
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     result = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w", "dist", "."],
@@ -83,8 +84,9 @@ def test_license_classifiers_keywords_and_files(built: tuple[Path, str]) -> None
         names = archive.namelist()
         entry_points = archive.read(next(name for name in names if name.endswith("entry_points.txt"))).decode()
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
-    assert {"trainplan/py.typed", "trainplan/__main__.py", "trainplan/_version.py"} <= set(names)
-    assert "trainplan = trainplan.cli:main" in entry_points
+    assert {"trainplan/py.typed", "trainplan/__main__.py", "trainplan/_version.py", "_trainplan_entry.py"} <= set(names)
+    # The console script starts outside the package, so that Ctrl-C while trainplan is imported is one line.
+    assert "trainplan = _trainplan_entry:main" in entry_points
     assert (ROOT / "LICENSE").read_text().split()[:4] == ["Apache", "License", "Version", "2.0,"], (
         "the project's license"
     )

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
+import trainplan
 from tests.helpers import cpu, cuda
 from trainplan import (
     DDPOptions,
@@ -16,12 +17,13 @@ from trainplan import (
     Environment,
     FSDPOptions,
     Incompatible,
+    InvalidRequest,
     NotWrappable,
     Plan,
     Request,
 )
 from trainplan.effects.runtime import Runtime
-from trainplan.effects.world import World
+from trainplan.effects.world import JoinError, World
 from trainplan.mapping.frameworks import (
     accelerate_arguments,
     accelerate_launch_flags,
@@ -335,6 +337,28 @@ class TestRefusals:
         for thing in (None, lambda x: x, torch.zeros(2)):
             with pytest.raises(NotWrappable, match=r"takes a torch\.nn\.Module"):
                 rt.wrap(thing)  # type: ignore[arg-type]
+
+    def test_a_model_is_wrapped_once(self) -> None:
+        """Wrapping twice would all-reduce every gradient twice: an already-wrapped model, or one this runtime
+        wrapped before, is refused."""
+        rt, _ = runtime_for(resolve(Request(accelerator="cpu"), cpu()))
+        model = torch.nn.Linear(2, 2)
+        wrapped = rt.wrap(model)
+        for again in (model, wrapped):
+            with pytest.raises(NotWrappable, match="takes the bare model once"):
+                rt.wrap(again)
+        with pytest.raises(NotWrappable, match="already a DataParallel"):
+            rt.wrap(torch.nn.DataParallel(torch.nn.Linear(2, 2)))
+
+    def test_a_rule_set_that_is_not_one_is_refused_by_name(self) -> None:
+        plan = resolve(Request(accelerator="cpu"), cpu())
+        with pytest.raises(InvalidRequest, match=r"the runtime takes a trainplan\.Rules, not int"):
+            trainplan.runtime(plan, rules=5)  # type: ignore[arg-type]
+
+    def test_a_cuda_plan_on_a_torch_without_cuda_is_a_join_error(self) -> None:
+        plan = resolve(Request(accelerator="cuda", devices=1), cuda(1))
+        with pytest.raises(JoinError, match=r"drives cuda:0 on this process, and torch .* sees no cuda device"):
+            trainplan.runtime(plan)
 
     def test_step_takes_a_scalar_loss_that_requires_grad(self) -> None:
         rt, _ = runtime_for(resolve(Request(accelerator="cpu"), cpu()))

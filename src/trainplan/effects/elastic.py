@@ -62,6 +62,7 @@ from trainplan.effects.launching import (
     _stop,
     choose_free_port,
 )
+from trainplan.effects.lifeline import Lifeline
 from trainplan.mapping.workers import launcher_rule, started_by_another_launcher, torchrun_variables
 from trainplan.rules import RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX
 from trainplan.spec.plan import Plan
@@ -121,6 +122,10 @@ class Command:
     module: bool
 
 
+_INTERPRETER_OPTIONS = frozenset(f"-{letter}" for letter in "bBcdEhiIOPqsSuvVWxX")
+"""The Python interpreter's own one-letter options (`python --help`), which may come before the script."""
+
+
 def script_command(argv: Sequence[str], options: EngineOptions = EngineOptions()) -> Command:
     """What each worker runs, as torchrun reads it: a module (`-m pkg.train` or `module=True`), code (`-c ...`),
     a program (`no_python=True` only), or else a Python script: any other first word, `.py` or not (`./train`
@@ -141,6 +146,12 @@ def script_command(argv: Sequence[str], options: EngineOptions = EngineOptions()
         return Command(words[0], tuple(words[1:]), python=True, module=True)
     if not options.no_python and words[0].startswith("-"):
         # Interpreter options (-c code, -X ...): the interpreter itself is the program.
+        option = words[0][:2]
+        if option not in _INTERPRETER_OPTIONS:
+            raise LaunchError(
+                f"{words[0]!r} is not an option of the Python interpreter, and a script comes first: write "
+                "`trainplan launch [flags] train.py [its arguments]`, or interpreter options such as -c CODE, -X dev"
+            )
         return Command(sys.executable, ("-u", *words), python=False, module=False)
     if not options.no_python:
         if not Path(words[0]).is_file():
@@ -363,21 +374,28 @@ class _Orphan:
             time.sleep(0.01)
 
 
-def _reap_descendants(before: set[int], grace: float) -> None:
-    """Stop every descendant the run left (our children now, as their subreaper): each one's process group is
-    terminated, then killed after `grace` seconds; their own children, orphaned in turn, are found next round."""
+def _reap_descendants(before: set[int], grace: float, hurry: threading.Event | None = None) -> int:
+    """Stop every descendant the run left (our children now, as their subreaper): the first round terminates each
+    one's process group and kills what is left after `grace` seconds (none once `hurry` is set); a descendant that
+    comes back (a child orphaned in turn, one that re-spawns itself on SIGTERM) is killed at once. Returns how many
+    were still there after 30 s (0: nothing is left)."""
     settle = time.monotonic() + 30.0
     ours = os.getpgid(0)
+    first = True
+    left: list[int] = []
     while time.monotonic() < settle:
         left = sorted(_children() - before)
         if not left:
-            return
+            return 0
+        number = signal.SIGTERM if first and not (hurry is not None and hurry.is_set()) else signal.SIGKILL
         for pid in left:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 group = os.getpgid(pid)
                 if group != ours:
-                    os.killpg(group, signal.SIGTERM)  # the worker's group it was left in: its siblings too
-        _stop([_Orphan(pid) for pid in left], grace=grace)
+                    os.killpg(group, number)  # the worker's group it was left in: its siblings too
+        _stop([_Orphan(pid) for pid in left], grace=grace if number == signal.SIGTERM else 0.0, hurry=hurry)
+        first = False
+    return len(sorted(_children() - before))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -399,22 +417,40 @@ only cut the grace short. The engine keeps SIGQUIT."""
 ENGINE_SIGNALS = "SIGQUIT"
 
 
+@attrs.define
+class _Signals:
+    """Our handling of SIGINT, SIGTERM and SIGHUP: while the run goes, a signal is raised where the main thread is
+    (`_Interrupted`); once it is cleaning up (`cleaning()`), a signal only hurries the cleanup, which always runs
+    to its end, and is remembered for the exit code."""
+
+    cleaning_up: bool = False
+    received: int | None = None
+    hurry: threading.Event = attrs.field(factory=threading.Event)
+
+    def cleaning(self) -> None:
+        self.cleaning_up = True
+
+    def handle(self, number: int, frame: object) -> None:
+        if not self.cleaning_up:
+            raise _Interrupted(number)
+        self.received = self.received or number
+        self.hurry.set()
+
+
 @contextlib.contextmanager
-def _own_signals() -> Iterator[None]:
-    """Our handlers for the whole run (the engine is told to leave these signals alone); restored after."""
+def _own_signals() -> Iterator[_Signals]:
+    """Our handlers for the whole run and its cleanup (the engine is told to leave these signals alone); restored
+    after."""
+    signals = _Signals()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield signals
         return
     previous = {number: signal.getsignal(number) for number in _HANDLED}
-
-    def handler(number: int, frame: object) -> None:
-        raise _Interrupted(number)
-
     for number in _HANDLED:
         with contextlib.suppress(ValueError, OSError):
-            signal.signal(number, handler)
+            signal.signal(number, signals.handle)
     try:
-        yield
+        yield signals
     finally:
         for number, handler_before in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
@@ -787,82 +823,102 @@ def _run_engine(
     before = _children()
     subreaper = _set_subreaper(True)
     deadline: threading.Timer | None = None
-    code = 0
-    try:
-        with _environment({**variables, **_common_variables(plan, meeting, port)}), _own_signals(), watch:
-            words = _engine_arguments(plan, meeting, options, log_dir)
-            if command.module:
-                words.append("--module")
-            elif not command.python:
-                words.append("--no-python")
-            # torchrun's parser reads the flags and the program only: the script's own words (`--d 1`) would be
-            # read as abbreviations of its flags, so they are added to the worker's command line afterwards.
-            arguments = torchrun.get_args_parser().parse_args([*words, command.program])
-            config, entrypoint, entry_arguments = torchrun.config_from_args(arguments)
-            entry_arguments = [*entry_arguments, *command.arguments]
-            config.logs_specs = specs
-            config.signals_to_handle = ENGINE_SIGNALS
-            config.shutdown_timeout = max(0, math.ceil(grace))
-            if timeout is not None:
-                # A static rendezvous waits inside torch's store: its own timeout must end that wait too.
-                config.rdzv_configs["timeout"] = min(int(rendezvous.get("timeout", 900)), math.ceil(timeout))
-
-                def expire() -> None:
-                    timed_out.set()
-                    with contextlib.suppress(RuntimeError):
-                        _thread.interrupt_main(signal.SIGTERM)
-
-                deadline = threading.Timer(timeout, expire)
-                deadline.daemon = True
-                deadline.start()
-            if plan.num_nodes > 1 and not quiet:
-                others = plan.num_nodes - 1
-                say(f"node {meeting.node_rank} is waiting for the other {others} node(s) at {meeting.endpoint}")
-            try:
-                launch_agent(config, entrypoint, list(entry_arguments))
-            except ChildFailedError as failure:
-                rank, first = failure.get_first_failure()
-                code = first.exitcode if first.exitcode > 0 else 128 - first.exitcode
-                how = _signal_name(first.exitcode) or f"exit code {first.exitcode}"
-                tried = f" after {attempts[0]} attempt(s)" if attempts[0] > 1 else ""
-                say(f"worker rank {rank} failed ({how}){tried}; the others were stopped")
-                message: object = first.message
-                if isinstance(message, dict):  # the error file's own record: {"message": ..., "extraInfo": ...}
-                    message = message.get("message")
-                if os.path.isfile(first.error_file) and isinstance(message, str) and message.strip():
-                    # Without kept log files the error file is removed at the end: its text is quoted, not its path.
-                    where = f" ({first.error_file})" if keep_files else ""
-                    say(f"its error{where}: {message.strip().splitlines()[0]}")
-            except (SignalException, _Interrupted) as stopped:
-                number = stopped.sigval if isinstance(stopped, SignalException) else stopped.number
-                code = 124 if timed_out.is_set() else 128 + int(number)
-            except KeyboardInterrupt:
-                code = 124 if timed_out.is_set() else 130
-            except Exception as error:  # the rendezvous failed: a peer never came, an address that is not ours
-                if timed_out.is_set():
-                    code = 124
-                else:
-                    say(f"error: the rendezvous at {meeting.endpoint} failed ({type(error).__name__}: {error})")
-                    code = 1
-            if code == 124:
-                say(f"the workers did not finish within {timeout:g} s; stopped them")
-    except KeyboardInterrupt:
-        code = 124 if timed_out.is_set() else 130
-    except _Interrupted as stopped:
-        code = 124 if timed_out.is_set() else 128 + stopped.number
-    finally:
-        if deadline is not None:
-            deadline.cancel()
-        specs.finish()
+    code = left = 0
+    # If this process is killed outright, the lifeline kills the workers and removes the temporary log directory.
+    lifeline = Lifeline(cleanup=() if keep_files else (log_dir,))
+    common = {**variables, **_common_variables(plan, meeting, port), **lifeline.variables}
+    with _own_signals() as signals:
         try:
-            # After a signal or the deadline the engine has had its grace period already: kill what is left.
-            _reap_descendants(before, 0.0 if code == 124 or code > 128 else grace)
+            with _environment(common), watch:
+                words = _engine_arguments(plan, meeting, options, log_dir)
+                if command.module:
+                    words.append("--module")
+                elif not command.python:
+                    words.append("--no-python")
+                # torchrun's parser reads the flags and the program only: the script's own words (`--d 1`) would be
+                # read as abbreviations of its flags, so they are added to the worker's command line afterwards.
+                arguments = torchrun.get_args_parser().parse_args([*words, command.program])
+                config, entrypoint, entry_arguments = torchrun.config_from_args(arguments)
+                entry_arguments = [*entry_arguments, *command.arguments]
+                config.logs_specs = specs
+                config.signals_to_handle = ENGINE_SIGNALS
+                config.shutdown_timeout = max(0, math.ceil(grace))
+                if timeout is not None:
+                    # A static rendezvous waits inside torch's store: its own timeout must end that wait too.
+                    config.rdzv_configs["timeout"] = min(int(rendezvous.get("timeout", 900)), math.ceil(timeout))
+
+                    def expire() -> None:
+                        timed_out.set()
+                        with contextlib.suppress(RuntimeError):
+                            _thread.interrupt_main(signal.SIGTERM)
+
+                    deadline = threading.Timer(timeout, expire)
+                    deadline.daemon = True
+                    deadline.start()
+                if plan.num_nodes > 1 and not quiet:
+                    others = plan.num_nodes - 1
+                    say(f"node {meeting.node_rank} is waiting for the other {others} node(s) at {meeting.endpoint}")
+                try:
+                    launch_agent(config, entrypoint, list(entry_arguments))
+                except ChildFailedError as failure:
+                    rank, first = failure.get_first_failure()
+                    code = first.exitcode if first.exitcode > 0 else 128 - first.exitcode
+                    how = _signal_name(first.exitcode) or f"exit code {first.exitcode}"
+                    tried = f" after {attempts[0]} attempt(s)" if attempts[0] > 1 else ""
+                    say(f"worker rank {rank} failed ({how}){tried}; the others were stopped")
+                    message: object = first.message
+                    if isinstance(message, dict):  # the error file's own record: {"message": ..., "extraInfo": ...}
+                        message = message.get("message")
+                    if os.path.isfile(first.error_file) and isinstance(message, str) and message.strip():
+                        # Without kept log files the error file is removed at the end: its text is quoted, not its path.
+                        where = f" ({first.error_file})" if keep_files else ""
+                        say(f"its error{where}: {message.strip().splitlines()[0]}")
+                except (SignalException, _Interrupted) as stopped:
+                    number = stopped.sigval if isinstance(stopped, SignalException) else stopped.number
+                    code = 124 if timed_out.is_set() else 128 + int(number)
+                except KeyboardInterrupt:
+                    code = 124 if timed_out.is_set() else 130
+                except Exception as error:  # the rendezvous failed (a peer never came, an address not ours), or worse
+                    if timed_out.is_set():
+                        code = 124
+                    elif _rendezvous_failure(error):
+                        say(f"error: the rendezvous at {meeting.endpoint} failed ({type(error).__name__}: {error})")
+                        code = 1
+                    else:
+                        say(f"error: torch's elastic engine failed ({type(error).__name__}: {error})")
+                        code = 1
+                if code == 124:
+                    say(f"the workers did not finish within {timeout:g} s; stopped them")
+        except KeyboardInterrupt:
+            code = 124 if timed_out.is_set() else 130
+        except _Interrupted as stopped:
+            code = 124 if timed_out.is_set() else 128 + stopped.number
         finally:
-            if subreaper:
-                _set_subreaper(False)
-            if not keep_files:
-                shutil.rmtree(log_dir, ignore_errors=True)
+            signals.cleaning()  # from here on, a signal hurries the cleanup and never cuts it short
+            if deadline is not None:
+                deadline.cancel()
+            specs.finish()
+            try:
+                # After a signal or the deadline the engine has had its grace period already: kill what is left.
+                left = _reap_descendants(before, 0.0 if code == 124 or code > 128 else grace, signals.hurry)
+            finally:
+                if subreaper:
+                    _set_subreaper(False)
+                if not keep_files:
+                    shutil.rmtree(log_dir, ignore_errors=True)
+                lifeline.release()
+    if signals.received is not None and code == 0:
+        code = 128 + signals.received
+    if left:
+        say(f"error: {left} process(es) the workers started could not be stopped (they survive SIGKILL?)")
+        code = code or 1
     return code
+
+
+def _rendezvous_failure(error: BaseException) -> bool:
+    """Whether the engine's error comes from meeting the other nodes (its rendezvous and store, the network)."""
+    names = {kind.__name__ for kind in type(error).__mro__}
+    return bool(names & {"RendezvousError", "DistStoreError", "DistNetworkError", "OSError", "TimeoutError"})
 
 
 def _run_as_this_rank(
@@ -899,12 +955,13 @@ def _run_as_this_rank(
     pumps: list[threading.Thread] = []
     before = _children()
     subreaper = _set_subreaper(True)
+    lifeline = Lifeline()  # the script and what it starts end with this process, however it ends
     try:
         with _sigterm_stops_workers():
             try:
                 process = subprocess.Popen(
                     [*words, *command.arguments],
-                    env=environment,
+                    env={**environment, **lifeline.variables},
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
@@ -912,6 +969,7 @@ def _run_as_this_rank(
                 )
             except OSError as error:
                 raise LaunchError(f"Cannot run {command.program!r} ({error.strerror or error})") from None
+            lifeline.watch(process.pid)
             for stream, sink in ((process.stdout, out), (process.stderr, err)):
                 pump = threading.Thread(target=_pump, args=(stream, f"[rank {rank}] ", sink), daemon=True)
                 pump.start()
@@ -934,6 +992,7 @@ def _run_as_this_rank(
         finally:
             if subreaper:
                 _set_subreaper(False)
+            lifeline.release()
         for pump in pumps:
             pump.join(5.0)
     return code

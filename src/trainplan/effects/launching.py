@@ -19,6 +19,7 @@ this module only carries it out:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import multiprocessing
 import os
@@ -37,6 +38,8 @@ from typing import Any, Literal, Protocol, TypeVar
 import attrs
 
 from trainplan.effects.extras import require_torch
+from trainplan.effects.lifeline import Lifeline, close_inherited_lifelines
+from trainplan.effects.probing import process_variables
 from trainplan.effects.rules_loading import read_plan_text
 from trainplan.effects.world import join
 from trainplan.mapping.workers import (
@@ -156,10 +159,46 @@ def _is_port_clash(error: BaseException) -> bool:
     return "EADDRINUSE" in text or "address already in use" in text.lower()
 
 
+class _KeepRunning:
+    """A worker's stdout or stderr that a reader cannot end the run through: once the stream is gone (the reader of
+    `| head` left, or the caller's stdout was closed), the worker's output is dropped and the worker goes on, as
+    under `trainplan launch` (and on every launcher alike)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return int(self._stream.write(text))
+            except (OSError, ValueError):
+                self._gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._gone = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _keep_running_streams() -> None:
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _KeepRunning):
+            setattr(sys, name, _KeepRunning(stream))
+
+
 def run_worker(
     spec: WorkerSpec, fn: Callable[..., object], args: Sequence[object], kwargs: Mapping[str, Any]
 ) -> _Outcome:
     """Inside a worker: set the environment, join the world, run `fn`, leave the world."""
+    _keep_running_streams()
     os.environ.update(spec.environment())
     try:
         plan = worker_view(
@@ -195,7 +234,10 @@ def _multiprocessing_entry(
     forked: bool,
     environment: Mapping[str, str] | None = None,
 ) -> None:
-    # A forked worker inherits the caller's handlers (the launcher's own SIGTERM handler among them).
+    # A forked worker inherits the caller's handlers (the launcher's own SIGTERM handler among them), and copies of
+    # the launcher's lifelines, which only the launcher may hold open.
+    if forked:
+        close_inherited_lifelines()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
@@ -444,6 +486,28 @@ _WORKER_BOOTSTRAP = (
 )
 
 
+def _is_open(descriptor: int) -> bool:
+    try:
+        os.fstat(descriptor)
+    except OSError:
+        return False
+    return True
+
+
+def _pipe_above_standard_streams() -> tuple[int, int]:
+    """A pipe whose ends are not 0, 1 or 2 (with the caller's stdout closed, `os.pipe` would hand out 1, and the
+    worker's prints would land in its result)."""
+    ends = []
+    for end in os.pipe():
+        if end > 2:
+            ends.append(end)
+            continue
+        moved = fcntl.fcntl(end, fcntl.F_DUPFD_CLOEXEC, 3)
+        os.close(end)
+        ends.append(moved)
+    return ends[0], ends[1]
+
+
 def _start_subprocesses(
     specs: Sequence[WorkerSpec],
     fn: Callable[..., object],
@@ -466,11 +530,13 @@ def _start_subprocesses(
                 ) from None
             # The caller's own sys.path travels first, so the worker imports exactly as the caller does.
             payload = pickle.dumps((list(sys.path), body))
-            read_end, write_end = os.pipe()
+            read_end, write_end = _pipe_above_standard_streams()
             process = subprocess.Popen(
                 [sys.executable, "-c", _WORKER_BOOTSTRAP, str(write_end)],
                 env={**os.environ, **spec.variables},
                 stdin=subprocess.PIPE,
+                stdout=None if _is_open(1) else subprocess.DEVNULL,  # a closed stdout: the worker's output is dropped
+                stderr=None if _is_open(2) else subprocess.DEVNULL,
                 pass_fds=(write_end,),
                 start_new_session=True,
             )
@@ -521,15 +587,17 @@ def _group_alive(worker: Stoppable) -> bool:
 _STOP_POLL = 0.05
 
 
-def _stop(workers: Sequence[Stoppable], *, grace: float) -> None:
+def _stop(workers: Sequence[Stoppable], *, grace: float, hurry: threading.Event | None = None) -> None:
     """Terminate every worker's process group, wait up to `grace` seconds, kill what is left, reap all.
 
-    Runs to the end whatever happens meanwhile: a second Ctrl-C (or SIGTERM) during the grace period only
-    cuts the grace short, so nothing is ever left running.
+    Runs to the end whatever happens meanwhile: a second Ctrl-C (or SIGTERM) during the grace period only cuts the
+    grace short, so nothing is ever left running. A caller whose own handlers stay in charge passes `hurry`, which
+    they set, instead.
     """
-    hurry = threading.Event()
+    own_handlers = hurry is None
+    hurry = hurry or threading.Event()
     previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
+    if own_handlers and threading.current_thread() is threading.main_thread():
         for caught in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError, OSError):
                 previous[caught] = signal.signal(caught, lambda *_: hurry.set())
@@ -779,15 +847,21 @@ def launch_with(
     attempts = PORT_ATTEMPTS if plan.cluster.main_port is None else 1
     for attempt in range(attempts):
         port = plan.cluster.main_port or choose_port(plan.cluster.main_address)
-        specs = _specs(plan, port=port, launcher=plan.launcher)
         begun = time.monotonic()
         try:
-            with _sigterm_stops_workers():
+            # The lifeline kills the workers (and their descendants) if this process is killed outright.
+            with _sigterm_stops_workers(), Lifeline() as lifeline:
+                specs = _specs(plan, port=port, launcher=plan.launcher, extra=lifeline.variables)
                 method = worker_start_method(plan, multiprocessing.get_all_start_methods())
                 if method is None:  # no multiprocessing method: the script runs again in fresh interpreters
                     workers = _start_subprocesses(specs, fn, args, kwargs, interactive=interactive)
                 else:
                     workers = _start_multiprocessing(launcher, method, specs, fn, args, kwargs)
+                for worker in workers:
+                    lifeline.watch(worker.pid)
+                for helper in _multiprocessing_helpers():
+                    lifeline.watch(helper)
+                lifeline.remove(_multiprocessing_directory())
                 return _supervise(  # type: ignore[return-value]
                     workers, specs, timeout=timeout, grace=grace_period, begun=begun
                 )
@@ -821,7 +895,7 @@ def _finite_number(
 
 def _check_startable(plan: Plan) -> None:
     """Refuse to start workers from a process that is itself a rank of a started job, or that cannot meet."""
-    nested = nested_launch(plan, os.environ)
+    nested = nested_launch(plan, process_variables())
     if nested is not None:
         raise NestedLaunch(str(nested))
     problem = unlaunchable(plan)
@@ -829,8 +903,26 @@ def _check_startable(plan: Plan) -> None:
         raise LaunchError(str(problem))
 
 
-def _specs(plan: Plan, *, port: int, launcher: str) -> list[WorkerSpec]:
-    """One spec per local rank; on CUDA the node's selected GPUs are made visible (torchrun's convention)."""
+def _multiprocessing_helpers() -> list[int]:
+    """The forkserver multiprocessing keeps for this process, if it started one: it has no business outliving this
+    process either. (The resource tracker is left alone: it ends by itself once the workers are gone, after
+    removing what they leaked.)"""
+    server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    return [pid] if isinstance(pid, int) and pid > 0 else []
+
+
+def _multiprocessing_directory() -> str | None:
+    """The temporary directory multiprocessing made for this process (the forkserver's socket), if any: this process
+    removes it at its exit, and the lifeline if it is killed."""
+    config: object = getattr(multiprocessing.current_process(), "_config", {})
+    directory = config.get("tempdir") if isinstance(config, dict) else None
+    return directory if isinstance(directory, str) else None
+
+
+def _specs(plan: Plan, *, port: int, launcher: str, extra: Mapping[str, str] | None = None) -> list[WorkerSpec]:
+    """One spec per local rank; on CUDA the node's selected GPUs are made visible (torchrun's convention); `extra`
+    variables join each worker's environment (the lifeline's mark)."""
     text = json.dumps(plan.to_dict())  # once, for every worker
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     count = max(plan.devices, default=0) + 1
@@ -845,6 +937,7 @@ def _specs(plan: Plan, *, port: int, launcher: str) -> list[WorkerSpec]:
             launcher=launcher,
             plan_json=text,
         )
+        variables.update(extra or {})
         specs.append(
             WorkerSpec(
                 global_rank=global_rank_of(plan, local_rank),

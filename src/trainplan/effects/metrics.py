@@ -91,6 +91,18 @@ class NotInWorld(MetricError):
         )
 
 
+class MetricNaN(MetricError):
+    """A key whose policy is `nan='error'` came out NaN; raised on every rank alike (they share the reduced value)."""
+
+    def __init__(self, *, keys: list[str]) -> None:
+        self.keys = keys
+        super().__init__(
+            f"The value of {', '.join(repr(key) for key in keys)} is NaN (logged with nan='error'): a NaN was logged "
+            "on some rank, or the values overflowed. Find where it comes from, or choose another policy for the key: "
+            "nan='ignore' (leave NaNs out), a fill value such as nan=0.0, or nan='propagate' (IEEE, the default)"
+        )
+
+
 class MetricKeyMismatch(MetricError):
     """Ranks logged different keys (or the same key differently); raised on every rank, never a hang."""
 
@@ -197,10 +209,11 @@ class _Entry:
     nans: int = 0  # NaNs logged (max/min of Python numbers)
     count: int = 0
     slab: _Slab | None = None
+    nan: NanPolicy = "propagate"  # what a NaN logged under this key does (the same on every rank: part of the spec)
 
     def spec(self) -> str:
         where = "python" if self.device == "python" else HOST_DEVICE if self.device == HOST_DEVICE else "device"
-        return f"{self.op}|{self.kind}|{self.shape}|{where}"
+        return f"{self.op}|{self.kind}|{self.shape}|{where}|nan={self.nan!r}"
 
 
 _SHARED_SLAB_LIMIT = 1 << 16
@@ -389,6 +402,48 @@ def _finish_number(entry: _Entry) -> PlainValue:
     return _scalar_total(entry)
 
 
+NanPolicy = Literal["propagate", "error", "ignore"] | float
+"""What a NaN logged under a key does: see `MetricStore.log`."""
+
+_NAN_POLICIES = ("propagate", "error", "ignore")
+_KEPT_NANS = ("propagate", "error")
+"""The policies under which a NaN is accumulated as it is (and 'error' looks at the result)."""
+
+
+def _nan_policy(value: object) -> NanPolicy:
+    if isinstance(value, str) and value in _NAN_POLICIES:
+        return value  # type: ignore[return-value]  # one of the Literal's names, checked above
+    number = real_number(value)
+    if number is None:
+        raise InvalidMetric(
+            field="nan",
+            value=value,
+            reason="a NaN policy is 'propagate', 'error', 'ignore' or a finite number to put in its place",
+            allowed=(*_NAN_POLICIES, 0.0),
+        )
+    return number
+
+
+def _scalar_weight(value: object) -> float | None:
+    """A weight as a float: a real Python or numpy scalar, or a real 0-d tensor (read on the host); else None."""
+    if _is_tensor(value):
+        tensor: Any = value
+        if tensor.dim() != 0 or tensor.is_complex() or tensor.dtype == sys.modules["torch"].bool:
+            return None
+        value = tensor.item()
+    elif not isinstance(value, (int, float, bool)) and isinstance(value, numbers.Real):
+        value = float(value)
+    return real_number(value)
+
+
+def _has_nan(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isnan(value)
+    if isinstance(value, list):
+        return any(_has_nan(item) for item in value)
+    return False
+
+
 def _is_tensor(value: object) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
@@ -438,10 +493,17 @@ class MetricStore:
         value: object,
         *,
         reduce: ReduceOp = "mean",
-        weight: float | int = 1,
+        weight: object = 1,
         store_on_cpu: bool | None = None,
+        nan: NanPolicy = "propagate",
     ) -> None:
-        """Accumulate `value` under `name`. Everything is checked before anything is changed."""
+        """Accumulate `value` under `name`. Everything is checked before anything is changed.
+
+        `weight` (a mean's) is any real number > 0: a Python or numpy scalar, or a 0-d tensor on any device (read
+        on the host: one device sync, as `float(t)`). `nan` chooses what a NaN does, per key and alike on every
+        rank: 'propagate' (IEEE: the result is NaN), 'error' (`MetricNaN` from compute() on every rank if the
+        result is NaN), 'ignore' (NaNs are left out: a mean of the other values; for a tensor mean, scalars only),
+        or a number that replaces them."""
         given_name: object = name
         given_store: object = store_on_cpu
         given_weight: object = weight
@@ -458,12 +520,24 @@ class MetricStore:
                 reason="it must be True, False or None",
                 allowed=(True, False, None),
             )
-        weight_value = real_number(given_weight)
+        weight_value = _scalar_weight(given_weight)
         if weight_value is None or not weight_value > 0:
             raise InvalidMetric(
-                field="weight", value=weight, reason="a weight is a finite number > 0", fix="weight=batch_size"
+                field="weight",
+                value=weight,
+                reason="a weight is a finite real number > 0: a Python or numpy scalar, or a 0-d tensor",
+                fix="weight=batch_size (or weight=mask.sum())",
             )
-        if weight != 1 and reduce != "mean":
+        policy = _nan_policy(nan)
+        known = self._entries.get(name)
+        if known is not None and known.nan != policy:
+            raise InvalidMetric(
+                field="nan",
+                value=nan,
+                reason=f"{name!r} was logged with nan={known.nan!r} before",
+                fix="Keep one NaN policy per key",
+            )
+        if weight_value != 1 and reduce != "mean":
             raise InvalidMetric(
                 field="weight",
                 value=weight,
@@ -471,6 +545,14 @@ class MetricStore:
                 fix="Drop weight=, or use reduce='mean'",
             )
         if _is_stateful(value):
+            if policy != "propagate":
+                raise InvalidMetric(
+                    field="nan",
+                    value=nan,
+                    reason="a torchmetrics Metric keeps its own states and its own NaN handling",
+                    fix="Create the metric with its nan_strategy (e.g. MeanMetric(nan_strategy='ignore')), and log it "
+                    "without nan=",
+                )
             self._log_stateful(name, value, store_on_cpu)
             return
         if name in self._stateful:
@@ -478,7 +560,7 @@ class MetricStore:
                 field="name", value=name, reason="it holds a stateful metric object", fix="Use another name"
             )
         if _is_tensor(value):
-            self._log_tensor(name, value, reduce, weight_value, store_on_cpu)
+            self._log_tensor(name, value, reduce, weight_value, store_on_cpu, policy)
             return
         if not isinstance(value, (int, float, bool)) and isinstance(value, numbers.Real):
             # numpy's scalars and the like: an integral one is an int, a real one a float.
@@ -490,7 +572,7 @@ class MetricStore:
                 reason=f"a {type(value).__name__} is not a number, a tensor or a metric object",
                 fix="Log a number, a tensor, or a torchmetrics Metric",
             )
-        self._log_number(name, value, reduce, weight_value)
+        self._log_number(name, value, reduce, weight_value, policy)
 
     def _existing(
         self, name: str, op: ReduceOp, kind: Literal["float", "int"], shape: tuple[int, ...] | None
@@ -531,7 +613,13 @@ class MetricStore:
                 fix="Use smaller weights (relative ones are enough for a mean)",
             )
 
-    def _log_number(self, name: str, value: float | int, op: ReduceOp, weight: float) -> None:
+    def _log_number(self, name: str, value: float | int, op: ReduceOp, weight: float, nan: NanPolicy) -> None:
+        skip = False
+        if isinstance(value, float) and math.isnan(value) and nan not in _KEPT_NANS:
+            if nan == "ignore":
+                skip = True  # the key still exists on this rank (every rank must hold the same keys)
+            else:
+                value = float(nan)
         kind: Literal["float", "int"] = "int" if isinstance(value, int) and op != "mean" else "float"
         entry = self._existing(name, op, kind, None)
         if op == "mean":
@@ -564,10 +652,12 @@ class MetricStore:
                     fix="Log this key as floats from the start, or reset() it more often",
                 )
         if entry is None:
-            entry = _Entry(op=op, kind=kind, shape=None, device="python", total=None)
+            entry = _Entry(op=op, kind=kind, shape=None, device="python", total=None, nan=nan)
             self._entries[name] = entry
             self._numbers.setdefault((op, kind), {})[name] = entry
             self._created(name, entry.spec(), ordered=True)
+        if skip:
+            return
         if op == "mean":
             entry.total = (entry.total or 0.0) + float(number) * weight
             entry.weight += weight
@@ -582,9 +672,18 @@ class MetricStore:
             entry.total = number if entry.total is None else better(entry.total, number)
         entry.count += 1
 
-    def _log_tensor(self, name: str, value: Any, op: ReduceOp, weight: float, store_on_cpu: bool | None) -> None:
+    def _log_tensor(
+        self, name: str, value: Any, op: ReduceOp, weight: float, store_on_cpu: bool | None, nan: NanPolicy
+    ) -> None:
         import torch
 
+        if nan == "ignore" and op == "mean" and value.numel() > 1:
+            raise InvalidMetric(
+                field="nan",
+                value=nan,
+                reason="leaving NaN elements out of a tensor mean would need a weight per element",
+                fix="Log a scalar (a 0-d tensor) with nan='ignore', or replace NaNs with a value (nan=0.0)",
+            )
         if value.requires_grad:
             raise InvalidMetric(
                 field=name,
@@ -637,6 +736,15 @@ class MetricStore:
             )
         dtype = (torch.float32 if _without_float64(device) else torch.float64) if kind == "float" else torch.int64
         incoming = value.detach().to(device=device, dtype=dtype)
+        skip = False
+        if kind == "float" and nan not in _KEPT_NANS:
+            if nan != "ignore":
+                incoming = torch.where(torch.isnan(incoming), float(nan), incoming)
+            elif op == "mean":
+                skip = bool(torch.isnan(incoming).any())  # a scalar: its NaN is left out (read on the host)
+            else:  # the op's neutral value in place of each NaN: nothing accumulated there
+                neutral = 0.0 if op == "sum" else -math.inf if op == "max" else math.inf
+                incoming = torch.where(torch.isnan(incoming), neutral, incoming)
         summed = None
         if op == "sum" and kind == "int" and entry is not None:
             summed = entry.total + incoming
@@ -650,7 +758,9 @@ class MetricStore:
                 )
         # Everything is checked: only now is anything changed.
         if entry is None:
-            entry = self._new_tensor_entry(name, op, kind, shape, device, dtype)
+            entry = self._new_tensor_entry(name, op, kind, shape, device, dtype, nan)
+        if skip:
+            return
         total = entry.total
         if op == "mean":
             total.add_(incoming, alpha=weight)
@@ -667,9 +777,16 @@ class MetricStore:
         entry.count += 1
 
     def _new_tensor_entry(
-        self, name: str, op: ReduceOp, kind: Literal["float", "int"], shape: tuple[int, ...], device: str, dtype: Any
+        self,
+        name: str,
+        op: ReduceOp,
+        kind: Literal["float", "int"],
+        shape: tuple[int, ...],
+        device: str,
+        dtype: Any,
+        nan: NanPolicy,
     ) -> _Entry:
-        entry = _Entry(op=op, kind=kind, shape=shape, device=device, total=None)
+        entry = _Entry(op=op, kind=kind, shape=shape, device=device, total=None, nan=nan)
         size = math.prod(shape)
         slab: _Slab | None
         if size > _SHARED_SLAB_LIMIT:
@@ -737,6 +854,11 @@ class MetricStore:
         if not self._entries and not self._stateful:
             return {}
         values = self._values(synced=world > 1)
+        failed = sorted(
+            name for name, entry in self._entries.items() if entry.nan == "error" and _has_nan(values[name])
+        )
+        if failed:
+            raise MetricNaN(keys=failed)
         for name, stateful in sorted(self._stateful.items()):  # every rank reduces them in the same order
             values[name] = _plain(_compute_stateful(stateful, sync=world > 1))
         return dict(sorted(values.items()))
@@ -1031,8 +1153,10 @@ __all__ = [
     "InvalidMetric",
     "MetricError",
     "MetricKeyMismatch",
+    "MetricNaN",
     "MetricOverflow",
     "MetricStore",
+    "NanPolicy",
     "NotInWorld",
     "PlainValue",
     "ReduceOp",

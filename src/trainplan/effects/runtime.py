@@ -24,6 +24,7 @@ The process-level view is typed for a strict downstream loop: `rank`, `local_ran
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator, Sized
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -172,6 +173,7 @@ class Runtime:
         """Rank 0 (where to save checkpoints and print)."""
         self.device: torch.device = torch.device(world.device)
         self._wrappers: ModelWrappers = TorchWrappers() if wrappers is None else wrappers
+        self._wrapped: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()  # what wrap took and gave: never twice
         self.rules: Rules = rules_of(plan) if rules is None else _same_rules(plan, rules)
         """The rule set the plan was made from: a downstream precision's recipe is one of its rows."""
         if plan.precision not in self.rules.precision_recipes:
@@ -295,6 +297,22 @@ class Runtime:
             raise NotWrappable(
                 f"rt.wrap takes a torch.nn.Module, not a {type(given).__name__}: wrap the model, then call it"
             )
+        wrapper = _wrapper_of(given)
+        if wrapper is not None or given in self._wrapped:
+            what = f"already a {wrapper}" if wrapper is not None else "a model this runtime wrapped already"
+            raise NotWrappable(
+                f"rt.wrap takes the bare model once, and this one is {what}: a second wrapper would reduce every "
+                "gradient twice. Wrap the model itself, once, and keep the module rt.wrap returns"
+            )
+        wrapped = self._wrap(given, parallelize)
+        self._wrapped.update((given, wrapped))
+        return wrapped
+
+    def _wrap(
+        self,
+        model: torch.nn.Module,
+        parallelize: Callable[[torch.nn.Module, DeviceMesh], torch.nn.Module] | None,
+    ) -> torch.nn.Module:
         recipe = family_recipe(self.plan)
         precision = precision_recipe(self.plan, self.rules)
         if precision.engine != "torch":
@@ -512,12 +530,37 @@ class Runtime:
         )
 
 
+def _wrapper_of(model: object) -> str | None:
+    """The name of the torch wrapper `model` already is (DDP, DataParallel, FSDP, an FSDP2 module), or None."""
+    import torch
+
+    kinds: list[tuple[str, type]] = [
+        ("DistributedDataParallel", torch.nn.parallel.DistributedDataParallel),
+        ("DataParallel", torch.nn.DataParallel),
+    ]
+    with contextlib.suppress(ImportError):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        kinds.append(("FullyShardedDataParallel", FullyShardedDataParallel))
+    with contextlib.suppress(ImportError):
+        from torch.distributed.fsdp import FSDPModule  # torch >= 2.6
+
+        kinds.append(("fully_shard (FSDP2) module", FSDPModule))
+    return next((name for name, kind in kinds if isinstance(model, kind)), None)
+
+
 def _same_rules(plan: Plan, rules: Rules) -> Rules:
     """`rules`, when the plan may have been made from it: as `Plan.from_dict` reads a plan, a rule set whose
     reference differs from the one the plan records is refused (its recipes are another rule set's)."""
     given: object = rules
     if not isinstance(given, Rules):
-        raise TypeError(f"rules must be a trainplan.Rules, not {type(given).__name__}")
+        raise InvalidRequest(
+            field="rules",
+            value=given,
+            reason=f"the runtime takes a trainplan.Rules, not {type(given).__name__}",
+            fix="Pass the rule set the plan was made from (trainplan.BUILTIN_RULES, or one built with extend), or "
+            "leave rules out",
+        )
     if not rules.may_have_made(plan.rules):
         raise InvalidRequest(
             field="rules",
@@ -542,6 +585,10 @@ def runtime(
     `rules`: the rule set the plan was made from (default: the one the plan names, imported; trainplan's own for
     its plans). `devices` binds a downstream accelerator's device (see `trainplan.join`)."""
     require_torch("trainplan.runtime")  # its device, wrappers, autocast and sampler are torch's
+    if plan is not None and not isinstance(plan, Plan):
+        raise NotWrappable(
+            f"runtime takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve()"
+        )
     if plan is None:
         import trainplan
 

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from trainplan.effects.extras import require_torch
+from trainplan.effects.probing import process_variables
 from trainplan.effects.rules_loading import rules_of
 from trainplan.mapping.workers import (
     STARTING_LAUNCHERS,
@@ -55,8 +56,13 @@ class DeviceBinder(Protocol):
 
     def bind(self, device_type: str, index: int) -> None:
         """Make device `index` of `device_type` this process's current device. Raises `LookupError` when torch
-        does not know the device type (its plugin is not imported), saying what torch said. Cheap: no collective,
-        no allocation beyond the plugin's own context."""
+        does not know the device type (its plugin is not imported), saying what torch said, and `DeviceUnavailable`
+        when torch knows it but this process has no such device (a torch without CUDA, an index beyond the count).
+        Cheap: no collective, no allocation beyond the plugin's own context."""
+
+
+class DeviceUnavailable(RuntimeError):
+    """A `DeviceBinder`'s refusal of a device this process does not have (why, in the message)."""
 
 
 class TorchDevices:
@@ -71,6 +77,12 @@ class TorchDevices:
             module: Any = torch.get_device_module(device)
         except (RuntimeError, ValueError, AttributeError) as error:
             raise LookupError(str(error).strip().splitlines()[0]) from None
+        available = getattr(module, "is_available", None)
+        count = getattr(module, "device_count", None)
+        if callable(available) and not available():
+            raise DeviceUnavailable(f"torch {torch.__version__} sees no {device_type} device here")
+        if callable(count) and index >= count():
+            raise DeviceUnavailable(f"torch sees {count()} {device_type} device(s) here, so {device} does not exist")
         setter = getattr(module, "set_device", None)
         if setter is not None:
             setter(device)
@@ -216,6 +228,11 @@ def _bind_device(plan: Plan, device: str, devices: DeviceBinder) -> None:
     device_type, _, index = device.partition(":")
     try:
         devices.bind(device_type, int(index or 0))
+    except DeviceUnavailable as error:
+        raise JoinError(
+            f"The plan drives {device} on this process, and {error}. A plan is made for the machine it was resolved "
+            "on: resolve it here (trainplan.resolve() probes this machine), or run where its devices are"
+        ) from None
     except LookupError as error:
         rules = "an unnamed rule set" if plan.rules is None or ":" not in plan.rules else f"the rule set {plan.rules}"
         raise JoinError(
@@ -245,7 +262,7 @@ def _collect_before_teardown() -> None:
 
 def _check_this_process(plan: Plan, rank: int) -> None:
     """An external plan names one rank of one job: it must be this process's (its launcher's variables say)."""
-    job = job_of(os.environ)
+    job = job_of(process_variables())
     if job is None:
         raise JoinError(
             f"The plan is rank {rank}'s of a world of {plan.world_size}, but no launcher started this process (none "

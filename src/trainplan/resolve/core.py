@@ -21,7 +21,7 @@ import attrs
 from trainplan.parse import normalise
 from trainplan.parse.fields import IN_CHECK_ORDER, REFUSED, REQUEST_FIELD_ROWS
 from trainplan.parse.normalise import DevicesSpec
-from trainplan.resolve.cluster import ClusterFacts, detect
+from trainplan.resolve.cluster import ClusterFacts, detect, is_loopback_host
 from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
 from trainplan.resolve.refusal import incompatible
 from trainplan.resolve.visible import visible_entries
@@ -370,6 +370,19 @@ def _run(request: object, given_env: object, report: Report, rules: Rules) -> Pl
             local_rank=None,
         )
     reasons["cluster"] = facts.reason
+    if (facts.creates_processes or facts.launched) and num_nodes > 1 and is_loopback_host(cluster.main_address):
+        given = f"{facts.address_from}={cluster.main_address}" if facts.address_from else cluster.main_address
+        notes.append(
+            _new_note(
+                code="job-loopback-address",
+                level="warning",
+                message=(
+                    f"the main address {given} is this machine's loopback, but the job spans {num_nodes} nodes: "
+                    "each node would meet on its own, unless every node is this one host. Unset it, or set it to the "
+                    "address of node 0"
+                ),
+            )
+        )
     cluster_rule = lookup(rules.clusters, facts.kind, name="CLUSTERS")
     if not cluster_rule.creates_processes and num_nodes > 1 and facts.address_from is None:
         notes.append(

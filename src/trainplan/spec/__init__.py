@@ -8,9 +8,13 @@ from trainplan.spec.errors import (
     ClusterEnvironmentError,
     Incompatible,
     InvalidRequest,
+    MeshDimensionError,
+    MeshQueryError,
+    MeshRankError,
     MissingRule,
     PlanFormatError,
     TrainplanError,
+    TrainplanWarning,
     Unavailable,
 )
 from trainplan.spec.frozen import FrozenMap
@@ -60,7 +64,10 @@ __all__ = [
     "InvalidRequest",
     "LauncherName",
     "MeshDimension",
+    "MeshDimensionError",
     "MeshLayout",
+    "MeshQueryError",
+    "MeshRankError",
     "MetricKind",
     "MetricPlacement",
     "MetricSlot",
@@ -81,5 +88,6 @@ __all__ = [
     "StrategyName",
     "StrategyOptions",
     "TrainplanError",
+    "TrainplanWarning",
     "Unavailable",
 ]

@@ -55,6 +55,16 @@ def _rebuild_error(cls: type[TrainplanError], state: dict[str, object]) -> Train
     return error
 
 
+class TrainplanWarning(UserWarning):
+    """A plan's warning note, shown through Python's warnings by `trainplan.resolve`: the plan works, but probably
+    not as meant (a process planned alone beside a job's tasks, a loopback address across nodes). The note's code is
+    `code`; filter the category to silence them."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class InvalidRequest(TrainplanError, ValueError):
     """A value (or its type) that trainplan does not accept for a field."""
 
@@ -137,6 +147,18 @@ class MissingRule(TrainplanError, LookupError):
             f"The rule table {table} has no row for {key!r}: this combination is not covered by trainplan's "
             "rules. Report it as a bug, and pick explicit values meanwhile."
         )
+
+
+class MeshRankError(TrainplanError, IndexError):
+    """A rank or coordinates that are not in a device mesh (as `IndexError`, so that index code still catches it)."""
+
+
+class MeshDimensionError(TrainplanError, KeyError):
+    """A name that is not a dimension of a device mesh (as `KeyError`, so that mapping code still catches it)."""
+
+
+class MeshQueryError(TrainplanError, ValueError):
+    """A device-mesh question asked with a value that is not one (a negative limit, say)."""
 
 
 class PlanFormatError(TrainplanError, ValueError):

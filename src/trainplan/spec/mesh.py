@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from trainplan.spec.errors import MeshDimensionError, MeshQueryError, MeshRankError, shown
 from trainplan.spec.frozen import freeze_sequence
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 
@@ -62,10 +63,17 @@ class MeshLayout:
 
     def rank_at(self, coordinates: tuple[int, ...]) -> int:
         """The rank at `coordinates` (the inverse of `coordinates`)."""
-        if len(coordinates) != len(self.shape) or any(
-            not 0 <= index < size for index, size in zip(coordinates, self.shape, strict=True)
+        given: object = coordinates
+        if (
+            not isinstance(given, (tuple, list))
+            or len(given) != len(self.shape)
+            or any(isinstance(index, bool) or not isinstance(index, int) for index in given)
+            or any(not 0 <= index < size for index, size in zip(given, self.shape, strict=True))
         ):
-            raise IndexError(f"coordinates {coordinates} are outside the mesh {self.describe()}")
+            raise MeshRankError(
+                f"coordinates {shown(coordinates)} are not in the mesh {self.describe()}: write one whole number per "
+                f"dimension ({len(self.shape)} of them), each from 0 to its size - 1"
+            )
         rank = 0
         for index, size in zip(coordinates, self.shape, strict=True):
             rank = rank * size + index
@@ -86,23 +94,26 @@ class MeshLayout:
     ) -> tuple[tuple[int, ...], ...]:
         """Every group along `dimension`, each in rank order, ordered by their first rank; there are
         `world_size // size(dimension)` in all. `limit` keeps the first groups only, `members` the first ranks of
-        each (for a drawing of a large world); both are counts, 0 or more (`ValueError` otherwise)."""
+        each (for a drawing of a large world); both are counts, 0 or more (`MeshQueryError`, a `ValueError`,
+        otherwise)."""
         for name, value in (("limit", limit), ("members", members)):
             given: object = value
             if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 0):
-                raise ValueError(f"{name}={value!r} is not a number of groups or ranks to keep; use 0 or more, or None")
+                raise MeshQueryError(
+                    f"{name}={shown(value)} is not a number of groups or ranks to keep; use 0 or more, or None"
+                )
         axis = self._index(dimension)
         size = self.shape[axis]
         stride = math.prod(self.shape[axis + 1 :])
         count = self.world_size // size if limit is None else min(limit, self.world_size // size)
-        shown = size if members is None else min(members, size)
+        kept = size if members is None else min(members, size)
         found: list[tuple[int, ...]] = []
         for block in range(self.world_size // (size * stride)):
             for offset in range(stride):
                 if len(found) == count:
                     return tuple(found)
                 first = block * size * stride + offset
-                found.append(tuple(first + index * stride for index in range(shown)))
+                found.append(tuple(first + index * stride for index in range(kept)))
         return tuple(found)
 
     def describe(self) -> str:
@@ -112,14 +123,18 @@ class MeshLayout:
     def _index(self, dimension: MeshDimension) -> int:
         if dimension not in self.dimensions:
             names = ", ".join(repr(name) for name in self.dimensions)
-            raise KeyError(f"{dimension!r} is not a dimension of this mesh; its dimensions are {names}")
+            raise MeshDimensionError(f"{shown(dimension)} is not a dimension of this mesh; its dimensions are {names}")
         return self.dimensions.index(dimension)
 
     def _check_rank(self, rank: int) -> None:
         given: object = rank
-        if isinstance(given, bool) or not isinstance(given, int) or not 0 <= given < self.world_size:
-            raise IndexError(
-                f"rank {rank!r} is outside the mesh's {self.world_size} ranks; use 0 to {self.world_size - 1}"
+        if isinstance(given, bool) or not isinstance(given, int):
+            raise MeshRankError(
+                f"rank {shown(rank)} is not a rank: a rank is a whole number, from 0 to {self.world_size - 1} here"
+            )
+        if not 0 <= given < self.world_size:
+            raise MeshRankError(
+                f"rank {rank} is outside the mesh's {self.world_size} ranks; use 0 to {self.world_size - 1}"
             )
 
 

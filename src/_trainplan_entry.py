@@ -1,0 +1,29 @@
+"""The `trainplan` command's first code, outside the package so that it runs before anything of trainplan is
+imported: Ctrl-C at any moment, even while trainplan (or, for `trainplan launch`, torch) is still being imported,
+is one line and exit 130, never a KeyboardInterrupt traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def _interrupted(number: int, frame: object) -> None:
+    try:
+        sys.stderr.write("trainplan: interrupted\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(128 + number)
+
+
+def main() -> int:
+    """The console script: `trainplan.cli.main`, imported under a handler that ends the command on Ctrl-C."""
+    default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if default:  # an ignored SIGINT (a background job's) stays ignored
+        signal.signal(signal.SIGINT, _interrupted)
+    from trainplan.cli import main as run
+
+    if default:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on the CLI handles Ctrl-C itself
+    return run()
