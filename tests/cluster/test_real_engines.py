@@ -155,6 +155,12 @@ def _mpich_two_nodes_no_address(job: Job) -> Run:
     return run_batch(job, ["-N2", "--ntasks-per-node=2", "--wrap", line])
 
 
+@scenario("mpich-sbatch-2-nodes-no-port")
+def _mpich_two_nodes_no_port(job: Job) -> Run:
+    line = shlex.join([*MPICH, "-genv", "MASTER_ADDR", "127.0.0.1", "-n", "4", *PROBE_COMMAND])
+    return run_batch(job, ["-N2", "--ntasks-per-node=2", "--wrap", line])
+
+
 @scenario("srun-3-plus-1-hostfile")
 def _srun_hostfile(job: Job) -> Run:
     # The 3 + 1 placement for certain (srun -N2 -n4 gives it only while tpnode1 has 3 CPUs free).
@@ -784,6 +790,17 @@ def test_mpich_two_nodes_without_master_addr_is_refused(scenarios: Pool) -> None
     run = scenarios.result("mpich-sbatch-2-nodes-no-address")
     words = ("MASTER_ADDR", "-genv")
     check(problems_of_refusal(run, count=4, error="Incompatible", rule="cluster-main-address", words=words), run)
+
+
+@pytest.mark.scenario("mpich-sbatch-2-nodes-no-port")
+def test_mpich_two_nodes_without_master_port_is_refused(scenarios: Pool) -> None:
+    """MPICH states no job id every node shares: a fixed port over several nodes could meet another job there."""
+    run = scenarios.result("mpich-sbatch-2-nodes-no-port")
+    words = ("MASTER_PORT", "-genv MASTER_PORT", "fixed port 29500")
+    check(
+        problems_of_refusal(run, count=4, error="ClusterEnvironmentError", variable="MASTER_PORT", words=words),
+        run,
+    )
 
 
 @pytest.mark.scenario("mpich-sbatch-2-nodes")
