@@ -114,3 +114,13 @@ def test_kept_log_files_are_named_and_a_quoted_error_file_still_exists() -> None
     assert failing.returncode == 1
     assert "trainplan: its error: ValueError: the learning rate is negative" in failing.stderr, failing.stderr
     assert "error.json" not in failing.stderr, "no path to a file removed at the end"
+
+
+@pytest.mark.parametrize("where", ["engine", "inside a started job"])
+def test_a_launch_that_ends_by_itself_never_waits_out_its_grace_period(where: str) -> None:
+    # The launch's own lifeline watcher is no leftover to reap: it once took the whole grace period (it ignores
+    # SIGTERM) after every launch. With a grace period of 600 s, such a wait would outlast the 90 s allowed here.
+    extra = _pod() if where != "engine" else None
+    flags = ["--devices", "1"] if where == "engine" else ["--accelerator", "cpu"]
+    done = _run(["launch", "--quiet", *flags, "--grace-period", "600", "--", "-c", "print('done')"], extra)
+    assert done.returncode == 0 and "[rank 0] done" in done.stdout, done.stderr

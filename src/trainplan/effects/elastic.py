@@ -820,12 +820,13 @@ def _run_engine(
     specs = _logs_specs(
         log_dir=log_dir, redirects=redirects, tee=tee, ranks_filter=ranks_filter, out=out, err=err, on_start=on_start
     )
+    # If this process is killed outright, the lifeline kills the workers and removes the temporary log directory.
+    # Started before the children are counted: its watcher is a child of ours that the reaping must leave alone.
+    lifeline = Lifeline(cleanup=() if keep_files else (log_dir,))
     before = _children()
     subreaper = _set_subreaper(True)
     deadline: threading.Timer | None = None
     code = left = 0
-    # If this process is killed outright, the lifeline kills the workers and removes the temporary log directory.
-    lifeline = Lifeline(cleanup=() if keep_files else (log_dir,))
     common = {**variables, **_common_variables(plan, meeting, port), **lifeline.variables}
     with _own_signals() as signals:
         try:
@@ -953,9 +954,9 @@ def _run_as_this_rank(
     code = 0
     process: subprocess.Popen[bytes] | None = None
     pumps: list[threading.Thread] = []
-    before = _children()
-    subreaper = _set_subreaper(True)
     lifeline = Lifeline()  # the script and what it starts end with this process, however it ends
+    before = _children()  # the lifeline's watcher among them: never reaped
+    subreaper = _set_subreaper(True)
     try:
         with _sigterm_stops_workers():
             try:
