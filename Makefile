@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Test processes at once: most process tests wait on their workers more than they compute.
+TEST_PROCESSES ?= 3
 
 .PHONY: demo test lint typecheck layers unit bench clean
 
@@ -32,7 +34,7 @@ layers: $(STAMP)
 	$(BIN)/lint-imports
 
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile
 
 test: lint typecheck layers unit
 

@@ -8,7 +8,28 @@ a local `.hypothesis/` folder, replayed on every later run there and never on CI
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from hypothesis import settings
+
+SUMMARY_KEY = "trainplan_summary"
+"""Where a pytest-xdist worker leaves the lines its session summary would print (the cluster suite's times): the
+controller prints them."""
+
+_from_workers: list[str] = []
 
 settings.register_profile("trainplan", database=None, print_blob=True)
 settings.load_profile("trainplan")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    for line in getattr(node, "workeroutput", {}).get(SUMMARY_KEY, []):
+        if line not in _from_workers:
+            _from_workers.append(line)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in _from_workers:
+        terminalreporter.write_line(line, yellow="skipped" in line)

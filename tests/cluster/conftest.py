@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import harness
+from tests.conftest import SUMMARY_KEY
 
 REQUIRE_VARIABLE = "TRAINPLAN_REQUIRE_ENGINES"
 WORKERS = int(os.environ.get("TRAINPLAN_CLUSTER_WORKERS", "3"))
@@ -57,26 +58,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _state["skipped"] = (len(cluster), reason)
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def _summary() -> list[str]:
+    """What the session's summary says of the cluster suite: skipped tests and why, or the scenarios' times."""
+    lines: list[str] = []
     skipped = _state.get("skipped")
     if isinstance(skipped, tuple):
         count, reason = skipped
-        terminalreporter.write_line(f"cluster suite: {count} test(s) skipped: {reason}", yellow=True)
+        lines.append(f"cluster suite: {count} test(s) skipped: {reason}")
     pool = _state.get("pool")
     if isinstance(pool, harness.Pool) and pool.times:
         slowest = sorted(pool.times.items(), key=lambda item: -item[1][1])
         listed = ", ".join(f"{name} {seconds:.0f}s" for name, (_, seconds) in slowest)
         retried = {name: run.notes.get("attempts") for name, run in pool.done.items() if isinstance(run, harness.Run)}
         retried = {name: attempts for name, attempts in retried.items() if attempts != 1}
-        terminalreporter.write_line(
+        lines.append(
             f"cluster suite: {len(pool.times)} scenario(s), {WORKERS} at a time, {pool.wall:.0f} s wall "
             f"(session fixture to last scenario: {float(str(_state.get('engines_seconds', 0))) + pool.wall:.0f} s); "
             f"each: {listed}"
         )
         if retried:
-            terminalreporter.write_line(
-                f"cluster suite: started again after SLURM could not lay out a step's tasks: {retried}"
-            )
+            lines.append(f"cluster suite: started again after SLURM could not lay out a step's tasks: {retried}")
+    return lines
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist the suite (one file) runs in one worker: its summary travels to the controller,
+    # which prints it (tests/conftest.py).
+    output = getattr(session.config, "workeroutput", None)
+    if isinstance(output, dict):
+        output[SUMMARY_KEY] = [*output.get(SUMMARY_KEY, []), *_summary()]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in _summary():
+        terminalreporter.write_line(line, yellow="skipped" in line)
 
 
 @pytest.fixture(scope="session")

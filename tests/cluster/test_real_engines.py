@@ -48,6 +48,8 @@ from tests.cluster.harness import (
 )
 from tests.cluster.probe import EXIT_REFUSED
 
+# The suite is this one file: under pytest-xdist's `--dist loadfile` (make test) one worker runs it all, with one
+# SLURM session and one pool of scenarios.
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
 PROBE_COMMAND = [PYTHON, PROBE]
