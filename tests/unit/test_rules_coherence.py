@@ -533,6 +533,12 @@ def test_every_problem_lists_them_all_at_once() -> None:
     assert "rules.families['dp'].precisions" in fields and "rules.families['ddp'].accelerators" in fields
     with pytest.raises(InvalidRequest, match="no such table"):
         every_problem(BUILTIN_RULES, tables={})
+    for name, value in (("clusters", 5), ("auto_strategies", list(B.auto_strategies)), ("families", [DDP])):
+        with pytest.raises(InvalidRequest) as refused:
+            every_problem(BUILTIN_RULES, **{name: value})
+        with pytest.raises(InvalidRequest) as built:
+            _with(BUILTIN_RULES, **{name: value})
+        assert refused.value.field == built.value.field == f"rules.{name}"
 
 
 class _Counted(str):

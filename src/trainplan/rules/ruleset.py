@@ -290,12 +290,31 @@ class Rules:
         )
 
 
+_CONTAINERS: Final[Mapping[str, tuple[type, ...]]] = {
+    "Mapping": (Mapping,),
+    "tuple": (tuple,),
+    "frozenset": (frozenset, set),
+}
+"""What each kind of table is given as (by the start of its annotation)."""
+
+
 def _derive(rules: Rules) -> None:
-    """The read-only tables and the indexes of a rule set (its spellings, its clusters' variables), built once."""
+    """The read-only tables and the indexes of a rule set (its spellings, its clusters' variables), built once; a
+    table of another kind (`clusters=5`) is refused naming it."""
     # Every table a read-only copy: a rule set is a value (an extension is a new one), so nobody can change one in
     # place and have the memoised resolve and the cold path disagree.
     for attribute in attrs.fields(Rules):
-        value = getattr(rules, attribute.name) if attribute.init else None
+        if not attribute.init:
+            continue
+        value = getattr(rules, attribute.name)
+        kind = str(attribute.type).partition("[")[0]
+        if kind in _CONTAINERS and not isinstance(value, _CONTAINERS[kind]):
+            raise InvalidRequest(
+                field=f"rules.{attribute.name}",
+                value=value,
+                reason=f"a rule set's {attribute.name} is a {kind}, not a {type(value).__name__}",
+                fix=f"Write e.g. {attribute.name}=BUILTIN_RULES.{attribute.name}",
+            )
         if isinstance(value, Mapping):
             object.__setattr__(rules, attribute.name, MappingProxyType(dict(value)))
     spellings: dict[str, StrategyFlag | CustomName] = {"auto": "auto"}
@@ -321,7 +340,8 @@ def _derive(rules: Rules) -> None:
 
 def every_problem(base: Rules, **tables: Any) -> tuple[InvalidRequest, ...]:
     """Every problem of `base` with `tables` in place of its own (as `attrs.evolve(base, **tables)` would build it,
-    which raises the first): what a tool lists, all at once. Empty: that rule set builds."""
+    which raises the first): what a tool lists, all at once. Empty: that rule set builds. A name that is no table,
+    or a table of another kind (`clusters=5`), is refused at once, as building refuses it."""
     unknown = sorted(set(tables) - {attribute.name for attribute in attrs.fields(Rules) if attribute.init})
     if unknown:
         raise InvalidRequest(
