@@ -4,7 +4,8 @@ accelerator (with its backend) and a precision.
 Lightning users register strategies such as `ddp_custom_checkpoint_io` in Lightning's global `StrategyRegistry`,
 and accelerators such as Ascend's NPU or Gaudi's HPU through plugins; with trainplan the framework builds a value
 instead and passes it to `resolve`, `check`, `render_matrix` and the CLI (`trainplan plan --rules
-tests.downstream_rules:RULES --strategy ddp_custom_checkpoint_io`, `--assume npu=8 --accelerator npu`).
+tests.downstream_rules:RULES --strategy ddp_custom_checkpoint_io`, `--assume npu=8 --accelerator npu`). A cluster
+manager trainplan does not know is a row of its own (`PBS_RULES`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from trainplan import (
     BUILTIN_RULES,
     AcceleratorRule,
     BackendRule,
+    ClusterRule,
     CustomName,
     FrameworkAccelerator,
+    JobVariable,
+    JobVariables,
     PrecisionName,
     PrecisionRecipe,
     PrecisionRule,
@@ -158,3 +162,34 @@ PLUGGED: Final[Rules] = RULES.extend(
     name="tests.downstream_rules:PLUGGED",
 )
 """The same rules, with what the frameworks and Kubernetes call the NPU: the adapters and a PyTorchJob take it."""
+
+PBS: Final = CustomName("pbs")
+"""A PBS-like cluster manager (invented for the tests): `pbsdsh -u` starts one process per node, with the job's id and
+the node's index in its variables, and `trainplan launch` there starts the node's workers."""
+
+PBS_NODES: Final = ClusterRule(
+    name=PBS,
+    description="PBS, one process per node started by pbsdsh -u (trainplan starts the node's workers)",
+    detect_variables=(frozenset({"PBS_JOBID", "PBS_NODENUM"}),),
+    detect_priority=2,  # below the managers that start every process themselves: inside them, they started it
+    creates_processes=False,
+    node_rank_variable="PBS_NODENUM",
+    schemas=(
+        JobVariables(
+            label="PBS",
+            reason="PBS was {how} (PBS_JOBID and PBS_NODENUM are set: pbsdsh started this node's process)",
+            node_rank=JobVariable(names=("PBS_NODENUM",), required=True),
+            num_nodes=JobVariable(names=("PBS_NUM_NODES",)),
+            main_address=(
+                JobVariable(names=("MASTER_ADDR",), format="host"),
+                JobVariable(names=("PBS_MOM_HOST",), format="host"),  # the job's first node: rank 0's
+            ),
+            main_port=JobVariable(names=("MASTER_PORT",), format="port"),
+        ),
+    ),
+    launch_hint="qsub -l nodes={num_nodes}, then pbsdsh -u trainplan launch --devices {processes_per_node} ...",
+)
+
+PBS_RULES: Final[Rules] = RULES.extend(clusters=[PBS_NODES], name="tests.downstream_rules:PBS_RULES")
+"""The framework's rules with the PBS-like cluster: its plans read back from JSON, and `trainplan launch --rules`
+runs them."""

@@ -29,8 +29,14 @@ from trainplan.rules import (
     AcceleratorRule,
     AutoStrategyRule,
     BackendRule,
+    ClusterRule,
+    DefaultPort,
     FamilyRule,
     FrameworkAccelerator,
+    JobPort,
+    JobVariable,
+    JobVariables,
+    NotATask,
     PrecisionRecipe,
     PrecisionRule,
     Rules,
@@ -80,7 +86,7 @@ from trainplan.spec import (
 )
 from trainplan.spec.entry import EntryPoints as _EntryPoints
 from trainplan.spec.entry import install as _install
-from trainplan.spec.names import AcceleratorKey, BackendKey, CustomName, PrecisionKey, StrategyKey
+from trainplan.spec.names import AcceleratorKey, BackendKey, ClusterKey, CustomName, PrecisionKey, StrategyKey
 
 _install(
     _EntryPoints(
@@ -222,7 +228,7 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
     request = Request() if request is None else request
     if env is None:
         # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.
-        env = probe(usable_gpus=getattr(request, "select_usable_gpus", False) is True)
+        env = probe(usable_gpus=getattr(request, "select_usable_gpus", False) is True, rules=rules)
     plan = _resolve(request, env, rules)
     for note in plan.notes:
         if note.level == "warning":  # said where it is seen, not only kept in the plan (filter TrainplanWarning)
@@ -262,7 +268,7 @@ def check(
     """Every problem with `request` on `env` (default: this machine) under `rules`; empty when it resolves."""
     from trainplan.effects.probing import probe
 
-    return _check(Request() if request is None else request, probe() if env is None else env, rules)
+    return _check(Request() if request is None else request, probe(rules=rules) if env is None else env, rules)
 
 
 __all__ = [
@@ -278,10 +284,13 @@ __all__ = [
     "ClusterEnvironmentError",
     "ClusterFlag",
     "ClusterInfo",
+    "ClusterKey",
     "ClusterName",
+    "ClusterRule",
     "CustomName",
     "DDPOptions",
     "DeepSpeedOptions",
+    "DefaultPort",
     "Environment",
     "FSDPOptions",
     "FamilyRule",
@@ -291,6 +300,9 @@ __all__ = [
     "Incompatible",
     "InvalidMetric",
     "InvalidRequest",
+    "JobPort",
+    "JobVariable",
+    "JobVariables",
     "JoinError",
     "LaunchError",
     "LaunchTimeout",
@@ -312,6 +324,7 @@ __all__ = [
     "MissingRule",
     "ModelParallelOptions",
     "NestedLaunch",
+    "NotATask",
     "NotImportable",
     "NotInWorld",
     "NotWrappable",

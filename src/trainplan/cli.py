@@ -398,7 +398,7 @@ def _read_env_file(path: Path) -> dict[str, str]:
 
 
 def _environment(arguments: argparse.Namespace) -> Environment:
-    env = Environment() if arguments.no_probe else probe()
+    env = Environment() if arguments.no_probe else probe(rules=_rules(arguments))
     variables = _given_variables(arguments)
     if variables:
         env = env.with_variables(variables)

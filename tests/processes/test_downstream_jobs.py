@@ -1,7 +1,8 @@
 """A downstream framework's strategy, run for real on CPU over gloo: `trainplan launch --rules` starts it and its
 workers read the plan back with the same rule set; an emitted torchrun line carries the rule set (TRAINPLAN_RULES)
-and `trainplan.resolve()` inside the job imports it. Neither child has the project on PYTHONPATH: the rule set's
-module is found in the current directory, as `--rules` finds it."""
+and `trainplan.resolve()` inside the job imports it; a cluster manager the rule set adds is detected, planned and
+launched. Neither child has the project on PYTHONPATH: the rule set's module is found in the current directory, as
+`--rules` finds it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 import trainplan as tp
-from tests.downstream_rules import CHECKPOINT_IO, RULES
+from tests.downstream_rules import CHECKPOINT_IO, PBS, RULES
 from tests.helpers import child_environment
 from trainplan.render.emit import emit_torchrun
 from trainplan.resolve import resolve
@@ -46,6 +47,7 @@ def _check(reports: list[dict[str, Any]], precision: str) -> None:
         assert report["strategy"] == CHECKPOINT_IO and "static_graph=True" in report["options"]  # the row's preset
         assert report["rules"] == "tests.downstream_rules:RULES" and report["backend"] == "gloo"
         assert report["world_size"] == 2 and report["sum"] == 3.0 and report["precision"] == precision
+        assert report["cluster"] == "local"
 
 
 def test_trainplan_launch_runs_a_downstream_strategy_and_its_workers_read_the_plan_with_that_rule_set() -> None:
@@ -56,6 +58,29 @@ def test_trainplan_launch_runs_a_downstream_strategy_and_its_workers_read_the_pl
     )
     assert done.returncode == 0, done.stderr
     _check(_reports(done.stdout), "32-true")
+
+
+def test_trainplan_launch_runs_under_a_cluster_manager_the_rule_set_adds() -> None:
+    """Inside a PBS-like job (one process per node, which `trainplan launch` runs), the launcher probes the rule
+    set's cluster variables, plans its cluster, and its workers read that plan back from JSON with the rule set."""
+    command = [sys.executable, "-m", "trainplan.cli", "launch", "--rules", "tests.downstream_rules:PBS_RULES"]
+    flags = ["--accelerator", "cpu", "--devices", "2", "--strategy", CHECKPOINT_IO, SCRIPT]
+    job = {"PBS_JOBID": "4321.pbs01", "PBS_NODENUM": "0", "PBS_NUM_NODES": "1", "PBS_MOM_HOST": "127.0.0.1"}
+    done = subprocess.run(
+        [*command, *flags],
+        cwd=ROOT,
+        env={**_environment(), **job},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    reports = _reports(done.stdout)
+    assert [report["rank"] for report in reports] == [0, 1]
+    for report in reports:
+        assert (report["cluster"], report["rules"]) == (PBS, "tests.downstream_rules:PBS_RULES")
+        assert report["strategy"] == CHECKPOINT_IO and report["world_size"] == 2 and report["sum"] == 3.0
 
 
 _JOB_CODE = """

@@ -26,6 +26,7 @@ def main() -> dict[str, object]:
             "options": repr(plan.strategy.options),
             "precision": plan.precision,
             "rules": plan.rules,
+            "cluster": plan.cluster.kind,
             "backend": distributed.get_backend(),
             "sum": total.item(),
         }

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from typing import get_args
+from collections.abc import Mapping
+from typing import Any, get_args
 
 import attrs
 import pytest
 
 from tests.helpers import SLURM_2x4, TORCHRUN_2x2, cpu, cuda, plan_for
-from trainplan import BUILTIN_RULES, ClusterEnvironmentError, Incompatible, Request
+from trainplan import (
+    BUILTIN_RULES,
+    ClusterEnvironmentError,
+    ClusterName,
+    CustomName,
+    Incompatible,
+    InvalidRequest,
+    Plan,
+    PlanFormatError,
+    Request,
+    Unavailable,
+)
 from trainplan.effects.probing import relevant_variables
 from trainplan.mapping.workers import worker_environment
 from trainplan.resolve import cluster as cluster_module
@@ -20,9 +32,11 @@ from trainplan.rules import (
     LAUNCHED_WORKERS,
     MPI_PROXY_FACT,
     ClusterRule,
+    DefaultPort,
     JobPort,
     JobVariable,
     JobVariables,
+    NotATask,
     VariableFormat,
     job_variables,
 )
@@ -198,8 +212,13 @@ class TestClustersAreRows:
         assert (facts.global_rank, facts.local_rank, facts.world_size, facts.main_port) == (1, 1, 2, 29555)
 
     def test_the_readers_facts_carry_their_rows_hint_and_kind(self) -> None:
-        for name, variables in (("slurm", SLURM_2x4), ("torchelastic", TORCHRUN_2x2), ("local", {})):
-            facts = detect(name, variables)  # type: ignore[arg-type]  # the loop's names are cluster names
+        cases: tuple[tuple[ClusterName, Mapping[str, str]], ...] = (
+            ("slurm", SLURM_2x4),
+            ("torchelastic", TORCHRUN_2x2),
+            ("local", {}),
+        )
+        for name, variables in cases:
+            facts = detect(name, variables)
             assert facts.kind == name and facts.launch_hint == CLUSTERS[name].launch_hint
 
     def test_job_ports_follow_the_rows_formula(self) -> None:
@@ -213,8 +232,10 @@ class TestClustersAreRows:
         assert detect("lsf", lsf_job).main_port == lsf.base + 4321 % lsf.modulo == 10000 + 321
 
 
+PBS_NAME = CustomName("pbs")
+
 PBS = ClusterRule(
-    name="pbs",  # type: ignore[arg-type]  # an invented cluster: its name is none of trainplan's
+    name=PBS_NAME,
     description="PBS, processes started by pbsdsh (invented for this test)",
     detect_variables=(frozenset({"PBS_JOBNUM", "PBS_TASKNUM"}),),
     detect_priority=8,
@@ -239,8 +260,8 @@ PBS = ClusterRule(
 )
 """A cluster trainplan does not know, with plain integer variables: one row, and nothing else."""
 
-PBS_RULES = attrs.evolve(BUILTIN_RULES, clusters={**BUILTIN_RULES.clusters, PBS.name: PBS})
-"""A rule set with the row (a rule set value; `Rules.extend` takes no cluster rows)."""
+PBS_RULES = BUILTIN_RULES.extend(clusters=[PBS])
+"""A rule set with the row, added by value."""
 
 PBS_JOB = {
     "PBS_JOBNUM": "4321",
@@ -307,3 +328,160 @@ class TestANewClusterIsOneRow:
             resolve_uncached(request, cpu(variables=PBS_JOB), PBS_RULES)
         assert caught.value.rule == "cluster-world-size"
         assert "qsub -l nodes=2:ppn=2" in str(caught.value)
+
+    def test_its_plan_reads_back_from_json_with_its_rule_set_and_is_refused_by_name_without_it(self) -> None:
+        plan = resolve_uncached(Request(accelerator="cpu"), cpu(variables=PBS_JOB), PBS_RULES)
+        assert Plan.from_dict(plan.to_dict(), rules=PBS_RULES) == plan
+        assert Plan.from_dict(plan.to_dict()) == plan  # a downstream plan, its rule set not at hand: its own facts
+        with pytest.raises(PlanFormatError) as caught:
+            Plan.from_dict(plan.to_dict(), rules=BUILTIN_RULES)
+        assert caught.value.path == "plan.cluster.kind" and "the rule set has no cluster 'pbs'" in str(caught.value)
+
+    def test_a_request_may_name_it_in_its_rule_set_only(self) -> None:
+        asked = resolve_uncached(Request(accelerator="cpu", cluster=PBS_NAME), cpu(variables=PBS_JOB), PBS_RULES)
+        assert asked.cluster.kind == "pbs" and asked.reasons["cluster"].startswith("PBS was asked for")
+        assert Plan.from_dict(asked.to_dict(), rules=PBS_RULES) == asked
+        with pytest.raises(PlanFormatError, match=r"request\.cluster"):
+            Plan.from_dict({**asked.to_dict(), "cluster": BUILTIN_RULES_CLUSTER}, rules=BUILTIN_RULES)
+        assert Request.from_config({"cluster": " PBS "}, PBS_RULES).cluster == "pbs"
+        with pytest.raises(InvalidRequest) as caught:
+            Request.from_config({"cluster": "pbs"})
+        assert caught.value.field == "cluster" and "pbs" not in caught.value.allowed
+        with pytest.raises(Unavailable, match=r"no PBS variables \(PBS_JOBNUM and PBS_TASKNUM not set\)"):
+            resolve_uncached(Request(cluster=PBS_NAME), cpu(), PBS_RULES)
+
+    def test_the_probe_copies_its_variables_for_its_rule_set(self) -> None:
+        assert relevant_variables({**PBS_JOB, "HOME": "/root"}, PBS_RULES) == PBS_JOB
+        assert relevant_variables(PBS_JOB) == {}  # trainplan's own rules name none of them
+        assert {"PBS_JOBNUM", "PBS_NP", "PBS_MOM_HOST", "PBS_PORT"} <= PBS_RULES.cluster_variables
+
+    @pytest.mark.parametrize(
+        ("changes", "field"),
+        [
+            ({"name": "PBS"}, "rules.clusters"),
+            ({"name": "slurm"}, "rules.clusters"),
+            ({"name": "torchrun"}, "rules.clusters"),  # an alias of a built-in cluster
+            ({"description": 3}, "rules.clusters['pbs'].description"),
+            ({"detect_variables": ()}, "rules.clusters['pbs'].detect_variables"),
+            ({"detect_variables": frozenset({"PBS_JOBNUM"})}, "rules.clusters['pbs'].detect_variables"),
+            ({"detect_variables": (frozenset(),)}, "rules.clusters['pbs'].detect_variables[0]"),
+            ({"detect_variables": (frozenset({"PBS JOB"}),)}, "rules.clusters['pbs'].detect_variables[0]"),
+            ({"detect_priority": 7}, "rules.clusters['pbs'].detect_priority"),  # torchelastic's
+            ({"detect_priority": True}, "rules.clusters['pbs'].detect_priority"),
+            ({"creates_processes": "yes"}, "rules.clusters['pbs'].creates_processes"),
+            ({"schemas": ()}, "rules.clusters['pbs'].schemas"),
+            ({"schemas": ("PBS_NP",)}, "rules.clusters['pbs'].schemas[0]"),
+            ({"launch_hint": "qsub -l nodes={nodes}"}, "rules.clusters['pbs'].launch_hint"),
+            ({"max_processes_per_node": 0}, "rules.clusters['pbs'].max_processes_per_node"),
+            ({"job_port": JobPort(base=65000, modulo=1000)}, "rules.clusters['pbs'].job_port.modulo"),
+            ({"job_port": 20000}, "rules.clusters['pbs'].job_port"),
+            ({"default_port": DefaultPort(port=0)}, "rules.clusters['pbs'].default_port.port"),
+            ({"default_port": DefaultPort(port=1, note="on {host}")}, "rules.clusters['pbs'].default_port.note"),
+            ({"same_job_as": ("flux",)}, "rules.clusters['pbs'].same_job_as"),
+            ({"same_job_as": ("pbs",)}, "rules.clusters['pbs'].same_job_as"),
+            (
+                {
+                    "not_tasks": (
+                        NotATask(code="x", unset=frozenset({"A"}), tasks=("B",), when_one="refuse", when_many="alone"),
+                    )
+                },
+                "rules.clusters['pbs'].not_tasks[0].code",
+            ),
+            (
+                {
+                    "not_tasks": (
+                        NotATask(
+                            code="x",
+                            unset=frozenset({"A"}),
+                            tasks=("B",),
+                            when_one="maybe",  # type: ignore[arg-type]  # no such verdict: what is refused
+                            when_many="alone",
+                        ),
+                    )
+                },
+                "rules.clusters['pbs'].not_tasks[0].when_one",
+            ),
+        ],
+    )
+    def test_a_malformed_row_is_refused_naming_the_field(self, changes: dict[str, Any], field: str) -> None:
+        with pytest.raises(InvalidRequest) as caught:
+            BUILTIN_RULES.extend(clusters=[attrs.evolve(PBS, **changes)])
+        assert caught.value.field == field
+
+    @pytest.mark.parametrize(
+        ("changes", "field"),
+        [
+            ({"label": ""}, "label"),
+            ({"reason": "PBS {nope}"}, "reason"),
+            ({"reason_asked": "PBS {0}"}, "reason_asked"),
+            ({"uneven_fix": "on {cluster}"}, "uneven_fix"),  # filled with {num_nodes} only
+            ({"main_address_fix": None}, "main_address_fix"),
+            ({"world_size": "PBS_NP"}, "world_size"),
+            ({"world_size": JobVariable(names=())}, "world_size.names"),
+            ({"world_size": JobVariable(names=("PBS_NP",), format="roman")}, "world_size.format"),  # type: ignore[arg-type]
+            ({"world_size": JobVariable(names=("PBS_NP",), unset_fix="{launcher}")}, "world_size.unset_fix"),
+            ({"world_size": JobVariable(names=("PBS_NP",), default=-1)}, "world_size.default"),
+            ({"local_rank": -1}, "local_rank"),
+            ({"main_address": JobVariable(names=("PBS_MOM_HOST",))}, "main_address"),
+            ({"main_address": (None,)}, "main_address[0]"),
+            ({"job_id_shift": 64}, "job_id_shift"),
+        ],
+    )
+    def test_a_malformed_schema_is_refused_naming_the_field(self, changes: dict[str, Any], field: str) -> None:
+        schema = attrs.evolve(PBS.schemas[0], **changes)
+        with pytest.raises(InvalidRequest) as caught:
+            BUILTIN_RULES.extend(clusters=[attrs.evolve(PBS, schemas=(schema,))])
+        assert caught.value.field == f"rules.clusters['pbs'].schemas[0].{field}"
+
+    def test_rows_are_given_as_a_list_of_cluster_rules_one_per_name(self) -> None:
+        for clusters, words in (
+            (PBS, "list of ClusterRule"),
+            ([PBS, PBS], "two rows of one call"),
+            ([PBS.schemas[0]], "each row is a ClusterRule"),
+        ):
+            with pytest.raises(InvalidRequest, match=words) as caught:
+                BUILTIN_RULES.extend(clusters=clusters)  # type: ignore[arg-type]
+            assert caught.value.field == "rules.clusters"
+
+
+BUILTIN_RULES_CLUSTER = {
+    "kind": "local",
+    "creates_processes": False,
+    "main_address": "127.0.0.1",
+    "main_port": None,
+    "node_rank": 0,
+    "global_rank": 0,
+    "local_rank": 0,
+}
+"""A one-process plan's cluster under trainplan's own rules (its request still names the downstream cluster)."""
+
+
+class TestClusterRefusalsSpeakOfTheirRow:
+    """A cluster's refusals name it by its label and give its own fix, not another cluster's."""
+
+    def test_a_cluster_asked_for_without_its_variables_is_named_by_its_label(self) -> None:
+        with pytest.raises(Unavailable) as caught:
+            detect("slurm", {"HOME": "/root"})
+        assert caught.value.available == "no SLURM variables (SLURM_NTASKS not set)"
+        assert caught.value.fix.startswith("Run it as one of SLURM's processes (SLURM, processes started by srun)")
+
+    def test_the_main_address_fix_is_the_clusters_own(self) -> None:
+        two_nodes = Request(accelerator="cpu", devices=2, num_nodes=2)
+        open_mpi = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+        hydra = {"PMI_SIZE": "4", "PMI_RANK": "1", "MPI_LOCALRANKID": "1"}
+        fixes = {}
+        for name, variables in (("openmpi", open_mpi), ("hydra", hydra)):
+            with pytest.raises(Incompatible) as caught:
+                resolve_uncached(two_nodes, cpu(variables=variables))
+            assert caught.value.rule == "cluster-main-address"
+            fixes[name] = caught.value.fix
+        assert "mpirun -x MASTER_ADDR" in fixes["openmpi"] and "mpiexec" not in fixes["openmpi"]
+        assert "mpiexec -genv MASTER_ADDR" in fixes["hydra"] and "mpirun" not in fixes["hydra"]
+        # A downstream cluster whose jobs name no host: its row's fix (here the default), nothing of MPI's.
+        schema = attrs.evolve(PBS.schemas[0], main_address=(), loopback_needs_one_node=True)
+        rules = BUILTIN_RULES.extend(clusters=[attrs.evolve(PBS, schemas=(schema,))])
+        with pytest.raises(Incompatible) as caught:
+            resolve_uncached(Request(accelerator="cpu"), cpu(variables=PBS_JOB), rules)
+        assert caught.value.rule == "cluster-main-address" and caught.value.fix == schema.main_address_fix
+        assert str(caught.value).startswith("PBS spans 2 nodes (PBS_NP=8, PBS_NUM_PPN=4)")
+        assert "mpirun" not in str(caught.value) and "MASTER_ADDR" in caught.value.fix

@@ -14,6 +14,7 @@ import pytest
 from tests.helpers import LAUNCHED_1_OF_2, SLURM_2x4, TORCHRUN_2x2, cpu, cuda
 from tests.unit.test_legacy import CONFLICTS as LEGACY_CONFLICTS
 from trainplan import (
+    CustomName,
     DDPOptions,
     DeepSpeedOptions,
     Environment,
@@ -26,7 +27,16 @@ from trainplan import (
     Unavailable,
 )
 from trainplan.resolve import check, place_metric, resolve
-from trainplan.rules import RULES
+from trainplan.rules import (
+    FORK_STRATEGY_FOR,
+    LAUNCHERS,
+    RULES,
+    SCRIPT_STRATEGY_FOR,
+    SPAWN_STRATEGY_FOR,
+    STRATEGIES,
+    StrategyRule,
+)
+from trainplan.rules.strategies import counterparts
 from trainplan.spec import ClusterEnvironmentError
 
 Case = tuple[dict[str, Any], Environment, type[TrainplanError], str | None, tuple[str, ...]]
@@ -695,3 +705,44 @@ def test_wrong_record_types_are_invalid_requests(request_value: object, env_valu
     with pytest.raises(InvalidRequest) as caught:
         resolve(request_value, env_value)  # type: ignore[arg-type]
     assert caught.value.field == field
+
+
+def test_the_counterpart_maps_are_derived_from_the_strategy_rows() -> None:
+    """A counterpart is the strategy of the same family and preset with the other launcher: derived from the rows,
+    the tables are the ones that were written by hand."""
+    assert FORK_STRATEGY_FOR == {
+        "ddp": "ddp_notebook",
+        "ddp_find_unused_parameters_true": "ddp_notebook_find_unused_parameters_true",
+        "ddp_find_unused_parameters_false": "ddp_notebook_find_unused_parameters_false",
+        "ddp_spawn": "ddp_notebook",
+        "ddp_spawn_find_unused_parameters_true": "ddp_notebook_find_unused_parameters_true",
+        "ddp_spawn_find_unused_parameters_false": "ddp_notebook_find_unused_parameters_false",
+    }
+    assert SPAWN_STRATEGY_FOR == {
+        "ddp_fork": "ddp_spawn",
+        "ddp_fork_find_unused_parameters_true": "ddp_spawn_find_unused_parameters_true",
+        "ddp_fork_find_unused_parameters_false": "ddp_spawn_find_unused_parameters_false",
+        "ddp_notebook": "ddp_spawn",
+        "ddp_notebook_find_unused_parameters_true": "ddp_spawn_find_unused_parameters_true",
+        "ddp_notebook_find_unused_parameters_false": "ddp_spawn_find_unused_parameters_false",
+    }
+    assert SCRIPT_STRATEGY_FOR == {
+        "ddp_spawn": "ddp",
+        "ddp_spawn_find_unused_parameters_true": "ddp_find_unused_parameters_true",
+        "ddp_spawn_find_unused_parameters_false": "ddp_find_unused_parameters_false",
+        "ddp_fork": "ddp",
+        "ddp_fork_find_unused_parameters_true": "ddp_find_unused_parameters_true",
+        "ddp_fork_find_unused_parameters_false": "ddp_find_unused_parameters_false",
+        "ddp_notebook": "ddp",
+        "ddp_notebook_find_unused_parameters_true": "ddp_find_unused_parameters_true",
+        "ddp_notebook_find_unused_parameters_false": "ddp_find_unused_parameters_false",
+    }
+    # The derivation reads the rows: a forked FSDP would be suggested for fsdp, and a preset tells two apart.
+    forked = {
+        **STRATEGIES,
+        CustomName("fsdp_fork"): StrategyRule(name=CustomName("fsdp_fork"), family="fsdp", launcher="fork"),
+    }
+    derived = counterparts(
+        forked, LAUNCHERS, source=lambda row: not row.interactive_compatible, target=lambda row: row.forks
+    )
+    assert derived["fsdp"] == "fsdp_fork" and "fsdp_cpu_offload" not in derived

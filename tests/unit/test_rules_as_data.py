@@ -37,12 +37,22 @@ VOCABULARY: frozenset[str] = frozenset(
 ) - {"auto"}
 """Names a rule decides about. 'auto' is not one of them: it is the request's "decide for me"."""
 
+_DECIDING_RULE_MODULES = (
+    "ruleset.py",
+    "coherence.py",
+    "extension.py",
+    "row_checks.py",
+    "option_checks.py",
+    "__init__.py",
+)
+"""The modules of the rules package that hold no rows: the rule set, its checks, the options' checks, the package."""
+
 ROWS_AND_VOCABULARY = (
     *sorted(
         path.relative_to(SOURCE).as_posix()
         for path in (SOURCE / "rules").glob("*.py")
-        # the rule set's builder and the options' checks decide; the package re-exports
-        if path.name not in ("ruleset.py", "option_checks.py", "__init__.py")
+        # the rule set's builder, its checks and the options' checks decide; the package re-exports
+        if path.name not in _DECIDING_RULE_MODULES
     ),
     "spec/names.py",
 )
@@ -287,7 +297,7 @@ def test_the_effects_the_cli_and_the_records_are_checked() -> None:
     only the rows and the vocabulary are not."""
     effects = {path.relative_to(SOURCE).as_posix() for path in (SOURCE / "effects").glob("*.py")}
     records = {f"spec/{name}.py" for name in ("plan", "options", "environment", "request", "mesh")}
-    records |= {"rules/ruleset.py", "rules/option_checks.py"}
+    records |= {f"rules/{name}" for name in _DECIDING_RULE_MODULES}
     assert effects | records | {"cli.py", "__init__.py"} <= set(DECIDING_MODULES)
     assert {"effects/launching.py", "effects/world.py", "effects/metrics.py", "effects/runtime.py"} <= effects
     assert set(ROWS_AND_VOCABULARY).isdisjoint(DECIDING_MODULES)
@@ -393,7 +403,8 @@ RULE_CLASSES = [
     if isinstance(value, type)
     and attrs.has(value)
     and value.__module__ == module.__name__
-    and module.__name__ != "trainplan.rules.ruleset"  # the rule set itself: the rows' holder, not a row
+    # the rule set itself and its builder's records: the rows' holders, not rows
+    and module.__name__ not in {f"trainplan.rules.{name.removesuffix('.py')}" for name in _DECIDING_RULE_MODULES}
 ]
 
 _RULE_CLASS_NAMES = frozenset(rule_class.__name__ for rule_class in RULE_CLASSES)

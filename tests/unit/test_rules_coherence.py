@@ -23,7 +23,13 @@ from trainplan import (
     StrategyRule,
 )
 from trainplan.resolve import resolve, resolve_uncached
-from trainplan.rules import LEGACY_STRATEGIES
+from trainplan.rules import (
+    LEGACY_STRATEGIES,
+    ClusterRule,
+    JobVariables,
+    every_problem,
+)
+from trainplan.rules.coherence import problems
 
 T = TypeVar("T")
 
@@ -260,104 +266,106 @@ B = BUILTIN_RULES
 GLOO = B.backends["gloo"]
 
 
-@pytest.mark.parametrize(
-    ("changes", "field", "words"),
-    [
-        # The second review's repros: each built a rule set that failed with MissingRule later, or planned wrongly.
-        (
-            {"families": {**B.families, "ddp": _with(DDP, multi_process=False)}},
-            "rules.families['ddp'].multi_process",
-            "runs family 'ddp' as its built-in row says",
-        ),
-        (
-            {"families": {**dict[str, Any](B.families.items()), "nofam": _with(DDP, family="nofam")}},
-            "rules.families['nofam']",
-            "custom families need a runtime of their own",
-        ),
-        (
-            {"families": {**B.families, "fsdp": DDP}},
-            "rules.families['fsdp']",
-            "under its own name",
-        ),
-        (
-            {"strategies": {**B.strategies, "ddp": _with(B.strategies["ddp"], family="nofam")}},
-            "rules.strategies['ddp'].family",
-            "no such family",
-        ),
-        (
-            {"strategies": {**B.strategies, "ddp": _with(B.strategies["ddp"], launcher="nolaunch")}},
-            "rules.strategies['ddp'].launcher",
-            "no such launcher",
-        ),
-        (
-            {"launchers": {name: row for name, row in B.launchers.items() if name != "spawn"}},
-            "rules.launchers",
-            "starts workers with launcher 'spawn'",
-        ),
-        (
-            {"launchers": {**B.launchers, "subprocess": _with(B.launchers["subprocess"], in_started_job="nope")}},
-            "rules.launchers['subprocess'].in_started_job",
-            "no such launcher",
-        ),
-        ({"clusters": {}}, "rules.clusters", "a process outside any cluster manager"),
-        (
-            {"clusters": {name: row for name, row in B.clusters.items() if name != "local"}},
-            "rules.clusters",
-            "no row is detected without cluster variables",
-        ),
-        ({"auto_for_options": {"deepspeed": "nope"}}, "rules.auto_for_options['deepspeed']", "no such strategy"),
-        ({"auto_for_options": {"nofam": "ddp"}}, "rules.auto_for_options", "no such family"),
-        (
-            {"auto_strategies": (_with(B.auto_strategies[0], strategy="nope"), *B.auto_strategies)},
-            "rules.auto_strategies[0].strategy",
-            "no such strategy",
-        ),
-        (
-            {"precisions": {**B.precisions, "16-mixed": _with(B.precisions["16-mixed"], fallback={"cpu": "nope"})}},
-            "rules.precisions['16-mixed'].fallback['cpu']",
-            "no such precision",
-        ),
-        (
-            {"precisions": {**B.precisions, "16-mixed": _with(B.precisions["16-mixed"], instead={"cpu": "nope"})}},
-            "rules.precisions['16-mixed'].instead['cpu']",
-            "no such precision",
-        ),
-        ({"fork_strategy_for": {"ddp": "nope"}}, "rules.fork_strategy_for['ddp']", "no such strategy"),
-        ({"spawn_strategy_for": {"nope": "ddp_spawn"}}, "rules.spawn_strategy_for", "no such strategy"),
-        ({"script_strategy_for": {"ddp_spawn": "nope"}}, "rules.script_strategy_for['ddp_spawn']", "no such"),
-        # A counterpart names a strategy of its family started where the original cannot be.
-        (
-            {"fork_strategy_for": {**B.fork_strategy_for, "ddp": "ddp_spawn"}},
-            "rules.fork_strategy_for['ddp']",
-            "which a notebook cannot run either",
-        ),
-        (
-            {"spawn_strategy_for": {**B.spawn_strategy_for, "ddp_fork": "ddp_notebook"}},
-            "rules.spawn_strategy_for['ddp_fork']",
-            "forks too",
-        ),
-        (
-            {"script_strategy_for": {**B.script_strategy_for, "ddp_spawn": "fsdp"}},
-            "rules.script_strategy_for['ddp_spawn']",
-            "a counterpart runs the same family",
-        ),
-        (
-            {"backends": {**B.backends, "gloo": _with(GLOO, accelerators=frozenset({"cuda"}))}},
-            "rules.accelerators['cpu'].default_backend",
-            "backend 'gloo' does not reduce 'cpu' tensors",
-        ),
-        (
-            {"accelerators": {**B.accelerators, "cpu": _with(B.accelerators["cpu"], default_backend="nope")}},
-            "rules.accelerators['cpu'].default_backend",
-            "no such backend",
-        ),
-        (
-            {"default_precision": "bf16-mixed"},
-            "rules.default_precision",
-            "a request's default precision is fixed ('32-true'",
-        ),
-    ],
-)
+REFERENCE_CASES: list[tuple[dict[str, Any], str, str]] = [
+    # The second review's repros: each built a rule set that failed with MissingRule later, or planned wrongly.
+    (
+        {"families": {**B.families, "ddp": _with(DDP, multi_process=False)}},
+        "rules.families['ddp'].multi_process",
+        "runs family 'ddp' as its built-in row says",
+    ),
+    (
+        {"families": {**dict[str, Any](B.families.items()), "nofam": _with(DDP, family="nofam")}},
+        "rules.families['nofam']",
+        "custom families need a runtime of their own",
+    ),
+    (
+        {"families": {**B.families, "fsdp": DDP}},
+        "rules.families['fsdp']",
+        "under its own name",
+    ),
+    (
+        {"strategies": {**B.strategies, "ddp": _with(B.strategies["ddp"], family="nofam")}},
+        "rules.strategies['ddp'].family",
+        "no such family",
+    ),
+    (
+        {"strategies": {**B.strategies, "ddp": _with(B.strategies["ddp"], launcher="nolaunch")}},
+        "rules.strategies['ddp'].launcher",
+        "no such launcher",
+    ),
+    (
+        {"launchers": {name: row for name, row in B.launchers.items() if name != "spawn"}},
+        "rules.launchers",
+        "starts workers with launcher 'spawn'",
+    ),
+    (
+        {"launchers": {**B.launchers, "subprocess": _with(B.launchers["subprocess"], in_started_job="nope")}},
+        "rules.launchers['subprocess'].in_started_job",
+        "no such launcher",
+    ),
+    ({"clusters": {}}, "rules.clusters", "a process outside any cluster manager"),
+    (
+        {"clusters": {name: row for name, row in B.clusters.items() if name != "local"}},
+        "rules.clusters",
+        "no row is detected without cluster variables",
+    ),
+    ({"auto_for_options": {"deepspeed": "nope"}}, "rules.auto_for_options['deepspeed']", "no such strategy"),
+    ({"auto_for_options": {"nofam": "ddp"}}, "rules.auto_for_options", "no such family"),
+    (
+        {"auto_strategies": (_with(B.auto_strategies[0], strategy="nope"), *B.auto_strategies)},
+        "rules.auto_strategies[0].strategy",
+        "no such strategy",
+    ),
+    (
+        {"precisions": {**B.precisions, "16-mixed": _with(B.precisions["16-mixed"], fallback={"cpu": "nope"})}},
+        "rules.precisions['16-mixed'].fallback['cpu']",
+        "no such precision",
+    ),
+    (
+        {"precisions": {**B.precisions, "16-mixed": _with(B.precisions["16-mixed"], instead={"cpu": "nope"})}},
+        "rules.precisions['16-mixed'].instead['cpu']",
+        "no such precision",
+    ),
+    ({"fork_strategy_for": {"ddp": "nope"}}, "rules.fork_strategy_for['ddp']", "no such strategy"),
+    ({"spawn_strategy_for": {"nope": "ddp_spawn"}}, "rules.spawn_strategy_for", "no such strategy"),
+    ({"script_strategy_for": {"ddp_spawn": "nope"}}, "rules.script_strategy_for['ddp_spawn']", "no such"),
+    # A counterpart names a strategy of its family started where the original cannot be.
+    (
+        {"fork_strategy_for": {**B.fork_strategy_for, "ddp": "ddp_spawn"}},
+        "rules.fork_strategy_for['ddp']",
+        "which a notebook cannot run either",
+    ),
+    (
+        {"spawn_strategy_for": {**B.spawn_strategy_for, "ddp_fork": "ddp_notebook"}},
+        "rules.spawn_strategy_for['ddp_fork']",
+        "forks too",
+    ),
+    (
+        {"script_strategy_for": {**B.script_strategy_for, "ddp_spawn": "fsdp"}},
+        "rules.script_strategy_for['ddp_spawn']",
+        "a counterpart runs the same family",
+    ),
+    (
+        {"backends": {**B.backends, "gloo": _with(GLOO, accelerators=frozenset({"cuda"}))}},
+        "rules.accelerators['cpu'].default_backend",
+        "backend 'gloo' does not reduce 'cpu' tensors",
+    ),
+    (
+        {"accelerators": {**B.accelerators, "cpu": _with(B.accelerators["cpu"], default_backend="nope")}},
+        "rules.accelerators['cpu'].default_backend",
+        "no such backend",
+    ),
+    (
+        {"default_precision": "bf16-mixed"},
+        "rules.default_precision",
+        "a request's default precision is fixed ('32-true'",
+    ),
+]
+"""Tables in place of the built-in ones, each naming what the set lacks or breaking a rule of the whole set: the
+field the refusal names, and words of its reason."""
+
+
+@pytest.mark.parametrize(("changes", "field", "words"), REFERENCE_CASES)
 def test_every_reference_between_rows_is_checked_when_the_rule_set_is_built(
     changes: dict[str, Any], field: str, words: str
 ) -> None:
@@ -487,3 +495,134 @@ def test_a_rule_set_repr_is_short_and_says_which() -> None:
     assert repr(RULES).startswith("<Rules tests.downstream_rules:RULES: 31 strategies, 5 accelerators, 9 precisions")
     assert repr(BUILTIN_RULES.extend(**_plugin())).startswith("<Rules unnamed: ")
     assert len(repr(RULES)) < 120
+
+
+@pytest.mark.parametrize(("changes", "field", "words"), REFERENCE_CASES)
+def test_every_problem_lists_the_refused_one_first_and_the_rest_without_failing(
+    changes: dict[str, Any], field: str, words: str
+) -> None:
+    """What building raises is the first of `every_problem` (the same refusal), and listing the others reads no row
+    the set lacks: every problem listed is an `InvalidRequest`."""
+    with pytest.raises(InvalidRequest) as caught:
+        _with(BUILTIN_RULES, **changes)
+    listed = every_problem(BUILTIN_RULES, **changes)
+    assert listed and (listed[0].field, str(listed[0])) == (caught.value.field, str(caught.value))
+    assert all(isinstance(problem, InvalidRequest) for problem in listed)
+
+
+def test_every_problem_lists_them_all_at_once() -> None:
+    """A tool sees every problem of a rule set, where building it raises the first: two broken rows, two problems."""
+    assert list(problems(BUILTIN_RULES)) == [] and list(problems(RULES)) == []
+    assert every_problem(BUILTIN_RULES) == ()
+    broken = {
+        "strategies": {**B.strategies, "ddp": _with(B.strategies["ddp"], launcher="nolaunch")},
+        "auto_for_options": {"deepspeed": "nope"},
+    }
+    listed = every_problem(BUILTIN_RULES, **broken)
+    assert [problem.field for problem in listed] == [
+        "rules.strategies['ddp'].launcher",
+        "rules.auto_for_options['deepspeed']",
+    ]
+    # Rows that name what the set has, but break the whole: each said (the auto picks too), none read past.
+    families = {
+        **B.families,
+        "ddp": _with(DDP, accelerators=frozenset({"cuda"})),
+        "dp": _with(B.families["dp"], precisions=frozenset()),
+    }
+    fields = [problem.field for problem in every_problem(BUILTIN_RULES, families=families)]
+    assert "rules.families['dp'].precisions" in fields and "rules.families['ddp'].accelerators" in fields
+    with pytest.raises(InvalidRequest, match="no such table"):
+        every_problem(BUILTIN_RULES, tables={})
+    for name, value in (("clusters", 5), ("auto_strategies", list(B.auto_strategies)), ("families", [DDP])):
+        with pytest.raises(InvalidRequest) as refused:
+            every_problem(BUILTIN_RULES, **{name: value})
+        with pytest.raises(InvalidRequest) as built:
+            _with(BUILTIN_RULES, **{name: value})
+        assert refused.value.field == built.value.field == f"rules.{name}"
+
+
+class _Counted(str):
+    """A row's name that counts how often it is hashed or compared: a check that compares every row with every
+    other (a quadratic extension) counts the square of the rows, an indexed one a multiple of them."""
+
+    operations = 0
+
+    def __hash__(self) -> int:
+        _Counted.operations += 1
+        return str.__hash__(self)
+
+    def __eq__(self, other: object) -> bool:
+        _Counted.operations += 1
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        _Counted.operations += 1
+        return str.__ne__(self, other)
+
+
+def _extension_operations(rows: int) -> int:
+    """How many times `extend` hashes or compares the names of `rows` new rows of each kind (accelerators, with the
+    backend, family and precision rows that list them; precisions with their recipes; strategies; clusters)."""
+    accelerators = [
+        _with(
+            NPU_ROW,
+            name=CustomName(_Counted(f"npu{index}")),
+            device_type=f"npu{index}",
+            auto_priority=10 + index,
+            default_backend="gloo",
+        )
+        for index in range(rows)
+    ]
+    names = frozenset(row.name for row in accelerators)
+    precisions = [
+        _with(
+            QAT_ROW, name=CustomName(_Counted(f"qat{index}")), accelerators=frozenset({"cpu"}), why_not={}, instead={}
+        )
+        for index in range(rows)
+    ]
+    added = frozenset(row.name for row in precisions)
+    recipes = [_with(QAT_RECIPE, name=row.name) for row in precisions]
+    strategies = [
+        StrategyRule(name=CustomName(_Counted(f"ddp_custom{index}")), family="ddp", launcher="subprocess")
+        for index in range(rows)
+    ]
+    schema = JobVariables(label="Job", reason="a job was {how}")
+    clusters = [
+        ClusterRule(
+            name=CustomName(_Counted(f"manager{index}")),
+            description="a cluster manager",
+            detect_variables=(frozenset({f"MANAGER{index}_JOB"}),),
+            detect_priority=100 + index,
+            creates_processes=True,
+            node_rank_variable="node rank",
+            schemas=(schema,),
+        )
+        for index in range(rows)
+    ]
+    families = [
+        _with(row, accelerators=row.accelerators | names, precisions=row.precisions | added) for row in (DDP, SINGLE)
+    ]
+    _Counted.operations = 0
+    extended = BUILTIN_RULES.extend(
+        accelerators=accelerators,
+        backends=[_with(GLOO, accelerators=GLOO.accelerators | names)],
+        families=families,
+        precisions=[_with(FP32, accelerators=FP32.accelerators | names), *precisions],
+        precision_recipes=recipes,
+        strategies=strategies,
+        clusters=clusters,
+    )
+    assert len(extended.strategies) == len(B.strategies) + rows and len(extended.clusters) == len(B.clusters) + rows
+    assert (
+        len(extended.accelerators) == len(B.accelerators) + rows
+        and len(extended.precisions) == len(B.precisions) + rows
+    )
+    return _Counted.operations
+
+
+def test_extending_by_many_rows_takes_time_in_proportion() -> None:
+    """`extend` indexes what it compares against once: twice the rows, about twice the work (a check of each new row
+    against every other, as before, did four times the work; 100,000 rows took over 30 s)."""
+    small, large = _extension_operations(300), _extension_operations(600)
+    assert small > 300 * 4  # the names are read (the count counts)
+    assert large < 2.5 * small, (small, large)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from trainplan.effects.nvml import NvmlQuery, default_nvml
 from trainplan.resolve.gpus import visible_gpus
 from trainplan.resolve.visible import AmbiguousDevice
-from trainplan.rules import MPI_PROXY_FACT, RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
+from trainplan.rules import BUILTIN_RULES, MPI_PROXY_FACT, RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES, Rules
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.gpus import GpuFacts
@@ -34,11 +34,16 @@ class ProbeError(TrainplanError, RuntimeError):
     """The machine's facts could not be read (for example an ambiguous CUDA_VISIBLE_DEVICES)."""
 
 
-def relevant_variables(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment variables that matter to a plan (see `rules.RELEVANT_VARIABLES`)."""
+def relevant_variables(environ: Mapping[str, str], rules: Rules = BUILTIN_RULES) -> dict[str, str]:
+    """The environment variables that matter to a plan (see `rules.RELEVANT_VARIABLES`), and those the clusters of
+    `rules` name (a downstream cluster manager's, `Rules.extend(clusters=...)`)."""
     # Keys first, values only for the few that matter: os.environ decodes every value it yields.
+    given: object = rules
+    named = rules.cluster_variables if isinstance(given, Rules) else frozenset()  # else: resolve names the type
     found = {
-        key: environ[key] for key in environ if key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES)
+        key: environ[key]
+        for key in environ
+        if key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES) or key in named
     }
     found.pop(MPI_PROXY_FACT, None)  # a fact of the process tree, never taken from a variable
     return found
@@ -91,6 +96,7 @@ def probe(
     nvml: NvmlQuery | None = None,
     usable_gpus: bool = False,
     usable_timeout: float = 15.0,
+    rules: Rules = BUILTIN_RULES,
 ) -> Environment:
     """The facts of this machine and process. Never initialises CUDA and does not import torch.
 
@@ -98,7 +104,8 @@ def probe(
     own. Facts that cannot change while a process runs (the GPUs the driver lists, installed packages,
     start methods) are read once per process; environment variables, CUDA's state and the session on
     every call. `usable_gpus=True` also finds which visible GPUs can take a new process now
-    (`find_usable_cuda_devices`' probe), for requests with `select_usable_gpus`.
+    (`find_usable_cuda_devices`' probe), for requests with `select_usable_gpus`. `rules`: the rule set the facts are
+    for; the variables of its clusters are copied too (a downstream cluster manager's, `Rules.extend(clusters=...)`).
 
     The accelerators a downstream rule set adds (`Rules.extend(accelerators=...)`) are not counted here: their
     plugin knows its devices, so the framework adds the count, `probe().with_device_counts({"npu": n})`
@@ -127,16 +134,16 @@ def probe(
         interactive=is_interactive(),
         start_methods=static.start_methods,
         packages=static.packages,
-        variables=_with_proxy(relevant_variables(environ), environ),
+        variables=_with_proxy(relevant_variables(environ, rules), environ),
     )
 
 
-def process_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """What `probe()` puts in `Environment.variables`: the variables that matter, and the facts of the process tree
-    written as variables (the MPI proxy above this rank). The effects that check a plan against this process read
-    these, never the raw environment, so that they see what resolve saw."""
+def process_variables(environ: Mapping[str, str] | None = None, rules: Rules = BUILTIN_RULES) -> dict[str, str]:
+    """What `probe(rules=rules)` puts in `Environment.variables`: the variables that matter, and the facts of the
+    process tree written as variables (the MPI proxy above this rank). The effects that check a plan against this
+    process read these, never the raw environment, so that they see what resolve saw."""
     environ = os.environ if environ is None else environ
-    return _with_proxy(relevant_variables(environ), environ)
+    return _with_proxy(relevant_variables(environ, rules), environ)
 
 
 def _with_proxy(variables: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:

@@ -262,12 +262,14 @@ def _collect_before_teardown() -> None:
 
 def _check_this_process(plan: Plan, rank: int) -> None:
     """An external plan names one rank of one job: it must be this process's (its launcher's variables say)."""
-    job = job_of(process_variables())
+    rules = rules_of(plan)
+    job = job_of(process_variables(rules=rules), rules)
     if job is None:
+        managers = sorted({rule.schemas[0].label for rule in rules.clusters.values() if rule.creates_processes})
         raise JoinError(
             f"The plan is rank {rank}'s of a world of {plan.world_size}, but no launcher started this process (none "
-            "of torchrun's, SLURM's, MPI's, LSF's, Kubeflow's or trainplan's variables are set). Join from the "
-            "processes the job started, each with the plan trainplan.resolve() gives there"
+            f"of {', '.join(managers)}'s or trainplan's variables are set). Join from the processes the job started, "
+            "each with the plan trainplan.resolve() gives there"
         )
     if job.world_size is not None and job.world_size != plan.world_size:
         raise WorldMismatch(

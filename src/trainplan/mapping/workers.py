@@ -201,20 +201,22 @@ def worker_view(plan: Plan, *, global_rank: int, local_rank: int, main_port: int
     )
 
 
-def job_of(variables: Mapping[str, str]) -> ClusterFacts | None:
-    """The started job this process belongs to (torchrun, srun, mpirun, jsrun, trainplan's launchers), or None."""
+def job_of(variables: Mapping[str, str], rules: Rules = BUILTIN_RULES) -> ClusterFacts | None:
+    """The started job this process belongs to (torchrun, srun, mpirun, jsrun, trainplan's launchers, a cluster
+    manager of `rules`), or None."""
     try:
-        facts = detect("auto", variables)
+        facts = detect("auto", variables, rules)
     except TrainplanError:
         return None  # garbage in a cluster's variables: resolve reports it where it matters
     return facts if facts.creates_processes or facts.launched else None
 
 
-def nested_launch(plan: Plan, variables: Mapping[str, str]) -> Incompatible | None:
-    """The error for starting a plan's workers from a process that is itself one rank of a started job."""
+def nested_launch(plan: Plan, variables: Mapping[str, str], rules: Rules = BUILTIN_RULES) -> Incompatible | None:
+    """The error for starting a plan's workers from a process that is itself one rank of a started job (of a cluster
+    manager of `rules`, the plan's rule set)."""
     if plan.launcher not in STARTING_LAUNCHERS:
         return None
-    job = job_of(variables)
+    job = job_of(variables, rules)
     if job is None:
         return None
     started_by = "trainplan's launcher" if job.launched else job.kind

@@ -221,6 +221,10 @@ def _precision_read_check(value: object) -> object:
     return builtin_or_custom(value, PRECISION_FLAGS, CUSTOM_PRECISION) or normalise.precision(value)
 
 
+def _cluster_read_check(value: object) -> object:
+    return builtin_or_custom(value, CLUSTER_FLAGS) or normalise.cluster(value)
+
+
 def _backend_read_check(value: object) -> object:
     return builtin_or_custom(value, (*BACKENDS, None)) or normalise.backend(value)
 
@@ -306,9 +310,9 @@ REQUEST_FIELD_ROWS: Final[tuple[RequestField, ...]] = (
     RequestField(
         name="cluster",
         default=Given("auto"),
-        normalise=Plain(normalise.cluster),
-        from_json=lambda read, key: read.choice(key, CLUSTER_FLAGS),
-        read_check=normalise.cluster,
+        normalise=Spelled(normalise.cluster_in, "cluster_spellings"),
+        from_json=lambda read, key: read.strategy(key, CLUSTER_FLAGS),
+        read_check=_cluster_read_check,
         flag=Flag(option="--cluster", default="auto", help=f"one of {', '.join(CLUSTER_FLAGS)}"),
     ),
     RequestField(

@@ -178,6 +178,14 @@ def cluster(value: object) -> ClusterFlag:
     return _CLUSTERS[_name("cluster", value, _CLUSTERS, CLUSTER_FLAGS)]
 
 
+def cluster_in(value: object, spellings: Mapping[str, ClusterFlag | CustomName]) -> ClusterFlag | CustomName:
+    """A cluster of a rule set (its `Rules.cluster_spellings`: flags, aliases, downstream names)."""
+    if type(value) is str and value in spellings:  # the common case: a name as written
+        return spellings[value]
+    allowed = tuple(name for name, flag in spellings.items() if name == flag)
+    return spellings[_name("cluster", value, spellings, allowed)]
+
+
 def metrics_store(value: object) -> MetricsStore:
     """`device` (keep logged tensors where they were computed) or `cpu`."""
     return _STORES[_name("metrics_store", value, _STORES, METRICS_STORES)]

@@ -110,7 +110,7 @@ def _read(data: object) -> Plan:
         world_size=read.field("world_size", int),
         launcher=read.choice("launcher", LAUNCHERS),
         cluster=ClusterInfo(
-            kind=cluster.choice("kind", CLUSTERS),
+            kind=cluster.strategy("kind", CLUSTERS),
             creates_processes=cluster.field("creates_processes", bool),
             main_address=cluster.field("main_address", str),
             main_port=cluster.optional("main_port", int),
@@ -212,6 +212,10 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         raise bad("process_group_backend", f"the rule set has no backend {plan.process_group_backend!r}")
     if plan.precision not in rules.precisions and not relaxed:
         raise bad("precision", f"the rule set has no precision {plan.precision!r}")
+    if plan.cluster.kind not in rules.clusters and not relaxed:
+        raise bad("cluster.kind", f"the rule set has no cluster {plan.cluster.kind!r}")
+    if plan.request.cluster not in rules.cluster_spellings and not relaxed:
+        raise bad("request.cluster", f"the rule set has no cluster {plan.request.cluster!r}")
 
     if not 1 <= plan.num_nodes <= MAX_NODES:
         raise bad("num_nodes", f"it must be from 1 to {MAX_NODES}, not {plan.num_nodes}")

@@ -37,7 +37,7 @@ from trainplan.rules import (
     lookup,
 )
 from trainplan.spec.errors import ClusterEnvironmentError, Incompatible, Unavailable
-from trainplan.spec.names import ClusterFlag, ClusterName
+from trainplan.spec.names import ClusterFlag, ClusterKey, CustomName
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
 
@@ -46,7 +46,7 @@ from trainplan.spec.numbers import whole_number
 class ClusterFacts:
     """What the cluster environment says, before it is checked against the request."""
 
-    kind: ClusterName
+    kind: ClusterKey
     creates_processes: bool
     main_address: str | None
     main_port: int | None
@@ -63,6 +63,7 @@ class ClusterFacts:
     launched: bool = False  # this process is a worker trainplan's launcher started
     address_from: str | None = None  # the variable that gave main_address (None: a default, or unknown)
     label: str = ""  # the cluster as messages name it ("SLURM")
+    main_address_fix: str = ""  # how to give the job a main address, where it gives none over several nodes
 
     @property
     def started_by(self) -> str:
@@ -70,7 +71,7 @@ class ClusterFacts:
         return "trainplan's launcher" if self.launched else self.label or self.kind
 
 
-def detect(flag: ClusterFlag, variables: Mapping[str, str], rules: Rules = BUILTIN_RULES) -> ClusterFacts:
+def detect(flag: ClusterFlag | CustomName, variables: Mapping[str, str], rules: Rules = BUILTIN_RULES) -> ClusterFacts:
     """The cluster environment asked for (or detected, for `auto`) with its facts, from the rule set's clusters."""
     index = _BUILTIN_INDEX if rules is BUILTIN_RULES else _index(rules)
     if not variables and flag in index.alone:
@@ -81,10 +82,12 @@ def detect(flag: ClusterFlag, variables: Mapping[str, str], rules: Rules = BUILT
     rule = lookup(rules.clusters, flag, name="CLUSTERS")
     if not _present(rule.detect_variables, variables):  # a row without variables to find (local) is always present
         needed = " and ".join(sorted(rule.detect_variables[0]))
+        label = rule.schemas[0].label
         raise Unavailable(
             requested=f"cluster={flag!r}",
-            available=f"no {rule.description} variables ({needed} not set)",
-            fix=f"Run inside a {flag} job, set the variables by hand for a what-if, or use cluster='auto'",
+            available=f"no {label} variables ({needed} not set)",
+            fix=f"Run it as one of {label}'s processes ({rule.description}), set the variables by hand for a what-if, "
+            "or use cluster='auto'",
         )
     _task_verdict(rule, variables)  # a process that is not a task and cannot plan alone is refused when asked for too
     return _read(rule, index, variables, requested=True)
@@ -101,7 +104,7 @@ class _Index:
     order: tuple[ClusterRule, ...]  # rows found by their variables, highest priority first
     fallback: ClusterRule  # the row that needs no variable (this machine): what remains
     managers: str  # the clusters detection looks for, for the fallback's reason
-    alone: dict[ClusterFlag, ClusterFacts] = attrs.field(factory=dict)  # filled once, by `_index`
+    alone: dict[str, ClusterFacts] = attrs.field(factory=dict)  # filled once, by `_index`
 
 
 @functools.lru_cache(maxsize=16)
@@ -541,7 +544,7 @@ class _Job:
 
     def facts(
         self,
-        kind: ClusterName,
+        kind: ClusterKey,
         creates_processes: bool,
         launch_hint: str,
         reason: str,
@@ -573,6 +576,7 @@ class _Job:
             launched=launched,
             address_from=self.address_from,
             label=self.schema.label,
+            main_address_fix=self.schema.main_address_fix,
         )
 
 

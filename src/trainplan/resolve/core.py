@@ -1419,7 +1419,12 @@ def _place_in_cluster(
     if address is None:
         if num_nodes > 1:
             raise incompatible(
-                "cluster-main-address", values, cluster=facts.started_by, nodes=num_nodes, detail=facts.detail
+                "cluster-main-address",
+                values,
+                cluster=facts.started_by,
+                nodes=num_nodes,
+                detail=facts.detail,
+                fix=facts.main_address_fix,
             )
         address = "127.0.0.1"
     global_rank, local_rank = facts.global_rank, facts.local_rank

@@ -2,13 +2,15 @@
 
 The resolver reads them through `Rules` (default `BUILTIN_RULES`: these tables) and one lookup site
 (`lookup`), so a missing key becomes a domain error naming it rather than a bare `KeyError`. `trainplan
-matrix` and the README's compatibility table are generated from the same data; nothing here is repeated by
-hand elsewhere. Each row carries a provenance comment where the reason is not obvious. Reference behaviour
-is PyTorch Lightning 2.x's accelerator connector; deliberate differences are listed in `DIFFERENCES`.
+matrix` and the README's compatibility table are generated from the same data; the README's sentences on how a
+request is resolved restate a few rows by hand. Each row carries a provenance comment where the reason is not
+obvious. Reference behaviour is PyTorch Lightning 2.x's accelerator connector; deliberate differences are listed in
+`DIFFERENCES`.
 
 Modules: `lookup`, `hardware`, `launchers`, `strategies`, `precision`, `mesh`, `recipes`, `clusters`, `job`,
-`messages`, `legacy`; `ruleset` (the value). `from trainplan.rules import X` reads any of them; the modules
-import each other, never this package.
+`messages`, `legacy`; `ruleset` (the value), `coherence` (whether a rule set holds together), `extension` and
+`row_checks` (`Rules.extend`'s steps and each added row's checks). `from trainplan.rules import X` reads any of
+them; the modules import each other, never this package.
 """
 
 from trainplan.rules.clusters import (
@@ -35,6 +37,7 @@ from trainplan.rules.clusters import (
     NotATask,
     TaskVerdict,
     VariableFormat,
+    cluster_variables,
     detected_alone,
     job_variables,
 )
@@ -49,6 +52,7 @@ from trainplan.rules.hardware import (
     AcceleratorRule,
     DeviceCounts,
     EnvironmentCount,
+    auto_order_key,
 )
 from trainplan.rules.job import (
     DEFAULT_PROCESS_GROUP_TIMEOUT,
@@ -128,6 +132,7 @@ from trainplan.rules.ruleset import (
     UNNAMED_RULES,
     R,
     Rules,
+    every_problem,
     is_rules_reference,
 )
 from trainplan.rules.strategies import (
@@ -262,7 +267,10 @@ __all__ = [
     "TorchrunProcesses",
     "VariableFormat",
     "WrapperName",
+    "auto_order_key",
+    "cluster_variables",
     "detected_alone",
+    "every_problem",
     "is_rules_reference",
     "job_variables",
     "lookup",

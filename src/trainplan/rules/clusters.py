@@ -3,7 +3,7 @@ which format), its ports and launch hints, the workers trainplan's launchers sta
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 
 import attrs
@@ -11,7 +11,7 @@ import attrs
 from trainplan.spec.frozen import freeze_nested_maps
 from trainplan.spec.names import (
     ClusterFlag,
-    ClusterName,
+    ClusterKey,
 )
 
 SLURM_DEFAULT_PORT: Final[int] = 12910
@@ -133,6 +133,11 @@ class JobVariables:
     # Where world size, processes per node and nodes all come from variables and the world is not their product, the
     # nodes run different numbers of processes: refused on every rank with this fix ({num_nodes}: the node count).
     uneven_fix: str = "Start the same number of processes on every node"
+    # Where no variable gives the main address and the job spans nodes, the refusal's fix: how to give it.
+    main_address_fix: str = (
+        "Give every process the host of rank 0 and a free port: MASTER_ADDR=<the host of rank 0> and "
+        "MASTER_PORT=<port> in each process's environment"
+    )
 
 
 def job_variables(schema: JobVariables) -> tuple[tuple[JobFact | Literal["job_id"], JobVariable], ...]:
@@ -206,7 +211,11 @@ class NotATask:
 
 @attrs.frozen(kw_only=True)
 class ClusterRule:
-    name: ClusterName
+    """A cluster manager: how its processes are found (`detect_variables`, tried by `detect_priority`), what their
+    variables say (`schemas`), and how messages spell a job of it. A downstream one is a row of
+    `Rules.extend(clusters=...)`, with a `CustomName`."""
+
+    name: ClusterKey
     description: str
     detect_variables: tuple[frozenset[str], ...]  # detected when every variable of any one set is present
     detect_priority: int | None  # higher is tried first; None: only on request
@@ -223,7 +232,7 @@ class ClusterRule:
     # Clusters whose variables may describe the same processes: when one of them is present and states the same world
     # size and global rank, it started them (srun's own PMI plugin sets MPI's variables; so does jsrun) and its row
     # reads the job, stating more (the nodes, the main address). Otherwise this row, found first, is the innermost.
-    same_job_as: tuple[ClusterName, ...] = ()
+    same_job_as: tuple[ClusterKey, ...] = ()
     # Without a node rank variable, whether the cluster places ranks on nodes in blocks of processes per node, so that a
     # rank's node is rank // processes per node (jsrun's resource sets); otherwise the node rank stays unknown.
     node_rank_in_blocks: bool = False
@@ -239,7 +248,7 @@ def _set_by_torchrun(name: str, format: VariableFormat) -> JobVariable:
     )
 
 
-CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
+CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
     rule.name: rule
     for rule in (
         ClusterRule(
@@ -417,6 +426,11 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                     job_id=_optional("OMPI_MCA_ess_base_jobid", format="job_number"),  # one per mpirun
                     job_id_shift=16,  # the job family: what differs between two mpiruns
                     uneven_fix="Map the same number of ranks to every node (mpirun --map-by ppr:N:node)",
+                    main_address_fix=(
+                        "Export MASTER_ADDR=<the host of rank 0> and a free MASTER_PORT to every process: mpirun -x "
+                        "MASTER_ADDR=$(hostname) -x MASTER_PORT=<port>, run on rank 0's node (where mpirun places it "
+                        "by default)"
+                    ),
                 ),
                 JobVariables(
                     label="MPI",
@@ -433,6 +447,11 @@ CLUSTERS: Final[Mapping[ClusterName, ClusterRule]] = {
                     job_id=_optional(MPI_PROXY_FACT, format="job_number"),
                     job_id_is_the_nodes=True,
                     uneven_fix="Start the same number of ranks on every node (mpiexec -ppn N)",
+                    main_address_fix=(
+                        "Export MASTER_ADDR=<the host of rank 0> and a free MASTER_PORT to every process: mpiexec "
+                        "-genv MASTER_ADDR $(hostname) -genv MASTER_PORT <port>, run on rank 0's node (where mpiexec "
+                        "places it by default)"
+                    ),
                 ),
             ),
             launch_hint="mpirun -np {world_size} --map-by ppr:{processes_per_node}:node",
@@ -540,23 +559,32 @@ LAUNCHED_WORKERS: Final[LaunchedWorkers] = LaunchedWorkers(
 )
 """The workers `trainplan launch`, `tp.launch` and the emitted jobs start (marked by `LAUNCHED_MARKER`)."""
 
-JOB_VARIABLES: Final[frozenset[str]] = frozenset(
-    {
-        *(name for rule in CLUSTERS.values() for group in rule.detect_variables for name in group),
-        *(name for rule in CLUSTERS.values() for row in rule.not_tasks for name in (*row.unset, *row.set, *row.tasks)),
-        *(
-            name
-            for schema in (*(schema for rule in CLUSTERS.values() for schema in rule.schemas), LAUNCHED_WORKERS.schema)
-            for _, source in job_variables(schema)
-            for name in source.names
-        ),
-        *LAUNCHED_WORKERS.also_written,
-        LAUNCHED_MARKER,
-        MPI_PROXY_FACT,
-        RUN_ID_VARIABLE,
-    }
-)
-"""Every variable the cluster rows and trainplan's launched workers name: what detection and the readers look at."""
+
+def cluster_variables(rules: Iterable[ClusterRule]) -> frozenset[str]:
+    """Every variable the cluster rows name (to detect them, to tell their tasks apart, to read their jobs), and those
+    of trainplan's launched workers: what detection and the readers look at."""
+    rows = tuple(rules)
+    return frozenset(
+        {
+            *(name for rule in rows for group in rule.detect_variables for name in group),
+            *(name for rule in rows for row in rule.not_tasks for name in (*row.unset, *row.set, *row.tasks)),
+            *(
+                name
+                for schema in (*(schema for rule in rows for schema in rule.schemas), LAUNCHED_WORKERS.schema)
+                for _, source in job_variables(schema)
+                for name in source.names
+            ),
+            *LAUNCHED_WORKERS.also_written,
+            LAUNCHED_MARKER,
+            MPI_PROXY_FACT,
+            RUN_ID_VARIABLE,
+        }
+    )
+
+
+JOB_VARIABLES: Final[frozenset[str]] = cluster_variables(CLUSTERS.values())
+"""Every variable the built-in cluster rows and trainplan's launched workers name (a rule set's own, with its
+downstream clusters': `Rules.cluster_variables`)."""
 
 
 CLUSTER_ALIASES: Final[Mapping[str, ClusterFlag]] = {"torchrun": "torchelastic", "lightning": "local"}
@@ -568,5 +596,5 @@ def detected_alone(rule: ClusterRule) -> bool:
     return rule.detect_priority is not None and not all(rule.detect_variables)
 
 
-LOCAL_CLUSTER: Final[ClusterName] = next(name for name, rule in CLUSTERS.items() if detected_alone(rule))
+LOCAL_CLUSTER: Final[ClusterKey] = next(name for name, rule in CLUSTERS.items() if detected_alone(rule))
 """The built-in cluster found without any variable (this machine alone), where detection ends."""

@@ -14,6 +14,8 @@ from trainplan.spec.names import (
 )
 
 EnvironmentCount: TypeAlias = Literal["cuda_device_count", "mps_available", "xla_device_count", "device_counts"]
+"""An `Environment` fact that counts an accelerator's devices (a bool counts one; `device_counts`, the counts a
+framework supplies for the accelerators it adds, is read at the accelerator's name)."""
 
 SUPPLIED_COUNTS: Final[EnvironmentCount] = "device_counts"
 """The count fact of a downstream accelerator: the counts a framework supplies (`Environment.device_counts`), read at
@@ -21,8 +23,6 @@ the accelerator's name."""
 
 COUNTED_THROUGH: Final[Mapping[EnvironmentCount, str]] = {"xla_device_count": "torch_xla"}
 """The package through which `probe()` counts an accelerator's devices: a machine assumed to have them has it."""
-"""An `Environment` fact that counts an accelerator's devices (a bool counts one; `device_counts`, the counts a
-framework supplies for the accelerators it adds, is read at the accelerator's name)."""
 
 ForkBlocker: TypeAlias = Literal["cuda_initialized"]
 """An `Environment` fact after which a forked child fails (CUDA initialised in the parent cannot be forked)."""
@@ -158,3 +158,8 @@ GPU_ACCELERATORS: Final[tuple[AcceleratorKey, ...]] = ("cuda", "mps")
 
 ACCELERATOR_GROUPS: Final[Mapping[str, tuple[AcceleratorKey, ...]]] = {"gpu": GPU_ACCELERATORS}
 """Flags that name a group of accelerators: the first available of the group is chosen."""
+
+
+def auto_order_key(rule: AcceleratorRule) -> int:
+    """Where `rule` stands in the order accelerator='auto' tries (a sort key: the highest priority first)."""
+    return -rule.auto_priority

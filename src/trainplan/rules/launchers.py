@@ -46,9 +46,8 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             name="subprocess",
             description="re-run the script in fresh interpreters, one per local rank",
             starts_processes=True,
-            # A notebook has no script to re-run.
             joins=False,
-            interactive_compatible=False,
+            interactive_compatible=False,  # a notebook has no script to re-run
             start_method=None,
             forks=False,
             in_started_job="external",
@@ -58,8 +57,8 @@ LAUNCHERS: Final[Mapping[LauncherName, LauncherRule]] = {
             name="spawn",
             description="start fresh interpreters with multiprocessing's spawn method",
             starts_processes=True,
-            # spawn pickles the function; functions defined in a notebook's __main__ cannot be imported back.
             joins=False,
+            # spawn pickles the function; functions defined in a notebook's __main__ cannot be imported back.
             interactive_compatible=False,
             start_method="spawn",
             forks=False,

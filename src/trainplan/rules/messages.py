@@ -129,11 +129,7 @@ RULES: Final[Mapping[str, Rule]] = {
         Rule(
             id="cluster-main-address",
             reason="{cluster} spans {nodes} nodes ({detail}) but gives no main address for them to meet at",
-            fix=(
-                "Export MASTER_ADDR=<the host of rank 0> and a free MASTER_PORT to every process: mpirun -x "
-                "MASTER_ADDR=$(hostname) -x MASTER_PORT=<port> (Open MPI) or mpiexec -genv MASTER_ADDR $(hostname) "
-                "-genv MASTER_PORT <port> (MPICH), run on rank 0's node (where mpirun places it by default)"
-            ),
+            fix="{fix}",  # the cluster's own (`JobVariables.main_address_fix`): how its processes are given one
         ),
         Rule(
             id="cluster-one-process-per-node",

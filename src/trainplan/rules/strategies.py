@@ -1,13 +1,15 @@
 """Strategy families and registered strategies: accelerators, precisions, launchers, presets, aliases, the `auto`
-choice and the fork/spawn/script counterparts."""
+choice and the fork/spawn/script counterparts (derived: the strategy of the same family and preset with the other
+launcher)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final, TypeAlias
 
 import attrs
 
+from trainplan.rules.launchers import LAUNCHERS, LauncherRule
 from trainplan.spec.frozen import freeze_nested_maps
 from trainplan.spec.names import (
     AcceleratorKey,
@@ -267,7 +269,8 @@ STRATEGIES: Final[Mapping[StrategyKey, StrategyRule]] = {
         _ddp("ddp_fork", "fork", None),
         _ddp("ddp_fork_find_unused_parameters_true", "fork", True),
         _ddp("ddp_fork_find_unused_parameters_false", "fork", False),
-        # ddp_notebook is ddp_fork under the name notebook users look for.
+        # ddp_notebook is ddp_fork under the name notebook users look for: registered after it, it is the forked
+        # counterpart the tables below suggest.
         _ddp("ddp_notebook", "fork", None),
         _ddp("ddp_notebook_find_unused_parameters_true", "fork", True),
         _ddp("ddp_notebook_find_unused_parameters_false", "fork", False),
@@ -348,40 +351,63 @@ AUTO_STRATEGIES: Final[tuple[AutoStrategyRule, ...]] = (
 )
 """strategy='auto' after the options rows (`AUTO_STRATEGY_FOR_OPTIONS`): tried in order, the first match wins."""
 
-FORK_STRATEGY_FOR: Final[Mapping[StrategyKey, StrategyKey]] = {
-    "ddp": "ddp_notebook",
-    "ddp_find_unused_parameters_true": "ddp_notebook_find_unused_parameters_true",
-    "ddp_find_unused_parameters_false": "ddp_notebook_find_unused_parameters_false",
-    "ddp_spawn": "ddp_notebook",
-    "ddp_spawn_find_unused_parameters_true": "ddp_notebook_find_unused_parameters_true",
-    "ddp_spawn_find_unused_parameters_false": "ddp_notebook_find_unused_parameters_false",
-}
-"""The notebook-compatible counterpart suggested when an interactive session rejects a launcher."""
 
 AUTO_STRATEGY_FOR_OPTIONS: Final[Mapping[StrategyFamily, StrategyName]] = {"model_parallel": "model_parallel"}
 """strategy='auto' with this family's options record chooses this strategy (a mesh's degrees say what to run; the
 other families' records fit several strategies, and 'auto' decides from the devices as usual)."""
 
-SPAWN_STRATEGY_FOR: Final[Mapping[StrategyKey, StrategyKey]] = {
-    "ddp_fork": "ddp_spawn",
-    "ddp_fork_find_unused_parameters_true": "ddp_spawn_find_unused_parameters_true",
-    "ddp_fork_find_unused_parameters_false": "ddp_spawn_find_unused_parameters_false",
-    "ddp_notebook": "ddp_spawn",
-    "ddp_notebook_find_unused_parameters_true": "ddp_spawn_find_unused_parameters_true",
-    "ddp_notebook_find_unused_parameters_false": "ddp_spawn_find_unused_parameters_false",
-}
-"""The spawn counterpart suggested when forking is impossible."""
 
-SCRIPT_STRATEGY_FOR: Final[Mapping[StrategyKey, StrategyKey]] = {
-    "ddp_spawn": "ddp",
-    "ddp_spawn_find_unused_parameters_true": "ddp_find_unused_parameters_true",
-    "ddp_spawn_find_unused_parameters_false": "ddp_find_unused_parameters_false",
-    "ddp_fork": "ddp",
-    "ddp_fork_find_unused_parameters_true": "ddp_find_unused_parameters_true",
-    "ddp_fork_find_unused_parameters_false": "ddp_find_unused_parameters_false",
-    "ddp_notebook": "ddp",
-    "ddp_notebook_find_unused_parameters_true": "ddp_find_unused_parameters_true",
-    "ddp_notebook_find_unused_parameters_false": "ddp_find_unused_parameters_false",
-}
+def counterparts(
+    strategies: Mapping[StrategyKey, StrategyRule],
+    launchers: Mapping[LauncherName, LauncherRule],
+    *,
+    source: Callable[[LauncherRule], bool],
+    target: Callable[[LauncherRule], bool],
+) -> dict[StrategyKey, StrategyKey]:
+    """The counterpart of each strategy a `source` launcher starts: the strategy of the same family and preset that a
+    `target` launcher starts (where several are, the one registered last: `ddp_notebook`, not `ddp_fork`)."""
+    found = {
+        (rule.family, frozenset(rule.preset.items())): rule.name
+        for rule in strategies.values()
+        if target(launchers[rule.launcher])
+    }
+    table: dict[StrategyKey, StrategyKey] = {}
+    for rule in strategies.values():
+        counterpart = found.get((rule.family, frozenset(rule.preset.items())))
+        if counterpart is not None and source(launchers[rule.launcher]):
+            table[rule.name] = counterpart
+    return table
+
+
+def _starts_from_a_function(launcher: LauncherRule) -> bool:
+    """trainplan starts the workers by running a function in them (spawn, fork), not by re-running the script."""
+    return launcher.trainplan_starts and launcher.start_method is not None
+
+
+FORK_STRATEGY_FOR: Final[Mapping[StrategyKey, StrategyKey]] = counterparts(
+    STRATEGIES,
+    LAUNCHERS,
+    source=lambda launcher: launcher.trainplan_starts and not launcher.interactive_compatible,
+    target=lambda launcher: launcher.forks,
+)
+"""The notebook-compatible counterpart suggested when an interactive session rejects a launcher: the forked strategy
+of the same family and preset."""
+
+SPAWN_STRATEGY_FOR: Final[Mapping[StrategyKey, StrategyKey]] = counterparts(
+    STRATEGIES,
+    LAUNCHERS,
+    source=lambda launcher: launcher.forks,
+    target=lambda launcher: _starts_from_a_function(launcher) and not launcher.forks,
+)
+"""The spawn counterpart suggested when forking is impossible: the strategy of the same family and preset whose
+workers start as fresh interpreters."""
+
+SCRIPT_STRATEGY_FOR: Final[Mapping[StrategyKey, StrategyKey]] = counterparts(
+    STRATEGIES,
+    LAUNCHERS,
+    source=_starts_from_a_function,
+    target=lambda launcher: launcher.trainplan_starts and launcher.start_method is None,
+)
 """The script-mode counterpart of a strategy that starts its workers from a function (spawn, fork): what a
-script runs as when something else (torchrun, srun, `trainplan launch`) already started every process."""
+script runs as when something else (torchrun, srun, `trainplan launch`) already started every process (the strategy
+of the same family and preset that re-runs the script)."""

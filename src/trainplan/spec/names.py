@@ -53,13 +53,14 @@ StrategyFlag: TypeAlias = Literal["auto"] | StrategyName
 """What a request may say for the strategy: a registered name or `auto`."""
 
 CustomName = NewType("CustomName", str)
-"""A strategy, accelerator, precision or backend name a downstream rule set adds (`trainplan.Rules.extend`).
+"""A strategy, accelerator, precision, backend or cluster name a downstream rule set adds (`trainplan.Rules.extend`).
 Built-in names stay `Literal`-checked: a bare string is not a `CustomName`, so `Request(strategy="ddpx")` is still
 a type error, while `Request(strategy=rule.name)` for a `StrategyRule(name=CustomName("ddp_custom_checkpoint_io"),
 ...)` is not (nor `Request(accelerator=NPU)` for `NPU = CustomName("npu")`)."""
 
 CUSTOM_NAME: Final = re.compile(r"[a-z][a-z0-9_]{0,63}", flags=re.ASCII)
-"""A downstream rule set's name (a strategy's, an accelerator's, a backend's): lowercase, digits, underscores."""
+"""A downstream rule set's name (a strategy's, an accelerator's, a backend's, a cluster's): lowercase, digits,
+underscores."""
 CUSTOM_PRECISION: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", flags=re.ASCII)
 """A downstream precision's name: as `CUSTOM_NAME`, and hyphens too (as the built-in ones: "bf16-mixed")."""
 
@@ -121,11 +122,11 @@ MetricsStore = Literal["device", "cpu"]
 """Where logged metric tensors are kept between reductions by default."""
 
 StartMethod = Literal["fork", "spawn", "forkserver"]
+"""A multiprocessing start method."""
 
 EmitFormat = Literal["torchrun", "slurm", "kubeflow"]
 """What `trainplan plan --emit` prints the plan as: a torchrun command line, an sbatch script, a Kubeflow PyTorchJob
 (formats named after the engines that run them, not the cluster rules of the same names)."""
-"""A multiprocessing start method."""
 
 NoteLevel = Literal["info", "warning", "deprecation"]
 """How loud a plan note is."""
@@ -173,3 +174,6 @@ PrecisionKey: TypeAlias = PrecisionName | CustomName
 
 BackendKey: TypeAlias = BackendName | CustomName
 """A backend in a rule set: a built-in one or a downstream one (a device plugin's, such as Ascend's "hccl")."""
+
+ClusterKey: TypeAlias = ClusterName | CustomName
+"""A cluster environment in a rule set: a built-in one or a downstream one (`Rules.extend(clusters=...)`)."""

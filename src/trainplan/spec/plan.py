@@ -13,7 +13,7 @@ from trainplan.spec.names import (
     HOST_DEVICE,
     AcceleratorKey,
     BackendKey,
-    ClusterName,
+    ClusterKey,
     LauncherName,
     MeshDimension,
     MetricsStore,
@@ -49,7 +49,8 @@ class StrategyChoice:
 class ClusterInfo:
     """Where this process sits in the world: who started it, where the ranks meet, which rank it is."""
 
-    kind: ClusterName
+    kind: ClusterKey
+    """The cluster environment: a built-in one, or a downstream rule set's (`Rules.extend(clusters=...)`)."""
     creates_processes: bool
     """True when a cluster manager (srun, torchrun, jsrun, mpirun) started every process itself."""
     main_address: str

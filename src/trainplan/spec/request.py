@@ -55,7 +55,7 @@ class Request:
     num_nodes: NumNodes = "auto"
     precision: PrecisionFlag | CustomName = DEFAULT_PRECISION
     process_group_backend: BackendName | CustomName | None = None
-    cluster: ClusterFlag = "auto"
+    cluster: ClusterFlag | CustomName = "auto"
     metrics_store: MetricsStore = "device"
     sync_batchnorm: bool = False
     strategy_options: StrategyOptions | None = None
