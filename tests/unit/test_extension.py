@@ -36,7 +36,7 @@ from trainplan.rules import UNNAMED_RULES
 def test_a_downstream_strategy_resolves_with_its_preset_and_launcher() -> None:
     plan = resolve(Request(accelerator="cpu", devices=2, strategy=CHECKPOINT_IO), cpu(), RULES)
     assert (plan.strategy.name, plan.strategy.family, plan.launcher) == (CHECKPOINT_IO, "ddp", "subprocess")
-    assert plan.strategy.options == DDPOptions(static_graph=True)
+    assert plan.strategy.options == DDPOptions(static_graph=True, given=[])  # the preset's value; nothing written
 
 
 def test_the_builtin_rule_set_refuses_the_downstream_name_and_is_unchanged() -> None:
@@ -268,7 +268,8 @@ def test_extend_takes_the_rows_that_can() -> None:
         script_counterparts={CustomName("mine"): "ddp"},
     )
     plan = resolve_uncached(Request(accelerator="cpu", devices=2, strategy=CustomName("mine")), cpu(), rules)
-    assert (plan.launcher, plan.strategy.options) == ("spawn", DDPOptions(static_graph=True, timeout_seconds=60))
+    options = DDPOptions(static_graph=True, timeout_seconds=60, given=[])
+    assert (plan.launcher, plan.strategy.options) == ("spawn", options)
 
 
 def test_a_forking_strategy_without_a_spawn_counterpart_is_not_offered_ddp_spawn() -> None:

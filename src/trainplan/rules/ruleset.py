@@ -41,7 +41,8 @@ from trainplan.rules.job import KUBERNETES_DEVICE_RESOURCES, SYNC_BATCHNORM_ACCE
 from trainplan.rules.launchers import HOST_LAUNCHER, LAUNCHERS, SERVED_START_METHODS, LauncherRule
 from trainplan.rules.legacy import LEGACY_ACCELERATORS, LEGACY_STRATEGIES
 from trainplan.rules.mesh import MESH_BACKENDS
-from trainplan.rules.option_checks import strategy_options
+from trainplan.rules.option_checks import check_added_row, strategy_options
+from trainplan.rules.options import OPTIONS, OptionRow
 from trainplan.rules.precision import (
     BACKENDS,
     PRECISION_ALIASES,
@@ -103,7 +104,7 @@ from trainplan.spec.names import (
 from trainplan.spec.names import (
     PRECISIONS as PRECISION_NAMES,
 )
-from trainplan.spec.options import ModelParallelOptions
+from trainplan.spec.options import ModelParallelOptions, with_options
 
 _PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?", flags=re.ASCII)  # a distribution's name
 _REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*", flags=re.ASCII)
@@ -136,6 +137,9 @@ class Rules:
     strategy_aliases: Mapping[str, StrategyKey]
     strategy_alias_notes: Mapping[str, str]
     families: Mapping[StrategyFamily, FamilyRule]
+    options: Mapping[StrategyFamily, tuple[OptionRow, ...]]
+    """Each family's option rows (`rules.options`): the options its record and `extra` may hold, checked, and how
+    every framework spells them."""
     auto_for_options: Mapping[StrategyFamily, StrategyKey]
     auto_strategies: tuple[AutoStrategyRule, ...]
     fork_strategy_for: Mapping[StrategyKey, StrategyKey]
@@ -261,6 +265,7 @@ class Rules:
         backends: Iterable[BackendRule] = (),
         precision_recipes: Iterable[PrecisionRecipe] = (),
         framework_accelerators: Iterable[FrameworkAccelerator] = (),
+        options: Iterable[OptionRow] = (),
         kubernetes_resources: Mapping[AcceleratorKey, str] | None = None,
         script_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         fork_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
@@ -269,7 +274,7 @@ class Rules:
     ) -> Rules:
         """A new rule set: these strategies, accelerators, backends and precisions added, these family and
         precision rows in place of the built-in ones of the same name (their accelerators, precisions, needs and
-        reasons), and the counterparts added.
+        reasons), these options added to their families, and the counterparts added.
 
         A new strategy has a `CustomName` of lowercase letters, digits and underscores, a family and a launcher of
         the rule set, and a preset of its family's options. A new accelerator (a device plugin's: Ascend's "npu",
@@ -304,6 +309,7 @@ class Rules:
         added_accelerators = _rows(accelerators, AcceleratorRule, "rules.accelerators")
         added_backends = _rows(backends, BackendRule, "rules.backends")
         added_recipes = _rows(precision_recipes, PrecisionRecipe, "rules.precision_recipes")
+        added_options = _rows(options, OptionRow, "rules.options")
         _unique("rules.strategies", [rule.name for rule in added])
         _unique("rules.families", [rule.family for rule in replaced_families])
         _unique("rules.precisions", [rule.name for rule in given_precisions])
@@ -417,9 +423,13 @@ class Rules:
                     families=[rule.family for rule in new_families.values() if precision.name in rule.precisions],
                     precisions=[precision.name] if precision.accelerators else [],
                 )
+        new_options = dict(self.options)
+        for option in added_options:
+            new_options[option.family] = (*new_options.get(option.family, ()), option)
+            check_added_row(option, new_options, f"rules.options[{option.family!r}, {option.name!r}]")
         new_strategies = dict(self.strategies)
         for rule in added:
-            _check_strategy(rule, self, new_families)
+            _check_strategy(rule, self, new_families, new_options)
             new_strategies[rule.name] = rule
         counterparts: list[Mapping[StrategyKey, StrategyKey]] = []
         for field, table in (
@@ -448,6 +458,7 @@ class Rules:
             kubernetes_resources=new_resources,
             strategies=new_strategies,
             families=new_families,
+            options=new_options,
             precisions=new_precisions,
             precision_recipes=new_recipes,
             script_strategy_for={**self.script_strategy_for, **counterparts[0]},
@@ -845,7 +856,12 @@ def _check_precision(
             )
 
 
-def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyFamily, FamilyRule]) -> None:
+def _check_strategy(
+    rule: StrategyRule,
+    base: Rules,
+    families: Mapping[StrategyFamily, FamilyRule],
+    options: Mapping[StrategyFamily, tuple[OptionRow, ...]],
+) -> None:
     name: object = rule.name
     if not isinstance(name, str) or not CUSTOM_NAME.fullmatch(name):
         raise InvalidRequest(
@@ -896,19 +912,18 @@ def _check_strategy(rule: StrategyRule, base: Rules, families: Mapping[StrategyF
             allowed=launchers,
         )
     options_type = OPTION_TYPES.get(rule.family)
-    fields = () if options_type is None else tuple(attribute.name for attribute in attrs.fields(options_type))
+    names = tuple(row.name for row in options.get(rule.family, ()))
     for option in rule.preset:
-        if option not in fields:
+        if option not in names:
             raise InvalidRequest(
                 field=f"rules.strategies[{name!r}].preset",
                 value=option,
                 reason=f"family {rule.family!r} has no such option",
-                allowed=fields,
+                allowed=names,
             )
     if options_type is not None:
         try:
-            preset: dict[str, Any] = dict(rule.preset)
-            strategy_options(attrs.evolve(options_type(), **preset))  # as a request's options are
+            strategy_options(with_options(options_type(), rule.preset), options)  # as a request's options are
         except InvalidRequest as error:
             raise InvalidRequest(
                 field=f"rules.strategies[{name!r}].preset",
@@ -1394,6 +1409,7 @@ BUILTIN_RULES: Final[Rules] = Rules(
     strategy_aliases=STRATEGY_ALIASES,
     strategy_alias_notes=STRATEGY_ALIAS_NOTES,
     families=FAMILIES,
+    options=OPTIONS,
     auto_for_options=AUTO_STRATEGY_FOR_OPTIONS,
     auto_strategies=AUTO_STRATEGIES,
     fork_strategy_for=FORK_STRATEGY_FOR,
