@@ -274,11 +274,16 @@ def _row(
     )
 
 
-def _ddp_flag(name: str) -> OptionRow:
+def _ddp_flag(name: str, write: Writer | None = None) -> OptionRow:
     """A DDP flag that torch's DistributedDataParallel, Lightning's DDPStrategy (which passes it on to DDP) and
     Accelerate's DistributedDataParallelKwargs all take under its own name."""
-    same, handler = (Keyword(name),), (HandlerField("DistributedDataParallelKwargs", name),)
+    same, handler = (Keyword(name, write=write),), (HandlerField("DistributedDataParallelKwargs", name, write=write),)
     return _row(DDPOptions, name, TrueOrFalse(), torch=same, lightning=same, accelerate=handler)
+
+
+def _unless(name: str, default: object, values: Mapping[str, object], layout: NodeLayout) -> object:
+    """The option's value, left out at `default` (where the targets' own default is the same)."""
+    return OMIT if values[name] == default else values[name]
 
 
 _TIMEOUT: Final = WholeNumber(
@@ -329,6 +334,8 @@ BUILTIN_OPTIONS: Final[tuple[OptionRow, ...]] = (
     _ddp_flag("find_unused_parameters"),
     _ddp_flag("static_graph"),
     _ddp_flag("gradient_as_bucket_view"),
+    # torch 2.13 deprecates broadcast_buffers (a FutureWarning whenever it is passed): written only when False.
+    _ddp_flag("broadcast_buffers", write=functools.partial(_unless, "broadcast_buffers", True)),
     _timeout(DDPOptions),
     _row(
         FSDPOptions,

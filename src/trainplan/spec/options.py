@@ -119,6 +119,8 @@ class DDPOptions:
     find_unused_parameters: bool = False
     static_graph: bool = False
     gradient_as_bucket_view: bool = False
+    broadcast_buffers: bool = True
+    """Broadcast the buffers (batch-norm statistics) from rank 0 before each forward pass; False keeps them per rank."""
     timeout_seconds: int = 1800
     extra: Mapping[str, object] = attrs.field(factory=OptionMap, converter=_option_map)
     """Options a downstream rule set adds to the family (name → value), checked against its rows."""
