@@ -363,7 +363,8 @@ def test_extend_refuses_an_option_twice_and_what_is_not_a_row() -> None:
 def test_a_preset_names_only_options_of_its_family_never_given() -> None:
     """A preset naming `given` (or anything that is not a row of the family) is an InvalidRequest naming the preset,
     its allowed options the rows' (never `given` or `extra`)."""
-    for preset in ({"given": frozenset()}, {"extra": {}}, {"bucket_cap_mb": 50}):
+    presets: list[dict[str, Any]] = [{"given": frozenset()}, {"extra": {}}, {"bucket_cap_mb": 50}]
+    for preset in presets:
         with pytest.raises(InvalidRequest) as caught:
             BUILTIN_RULES.extend(strategies=[_mine(**preset)])
         assert caught.value.field == "rules.strategies['mine'].preset"

@@ -89,13 +89,16 @@ def _remember_given(cls: type[_Options]) -> type[_Options]:
 
 
 def _options_repr(self: Any) -> str:
-    """Every option's value, `extra` when it holds any, and which were written (`given`, sorted): the repr builds
-    an equal record."""
-    shown = [f"{name}={getattr(self, name)!r}" for name in _FIELD_ORDER[type(self)]]
+    """The record as the call that builds it: the options written or away from their default, `extra` when it
+    holds any, and `given` where the options written are not just those shown (after a preset, say)."""
+    defaults = _DEFAULTS[type(self)]
+    shown = [name for name in defaults if name in self.given or getattr(self, name) != defaults[name]]
+    parts = [f"{name}={getattr(self, name)!r}" for name in shown]
     if self.extra:
-        shown.append(f"extra={dict(self.extra)!r}")
-    shown.append(f"given={sorted(self.given, key=str)!r}")
-    return f"{type(self).__name__}({', '.join(shown)})"
+        parts.append(f"extra={dict(self.extra)!r}")
+    if self.given != {*shown, *self.extra}:
+        parts.append(f"given={sorted(self.given, key=str)!r}")
+    return f"{type(self).__name__}({', '.join(parts)})"
 
 
 RECORD_FIELDS: Final[tuple[str, ...]] = ("extra", "given")
@@ -225,6 +228,10 @@ _FIELDS: Final[Mapping[type, frozenset[str]]] = {
 
 _FIELD_ORDER: Final[Mapping[type, tuple[str, ...]]] = {
     record: tuple(field.name for field in attrs.fields(record) if field.name in _FIELDS[record]) for record in _FIELDS
+}
+
+_DEFAULTS: Final[Mapping[type, Mapping[str, object]]] = {
+    record: {name: attrs.fields_dict(record)[name].default for name in _FIELD_ORDER[record]} for record in _FIELDS
 }
 
 
