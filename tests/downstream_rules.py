@@ -1,11 +1,11 @@
 """A downstream framework's rule set, as a framework would ship it: trainplan's own rules plus its strategies, an
-accelerator (with its backend) and a precision.
+accelerator (with its backend), a precision and two DDP options.
 
 Lightning users register strategies such as `ddp_custom_checkpoint_io` in Lightning's global `StrategyRegistry`,
-and accelerators such as Ascend's NPU or Gaudi's HPU through plugins; with trainplan the framework builds a value
-instead and passes it to `resolve`, `check`, `render_matrix` and the CLI (`trainplan plan --rules
-tests.downstream_rules:RULES --strategy ddp_custom_checkpoint_io`, `--assume npu=8 --accelerator npu`). A cluster
-manager trainplan does not know is a row of its own (`PBS_RULES`).
+and accelerators such as Ascend's NPU or Gaudi's HPU through plugins (and pass DDP keywords of their own); with
+trainplan the framework builds a value instead and passes it to `resolve`, `check`, `render_matrix` and the CLI
+(`trainplan plan --rules tests.downstream_rules:RULES --strategy ddp_custom_checkpoint_io`, `--assume npu=8
+--accelerator npu`). A cluster manager trainplan does not know is a row of its own (`PBS_RULES`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from trainplan import (
     Rules,
     StrategyRule,
 )
+from trainplan.rules import HandlerField, Keyword, OptionRow, Refused, TrueOrFalse, WholeNumber
 
 CHECKPOINT_IO: Final = CustomName("ddp_custom_checkpoint_io")
 """DDP with the framework's own checkpoint IO: one process per device, started by re-running the script."""
@@ -40,6 +41,30 @@ STATIC_DEEPSPEED: Final = CustomName("deepspeed_static_stage_1")
 """ZeRO stage 1 under the framework's name (a preset of the deepspeed family)."""
 
 CUSTOM_NAMES: Final = (CHECKPOINT_IO, CHECKPOINT_IO_NOTEBOOK, STATIC_DEEPSPEED)
+
+BUCKET_CAP: Final = OptionRow(
+    family="ddp",
+    name="bucket_cap_mb",
+    default=25,
+    check=WholeNumber(minimum=1, maximum=1024, above="DDP's buckets are megabytes each", fix="Write e.g. 25"),
+    torch=(Keyword("bucket_cap_mb"),),
+    lightning=(Keyword("bucket_cap_mb"),),  # DDPStrategy passes its keywords on to DDP
+    accelerate=(HandlerField("DistributedDataParallelKwargs", "bucket_cap_mb"),),
+    deepspeed_config=None,
+)
+"""An option the framework adds to DDP: the gradient bucket size, which torch, Lightning and Accelerate all take."""
+
+INIT_SYNC: Final = OptionRow(
+    family="ddp",
+    name="init_sync",
+    default=True,
+    check=TrueOrFalse(),
+    torch=(Keyword("init_sync"),),
+    lightning=(Keyword("init_sync"),),
+    accelerate=Refused("Accelerate's DistributedDataParallelKwargs has no init_sync (Accelerate 1.15)"),
+    deepspeed_config=None,
+)
+"""An option Accelerate cannot express: DDP without its first broadcast (refused for Accelerate unless True)."""
 
 NPU: Final = CustomName("npu")
 """Ascend's NPU, as its torch plugin (torch_npu) registers it: device type "npu", devices counted by the plugin."""
@@ -111,6 +136,7 @@ RULES: Final[Rules] = BUILTIN_RULES.extend(
             engine="torch",
         )
     ],
+    options=[BUCKET_CAP, INIT_SYNC],
     strategies=[
         StrategyRule(name=CHECKPOINT_IO, family="ddp", launcher="subprocess", preset={"static_graph": True}),
         StrategyRule(name=CHECKPOINT_IO_NOTEBOOK, family="ddp", launcher="fork", preset={"static_graph": True}),

@@ -115,22 +115,27 @@ class TestAutoStrategy:
 
 class TestStrategyOptions:
     def test_presets_fill_the_options(self) -> None:
+        """A preset's values are in force; which options were written stays the request's (none here)."""
         plan = plan_for(cuda(2), strategy="ddp_find_unused_parameters_true")
-        assert plan.strategy.options == DDPOptions(find_unused_parameters=True)
+        assert plan.strategy.options == DDPOptions(find_unused_parameters=True, given=[])
         env = cuda(2, packages={"deepspeed"})
         plan = plan_for(env, strategy="deepspeed_stage_3_offload")
-        assert plan.strategy.options == DeepSpeedOptions(stage=3, offload_optimizer=True, offload_parameters=True)
-        assert plan_for(cuda(2), strategy="fsdp_cpu_offload").strategy.options == FSDPOptions(cpu_offload=True)
+        expected = DeepSpeedOptions(stage=3, offload_optimizer=True, offload_parameters=True, given=[])
+        assert plan.strategy.options == expected
+        offload = plan_for(cuda(2), strategy="fsdp_cpu_offload").strategy.options
+        assert offload == FSDPOptions(cpu_offload=True, given=[])
 
     def test_options_combine_with_a_preset_they_do_not_contradict(self) -> None:
         plan = plan_for(
             cuda(2), strategy="ddp_find_unused_parameters_true", strategy_options=DDPOptions(static_graph=True)
         )
-        assert plan.strategy.options == DDPOptions(find_unused_parameters=True, static_graph=True)
+        assert plan.strategy.options == DDPOptions(
+            find_unused_parameters=True, static_graph=True, given=["static_graph"]
+        )
 
     def test_deepspeed_defaults_to_stage_two(self) -> None:
         plan = plan_for(cuda(2, packages={"deepspeed"}), strategy="deepspeed")
-        assert plan.strategy.options == DeepSpeedOptions(stage=2)
+        assert plan.strategy.options == DeepSpeedOptions(stage=2, given=[])
 
 
 class TestPrecision:
@@ -203,21 +208,26 @@ class TestMemo:
         noted = resolve(Request(devices=1, notes=(note,)), cuda(2))
         assert note not in plain.notes and note in noted.notes
 
-    def test_which_options_were_written_is_part_of_the_key(self) -> None:
-        # Equal records: the default dp_shard='auto' yields to a written tp='auto'; two written 'auto's are refused.
+    def test_which_options_were_written_is_part_of_the_value(self) -> None:
+        """Records that differ only in which options were written are different values (unequal, hashed apart), so
+        equal requests resolve equally: the default dp_shard='auto' yields to a written tp='auto' while two written
+        'auto's are refused; a preset takes an option left alone and refuses one written otherwise."""
         one = ModelParallelOptions(tp="auto")
         two = ModelParallelOptions(tp="auto", dp_shard="auto")
-        assert one == two
+        assert one != two and Request(devices=4, strategy_options=one) != Request(devices=4, strategy_options=two)
+        assert len({one, two, ModelParallelOptions(tp="auto")}) == 2
         assert resolve(Request(devices=4, strategy_options=one), cuda(4)).strategy.name == "model_parallel"
         with pytest.raises(Incompatible, match="both say 'auto'"):
             resolve(Request(devices=4, strategy_options=two), cuda(4))
         preset: StrategyName = "ddp_find_unused_parameters_true"
-        plan = resolve(Request(strategy=preset, devices=2, strategy_options=DDPOptions()), cuda(2))
-        assert plan.strategy.options == DDPOptions(find_unused_parameters=True)
+        left, written = DDPOptions(), DDPOptions(find_unused_parameters=False)
+        assert left != written and hash(left) != hash(written)
+        plan = resolve(Request(strategy=preset, devices=2, strategy_options=left), cuda(2))
+        assert plan.strategy.options == DDPOptions(find_unused_parameters=True, given=[])
         with pytest.raises(Incompatible, match="already sets find_unused_parameters=True"):
-            resolve(
-                Request(strategy=preset, devices=2, strategy_options=DDPOptions(find_unused_parameters=False)), cuda(2)
-            )
+            resolve(Request(strategy=preset, devices=2, strategy_options=written), cuda(2))
+        again = resolve(Request(strategy=preset, devices=2, strategy_options=plan.strategy.options), cuda(2))
+        assert again.strategy.options == plan.strategy.options, "a plan's options handed on resolve the same"
 
     def test_unhashable_garbage_is_still_an_invalid_request(self) -> None:
         with pytest.raises(InvalidRequest):

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
-from tests.downstream_rules import CHECKPOINT_IO, CHECKPOINT_IO_NOTEBOOK, RULES, STATIC_DEEPSPEED
+from tests.downstream_rules import BUCKET_CAP, CHECKPOINT_IO, CHECKPOINT_IO_NOTEBOOK, RULES, STATIC_DEEPSPEED
 from tests.helpers import LAUNCHED_1_OF_2, cpu
 from trainplan import (
     BUILTIN_RULES,
@@ -28,15 +28,25 @@ from trainplan import (
 )
 from trainplan.cli import main
 from trainplan.effects.rules_loading import read_plan_text
+from trainplan.mapping.frameworks import accelerate_arguments, lightning_arguments, option_keywords
 from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.resolve import check, resolve, resolve_uncached
-from trainplan.rules import UNNAMED_RULES
+from trainplan.rules import (
+    UNNAMED_RULES,
+    Carried,
+    Keyword,
+    Needs,
+    OptionRow,
+    ProcessGroupTimeout,
+    Refused,
+    ThroughMesh,
+)
 
 
 def test_a_downstream_strategy_resolves_with_its_preset_and_launcher() -> None:
     plan = resolve(Request(accelerator="cpu", devices=2, strategy=CHECKPOINT_IO), cpu(), RULES)
     assert (plan.strategy.name, plan.strategy.family, plan.launcher) == (CHECKPOINT_IO, "ddp", "subprocess")
-    assert plan.strategy.options == DDPOptions(static_graph=True)
+    assert plan.strategy.options == DDPOptions(static_graph=True, given=[])  # the preset's value; nothing written
 
 
 def test_the_builtin_rule_set_refuses_the_downstream_name_and_is_unchanged() -> None:
@@ -268,7 +278,8 @@ def test_extend_takes_the_rows_that_can() -> None:
         script_counterparts={CustomName("mine"): "ddp"},
     )
     plan = resolve_uncached(Request(accelerator="cpu", devices=2, strategy=CustomName("mine")), cpu(), rules)
-    assert (plan.launcher, plan.strategy.options) == ("spawn", DDPOptions(static_graph=True, timeout_seconds=60))
+    options = DDPOptions(static_graph=True, timeout_seconds=60, given=[])
+    assert (plan.launcher, plan.strategy.options) == ("spawn", options)
 
 
 def test_a_forking_strategy_without_a_spawn_counterpart_is_not_offered_ddp_spawn() -> None:
@@ -288,3 +299,120 @@ def test_a_forking_strategy_without_a_spawn_counterpart_is_not_offered_ddp_spawn
             resolve_uncached(request, env, rules=RULES)
         assert caught.value.rule == rule
         assert "ddp_spawn" not in str(caught.value) and "no spawn-started variant" in str(caught.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Options added by value
+
+
+def _option(**fields: object) -> OptionRow:
+    """A DDP option of a downstream rule set (`bucket_cap_mb`'s row, with `fields` in place)."""
+    return attrs.evolve(BUCKET_CAP, **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "words"),
+    [
+        (_option(name="given"), "rules.options['ddp', 'given'].name", "not a field of the family's record"),
+        (_option(name="extra"), "rules.options['ddp', 'extra'].name", "not a field of the family's record"),
+        (_option(name="static_graph"), "rules.options['ddp', 'static_graph'].name", "not a field"),
+        (_option(name="Bucket-Cap"), "rules.options['ddp', 'Bucket-Cap'].name", "lowercase letters"),
+        (_option(family="dp"), "rules.options['dp', 'bucket_cap_mb'].family", "takes no options"),
+        (_option(default=0), "rules.options['ddp', 'bucket_cap_mb'].default", "positive integer"),
+        (_option(default=[25]), "rules.options['ddp', 'bucket_cap_mb'].default", "positive integer"),
+        (_option(accelerate=None), "rules.options['ddp', 'bucket_cap_mb'].accelerate", "say how it spells"),
+        (_option(deepspeed_config=()), "rules.options['ddp', 'bucket_cap_mb'].deepspeed_config", "never runs there"),
+        (_option(lightning=()), "rules.options['ddp', 'bucket_cap_mb'].lightning", "at least one"),
+        (_option(torch=(Keyword("a"), "b")), "rules.options['ddp', 'bucket_cap_mb'].torch", "tuple of Keywords"),
+        (_option(torch=ThroughMesh("tp")), "rules.options['ddp', 'bucket_cap_mb']", "ModelParallelOptions' own"),
+        (_option(torch=Carried(("nothing",))), "rules.options['ddp', 'bucket_cap_mb'].torch.by", "other options"),
+        (_option(torch=Refused("")), "rules.options['ddp', 'bucket_cap_mb'].torch.reason", "says why"),
+        (_option(check="big"), "rules.options['ddp', 'bucket_cap_mb'].check", "which values the option takes"),
+        (
+            _option(torch=ProcessGroupTimeout(), accelerate=ProcessGroupTimeout()),
+            "rules.options['ddp', 'bucket_cap_mb'].torch",
+            "already has the process group's timeout",
+        ),
+        (_option(torch=ProcessGroupTimeout()), "rules.options['ddp', 'bucket_cap_mb'].accelerate", "is one"),
+        (
+            _option(needs=Needs(values={"stage": 3}, refusal="deepspeed-offload-stage")),
+            "rules.options['ddp', 'bucket_cap_mb'].needs",
+            "another option of the family",
+        ),
+        (
+            _option(needs=Needs(values={"static_graph": True}, refusal="no-such-rule")),
+            "rules.options['ddp', 'bucket_cap_mb'].needs.refusal",
+            "no such rule",
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_extend_refuses_an_option_that_cannot_work(row: OptionRow, field: str, words: str) -> None:
+    with pytest.raises(InvalidRequest, match=re.escape(words)) as caught:
+        BUILTIN_RULES.extend(options=[row])
+    assert caught.value.field == field
+
+
+def test_extend_refuses_an_option_twice_and_what_is_not_a_row() -> None:
+    with pytest.raises(InvalidRequest, match="the family has an option of that name"):
+        RULES.extend(options=[BUCKET_CAP])
+    with pytest.raises(InvalidRequest, match="each row is a OptionRow"):
+        BUILTIN_RULES.extend(options=["bucket_cap_mb"])  # type: ignore[list-item]
+
+
+def test_a_preset_names_only_options_of_its_family_never_given() -> None:
+    """A preset naming `given` (or anything that is not a row of the family) is an InvalidRequest naming the preset,
+    its allowed options the rows' (never `given` or `extra`)."""
+    presets: list[dict[str, Any]] = [{"given": frozenset()}, {"extra": {}}, {"bucket_cap_mb": 50}]
+    for preset in presets:
+        with pytest.raises(InvalidRequest) as caught:
+            BUILTIN_RULES.extend(strategies=[_mine(**preset)])
+        assert caught.value.field == "rules.strategies['mine'].preset"
+        assert caught.value.allowed == tuple(row.name for row in BUILTIN_RULES.options["ddp"])
+    rules = RULES.extend(strategies=[_mine(bucket_cap_mb=100)])  # an option the rule set added: a preset may fix it
+    plan = resolve(Request(accelerator="cpu", devices=2, strategy=CustomName("mine")), cpu(), rules)
+    assert plan.strategy.options == DDPOptions(extra={"bucket_cap_mb": 100}, given=[])
+    with pytest.raises(InvalidRequest, match="a positive integer"):
+        RULES.extend(strategies=[_mine(bucket_cap_mb=0)])
+
+
+def test_an_added_option_travels_from_a_config_file_a_flag_and_json_to_every_framework(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`bucket_cap_mb` (the downstream rule set's): a config file's mapping fills the record's `extra`, the value is
+    checked by its row, the plan reads back equal with its rule set, and torch's DDP, Lightning and Accelerate get
+    it; trainplan's own rules refuse it by name."""
+    request = Request.from_config(
+        {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "strategy_options": {"bucket_cap_mb": 50}}, rules=RULES
+    )
+    assert request.strategy_options == DDPOptions(extra={"bucket_cap_mb": 50})
+    with pytest.raises(InvalidRequest, match="does not take these options"):
+        Request.from_config({"strategy": "ddp", "strategy_options": {"bucket_cap_mb": 50}})
+    with pytest.raises(InvalidRequest, match="no option 'bucket_cap_mb' of family 'ddp'"):
+        resolve(request, cpu())
+    with pytest.raises(InvalidRequest, match="DDP's buckets are megabytes each"):
+        resolve(attrs.evolve(request, strategy_options=DDPOptions(extra={"bucket_cap_mb": 4096})), cpu(), RULES)
+    plan = resolve(request, cpu(), RULES)
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict())), rules=RULES) == plan
+    assert lightning_arguments(plan, rules=RULES).strategy.arguments["bucket_cap_mb"] == 50
+    assert accelerate_arguments(plan, RULES).ddp["bucket_cap_mb"] == 50
+    assert option_keywords(plan, "torch", "torch", RULES)["bucket_cap_mb"] == 50
+    flags = ["plan", "--rules", "tests.downstream_rules:RULES", "--accelerator", "cpu", "--devices", "2"]
+    assert main([*flags, "--strategy", "ddp", "--strategy-option", "bucket_cap_mb=50", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategy"]["options"]["extra"] == {"bucket_cap_mb": 50}
+
+
+def test_options_round_trip_with_which_were_written() -> None:
+    """A plan's options read back equal: a preset's values, the request's written options (not every option), and
+    the options a rule set adds."""
+    plan = resolve(Request(accelerator="cpu", devices=2, strategy="ddp_find_unused_parameters_true"), cpu())
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["strategy"]["options"]["given"] == [] and data["request"]["strategy_options"] is None
+    assert Plan.from_dict(data) == plan
+    written = DDPOptions(static_graph=False)
+    plan = resolve(Request(accelerator="cpu", devices=2, strategy_options=written), cpu())
+    back = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert back == plan and back.request.strategy_options == written != DDPOptions()
+    data["strategy"]["options"]["given"] = ["given"]
+    with pytest.raises(PlanFormatError, match="are not options of ddp"):
+        Plan.from_dict(data)

@@ -248,7 +248,7 @@ class TestPresetsAndGarbage:
     def test_options_a_preset_does_not_set_still_combine(self) -> None:
         env = Environment(cuda_device_count=2, packages={"deepspeed"})
         plan = resolve(Request(strategy="deepspeed_stage_3", devices=2, strategy_options=DeepSpeedOptions()), env)
-        assert plan.strategy.options == DeepSpeedOptions(stage=3)
+        assert plan.strategy.options == DeepSpeedOptions(stage=3, given=[])
 
     @pytest.mark.parametrize(
         ("facts", "words"),

@@ -28,6 +28,7 @@ from trainplan import (
 from trainplan.effects.runtime import Runtime
 from trainplan.effects.world import World
 from trainplan.mapping.frameworks import (
+    Encoded,
     accelerate_arguments,
     accelerate_launch_flags,
     accelerate_mesh_refusal,
@@ -57,7 +58,7 @@ class TestDegrees:
             "tp": 1,
         }
         assert plan.reasons["mesh"] == "dp_shard='auto' took the whole world of 8 (no other degree asked for)"
-        assert plan.strategy.options == MESH(dp_shard=8)
+        assert plan.strategy.options == MESH(dp_shard=8, given=[])  # resolved; which were written stays the request's
 
     def test_the_default_auto_takes_what_the_written_degrees_leave(self) -> None:
         plan = mesh_plan(cuda(4), devices=4, num_nodes=2, strategy_options=MESH(pp=2, tp=2))
@@ -134,7 +135,8 @@ class TestLightningSpelling:
     def test_both_auto_is_lightnings_layout_with_a_note(self) -> None:
         plan = mesh_plan(cuda(4), devices=4, num_nodes=2, strategy_options=MESH(data_parallel_size="auto"))
         assert plan.mesh is not None and plan.mesh.shape == (1, 1, 2, 1, 4)
-        assert plan.strategy.options == MESH(dp_shard=2, tp=4), "the options in force are whole degrees"
+        in_force = MESH(dp_shard=2, tp=4, given=["data_parallel_size"])
+        assert plan.strategy.options == in_force, "the options in force are whole degrees"
         notes = [note.message for note in plan.notes if note.code == "lightning-sizes"]
         assert notes == [
             "data_parallel_size='auto', tensor_parallel_size='auto' are Lightning's ModelParallelStrategy sizes: here "
@@ -320,7 +322,7 @@ class TestFrameworks:
         assert strategy.arguments == {
             "data_parallel_size": 2,
             "tensor_parallel_size": 2,
-            "timeout_seconds": 60,
+            "timeout": Encoded(60, "timedelta"),
             "process_group_backend": "nccl",
         }
 
@@ -420,12 +422,10 @@ class MeshWrappers:
     def data_parallel(self, model: torch.nn.Module, device_ids: list[int]) -> torch.nn.Module:
         raise AssertionError("not for a mesh")
 
-    def ddp(self, model: torch.nn.Module, device_ids: list[int] | None, options: object) -> torch.nn.Module:
+    def ddp(self, model: torch.nn.Module, device_ids: list[int] | None, keywords: object) -> torch.nn.Module:
         raise AssertionError("not for a mesh")
 
-    def fsdp(
-        self, model: torch.nn.Module, device: torch.device, options: object, mesh_shape: object
-    ) -> torch.nn.Module:
+    def fsdp(self, model: torch.nn.Module, device: torch.device, keywords: object) -> torch.nn.Module:
         raise AssertionError("not for a mesh")
 
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:

@@ -597,23 +597,32 @@ def _downstream_rules() -> set[str]:
     """The rules that refuse a downstream accelerator or precision on its way to a framework or a PyTorchJob (the
     cases themselves: `tests/unit/test_downstream_effects.py`)."""
     from tests.downstream_rules import INT8_QAT, NPU, RULES
-    from trainplan.mapping.frameworks import lightning_arguments
+    from trainplan.mapping.frameworks import accelerate_arguments, lightning_arguments
     from trainplan.render.emit import emit_kubeflow
 
     npu = resolve(Request(accelerator=NPU, devices=2), Environment().with_device_counts({NPU: 2}), RULES)
     qat = resolve(Request(accelerator="cpu", precision=INT8_QAT), Environment(packages={"torchao"}), RULES)
+    unsynced = DDPOptions(extra={"init_sync": False})  # an option the rule set adds, which Accelerate cannot express
+    ddp = resolve(Request(accelerator="cpu", devices=2, strategy_options=unsynced), cpu(), RULES)
     attempts: list[Callable[[], object]] = [
         lambda: lightning_arguments(npu, "fabric", RULES),
         lambda: lightning_arguments(npu),
         lambda: lightning_arguments(qat, "fabric", RULES),
         lambda: emit_kubeflow(npu, ["train.py"], image="img", rules=RULES),
+        lambda: accelerate_arguments(ddp, RULES),
     ]
     rules = set()
     for attempt in attempts:
         with pytest.raises(Incompatible) as caught:
             attempt()
         rules.add(caught.value.rule)
-    assert rules == {"framework-accelerator", "plan-rules", "framework-precision", "kubeflow-resource"}
+    assert rules == {
+        "framework-accelerator",
+        "plan-rules",
+        "framework-precision",
+        "kubeflow-resource",
+        "option-framework",
+    }
     return rules
 
 

@@ -3,6 +3,7 @@ runtime's wrapping of every strategy family (the CUDA-only ones through what-if 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from trainplan import (
 from trainplan.effects.runtime import Runtime
 from trainplan.effects.world import JoinError, World
 from trainplan.mapping.frameworks import (
+    Encoded,
     accelerate_arguments,
     accelerate_launch_flags,
     deepspeed_config,
@@ -53,14 +55,14 @@ class FakeWrappers:
         self.calls.append(("data_parallel", {"device_ids": device_ids}))
         return model
 
-    def ddp(self, model: torch.nn.Module, device_ids: list[int] | None, options: DDPOptions) -> torch.nn.Module:
-        self.calls.append(("ddp", {"device_ids": device_ids, "options": options}))
+    def ddp(
+        self, model: torch.nn.Module, device_ids: list[int] | None, keywords: Mapping[str, object]
+    ) -> torch.nn.Module:
+        self.calls.append(("ddp", {"device_ids": device_ids, "keywords": dict(keywords)}))
         return model
 
-    def fsdp(
-        self, model: torch.nn.Module, device: torch.device, options: FSDPOptions, mesh_shape: tuple[int, int]
-    ) -> torch.nn.Module:
-        self.calls.append(("fsdp", {"device": str(device), "options": options, "mesh": mesh_shape}))
+    def fsdp(self, model: torch.nn.Module, device: torch.device, keywords: Mapping[str, object]) -> torch.nn.Module:
+        self.calls.append(("fsdp", {"device": str(device), "keywords": dict(keywords)}))
         return model
 
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
@@ -148,7 +150,8 @@ class TestWrapping:
         rt, fakes = runtime_for(plan, local_rank=1)
         rt.wrap(torch.nn.Linear(2, 2))
         assert [name for name, _ in fakes.calls] == ["place", "sync_batchnorm", "ddp"]
-        assert fakes.calls[2][1] == {"device_ids": [1], "options": options}
+        keywords = {"find_unused_parameters": True, "static_graph": True, "gradient_as_bucket_view": False}
+        assert fakes.calls[2][1] == {"device_ids": [1], "keywords": keywords}
 
     def test_ddp_on_cpu_has_no_device_ids(self) -> None:
         rt, fakes = runtime_for(resolve(Request(accelerator="cpu", devices=2), cpu()))
@@ -159,7 +162,11 @@ class TestWrapping:
         options = FSDPOptions(sharding_strategy="SHARD_GRAD_OP", cpu_offload=True)
         rt, fakes = runtime_for(resolve(Request(strategy="fsdp", devices=2, strategy_options=options), cuda(2)))
         rt.wrap(torch.nn.Linear(2, 2))
-        assert fakes.calls[-1] == ("fsdp", {"device": "cuda:0", "options": options, "mesh": (1, 2)})
+        keywords = {
+            "sharding_strategy": Encoded("SHARD_GRAD_OP", "ShardingStrategy"),
+            "cpu_offload": Encoded(True, "CPUOffload"),
+        }
+        assert fakes.calls[-1] == ("fsdp", {"device": "cuda:0", "keywords": keywords})  # no mesh: not HYBRID_SHARD
 
     def test_deepspeed_gets_its_config_and_a_pointer(self) -> None:
         options = DeepSpeedOptions(stage=3, offload_optimizer=True, offload_parameters=True, offload_device="nvme")
@@ -202,7 +209,7 @@ class TestFrameworkMappings:
             "find_unused_parameters": True,
             "static_graph": False,
             "gradient_as_bucket_view": True,
-            "timeout_seconds": 60,
+            "timeout": Encoded(60, "timedelta"),
             "start_method": "spawn",
             "process_group_backend": "nccl",
         }
@@ -223,7 +230,9 @@ class TestFrameworkMappings:
         plan = resolve(Request(devices=[0, 2], precision="16-mixed", strategy_options=options), cuda(4))
         mapped = accelerate_arguments(plan)
         assert (mapped.cpu, mapped.mixed_precision) == (False, "fp16")
-        assert mapped.ddp["find_unused_parameters"] is True and mapped.process_group["timeout_seconds"] == 90
+        assert mapped.ddp["find_unused_parameters"] is True and mapped.process_group["timeout"] == Encoded(
+            90, "timedelta"
+        )
         flags = mapped.launch_flags
         assert flags[:6] == ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "fp16"]
         assert "--multi_gpu" in flags and flags[flags.index("--gpu_ids") + 1] == "0,2"
@@ -264,7 +273,7 @@ class TestFrameworkMappings:
         assert lightning_arguments(plan).strategy.arguments["device_mesh"] == (2, 2)
         rt, fakes = runtime_for(plan)
         rt.wrap(torch.nn.Linear(2, 2))
-        assert fakes.calls[-1][1]["mesh"] == (2, 2)
+        assert fakes.calls[-1][1]["keywords"]["device_mesh"] == Encoded((2, 2), "DeviceMesh")
 
     def test_fsdp_fp16_scales_with_the_sharded_scaler(self) -> None:
         from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler

@@ -36,7 +36,6 @@ NOT_VARIABLES: dict[str, dict[str, str]] = {
         "PRIVATE": "a word of a secret variable's name",
         "AKIA": "the start of an AWS access key, a value",
     },
-    "mapping/frameworks.py": {"HYBRID_SHARD": "an FSDP sharding strategy (`options.FSDPOptions`), not a variable"},
 }
 """ALL_CAPS literals in the resolver that are not variable names, each with what it is instead."""
 

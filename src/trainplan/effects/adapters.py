@@ -13,7 +13,6 @@ DeepSpeed's stage and offload), Accelerate's kwargs handlers. A framework that i
 
 from __future__ import annotations
 
-import datetime
 import importlib
 import importlib.util
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from trainplan.effects.extras import MissingExtra, is_missing, require_torch
+from trainplan.effects.option_objects import built
 from trainplan.effects.rules_loading import rules_of
 from trainplan.mapping.frameworks import (
     LightningFramework,
@@ -55,11 +55,9 @@ def _strategy(
     """The Lightning/Fabric strategy object for the plan, built in `strategies` (either framework's); Fabric's
     ModelParallelStrategy also takes the function that applies the mesh (`parallelize`)."""
     mapped = lightning_arguments(plan, framework, rules_of(plan)).strategy
-    arguments: dict[str, Any] = dict(mapped.arguments)
+    arguments = built(mapped.arguments, plan.device_type)
     if parallelize is not None:
         arguments["parallelize_fn"] = parallelize
-    if "timeout_seconds" in arguments:
-        arguments["timeout"] = datetime.timedelta(seconds=arguments.pop("timeout_seconds"))
     if mapped.class_name == "SingleDeviceStrategy":
         import torch
 
@@ -125,9 +123,7 @@ def accelerator_arguments(plan: Plan) -> dict[str, Any]:
         raise refusal
     mapped = accelerate_arguments(plan, rules)  # refuses before the framework is imported
     utils = _framework("accelerate.utils", "accelerate")
-    process_group = dict(mapped.process_group)
-    timeout = datetime.timedelta(seconds=float(str(process_group.pop("timeout_seconds"))))
-    handlers: list[object] = [utils.InitProcessGroupKwargs(timeout=timeout, **process_group)]
+    handlers: list[object] = [utils.InitProcessGroupKwargs(**built(mapped.process_group, plan.device_type))]
     if mapped.ddp:
         handlers.append(utils.DistributedDataParallelKwargs(**mapped.ddp))
     # Accelerator's keyword arguments (its `cpu=` is a flag of its own, not a decision on trainplan's "cpu").

@@ -25,19 +25,20 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Iterator, Mapping, Sized
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainplan.effects.extras import require_torch
 from trainplan.effects.metrics import MetricStore
+from trainplan.effects.option_objects import built
 from trainplan.effects.rules_loading import rules_of
 from trainplan.effects.world import DeviceBinder, World, join
 from trainplan.mapping.frameworks import (
     deepspeed_config,
     family_recipe,
-    fsdp_mesh_shape,
     needs_grad_scaler,
+    option_keywords,
     precision_recipe,
 )
 from trainplan.rules import HOST_DEVICE, Rules
@@ -46,7 +47,6 @@ from trainplan.rules.mesh import data_parallel
 from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
-from trainplan.spec.options import DDPOptions, FSDPOptions
 from trainplan.spec.plan import Plan
 
 if TYPE_CHECKING:
@@ -69,14 +69,17 @@ class ModelWrappers(Protocol):
     def data_parallel(self, model: torch.nn.Module, device_ids: list[int]) -> torch.nn.Module:
         """`torch.nn.DataParallel` over the given visible CUDA indices."""
 
-    def ddp(self, model: torch.nn.Module, device_ids: list[int] | None, options: DDPOptions) -> torch.nn.Module:
-        """`DistributedDataParallel` with the plan's DDP options (device_ids on an accelerator, None on CPU)."""
-
-    def fsdp(
-        self, model: torch.nn.Module, device: torch.device, options: FSDPOptions, mesh_shape: tuple[int, int]
+    def ddp(
+        self, model: torch.nn.Module, device_ids: list[int] | None, keywords: Mapping[str, object]
     ) -> torch.nn.Module:
-        """torch's FSDP with the options' sharding strategy and CPU offload (HYBRID_SHARD over a 2-D mesh of
-        `mesh_shape` = (nodes, processes per node): replicated across nodes, sharded within one)."""
+        """`DistributedDataParallel` with the plan's DDP options as its keyword arguments, `keywords` (each option
+        as its row spells it for torch: `Runtime.wrapper_keywords`), and device_ids on an accelerator (None on
+        CPU)."""
+
+    def fsdp(self, model: torch.nn.Module, device: torch.device, keywords: Mapping[str, object]) -> torch.nn.Module:
+        """torch's FSDP on `device` with the plan's FSDP options as its keyword arguments, `keywords` (its sharding
+        strategy, CPU offload, and HYBRID_SHARD's 2-D mesh of (nodes, processes per node): replicated across nodes,
+        sharded within one), each `Encoded` value built into torch's object first."""
 
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
         """BatchNorm layers converted to SyncBatchNorm."""
@@ -103,35 +106,17 @@ class TorchWrappers:
 
         return torch.nn.DataParallel(model, device_ids=device_ids, output_device=device_ids[0])
 
-    def ddp(self, model: torch.nn.Module, device_ids: list[int] | None, options: DDPOptions) -> torch.nn.Module:
+    def ddp(
+        self, model: torch.nn.Module, device_ids: list[int] | None, keywords: Mapping[str, object]
+    ) -> torch.nn.Module:
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(
-            model,
-            device_ids=device_ids,
-            find_unused_parameters=options.find_unused_parameters,
-            static_graph=options.static_graph,
-            gradient_as_bucket_view=options.gradient_as_bucket_view,
-        )
+        return DistributedDataParallel(model, device_ids=device_ids, **built(keywords))
 
-    def fsdp(
-        self, model: torch.nn.Module, device: torch.device, options: FSDPOptions, mesh_shape: tuple[int, int]
-    ) -> torch.nn.Module:
-        from torch.distributed.fsdp import CPUOffload, ShardingStrategy
+    def fsdp(self, model: torch.nn.Module, device: torch.device, keywords: Mapping[str, object]) -> torch.nn.Module:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-        mesh: Any = None
-        if options.sharding_strategy == "HYBRID_SHARD":
-            from torch.distributed.device_mesh import init_device_mesh
-
-            mesh = init_device_mesh(device.type, mesh_shape, mesh_dim_names=("replicate", "shard"))
-        return FSDP(
-            model,
-            sharding_strategy=ShardingStrategy[options.sharding_strategy],
-            cpu_offload=CPUOffload(offload_params=options.cpu_offload),
-            device_id=device,
-            device_mesh=mesh,
-        )
+        return FSDP(model, device_id=device, **built(keywords, device.type))
 
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
         import torch
@@ -346,13 +331,18 @@ class Runtime:
             return self._wrappers.data_parallel(placed, list(self.plan.devices))
         if self.plan.request.sync_batchnorm is True and self.world_size > 1:
             placed = self._wrappers.sync_batchnorm(placed)
-        options = self.plan.strategy.options
-        if recipe.wrapper == "ddp" and isinstance(options, DDPOptions):
+        if recipe.wrapper == "ddp":
             device_ids = None if self.device.type == HOST_DEVICE else [self.device.index or 0]
-            return self._wrappers.ddp(placed, device_ids, options)
-        if recipe.wrapper == "fsdp" and isinstance(options, FSDPOptions):
-            return self._wrappers.fsdp(placed, self.device, options, fsdp_mesh_shape(self.plan))
-        raise NotWrappable(f"strategy {self.plan.strategy.name!r} has no options of its family to wrap with")
+            return self._wrappers.ddp(placed, device_ids, self.wrapper_keywords())
+        if recipe.wrapper == "fsdp":
+            return self._wrappers.fsdp(placed, self.device, self.wrapper_keywords())
+        raise NotWrappable(f"strategy {self.plan.strategy.name!r} has no torch wrapper")
+
+    def wrapper_keywords(self) -> dict[str, object]:
+        """The plan's options as the keyword arguments of its torch wrapper (DDP's, FSDP's): each option as its row
+        in the plan's rule set spells it for torch (`rules.options`); an `Encoded` one is built by the wrapper (a
+        sharding strategy, HYBRID_SHARD's device mesh: a collective, as `wrap` is)."""
+        return option_keywords(self.plan, "torch", "torch's wrapper", self.rules)
 
     def _wrap_mesh(
         self,

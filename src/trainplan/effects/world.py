@@ -184,7 +184,7 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
         require_torch(f"Joining a world of {plan.world_size} process(es) on {plan.accelerator}")
     if binds:
         _bind_device(plan, device, TorchDevices() if devices is None else devices)
-    timeout = process_group_timeout(plan)
+    timeout = process_group_timeout(plan, rules_of(plan))
     backend = plan.process_group_backend
     if backend is None or plan.world_size == 1:
         _check_existing_group(plan, rank)

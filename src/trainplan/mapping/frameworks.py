@@ -15,17 +15,25 @@ from trainplan.mapping.workers import process_group_timeout
 from trainplan.resolve.refusal import incompatible
 from trainplan.rules import (
     BUILTIN_RULES,
-    DEEPSPEED_NO_OFFLOAD,
     FAMILY_RECIPES,
     LAUNCHERS,
     LIGHTNING_SIZES,
+    OMIT,
     PRECISION_RECIPES,
     UNNAMED_RULES,
+    AccelerateHandler,
+    Encoding,
     FamilyRecipe,
     FrameworkAccelerator,
+    Keyword,
+    OptionRow,
+    OptionTarget,
     PrecisionRecipe,
+    Refused,
     Rules,
     lookup,
+    option_checks,
+    spellings,
 )
 from trainplan.rules import (
     MESH_DIMENSIONS as MESH_RULES,
@@ -33,14 +41,80 @@ from trainplan.rules import (
 from trainplan.spec.errors import Incompatible
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS
-from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions
+from trainplan.spec.options import DeepSpeedOptions, option_value
 from trainplan.spec.plan import Plan
 
 LightningFramework = Literal["trainer", "fabric"]
 """Which of Lightning's two front ends takes the arguments: the Trainer or Fabric (their registries differ)."""
 
-NVME_PATH = "/local_nvme"
-"""Where DeepSpeed offloads to NVMe when the options do not say (Lightning's default too)."""
+
+@attrs.frozen
+class Encoded:
+    """A value an effect turns into the object its target takes (`encoding`, a `rules.Encoding`: seconds as a
+    `timedelta`, a name as torch's `ShardingStrategy`, ...); everything else is passed as it is."""
+
+    value: object
+    encoding: Encoding
+
+
+def option_rows(plan: Plan, rules: Rules = BUILTIN_RULES) -> tuple[OptionRow, ...]:
+    """The rows of the plan's options (its family's, in `rules`). An option of the record that `rules` has no row
+    of (a downstream rule set's, read with another) is refused: `Incompatible` names the rule set to pass, else the
+    check names the option."""
+    options = plan.strategy.options
+    rows = rules.options.get(plan.strategy.family, ())
+    if options is None:
+        return ()
+    names = {row.name for row in rows}
+    for name in options.extra:
+        if name not in names:
+            check_rules_at_hand(plan, rules, "option", name)
+            option_checks.strategy_options(options, rules.options)
+    return rows
+
+
+def _values(plan: Plan, rows: tuple[OptionRow, ...]) -> dict[str, object]:
+    options = plan.strategy.options
+    return {} if options is None else {row.name: option_value(options, row.name, row.default) for row in rows}
+
+
+def _refuse_lost(plan: Plan, row: OptionRow, value: object, framework: str, why: str) -> None:
+    """An option `framework` cannot express is refused where it is not at its default (nothing is lost there)."""
+    if value != row.default:
+        raise incompatible(
+            "option-framework",
+            {f"strategy_options.{row.name}": value},
+            option=row.name,
+            value=value,
+            framework=framework,
+            why=why,
+            default=row.default,
+        )
+
+
+def option_keywords(
+    plan: Plan, target: OptionTarget, framework: str, rules: Rules = BUILTIN_RULES
+) -> dict[str, object]:
+    """The plan's options as `target` spells them in keywords (`rules.Keyword`: torch's wrapper and Lightning's
+    strategy take them as keyword arguments, DeepSpeed's config at dotted paths), each row read in turn; a value an
+    effect must encode is `Encoded`. An option the target cannot express (`Refused`) is refused unless at its
+    default, naming `framework`."""
+    rows = option_rows(plan, rules)
+    values = _values(plan, rows)
+    layout = (plan.num_nodes, plan.processes_per_node)
+    keywords: dict[str, object] = {}
+    for row in rows:
+        spelling = spellings(row)[target]
+        if isinstance(spelling, Refused):
+            _refuse_lost(plan, row, values[row.name], framework, spelling.reason)
+        elif isinstance(spelling, tuple):
+            for keyword in spelling:
+                if isinstance(keyword, Keyword):
+                    value = values[row.name] if keyword.write is None else keyword.write(values, layout)
+                    if value is not OMIT:
+                        encoded = keyword.encoding != "plain"
+                        keywords[keyword.key] = Encoded(value, keyword.encoding) if encoded else value
+    return keywords
 
 
 def fsdp_mesh_shape(plan: Plan) -> tuple[int, int]:
@@ -134,8 +208,7 @@ def deepspeed_config(
 ) -> dict[str, object]:
     """The DeepSpeed config for the plan's `DeepSpeedOptions` and precision, ready for `deepspeed.initialize` (a
     downstream precision's recipe is a row of the plan's rule set: pass it as `rules`)."""
-    options = plan.strategy.options
-    if not isinstance(options, DeepSpeedOptions):
+    if not isinstance(plan.strategy.options, DeepSpeedOptions):
         raise incompatible("deepspeed-config", {"strategy": plan.strategy.name})
     counts: tuple[tuple[str, object], ...] = (
         ("micro_batch_size", micro_batch_size),
@@ -144,22 +217,21 @@ def deepspeed_config(
     for name, value in counts:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise incompatible("deepspeed-count", {name: value}, name=name)
-    zero: dict[str, object] = {"stage": options.stage}
-    offload: dict[str, object] = {"device": options.offload_device, "pin_memory": True}
-    if options.offload_device == "nvme":
-        offload["nvme_path"] = NVME_PATH
-    if options.offload_optimizer:
-        zero["offload_optimizer"] = dict(offload)
-    if options.offload_parameters:
-        zero["offload_param"] = dict(offload)
     recipe = precision_recipe(plan, rules)
-    return {
+    config: dict[str, object] = {
         "train_micro_batch_size_per_gpu": micro_batch_size,
         "gradient_accumulation_steps": gradient_accumulation_steps,
-        "zero_optimization": zero,
+        "zero_optimization": {},
         "fp16": {"enabled": recipe.autocast_dtype == "float16" or recipe.parameter_dtype == "float16"},
         "bf16": {"enabled": recipe.autocast_dtype == "bfloat16" or recipe.parameter_dtype == "bfloat16"},
     }
+    for path, value in option_keywords(plan, "deepspeed_config", "DeepSpeed's config", rules).items():
+        *parents, key = path.split(".")
+        section = config
+        for parent in parents:
+            section = section.setdefault(parent, {})  # type: ignore[assignment]  # a section is a dict
+        section[key] = value
+    return config
 
 
 # --------------------------------------------------------------------------------------------------
@@ -217,34 +289,12 @@ def lightning_arguments(
             supported=", ".join(repr(name) for name in sorted(recipe.lightning_precisions)),
         )
     arguments: dict[str, object] = {}
-    options = plan.strategy.options
-    if isinstance(options, ModelParallelOptions) and plan.mesh is not None:
-        arguments.update(lightning_sizes(plan.mesh), timeout_seconds=options.timeout_seconds)
-    if isinstance(options, DDPOptions):
-        arguments.update(
-            find_unused_parameters=options.find_unused_parameters,
-            static_graph=options.static_graph,
-            gradient_as_bucket_view=options.gradient_as_bucket_view,
-            timeout_seconds=options.timeout_seconds,
-        )
-        start_method = lookup(LAUNCHERS, plan.launcher, name="LAUNCHERS").start_method
-        if start_method is not None:
-            arguments["start_method"] = start_method
-    elif isinstance(options, FSDPOptions):
-        arguments.update(sharding_strategy=options.sharding_strategy, cpu_offload=options.cpu_offload)
-        if options.sharding_strategy == "HYBRID_SHARD":
-            arguments["device_mesh"] = fsdp_mesh_shape(plan)  # replicate across nodes, shard within one
-    elif isinstance(options, DeepSpeedOptions):
-        arguments.update(
-            stage=options.stage,
-            offload_optimizer=options.offload_optimizer,
-            offload_parameters=options.offload_parameters,
-            remote_device=options.offload_device if options.offload_parameters else None,
-            offload_params_device=options.offload_device,
-            offload_optimizer_device=options.offload_device,
-        )
-        if options.offload_device == "nvme":
-            arguments["nvme_path"] = NVME_PATH
+    if plan.mesh is not None:  # the degrees' rows spell them through the mesh
+        arguments.update(lightning_sizes(plan.mesh))
+    arguments.update(option_keywords(plan, "lightning", _LIGHTNING_FRONT_ENDS[framework], rules))
+    start_method = lookup(LAUNCHERS, plan.launcher, name="LAUNCHERS").start_method
+    if start_method is not None:  # DDP's spawn and fork strategies start their processes themselves
+        arguments["start_method"] = start_method
     if plan.process_group_backend is not None and recipe.lightning_backend:
         arguments["process_group_backend"] = plan.process_group_backend
     spelling = framework_accelerator(plan, _LIGHTNING_FRONT_ENDS[framework], rules)
@@ -333,34 +383,13 @@ def accelerate_arguments(plan: Plan, rules: Rules = BUILTIN_RULES) -> Accelerate
             why=family.accelerate_why_not,
             instead=family.accelerate_instead,
         )
-    options = plan.strategy.options
-    ddp: dict[str, object] = {}
-    if isinstance(options, DDPOptions):
-        ddp = {
-            "find_unused_parameters": options.find_unused_parameters,
-            "static_graph": options.static_graph,
-            "gradient_as_bucket_view": options.gradient_as_bucket_view,
-        }
-    process_group: dict[str, object] = {"timeout_seconds": process_group_timeout(plan)}
+    handlers, extra = _accelerate_handlers(plan, rules)
+    process_group = dict(handlers.get("InitProcessGroupKwargs", {}))
+    process_group["timeout"] = Encoded(process_group_timeout(plan, rules), "timedelta")
     if plan.process_group_backend is not None:
         process_group["backend"] = plan.process_group_backend
-    fsdp: dict[str, object] | None = None
-    deepspeed: dict[str, object] | None = None
-    extra: list[str] = []
-    if isinstance(options, FSDPOptions):
-        fsdp = {"sharding_strategy": options.sharding_strategy, "cpu_offload": options.cpu_offload}
-        extra += ["--fsdp_sharding_strategy", options.sharding_strategy]
-        extra += ["--fsdp_offload_params", "true" if options.cpu_offload else "false"]
-    if isinstance(options, DeepSpeedOptions):
-        optimizer_device = options.offload_device if options.offload_optimizer else DEEPSPEED_NO_OFFLOAD
-        param_device = options.offload_device if options.offload_parameters else DEEPSPEED_NO_OFFLOAD
-        deepspeed = {
-            "zero_stage": options.stage,
-            "offload_optimizer_device": optimizer_device,
-            "offload_param_device": param_device,
-        }
-        extra += ["--zero_stage", str(options.stage)]
-        extra += ["--offload_optimizer_device", optimizer_device, "--offload_param_device", param_device]
+    fsdp = handlers.get("FullyShardedDataParallelPlugin")
+    deepspeed = handlers.get("DeepSpeedPlugin")
     parallelism: dict[str, int] | None = None
     if plan.mesh is not None:
         parallelism = accelerate_parallelism(plan.mesh)
@@ -390,13 +419,36 @@ def accelerate_arguments(plan: Plan, rules: Rules = BUILTIN_RULES) -> Accelerate
     return AccelerateArguments(
         cpu=spelling.accelerate_cpu,
         mixed_precision=recipe.accelerate,
-        ddp=ddp,
+        ddp=handlers.get("DistributedDataParallelKwargs", {}),
         process_group=process_group,
         fsdp=fsdp,
         deepspeed=deepspeed,
         launch_flags=flags,
         parallelism=parallelism,
     )
+
+
+def _accelerate_handlers(plan: Plan, rules: Rules) -> tuple[dict[AccelerateHandler, dict[str, object]], list[str]]:
+    """The plan's options as Accelerate's handler fields (`rules.HandlerField`), each row read in turn, and the
+    `accelerate launch` flags that carry them (a flag's bool is written true/false)."""
+    rows = option_rows(plan, rules)
+    values = _values(plan, rows)
+    layout = (plan.num_nodes, plan.processes_per_node)
+    handlers: dict[AccelerateHandler, dict[str, object]] = {}
+    flags: list[str] = []
+    for row in rows:
+        spelling = row.accelerate
+        if isinstance(spelling, Refused):
+            _refuse_lost(plan, row, values[row.name], "Accelerate", spelling.reason)
+        elif isinstance(spelling, tuple):
+            for field in spelling:
+                value = values[row.name] if field.write is None else field.write(values, layout)
+                if value is OMIT:
+                    continue
+                handlers.setdefault(field.handler, {})[field.key] = value
+                if field.flag is not None:
+                    flags += [field.flag, str(value).lower() if isinstance(value, bool) else str(value)]
+    return handlers, flags
 
 
 def accelerate_parallelism(mesh: MeshLayout) -> dict[str, int]:
@@ -459,6 +511,7 @@ def framework_sync_batchnorm(plan: Plan, framework: str) -> None:
 
 __all__ = [
     "AccelerateArguments",
+    "Encoded",
     "LightningArguments",
     "LightningStrategy",
     "accelerate_arguments",
@@ -473,6 +526,8 @@ __all__ = [
     "lightning_arguments",
     "lightning_sizes",
     "needs_grad_scaler",
+    "option_keywords",
+    "option_rows",
     "precision_recipe",
     "rules_named",
     "rules_variable",

@@ -30,6 +30,7 @@ from trainplan.rules import (
     SERVED_START_METHODS,
     UNNAMED_RULES,
     LauncherRule,
+    ProcessGroupTimeout,
     Rules,
     job_variables,
     lookup,
@@ -37,7 +38,7 @@ from trainplan.rules import (
 from trainplan.spec.errors import Incompatible, TrainplanError
 from trainplan.spec.names import LauncherName, StartMethod
 from trainplan.spec.notes import Note
-from trainplan.spec.options import DDPOptions, ModelParallelOptions
+from trainplan.spec.options import option_value
 from trainplan.spec.plan import Plan
 from trainplan.spec.request import Request
 
@@ -77,11 +78,14 @@ def worker_start_method(plan: Plan, available: Sequence[str]) -> StartMethod | N
     return served if served is not None and served in available else method
 
 
-def process_group_timeout(plan: Plan) -> int:
-    """Seconds a collective waits for its peers: the strategy's `timeout_seconds`, else the default."""
+def process_group_timeout(plan: Plan, rules: Rules = BUILTIN_RULES) -> int:
+    """Seconds a collective waits for its peers: the option of the plan's family that is the process group's timeout
+    (its row in `rules` says so: `ProcessGroupTimeout`), else the default."""
     options = plan.strategy.options
-    if isinstance(options, (DDPOptions, ModelParallelOptions)):
-        return options.timeout_seconds
+    for row in rules.options.get(plan.strategy.family, ()):
+        if isinstance(row.torch, ProcessGroupTimeout) and options is not None:
+            value = option_value(options, row.name, row.default)
+            return value if isinstance(value, int) else DEFAULT_PROCESS_GROUP_TIMEOUT
     return DEFAULT_PROCESS_GROUP_TIMEOUT
 
 

@@ -334,11 +334,11 @@ REQUEST_FIELD_ROWS: Final[tuple[RequestField, ...]] = (
     RequestField(
         name="strategy_options",
         default=Given(None),
-        normalise=Plain(option_checks.strategy_options),
+        normalise=Spelled(option_checks.strategy_options, "options"),  # checked by the rule set's option rows
         from_config=_options_from_config,
         to_json=options_to_dict,  # type: ignore[arg-type]
         from_json=options_from_dict,
-        read_check=option_checks.strategy_options,
+        # read back: checked against the rows of the plan's rule set (`plan_json`), not trainplan's alone
         flag=Flag(
             option="--strategy-option",
             kind="options",

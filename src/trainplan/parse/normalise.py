@@ -8,9 +8,7 @@ Nothing here looks at the machine: that is `resolve`'s job, with an `Environment
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Literal, TypeAlias
-
-import attrs
+from typing import Any, Final, Literal, TypeAlias
 
 from trainplan.rules import (
     ACCELERATOR_ALIASES,
@@ -22,6 +20,7 @@ from trainplan.rules import (
     PRECISION_ALIASES,
     PRECISION_FLAG_ALIASES,
     STRATEGY_ALIASES,
+    ParallelDegree,
     Rules,
 )
 from trainplan.rules.option_checks import strategy_options
@@ -45,10 +44,7 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
-from trainplan.spec.options import (
-    ModelParallelOptions,
-    StrategyOptions,
-)
+from trainplan.spec.options import StrategyOptions, option_fields
 
 DevicesSpec: TypeAlias = Literal["auto"] | int | tuple[int, ...]
 """Normalised `devices`: "auto", -1 (all), a positive count, or a tuple of distinct visible indices."""
@@ -433,18 +429,19 @@ def _loose_degree(value: object) -> object:
 def options_from_config(
     strategy_name: StrategyFlag | CustomName, value: object, rules: Rules
 ) -> StrategyOptions | None:
-    """`strategy_options` from a config file: a mapping fills the options record of `strategy_name`'s family
-    (digit strings read as degrees where a mesh takes them); a record or None is checked as it is."""
+    """`strategy_options` from a config file: a mapping fills the options record of `strategy_name`'s family (an
+    option the rule set adds goes to its `extra`; digit strings read as degrees where a mesh takes them); a record
+    or None is checked as it is. Every option is one of the family's rows (`rules.options`)."""
     if value is None or not isinstance(value, Mapping):
-        return strategy_options(value)
+        return strategy_options(value, rules.options)
     if strategy_name == "auto":
-        # Suggest the strategy whose options record takes every key given (ddp when none does).
+        # Suggest the strategy whose options take every key given (ddp when none does).
         keys = {str(key) for key in value}
         family = next(
             (
                 family
-                for family, record in OPTION_TYPES.items()
-                if family in rules.strategies and keys <= {field.name for field in attrs.fields(record) if field.init}
+                for family in OPTION_TYPES
+                if family in rules.strategies and keys <= {row.name for row in rules.options.get(family, ())}
             ),
             next(iter(OPTION_TYPES)),
         )
@@ -463,16 +460,24 @@ def options_from_config(
             reason=f"strategy {strategy_name!r} takes no options",
             fix="Remove strategy_options",
         )
+    rows = {row.name: row for row in rules.options.get(family, ())}
     values = {str(key): item for key, item in value.items()}
-    if options_type is ModelParallelOptions:
-        values = {key: _loose_degree(item) for key, item in values.items()}
-    try:
-        built = options_type(**values)
-    except TypeError as error:
+    unknown = [key for key in values if key not in rows]
+    if unknown:
         raise InvalidRequest(
             field="strategy_options",
             value=dict(value),
-            reason=f"{options_type.__name__} does not take these options ({error})",
-            allowed=tuple(attribute.name for attribute in options_type.__attrs_attrs__ if attribute.init),
-        ) from None
-    return strategy_options(built)
+            reason=f"{options_type.__name__} does not take these options ({', '.join(map(repr, unknown))})",
+            allowed=tuple(rows),
+        )
+    loose = {
+        key: _loose_degree(item) if isinstance(rows[key].check, ParallelDegree) else item
+        for key, item in values.items()
+    }
+    fields = option_fields(options_type)
+    extra = {key: item for key, item in loose.items() if key not in fields}
+    written: dict[str, Any] = {key: item for key, item in loose.items() if key in fields}
+    if extra:
+        written["extra"] = extra
+    built = options_type(**written)
+    return strategy_options(built, rules.options)

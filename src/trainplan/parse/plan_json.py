@@ -44,7 +44,7 @@ from trainplan.spec.names import (
     MeshDimension,
     StrategyFamily,
 )
-from trainplan.spec.options import ModelParallelOptions
+from trainplan.spec.options import ModelParallelOptions, StrategyOptions, option_value
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, Plan, StrategyChoice
 from trainplan.spec.request import Request
 
@@ -230,14 +230,14 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
     rule = rules.strategies.get(plan.strategy.name)
     if rule is not None and plan.strategy.family != rule.family:
         raise bad("strategy.family", f"strategy {plan.strategy.name!r} is of family {rule.family!r}")
-    if rule is not None:  # the options its name fixes are in force, as resolve puts them
-        in_force = plan.strategy.options
+    in_force = plan.strategy.options
+    if rule is not None and in_force is not None:  # the options its name fixes are in force, as resolve puts them
         for option, value in rule.preset.items():
-            if getattr(in_force, option, value) != value:
+            if option_value(in_force, option, value) != value:
                 raise bad(
                     f"strategy.options.{option}",
                     f"strategy {plan.strategy.name!r} fixes {option}={value!r}, and the plan says "
-                    f"{getattr(in_force, option)!r}",
+                    f"{option_value(in_force, option, value)!r}",
                 )
     family = None if relaxed else _lookup_family(rules, plan.strategy.family, bad)
     backend = plan.process_group_backend
@@ -323,8 +323,12 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         raise bad("strategy.options", f"family {family_name!r} takes {expected.__name__ if expected else 'none'}")
     _check_mesh(plan, bad)
     request = plan.request
+    # A downstream plan read without its rule set: its options are checked by trainplan's rows, those it adds are not.
     checks: dict[str, Callable[[], object]] = {
-        "strategy.options": lambda: option_checks.strategy_options(options),
+        "strategy.options": lambda: option_checks.strategy_options(_known(options, relaxed), rules.options),
+        "request.strategy_options": lambda: option_checks.strategy_options(
+            _known(plan.request.strategy_options, relaxed), rules.options
+        ),
         **{
             f"request.{row.name}": functools.partial(row.read_check, getattr(request, row.name))
             for row in REQUEST_FIELD_ROWS
@@ -338,6 +342,14 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
             raise bad(path, error.reason) from None
 
 
+def _known(options: StrategyOptions | None, relaxed: bool) -> StrategyOptions | None:
+    """`options` as far as trainplan's rows know them: without the plan's rule set (`relaxed`), the options it adds
+    are left out (and so unchecked)."""
+    if options is None or not relaxed:
+        return options
+    return attrs.evolve(options, extra={}, given=options.given - set(options.extra))
+
+
 def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
     """A mesh plan's mesh: the resolved degrees of its options, and a layout that keeps every mesh rule."""
     options = plan.strategy.options
@@ -348,11 +360,7 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
         return
     if mesh is None:
         raise bad("mesh", f"strategy {plan.strategy.name!r} plans a device mesh, and the plan has none")
-    if (
-        options.degrees != mesh.sizes
-        or options.data_parallel_size is not None
-        or options.tensor_parallel_size is not None
-    ):
+    if options.degrees != mesh.sizes or any(getattr(options, size.argument) is not None for size in LIGHTNING_SIZES):
         raise bad("strategy.options", f"the options in force are the mesh's degrees, {mesh.sizes}")
     asked = plan.request.strategy_options
     if isinstance(asked, ModelParallelOptions):

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TypeVar
-
-import attrs
+from typing import Any, TypeVar
 
 from trainplan.rules import OPTION_TYPES
 from trainplan.spec.errors import PlanFormatError
 from trainplan.spec.names import CUSTOM_NAME, NOTE_LEVELS, CustomName
 from trainplan.spec.notes import Note
-from trainplan.spec.options import StrategyOptions
+from trainplan.spec.options import StrategyOptions, option_fields
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -120,11 +118,14 @@ OPTION_KINDS: dict[type[StrategyOptions], str] = {record: family for family, rec
 
 
 def options_to_dict(options: StrategyOptions | None) -> dict[str, object] | None:
+    """The record on the wire: its family (`kind`), every field, the options a rule set adds (`extra`, when it
+    holds any) and which were written (`given`), so that it reads back equal."""
     if options is None:
         return None
     kind = OPTION_KINDS[type(options)]
-    values = attrs.asdict(options, filter=lambda attribute, _: attribute.init)
-    return {"kind": kind, **values, "given": sorted(options.given)}
+    values = {name: getattr(options, name) for name in option_fields(type(options))}
+    extra = {"extra": dict(options.extra)} if options.extra else {}
+    return {"kind": kind, **values, **extra, "given": sorted(options.given)}
 
 
 def options_from_dict(read: Reader, key: str) -> StrategyOptions | None:
@@ -132,18 +133,25 @@ def options_from_dict(read: Reader, key: str) -> StrategyOptions | None:
         return None
     options = read.child(key)
     kind = options.choice("kind", tuple(OPTION_TYPES))
-    values = {name: value for name, value in options.data.items() if name not in ("kind", "given")}
-    try:
-        record = OPTION_TYPES[kind](**values)
-    except TypeError as error:
-        raise PlanFormatError(path=options.path, reason=str(error)) from None
+    values: dict[str, Any] = {name: value for name, value in options.data.items() if name not in WIRE_ONLY}
+    if "extra" in options.data:
+        if not isinstance(options.data["extra"], Mapping):
+            raise PlanFormatError(path=f"{options.path}.extra", reason="expected an object of options")
+        values["extra"] = options.data["extra"]
     if "given" in options.data:
         given = options.string_list("given")
-        unknown = sorted(set(given) - set(values))
+        unknown = sorted(set(given) - set(values) - set(values.get("extra", ())))
         if unknown:
             raise PlanFormatError(path=f"{options.path}.given", reason=f"{unknown} are not options of {kind}")
-        object.__setattr__(record, "given", frozenset(given))
-    return record
+        values["given"] = frozenset(given)
+    try:
+        return OPTION_TYPES[kind](**values)
+    except TypeError as error:
+        raise PlanFormatError(path=options.path, reason=str(error)) from None
+
+
+WIRE_ONLY = ("kind", "extra", "given")
+"""The keys of a record on the wire that are not fields of options: its family, and the two kept apart."""
 
 
 def builtin_or_custom(value: object, allowed: tuple[object, ...], pattern: re.Pattern[str] = CUSTOM_NAME) -> bool:

@@ -9,6 +9,7 @@ import attrs
 
 from trainplan.parse.fields import REQUEST_FIELD_ROWS
 from trainplan.parse.legacy import devices_text
+from trainplan.spec.options import option_fields, option_value
 from trainplan.spec.request import Request
 
 
@@ -39,11 +40,11 @@ def flag_spelling(request: Request) -> str:
             parts.append(option)
         elif name == "devices" and isinstance(value, tuple):
             parts.append(f"{option} {','.join(str(index) for index in value)}")
-        elif row.flag.kind == "options":
+        elif row.flag.kind == "options":  # each option written, or not at its default (a field's, or added)
             defaults = type(value)()
-            for key, field in attrs.fields_dict(type(value)).items():
-                if field.init and getattr(value, key) != getattr(defaults, key):
-                    parts.append(f"{option} {key}={getattr(value, key)}")
+            for key in (*option_fields(type(value)), *value.extra):
+                if key in value.given or option_value(value, key, None) != option_value(defaults, key, None):
+                    parts.append(f"{option} {key}={option_value(value, key, None)}")
         else:
             parts.append(f"{option} {value}")
     return " ".join(parts)

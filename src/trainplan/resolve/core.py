@@ -66,7 +66,7 @@ from trainplan.spec.names import (
 )
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
-from trainplan.spec.options import DeepSpeedOptions, ModelParallelOptions, StrategyOptions
+from trainplan.spec.options import ModelParallelOptions, StrategyOptions, option_value, with_options
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
 from trainplan.spec.request import NumNodes, Request
 
@@ -1227,8 +1227,14 @@ def _strategy_problems(
 
 
 def _merge_options(
-    name: StrategyKey, rule: StrategyRule, family: FamilyRule, given: StrategyOptions | None
+    name: StrategyKey,
+    rule: StrategyRule,
+    family: FamilyRule,
+    given: StrategyOptions | None,
+    rules: Rules = BUILTIN_RULES,
 ) -> StrategyOptions | None:
+    """The options in force: the request's record (or the defaults) with the strategy's preset merged in, which
+    options were written kept as the request's; then what each option row needs of the others (`rules.options`)."""
     options_type = OPTION_TYPES.get(family.family)
     if options_type is None:
         if given is not None:
@@ -1250,26 +1256,32 @@ def _merge_options(
         )
     defaults = _DEFAULT_OPTIONS[options_type]
     merged: StrategyOptions = given if given is not None else defaults
-    base = family.base_strategy
     for option, preset in rule.preset.items():
-        current = getattr(merged, option)
+        current = option_value(merged, option, preset)  # an added option nobody wrote takes the preset's value
         # An option written explicitly that the preset name contradicts is a conflict, even when it equals the
         # default; one left at its default takes the preset's value.
-        written = given is not None and option in given.given
-        if given is not None and current != preset and (written or current != getattr(defaults, option)):
+        if current != preset and (option in merged.given or current != option_value(defaults, option, preset)):
             raise incompatible(
                 "strategy-preset",
                 {"strategy": name, "strategy_options": given},
                 field=option,
                 preset=preset,
                 given=current,
-                base=base,
+                base=family.base_strategy,
             )
         merged = _with_option(merged, option, preset)
-    if isinstance(merged, DeepSpeedOptions) and merged.offload_parameters and merged.stage != 3:
-        raise incompatible(
-            "deepspeed-offload-stage", {"strategy": name, "strategy_options": merged}, stage=merged.stage
-        )
+    rows = rules.options.get(family.family, ())
+    for row in rows:
+        needs = row.needs
+        if needs is None or option_value(merged, row.name, row.default) == row.default:
+            continue
+        held = {other.name: option_value(merged, other.name, other.default) for other in rows}
+        if any(held[needed] != value for needed, value in needs.values.items()):
+            raise incompatible(
+                needs.refusal,
+                {"strategy": name, "strategy_options": merged},
+                **{needed: held[needed] for needed in needs.values},
+            )
     return merged
 
 
@@ -1280,8 +1292,8 @@ _DEFAULT_OPTIONS: Mapping[type[StrategyOptions], StrategyOptions] = {
 
 
 def _with_option(options: StrategyOptions, option: str, value: object) -> StrategyOptions:
-    changes: dict[str, Any] = {option: value}
-    return attrs.evolve(options, **changes)
+    """`options` with `option` set to `value` (a field, or an entry of `extra`), which options were written kept."""
+    return with_options(options, {option: value})
 
 
 def _choose_launcher(

@@ -185,7 +185,7 @@ def _choose_mesh(
     notes: tuple[Note, ...] = ()
     if lightning is not None:
         reason, notes = _lightning_reading(lightning, degrees, world)
-    changes: dict[str, Any] = {"data_parallel_size": None, "tensor_parallel_size": None}
+    changes: dict[str, Any] = {size.argument: None for size in LIGHTNING_SIZES}
     changes.update((name, degree) for name, degree in degrees.items())
     resolved = attrs.evolve(options, **changes)
     return MeshChoice(layout=MeshLayout(shape=tuple(degrees.values())), options=resolved, reason=reason, notes=notes)

@@ -65,6 +65,12 @@ RULES: Final[Mapping[str, Rule]] = {
             fix="Use DeepSpeedOptions(stage=3, offload_parameters=True), or offload_parameters=False",
         ),
         Rule(
+            id="option-framework",
+            reason="{framework} cannot express {option}={value!r}: {why}",
+            fix="Leave {option} at its default ({default!r}) to run with {framework}, or run the plan where the "
+            "option reaches (its row in rules.options says where)",
+        ),
+        Rule(
             id="fork-unavailable",
             reason="strategy {strategy!r} forks this process, and this platform offers only {methods}",
             fix="Use strategy={instead!r}",

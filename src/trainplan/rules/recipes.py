@@ -207,10 +207,6 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
     )
 }
 
-DEEPSPEED_NO_OFFLOAD: Final[str] = "none"
-"""DeepSpeed's (and `accelerate launch`'s) offload device for a part that stays on the accelerator."""
-
-
 LightningDevices: TypeAlias = Literal["count", "indices", "one_index_or_count"]
 """How Lightning takes `devices` for an accelerator: a count, a list of indices, or one index as a list (else a
 count)."""

@@ -42,6 +42,7 @@ from trainplan.rules.hardware import (
 )
 from trainplan.rules.job import KUBERNETES_DEVICE_RESOURCES, SYNC_BATCHNORM_ACCELERATORS
 from trainplan.rules.launchers import LAUNCHERS, LauncherRule
+from trainplan.rules.options import OPTIONS, OptionRow
 from trainplan.rules.precision import (
     BACKENDS,
     PRECISION_ALIASES,
@@ -111,6 +112,9 @@ class Rules:
     strategy_aliases: Mapping[str, StrategyKey]
     strategy_alias_notes: Mapping[str, str]
     families: Mapping[StrategyFamily, FamilyRule]
+    options: Mapping[StrategyFamily, tuple[OptionRow, ...]]
+    """Each family's option rows (`rules.options`): the options its record and `extra` may hold, checked, and how
+    every framework spells them."""
     auto_for_options: Mapping[StrategyFamily, StrategyKey]
     auto_strategies: tuple[AutoStrategyRule, ...]
     fork_strategy_for: Mapping[StrategyKey, StrategyKey]
@@ -223,6 +227,7 @@ class Rules:
         backends: Iterable[BackendRule] = (),
         precision_recipes: Iterable[PrecisionRecipe] = (),
         framework_accelerators: Iterable[FrameworkAccelerator] = (),
+        options: Iterable[OptionRow] = (),
         kubernetes_resources: Mapping[AcceleratorKey, str] | None = None,
         script_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
         fork_counterparts: Mapping[StrategyKey, StrategyKey] | None = None,
@@ -232,7 +237,7 @@ class Rules:
     ) -> Rules:
         """A new rule set: these strategies, accelerators, backends, precisions and clusters added, these family and
         precision rows in place of the built-in ones of the same name (their accelerators, precisions, needs and
-        reasons), and the counterparts added.
+        reasons), these options added to their families, and the counterparts added.
 
         A new strategy has a `CustomName` of lowercase letters, digits and underscores, a family and a launcher of
         the rule set, and a preset of its family's options. A new accelerator (a device plugin's: Ascend's "npu",
@@ -271,6 +276,7 @@ class Rules:
         extension.check_families(draft)
         extension.check_precisions(draft)
         extension.check_usable(draft)
+        extension.add_options(draft, options)
         extension.add_strategies(draft)
         return attrs.evolve(
             self,
@@ -278,6 +284,7 @@ class Rules:
             backends=draft.backends,
             strategies=draft.strategies,
             families=draft.families,
+            options=draft.options,
             precisions=draft.precisions,
             precision_recipes=draft.recipes,
             script_strategy_for=extension.counterparts(draft, "script_counterparts", script_counterparts),
@@ -371,6 +378,7 @@ BUILTIN_RULES: Final[Rules] = Rules(
     strategy_aliases=STRATEGY_ALIASES,
     strategy_alias_notes=STRATEGY_ALIAS_NOTES,
     families=FAMILIES,
+    options=OPTIONS,
     auto_for_options=AUTO_STRATEGY_FOR_OPTIONS,
     auto_strategies=AUTO_STRATEGIES,
     fork_strategy_for=FORK_STRATEGY_FOR,

@@ -2,12 +2,17 @@
 
 Each family that takes options has one frozen record. Registered names such as
 `ddp_find_unused_parameters_true` or `deepspeed_stage_3_offload` are presets of these records
-(see `rules.STRATEGIES`).
+(see `rules.STRATEGIES`). What each option means, its check and how every framework spells it are rows of the rule
+set (`rules.OPTIONS`): a record holds values only.
+
+Which options were written (`given`) is part of the value: `DDPOptions()` and `DDPOptions(find_unused_parameters=False)`
+are different requests (a preset strategy name may take the first and refuses the second), so they compare unequal.
+Options a downstream rule set adds to a family travel in `extra` (name → value), checked against its rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 import attrs
@@ -17,22 +22,88 @@ from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 _Options = TypeVar("_Options")
 
 
+class OptionMap(Mapping[str, object]):
+    """A read-only map of option names to values that compares and hashes by content (a record's `extra`)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, object] | None = None) -> None:
+        self._items: dict[str, object] = dict(sorted((items or {}).items(), key=lambda item: str(item[0])))
+
+    def __getitem__(self, key: str) -> object:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return dict(self._items) == dict(other) if isinstance(other, Mapping) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+    def __reduce__(self) -> tuple[type[OptionMap], tuple[dict[str, object]]]:
+        return OptionMap, (self._items,)
+
+
+def _option_map(value: Mapping[str, object]) -> Mapping[str, object]:
+    """Converter of `extra`: a mapping becomes an `OptionMap`; anything else is kept, for the check to refuse by
+    name."""
+    given: object = value
+    if isinstance(given, OptionMap) or not isinstance(given, Mapping):
+        return value
+    return OptionMap(value)
+
+
+def _written(value: Iterable[str]) -> frozenset[str]:
+    """Converter of `given`: names as a frozenset; anything else is kept, for the check to refuse by name."""
+    given: object = value
+    if isinstance(given, (set, frozenset, list, tuple)):
+        return frozenset(value)
+    return value  # type: ignore[return-value]  # not names: kept for the check to refuse
+
+
 def _remember_given(cls: type[_Options]) -> type[_Options]:
-    """Record which options the caller wrote (`given`), so that a preset strategy name (whose own fields would
-    otherwise win over defaults) can tell an explicit `stage=2` from a `stage` left at its default of 2."""
+    """Record which options the caller wrote (`given`): the keywords passed, and the names in `extra`. A record
+    built with `given=` (as `attrs.evolve` builds one, and a plan read back) keeps the names it is told."""
     generated: Callable[..., None] = cls.__init__
 
     def __init__(self: Any, **options: Any) -> None:
+        if "given" not in options:
+            written = set(options) - {"extra"}
+            extra: object = options.get("extra")
+            if isinstance(extra, Mapping):
+                written |= {str(name) for name in extra}
+            options["given"] = frozenset(written)
         generated(self, **options)
-        object.__setattr__(self, "given", frozenset(options))
 
     __init__.__doc__ = generated.__doc__
     cls.__init__ = __init__  # type: ignore[method-assign]
     return cls
 
 
-def _given_field() -> Any:
-    return attrs.field(factory=frozenset, init=False, eq=False, repr=False)
+def _options_repr(self: Any) -> str:
+    """The record as the call that builds it: the options written or away from their default, `extra` when it
+    holds any, and `given` where the options written are not just those shown (after a preset, say)."""
+    defaults = _DEFAULTS[type(self)]
+    shown = [name for name in defaults if name in self.given or getattr(self, name) != defaults[name]]
+    parts = [f"{name}={getattr(self, name)!r}" for name in shown]
+    if self.extra:
+        parts.append(f"extra={dict(self.extra)!r}")
+    if self.given != {*shown, *self.extra}:
+        parts.append(f"given={sorted(self.given, key=str)!r}")
+    return f"{type(self).__name__}({', '.join(parts)})"
+
+
+RECORD_FIELDS: Final[tuple[str, ...]] = ("extra", "given")
+"""The fields every options record has beside its options: `extra` (a downstream rule set's options, by name) and
+`given` (which options were written). Neither is an option: no row names them."""
 
 
 ShardingStrategy: TypeAlias = Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]
@@ -44,31 +115,41 @@ DEEPSPEED_STAGES: Final[tuple[DeepSpeedStage, ...]] = get_args(DeepSpeedStage)
 
 
 @_remember_given
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class DDPOptions:
     """Options of the DDP family (ddp, ddp_spawn, ddp_fork, ddp_notebook)."""
 
     find_unused_parameters: bool = False
     static_graph: bool = False
     gradient_as_bucket_view: bool = False
+    broadcast_buffers: bool = True
+    """Broadcast the buffers (batch-norm statistics) from rank 0 before each forward pass; False keeps them per rank."""
     timeout_seconds: int = 1800
-    given: frozenset[str] = _given_field()
-    """The options written explicitly (not part of the value: equal records compare equal)."""
+    extra: Mapping[str, object] = attrs.field(factory=OptionMap, converter=_option_map)
+    """Options a downstream rule set adds to the family (name → value), checked against its rows."""
+    given: frozenset[str] = attrs.field(factory=frozenset, converter=_written)
+    """The options written explicitly (part of the value: a preset may take a default left alone, not one written)."""
+
+    __repr__ = _options_repr
 
 
 @_remember_given
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class FSDPOptions:
     """Options of Fully Sharded Data Parallel."""
 
     cpu_offload: bool = False
     sharding_strategy: ShardingStrategy = "FULL_SHARD"
-    given: frozenset[str] = _given_field()
-    """The options written explicitly (not part of the value: equal records compare equal)."""
+    extra: Mapping[str, object] = attrs.field(factory=OptionMap, converter=_option_map)
+    """Options a downstream rule set adds to the family (name → value), checked against its rows."""
+    given: frozenset[str] = attrs.field(factory=frozenset, converter=_written)
+    """The options written explicitly (part of the value: a preset may take a default left alone, not one written)."""
+
+    __repr__ = _options_repr
 
 
 @_remember_given
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class DeepSpeedOptions:
     """Options of DeepSpeed ZeRO. Parameter offload exists only at stage 3."""
 
@@ -76,8 +157,12 @@ class DeepSpeedOptions:
     offload_optimizer: bool = False
     offload_parameters: bool = False
     offload_device: OffloadDevice = "cpu"
-    given: frozenset[str] = _given_field()
-    """The options written explicitly (not part of the value: equal records compare equal)."""
+    extra: Mapping[str, object] = attrs.field(factory=OptionMap, converter=_option_map)
+    """Options a downstream rule set adds to the family (name → value), checked against its rows."""
+    given: frozenset[str] = attrs.field(factory=frozenset, converter=_written)
+    """The options written explicitly (part of the value: a preset may take a default left alone, not one written)."""
+
+    __repr__ = _options_repr
 
 
 Degree: TypeAlias = int | Literal["auto"]
@@ -85,7 +170,7 @@ Degree: TypeAlias = int | Literal["auto"]
 
 
 @_remember_given
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class ModelParallelOptions:
     """The parallel degrees of an N-D device mesh (strategy `model_parallel`): FSDP2 data parallelism (replicas ×
     shards) combined with context, tensor and pipeline parallelism, as torchtitan's `ParallelDims` spells them.
@@ -116,8 +201,12 @@ class ModelParallelOptions:
     """Lightning's spelling of the tensor-parallel size (→ `tp`); None: not used."""
     timeout_seconds: int = 1800
     """Seconds a collective waits for its peers (the process group's timeout)."""
-    given: frozenset[str] = _given_field()
-    """The options written explicitly (not part of the value: equal records compare equal)."""
+    extra: Mapping[str, object] = attrs.field(factory=OptionMap, converter=_option_map)
+    """Options a downstream rule set adds to the family (name → value), checked against its rows."""
+    given: frozenset[str] = attrs.field(factory=frozenset, converter=_written)
+    """The options written explicitly (part of the value: a preset may take a default left alone, not one written)."""
+
+    __repr__ = _options_repr
 
     @property
     def degrees(self) -> dict[MeshDimension, Degree]:
@@ -127,3 +216,43 @@ class ModelParallelOptions:
 
 StrategyOptions: TypeAlias = DDPOptions | FSDPOptions | DeepSpeedOptions | ModelParallelOptions
 """Any strategy's options record."""
+
+
+_Record = TypeVar("_Record", bound=StrategyOptions)
+
+_FIELDS: Final[Mapping[type, frozenset[str]]] = {
+    record: frozenset(field.name for field in attrs.fields(record)) - set(RECORD_FIELDS)
+    for record in (DDPOptions, FSDPOptions, DeepSpeedOptions, ModelParallelOptions)
+}
+
+
+_FIELD_ORDER: Final[Mapping[type, tuple[str, ...]]] = {
+    record: tuple(field.name for field in attrs.fields(record) if field.name in _FIELDS[record]) for record in _FIELDS
+}
+
+_DEFAULTS: Final[Mapping[type, Mapping[str, object]]] = {
+    record: {name: attrs.fields_dict(record)[name].default for name in _FIELD_ORDER[record]} for record in _FIELDS
+}
+
+
+def option_fields(record: type[StrategyOptions]) -> tuple[str, ...]:
+    """The options a record has fields for, in order (not `extra` nor `given`)."""
+    return _FIELD_ORDER[record]
+
+
+def option_value(options: StrategyOptions, name: str, default: object) -> object:
+    """The value of option `name` in `options`: its field, else its entry in `extra`, else `default`."""
+    if name in _FIELDS[type(options)]:
+        return getattr(options, name)
+    return options.extra.get(name, default)
+
+
+def with_options(options: _Record, values: Mapping[str, object], written: Iterable[str] = ()) -> _Record:
+    """`options` with `values` in place (fields, or entries of `extra`); which options count as written: those of
+    `options`, and `written`."""
+    fields = _FIELDS[type(options)]
+    changes: dict[str, Any] = {name: value for name, value in values.items() if name in fields}
+    added = {name: value for name, value in values.items() if name not in fields}
+    if added:
+        changes["extra"] = {**options.extra, **added}
+    return attrs.evolve(options, **changes, given=options.given | frozenset(written))
