@@ -19,6 +19,8 @@ from trainplan.rules.coherence import counterpart_refusal, default_backend_probl
 from trainplan.rules.hardware import ACCELERATORS, AcceleratorRule
 from trainplan.rules.legacy import LEGACY_ACCELERATORS
 from trainplan.rules.mesh import MESH_BACKENDS
+from trainplan.rules.option_checks import check_added_row
+from trainplan.rules.options import OptionRow
 from trainplan.rules.precision import BackendRule, PrecisionRule
 from trainplan.rules.recipes import FrameworkAccelerator, LightningDevices, PrecisionRecipe
 from trainplan.rules.row_checks import (
@@ -141,6 +143,7 @@ class Draft:
     precisions: dict[PrecisionKey, PrecisionRule]
     recipes: dict[PrecisionKey, PrecisionRecipe] = attrs.field(factory=dict)
     strategies: dict[StrategyKey, StrategyRule] = attrs.field(factory=dict)
+    options: dict[StrategyFamily, tuple[OptionRow, ...]] = attrs.field(factory=dict)
 
     @classmethod
     def start(cls, base: Rules, given: Given) -> Draft:
@@ -284,13 +287,21 @@ def check_usable(draft: Draft) -> None:
             _listed("precision", precision.name, families=running_at.get(precision.name, []), precisions=runs)
 
 
+def add_options(draft: Draft, rows: Iterable[OptionRow]) -> None:
+    """The base's option rows with `rows` added to their families, each checked against its family's others."""
+    draft.options = dict(draft.base.options)
+    for option in _rows(rows, OptionRow, "rules.options"):
+        draft.options[option.family] = (*draft.options.get(option.family, ()), option)
+        check_added_row(option, draft.options, f"rules.options[{option.family!r}, {option.name!r}]")
+
+
 def add_strategies(draft: Draft) -> None:
     """Each given strategy: a new name, a family and a launcher the family runs under, a preset of its options."""
     base = draft.base
     pairs = frozenset((strategy.family, strategy.launcher) for strategy in base.strategies.values())
     draft.strategies = dict(base.strategies)
     for rule in draft.given.strategies:
-        check_strategy(rule, base, draft.families, pairs)
+        check_strategy(rule, base, draft.families, pairs, draft.options)
         draft.strategies[rule.name] = rule
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, get_args
 
 import attrs
 
@@ -28,6 +28,7 @@ from trainplan.rules.hardware import SUPPLIED_COUNTS, AcceleratorRule, DeviceCou
 from trainplan.rules.legacy import LEGACY_STRATEGIES
 from trainplan.rules.messages import RULES as REFUSALS
 from trainplan.rules.option_checks import strategy_options
+from trainplan.rules.options import OptionRow
 from trainplan.rules.precision import BackendRule, PrecisionRule
 from trainplan.rules.recipes import AccelerateMixedPrecision, DtypeName, PrecisionRecipe, RecipeEngine
 from trainplan.rules.strategies import OPTION_TYPES, FamilyRule, StrategyRule
@@ -42,6 +43,7 @@ from trainplan.spec.names import (
     StrategyFamily,
     StrategyKey,
 )
+from trainplan.spec.options import with_options
 
 if TYPE_CHECKING:  # the rule set's module calls in here (no import cycle)
     from trainplan.rules.ruleset import Rules
@@ -236,6 +238,7 @@ def check_strategy(
     base: Rules,
     families: Mapping[StrategyFamily, FamilyRule],
     pairs: frozenset[tuple[StrategyFamily, LauncherName]],
+    options: Mapping[StrategyFamily, tuple[OptionRow, ...]],
 ) -> None:
     """A downstream strategy: a new name, a family and a launcher the family runs under (`pairs`: the base's
     strategies' families and launchers), a preset of its family's options."""
@@ -288,19 +291,18 @@ def check_strategy(
             allowed=launchers,
         )
     options_type = OPTION_TYPES.get(rule.family)
-    fields = () if options_type is None else tuple(attribute.name for attribute in attrs.fields(options_type))
+    names = tuple(row.name for row in options.get(rule.family, ()))
     for option in rule.preset:
-        if option not in fields:
+        if option not in names:
             raise InvalidRequest(
                 field=f"rules.strategies[{name!r}].preset",
                 value=option,
                 reason=f"family {rule.family!r} has no such option",
-                allowed=fields,
+                allowed=names,
             )
     if options_type is not None:
         try:
-            preset: dict[str, Any] = dict(rule.preset)
-            strategy_options(attrs.evolve(options_type(), **preset))  # as a request's options are
+            strategy_options(with_options(options_type(), rule.preset), options)  # as a request's options are
         except InvalidRequest as error:
             raise InvalidRequest(
                 field=f"rules.strategies[{name!r}].preset",
