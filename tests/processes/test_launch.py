@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -222,9 +224,12 @@ def test_interrupting_the_caller_stops_the_workers(tmp_path: Path, signal_number
     assert not any(alive(pid) for pid in pids)
 
 
-def test_no_temporary_files_are_left(tmp_path: Path) -> None:
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+@pytest.mark.parametrize("depth", ["short", "deep"])
+def test_no_temporary_files_are_left(depth: str, tmp_path: Path) -> None:
+    # "deep": a TMPDIR too long for the forkserver's unix socket (108 bytes): ddp_spawn starts its workers unserved.
+    short = Path(tempfile.mkdtemp(prefix="tp-", dir="/tmp")) if Path("/tmp").is_dir() else tmp_path
+    scratch = short / "tmp" if depth == "short" else short / ("d" * 60) / ("e" * 60)
+    scratch.mkdir(parents=True)
     code = textwrap.dedent(
         f"""
         import sys
@@ -245,8 +250,12 @@ def test_no_temporary_files_are_left(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, str(script)], env=environment, capture_output=True, text=True, timeout=180, check=False
     )
-    assert result.returncode == 0, result.stderr
-    assert list(scratch.iterdir()) == []
+    try:
+        assert result.returncode == 0, result.stderr
+        assert list(scratch.iterdir()) == []
+    finally:
+        if short != tmp_path:
+            shutil.rmtree(short, ignore_errors=True)
 
 
 def test_cli_launch_runs_a_torchrun_style_script(tmp_path: Path) -> None:

@@ -72,10 +72,14 @@ def test_the_deadline_covers_workers_that_linger_after_returning() -> None:
         tp.launch_with(cpu_plan("ddp_fork"), workers.return_then_linger, timeout=3, grace_period=1)
 
 
-def _pids_from(record: Path, count: int) -> list[int]:
-    for _ in range(300):
-        if record.exists() and len(record.read_text().split()) >= count:
-            break
+def _pids_from(record: Path, count: int, caller: subprocess.Popen[str] | None = None) -> list[int]:
+    """The pids `count` workers wrote to `record`, waiting (bounded: a loaded machine imports torch slowly)."""
+    deadline = time.monotonic() + 120
+    while not (record.exists() and len(record.read_text().split()) >= count):
+        if caller is not None and caller.poll() is not None:
+            pytest.fail(f"the caller exited ({caller.returncode}) before its workers started")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{count} workers did not start within 120 s")
         time.sleep(0.05)
     return [int(line) for line in record.read_text().split()]
 
@@ -92,7 +96,7 @@ def test_a_second_ctrl_c_during_the_grace_period_stops_everything(how: str, tmp_
     caller = subprocess.Popen(
         command, env=child_environment(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
-    pids = _pids_from(record, 2)
+    pids = _pids_from(record, 2, caller)
     assert len(pids) == 2
     caller.send_signal(signal.SIGINT)
     time.sleep(1.0)

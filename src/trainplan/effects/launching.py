@@ -435,7 +435,14 @@ def _start_multiprocessing(
     """Start the workers of `launcher` with `method`: its own start method, or the one that serves it
     (`worker_start_method`: a forkserver for spawn), whose server forks each worker with the caller's environment."""
     served = method != launcher.start_method
-    context: Any = _forkserver_context() if served else multiprocessing.get_context(method)
+    context: Any = None
+    if served:
+        try:
+            context = _forkserver_context()
+        except OSError:  # its socket cannot be made (a TMPDIR too deep for AF_UNIX's 108 bytes): unserved, as asked
+            served, method = False, launcher.start_method
+    if context is None:
+        context = multiprocessing.get_context(method)
     fresh = not served and not launcher.forks  # a fresh interpreter, started with the worker's environment
     workers: list[WorkerHandle] = []
     try:
