@@ -133,6 +133,7 @@ class TestTorchelastic:
             ("RANK", "4", "WORLD_SIZE=4"),
             ("LOCAL_RANK", "2", "LOCAL_WORLD_SIZE=2"),
             ("MASTER_PORT", "0", "65535"),
+            ("MASTER_PORT", "65536", "65535"),
             ("WORLD_SIZE", "0", "at least 1"),
             ("MASTER_ADDR", " ", "host name"),
         ],
@@ -141,6 +142,10 @@ class TestTorchelastic:
         with pytest.raises(ClusterEnvironmentError) as caught:
             detect("auto", {**TORCHRUN_2x2, variable: value})
         assert caught.value.variable == variable and words in str(caught.value)
+
+    @pytest.mark.parametrize("port", [1, 65535])
+    def test_every_tcp_port_is_a_main_port(self, port: int) -> None:
+        assert detect("auto", {**TORCHRUN_2x2, "MASTER_PORT": str(port)}).main_port == port
 
 
 class TestOthers:
@@ -160,6 +165,22 @@ class TestOthers:
         plan = plan_for(cpu(variables={"NODE_RANK": "1"}), accelerator="cpu", devices=2, num_nodes=2)
         assert (plan.cluster.node_rank, plan.launcher, plan.world_size) == (1, "subprocess", 4)
         assert "multi-node-local" in {note.code for note in plan.notes}
+
+    def test_an_mpi_local_rank_beyond_the_devices_asked_for_is_refused(self) -> None:
+        # Open MPI without OMPI_COMM_WORLD_LOCAL_SIZE: the request's devices are the processes per node, so local
+        # ranks run from 0 to devices - 1.
+        mpi = {
+            "OMPI_COMM_WORLD_SIZE": "4",
+            "OMPI_COMM_WORLD_RANK": "3",
+            "MASTER_ADDR": "10.0.0.1",
+            "MASTER_PORT": "29500",
+        }
+        last = plan_for(cpu(variables={**mpi, "OMPI_COMM_WORLD_LOCAL_RANK": "1"}), devices=2, num_nodes=2)
+        assert (last.cluster.kind, last.world_size, last.cluster.local_rank) == ("mpi", 4, 1)
+        with pytest.raises(Incompatible) as caught:
+            plan_for(cpu(variables={**mpi, "OMPI_COMM_WORLD_LOCAL_RANK": "2"}), devices=2, num_nodes=2)
+        assert caught.value.rule == "cluster-rank-range"
+        assert "local rank 2" in str(caught.value) and "devices=3" in str(caught.value)
 
     def test_mpi_default_port_is_noted(self) -> None:
         variables = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}

@@ -80,6 +80,17 @@ class TestAbsurdSizes:
         error = refused(Request(accelerator="cpu", devices=4096, num_nodes=1_000_000, strategy="ddp"), cpu())
         assert "2147483647 ranks" in str(error)
 
+    def test_a_started_world_of_exactly_the_int32_limit_is_planned_and_one_more_is_refused(self) -> None:
+        # Only a started job reaches 2**31 - 1 ranks (a prime: no request's nodes × devices within their own limits
+        # makes it): torchrun with one process on each of that many nodes.
+        job = {"RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        job |= {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+        limit = 2**31 - 1
+        plan = resolve(Request(accelerator="cpu"), cpu(variables={**job, "WORLD_SIZE": str(limit)}))
+        assert (plan.world_size, plan.num_nodes, plan.processes_per_node) == (limit, limit, 1)
+        error = refused(Request(accelerator="cpu"), cpu(variables={**job, "WORLD_SIZE": str(limit + 1)}))
+        assert isinstance(error, InvalidRequest) and "2147483647 ranks" in str(error)
+
     @pytest.mark.parametrize(
         ("nodelist", "first"),
         [
