@@ -301,5 +301,9 @@ def test_a_family_row_is_checked_against_the_precision_a_fallback_runs_not_the_o
     with pytest.raises(Incompatible) as caught:
         resolve_uncached(request, cpu(), without_bf16)
     assert caught.value.rule == "precision-strategy"
+    # The refusal names what would run, and offers only what runs as a precision the row takes.
+    reason, offered = str(caught.value).split(" which accepts ", 1)
+    assert "precision='16-mixed' (which runs as 'bf16-mixed' on 'cpu') is not supported by strategy 'ddp'" in reason
+    assert "'32-true'" in offered and "mixed'" not in offered
     plan = resolve_uncached(request, cpu(), without_fp16)
     assert plan.precision == "bf16-mixed" and "precision-fallback" in {note.code for note in plan.notes}
