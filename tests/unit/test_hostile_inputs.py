@@ -99,6 +99,7 @@ class TestAbsurdSizes:
             ("n[" + ",".join(["1-100000"] * 200) + "]", "n1"),
             ("n" + "[1-99999]" * 2000, None),  # 18 KB: its first host is 2,001 characters, not a host name
             ("n" + "[1-99999]" * 60, "n" + "1" * 60),
+            ("n[0-100000]", "n0"),  # the widest range: 100,001 names
         ],
     )
     def test_huge_slurm_host_lists_are_never_expanded(self, nodelist: str, first: str | None) -> None:
@@ -112,6 +113,11 @@ class TestAbsurdSizes:
         assert plan.cluster.main_address == first
         with pytest.raises(ValueError, match="more than 100000 hosts"):
             expand_hostlist(nodelist)
+
+    def test_a_range_wider_than_the_most_hosts_is_refused_even_for_its_first_host(self) -> None:
+        env = cpu(variables={**SLURM_TASK, "SLURM_NODELIST": "n[0-100001]"})
+        with pytest.raises(ClusterEnvironmentError, match="implausibly large"):
+            resolve(Request(accelerator="cpu"), env)
 
     def test_usable_gpus_are_checked_in_linear_time(self) -> None:
         env = Environment(cuda_device_count=4096, usable_cuda_devices=tuple(range(4096)))
