@@ -61,6 +61,13 @@ class TestDevices:
         assert plan.devices == (0,)
         assert "devices-interactive" in {note.code for note in plan.notes}
 
+    def test_a_notebook_with_exactly_one_gpu_takes_it_without_the_notebook_note(self) -> None:
+        # Nothing was left out: the note that 'auto' uses 1 of N GPUs is for N > 1 only.
+        plan = plan_for(cuda(1, interactive=True))
+        assert plan.devices == (0,)
+        assert "devices-interactive" not in {note.code for note in plan.notes}
+        assert "devices-auto" in {note.code for note in plan.notes}
+
     @pytest.mark.parametrize("devices", [-1, "-1"])
     def test_minus_one_is_all(self, devices: object) -> None:
         assert plan_for(cuda(3), devices=devices).devices == (0, 1, 2)
@@ -80,6 +87,10 @@ class TestDevices:
 
     def test_more_cpu_processes_than_cpus_is_a_warning(self) -> None:
         assert "cpu-oversubscribed" in codes(Environment(cpu_count=2), accelerator="cpu", devices=4)
+
+    def test_one_cpu_process_per_cpu_is_no_oversubscription(self) -> None:
+        assert "cpu-oversubscribed" not in codes(Environment(cpu_count=4), accelerator="cpu", devices=4)
+        assert "cpu-oversubscribed" in codes(Environment(cpu_count=4), accelerator="cpu", devices=5)
 
     def test_mps_has_one_device(self) -> None:
         plan = plan_for(Environment(mps_available=True), devices=-1)
@@ -179,6 +190,16 @@ class TestBackendAndMetrics:
 
     def test_sync_batchnorm_on_one_process_is_noted(self) -> None:
         assert "sync-batchnorm-no-effect" in codes(cuda(1), sync_batchnorm=True)
+
+    def test_sync_batchnorm_on_a_one_process_ddp_plan_is_noted_even_on_cpu(self) -> None:
+        # DDP has a process group, but a world of one has nothing to synchronise with: a warning, not the
+        # CUDA-only refusal that a world of several CPU processes gets.
+        plan = plan_for(cpu(), accelerator="cpu", strategy="ddp", devices=1, sync_batchnorm=True)
+        assert (plan.strategy.family, plan.world_size) == ("ddp", 1)
+        assert ("sync-batchnorm-no-effect", "warning") in {(note.code, note.level) for note in plan.notes}
+        with pytest.raises(Incompatible) as caught:
+            plan_for(cpu(), accelerator="cpu", strategy="ddp", devices=2, sync_batchnorm=True)
+        assert caught.value.rule == "sync-batchnorm-device"
 
 
 class TestDeterminism:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, get_args
 
 import attrs
 import pytest
 
-from tests.helpers import SLURM_2x4, TORCHRUN_2x2, cpu, cuda, plan_for
+from tests.helpers import LAUNCHED_1_OF_2, SLURM_2x4, TORCHRUN_2x2, cpu, cuda, plan_for
 from trainplan import (
     BUILTIN_RULES,
     ClusterEnvironmentError,
@@ -56,10 +57,25 @@ class TestHostlist:
     def test_expansion(self, text: str, hosts: list[str]) -> None:
         assert expand_hostlist(text) == hosts
 
-    @pytest.mark.parametrize("text", ["node[1-", "node]1[", "n[4-2]", "n[a-b]", "", "n[[1]]"])
-    def test_malformed_lists_say_where(self, text: str) -> None:
-        with pytest.raises(ValueError):
+    @pytest.mark.parametrize(
+        ("text", "words"),
+        [
+            ("node[1-", "a '[' is not closed"),
+            ("node]1[", "a ']' has no matching '['"),
+            ("n[4-2]", "the range '4-2' in 'n[4-2]' runs backwards"),
+            ("n[a-b]", "'a-b' in 'n[a-b]' is not a number"),
+            ("", "the host list is empty"),
+            ("n[[1]]", "brackets cannot nest"),
+        ],
+    )
+    def test_malformed_lists_say_where(self, text: str, words: str) -> None:
+        with pytest.raises(ValueError, match=re.escape(words)):
             expand_hostlist(text)
+
+    def test_a_list_of_exactly_the_most_hosts_is_expanded_and_one_more_is_refused(self) -> None:
+        assert len(expand_hostlist("n[1-50000],m[1-50000]")) == cluster_module.MAX_HOSTS == 100_000
+        with pytest.raises(ValueError, match="names more than 100000 hosts"):
+            expand_hostlist("n[1-50000],m[1-50001]")
 
 
 class TestDetection:
@@ -84,10 +100,36 @@ class TestDetection:
     def test_local_ignores_cluster_variables(self) -> None:
         assert detect("local", SLURM_2x4).kind == "local"
 
+    def test_lightning_names_this_machine_as_local_does(self) -> None:
+        # Lightning's LightningEnvironment: this machine, whatever cluster variables are set.
+        plan = plan_for(cpu(variables=SLURM_2x4), cluster="lightning")
+        assert (plan.cluster.kind, plan.request.cluster, plan.launcher) == ("local", "local", "none")
+
+    def test_the_plan_says_whether_this_machine_was_asked_for_or_found(self) -> None:
+        assert plan_for(cpu(), cluster="local").reasons["cluster"] == "cluster='local' was asked for"
+        assert plan_for(cpu()).reasons["cluster"] == (
+            "no cluster manager's variables were found (torchrun, MPI, SLURM, Kubeflow, LSF)"
+        )
+
+    def test_a_cluster_found_after_passing_anothers_non_task_keeps_its_own_reason(self) -> None:
+        # A Kubeflow pod that also carries a SLURM allocation's variables (SLURM_JOB_ID, no task of it): the pod's
+        # world, with a note about SLURM's, never "no cluster manager started this process".
+        pod = {"KUBERNETES_PORT": "x", "MASTER_ADDR": "m", "MASTER_PORT": "1234", "WORLD_SIZE": "2", "RANK": "1"}
+        facts = detect("auto", {**pod, "SLURM_JOB_ID": "9", "SLURM_NNODES": "1"})
+        assert (facts.kind, facts.reason) == ("kubeflow", "Kubeflow was detected")
+        assert [note.code for note in facts.notes] == ["slurm-allocation-shell"]
+
+    def test_a_variables_value_is_cut_to_64_characters_in_a_note(self) -> None:
+        facts = detect("auto", {"SLURM_JOB_ID": "9" * 100, "SLURM_NNODES": "1"})
+        assert f"allocation {'9' * 64} (salloc)" in facts.notes[0].message
+
     def test_a_kubeflow_pod_is_detected_but_not_a_bare_pod(self) -> None:
         variables = {"KUBERNETES_PORT": "x", "MASTER_ADDR": "m", "MASTER_PORT": "1234", "WORLD_SIZE": "2", "RANK": "0"}
         assert detect("auto", variables).kind == "kubeflow"
         assert detect("auto", {"KUBERNETES_PORT": "x"}).kind == "local"
+        # The same env:// variables set by hand outside Kubernetes: this machine, not a pod.
+        without_kubernetes = {key: value for key, value in variables.items() if key != "KUBERNETES_PORT"}
+        assert detect("auto", without_kubernetes).kind == "local"
         torchrun_in_a_pod = {**variables, "LOCAL_RANK": "0", "GROUP_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
         assert detect("auto", torchrun_in_a_pod).kind == "torchelastic"
         assert detect("kubeflow", variables).kind == "kubeflow"
@@ -110,6 +152,10 @@ class TestSlurm:
         without = {key: value for key, value in SLURM_2x4.items() if key != "SLURM_JOB_ID"}
         assert detect("slurm", without).main_port == 12910
         assert detect("slurm", {**SLURM_2x4, "MASTER_PORT": "4000"}).main_port == 4000
+
+    @pytest.mark.parametrize("job_id", ["", " "])
+    def test_a_blank_job_id_is_no_job_id(self, job_id: str) -> None:
+        assert detect("slurm", {**SLURM_2x4, "SLURM_JOB_ID": job_id}).main_port == 12910
 
     def test_tasks_per_node_with_repeat_count(self) -> None:
         assert detect("slurm", {**SLURM_2x4, "SLURM_NTASKS_PER_NODE": "4(x2)"}).processes_per_node == 4
@@ -147,14 +193,26 @@ class TestTorchelastic:
             ("RANK", "4", "WORLD_SIZE=4"),
             ("LOCAL_RANK", "2", "LOCAL_WORLD_SIZE=2"),
             ("MASTER_PORT", "0", "65535"),
+            ("MASTER_PORT", "65536", "65535"),
             ("WORLD_SIZE", "0", "at least 1"),
+            ("GROUP_WORLD_SIZE", "0", "at least 1"),
             ("MASTER_ADDR", " ", "host name"),
+            ("MASTER_ADDR", "[node1]", "host name"),  # brackets hold an IPv6 address only
         ],
     )
     def test_garbage_names_the_variable(self, variable: str, value: str, words: str) -> None:
         with pytest.raises(ClusterEnvironmentError) as caught:
             detect("auto", {**TORCHRUN_2x2, variable: value})
         assert caught.value.variable == variable and words in str(caught.value)
+
+    def test_a_node_rank_beyond_the_nodes_names_its_variable(self) -> None:
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("auto", {**TORCHRUN_2x2, "GROUP_WORLD_SIZE": "2", "GROUP_RANK": "2"})
+        assert caught.value.variable == "GROUP_RANK" and "smaller than GROUP_WORLD_SIZE=2" in str(caught.value)
+
+    @pytest.mark.parametrize("port", [1, 65535])
+    def test_every_tcp_port_is_a_main_port(self, port: int) -> None:
+        assert detect("auto", {**TORCHRUN_2x2, "MASTER_PORT": str(port)}).main_port == port
 
 
 class TestOthers:
@@ -170,10 +228,52 @@ class TestOthers:
         assert (plan.cluster.kind, plan.cluster.main_address, plan.cluster.main_port) == ("lsf", "c1", 10321)
         assert (plan.cluster.node_rank, plan.cluster.global_rank) == (1, 3)
 
+    def test_lsf_on_one_host_runs_there(self) -> None:
+        job = {"LSB_JOBID": "4321", "JSM_NAMESPACE_SIZE": "4", "JSM_NAMESPACE_RANK": "3"}
+        job |= {"JSM_NAMESPACE_LOCAL_RANK": "3", "LSB_MCPU_HOSTS": "node1 4"}
+        facts = detect("auto", job)
+        assert (facts.kind, facts.main_address, facts.num_nodes) == ("lsf", "node1", 1)
+        with pytest.raises(ClusterEnvironmentError, match="not a list of 'host count' pairs") as caught:
+            detect("auto", {**job, "LSB_MCPU_HOSTS": "batch1 1 c1"})
+        assert caught.value.variable == "LSB_MCPU_HOSTS"
+
+    def test_jsrun_with_open_mpi_variables_is_lsfs_job(self) -> None:
+        # jsrun starts Spectrum MPI's ranks with Open MPI's variables too: the same world, and LSF's row knows the
+        # hosts and the node of each rank.
+        lsf = {"LSB_JOBID": "4321", "JSM_NAMESPACE_SIZE": "4", "JSM_NAMESPACE_RANK": "3"}
+        lsf |= {"JSM_NAMESPACE_LOCAL_RANK": "1", "LSB_MCPU_HOSTS": "batch1 1 c1 42 c2 42"}
+        ompi = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+        ompi |= {"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+        plan = plan_for(cpu(variables={**lsf, **ompi}), accelerator="cpu")
+        assert (plan.cluster.kind, plan.cluster.main_address, plan.cluster.node_rank) == ("lsf", "c1", 1)
+        assert (plan.cluster.global_rank, plan.num_nodes) == (3, 2)
+
+    def test_local_reads_group_rank_when_node_rank_is_unset(self) -> None:
+        # As Lightning's LightningEnvironment: NODE_RANK, else GROUP_RANK.
+        variables = {"GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+        plan = plan_for(cpu(variables=variables), accelerator="cpu", devices=2, num_nodes=2)
+        assert (plan.cluster.kind, plan.cluster.node_rank) == ("local", 1)
+
     def test_local_multi_node_reads_node_rank_and_warns_without_address(self) -> None:
         plan = plan_for(cpu(variables={"NODE_RANK": "1"}), accelerator="cpu", devices=2, num_nodes=2)
         assert (plan.cluster.node_rank, plan.launcher, plan.world_size) == (1, "subprocess", 4)
         assert "multi-node-local" in {note.code for note in plan.notes}
+
+    def test_an_mpi_local_rank_beyond_the_devices_asked_for_is_refused(self) -> None:
+        # Open MPI without OMPI_COMM_WORLD_LOCAL_SIZE: the request's devices are the processes per node, so local
+        # ranks run from 0 to devices - 1.
+        mpi = {
+            "OMPI_COMM_WORLD_SIZE": "4",
+            "OMPI_COMM_WORLD_RANK": "3",
+            "MASTER_ADDR": "10.0.0.1",
+            "MASTER_PORT": "29500",
+        }
+        last = plan_for(cpu(variables={**mpi, "OMPI_COMM_WORLD_LOCAL_RANK": "1"}), devices=2, num_nodes=2)
+        assert (last.cluster.kind, last.world_size, last.cluster.local_rank) == ("mpi", 4, 1)
+        with pytest.raises(Incompatible) as caught:
+            plan_for(cpu(variables={**mpi, "OMPI_COMM_WORLD_LOCAL_RANK": "2"}), devices=2, num_nodes=2)
+        assert caught.value.rule == "cluster-rank-range"
+        assert "local rank 2" in str(caught.value) and "devices=3" in str(caught.value)
 
     def test_mpi_default_port_is_noted(self) -> None:
         variables = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
@@ -207,9 +307,16 @@ class TestClustersAreRows:
         )
         read = {name for _, source in job_variables(LAUNCHED_WORKERS.schema) for name in source.names}
         assert read | set(LAUNCHED_WORKERS.also_written) <= set(variables)
+        assert (variables["ROLE_RANK"], variables["ROLE_WORLD_SIZE"]) == ("1", "2")  # torchelastic's role variables
         facts = detect("auto", variables)
         assert (facts.launched, facts.kind, facts.launch_hint) == (True, "local", LAUNCHED_WORKERS.launch_hint)
         assert (facts.global_rank, facts.local_rank, facts.world_size, facts.main_port) == (1, 1, 2, 29555)
+
+    def test_a_workers_reason_names_its_launcher_as_the_marker_does_without_blanks(self) -> None:
+        facts = detect("auto", {**LAUNCHED_1_OF_2, "TRAINPLAN_LAUNCHED": " subprocess\n"})
+        assert facts.reason == (
+            "this process is worker 1 of 2 that trainplan's 'subprocess' launcher started (TRAINPLAN_LAUNCHED is set)"
+        )
 
     def test_the_readers_facts_carry_their_rows_hint_and_kind(self) -> None:
         cases: tuple[tuple[ClusterName, Mapping[str, str]], ...] = (

@@ -417,3 +417,19 @@ def test_a_manifest_keeps_the_scripts_dollar_words_refuses_no_script_and_says_it
     assert "by index" not in emit_kubeflow(
         resolve(Request(devices=2), Environment(cuda_device_count=4)), ["t.py"], image="i"
     )
+
+
+def test_a_pytorchjob_meets_on_the_plans_port_else_on_the_training_operators_default() -> None:
+    def ports(plan: Plan) -> set[int]:
+        manifest = yaml.safe_load(emit_kubeflow(plan, ["train.py"], image="img"))
+        return {
+            entry["containerPort"]
+            for kind, _ in pods(manifest)
+            for entry in manifest["spec"]["pytorchReplicaSpecs"][kind]["template"]["spec"]["containers"][0]["ports"]
+            if entry["name"] == "pytorchjob-port"
+        }
+
+    # The Kubeflow training operator's default master port is 23456 (its `pytorchjob-port`).
+    assert ports(resolve(Request(accelerator="cpu", num_nodes=2), Environment(cpu_count=8))) == {23456}
+    given = Environment(cpu_count=8, variables={"MASTER_PORT": "29600"})
+    assert ports(resolve(Request(accelerator="cpu", num_nodes=2), given)) == {29600}

@@ -416,3 +416,22 @@ def test_options_round_trip_with_which_were_written() -> None:
     data["strategy"]["options"]["given"] = ["given"]
     with pytest.raises(PlanFormatError, match="are not options of ddp"):
         Plan.from_dict(data)
+
+
+def test_a_family_row_is_checked_against_the_precision_a_fallback_runs_not_the_one_asked_for() -> None:
+    """16-mixed on CPU runs as bf16-mixed (autocast there is bfloat16 only): a replaced family row that lists one of
+    the two and not the other takes the request by what would run. (Every built-in family lists both or neither, so
+    only a downstream row can tell the two apart.)"""
+    ddp = BUILTIN_RULES.families["ddp"]
+    without_bf16 = BUILTIN_RULES.extend(families=[attrs.evolve(ddp, precisions=ddp.precisions - {"bf16-mixed"})])
+    without_fp16 = BUILTIN_RULES.extend(families=[attrs.evolve(ddp, precisions=ddp.precisions - {"16-mixed"})])
+    request = Request(accelerator="cpu", devices=2, strategy="ddp", precision="16-mixed")
+    with pytest.raises(Incompatible) as caught:
+        resolve_uncached(request, cpu(), without_bf16)
+    assert caught.value.rule == "precision-strategy"
+    # The refusal names what would run, and offers only what runs as a precision the row takes.
+    reason, offered = str(caught.value).split(" which accepts ", 1)
+    assert "precision='16-mixed' (which runs as 'bf16-mixed' on 'cpu') is not supported by strategy 'ddp'" in reason
+    assert "'32-true'" in offered and "mixed'" not in offered
+    plan = resolve_uncached(request, cpu(), without_fp16)
+    assert plan.precision == "bf16-mixed" and "precision-fallback" in {note.code for note in plan.notes}

@@ -80,6 +80,17 @@ class TestAbsurdSizes:
         error = refused(Request(accelerator="cpu", devices=4096, num_nodes=1_000_000, strategy="ddp"), cpu())
         assert "2147483647 ranks" in str(error)
 
+    def test_a_started_world_of_exactly_the_int32_limit_is_planned_and_one_more_is_refused(self) -> None:
+        # Only a started job reaches 2**31 - 1 ranks (a prime: no request's nodes × devices within their own limits
+        # makes it): torchrun with one process on each of that many nodes.
+        job = {"RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        job |= {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+        limit = 2**31 - 1
+        plan = resolve(Request(accelerator="cpu"), cpu(variables={**job, "WORLD_SIZE": str(limit)}))
+        assert (plan.world_size, plan.num_nodes, plan.processes_per_node) == (limit, limit, 1)
+        error = refused(Request(accelerator="cpu"), cpu(variables={**job, "WORLD_SIZE": str(limit + 1)}))
+        assert isinstance(error, InvalidRequest) and "2147483647 ranks" in str(error)
+
     @pytest.mark.parametrize(
         ("nodelist", "first"),
         [
@@ -88,6 +99,7 @@ class TestAbsurdSizes:
             ("n[" + ",".join(["1-100000"] * 200) + "]", "n1"),
             ("n" + "[1-99999]" * 2000, None),  # 18 KB: its first host is 2,001 characters, not a host name
             ("n" + "[1-99999]" * 60, "n" + "1" * 60),
+            ("n[0-100000]", "n0"),  # the widest range: 100,001 names
         ],
     )
     def test_huge_slurm_host_lists_are_never_expanded(self, nodelist: str, first: str | None) -> None:
@@ -101,6 +113,11 @@ class TestAbsurdSizes:
         assert plan.cluster.main_address == first
         with pytest.raises(ValueError, match="more than 100000 hosts"):
             expand_hostlist(nodelist)
+
+    def test_a_range_wider_than_the_most_hosts_is_refused_even_for_its_first_host(self) -> None:
+        env = cpu(variables={**SLURM_TASK, "SLURM_NODELIST": "n[0-100001]"})
+        with pytest.raises(ClusterEnvironmentError, match="implausibly large"):
+            resolve(Request(accelerator="cpu"), env)
 
     def test_usable_gpus_are_checked_in_linear_time(self) -> None:
         env = Environment(cuda_device_count=4096, usable_cuda_devices=tuple(range(4096)))

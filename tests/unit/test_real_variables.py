@@ -131,14 +131,27 @@ class TestSrunTasks:
             error = _verdict(task)
             assert isinstance(error, ClusterEnvironmentError) and "node(s), and the job has 1" in str(error)
 
-    def test_a_loopback_address_across_nodes_is_a_warning(self) -> None:
+    @pytest.mark.parametrize("loopback", ["localhost", "localhost.localdomain", "LocalHost", "127.0.0.2", "::1"])
+    def test_a_loopback_address_across_nodes_is_a_warning(self, loopback: str) -> None:
         task = _srun_task(procid=0, localid=0, nodeid=0, tasks=4, nodes=2, per_node="2(x2)", name="p")
-        plan = _verdict({**task, "MASTER_ADDR": "localhost"})
+        plan = _verdict({**task, "MASTER_ADDR": loopback})
         assert isinstance(plan, Plan)
         (note,) = [note for note in plan.notes if note.code == "job-loopback-address"]
-        assert note.level == "warning" and "MASTER_ADDR=localhost" in note.message
+        assert note.level == "warning" and f"MASTER_ADDR={loopback}" in note.message
         plain = _verdict(task)
         assert isinstance(plain, Plan) and "job-loopback-address" not in [note.code for note in plain.notes]
+
+    def test_a_step_on_part_of_the_jobs_nodes_is_the_steps_world(self) -> None:
+        # srun -N1 -n2 -w tpnode2 inside sbatch -N2 --ntasks-per-node=2: the job's counts say 2 nodes and 4 tasks,
+        # the step's 1 node (the job's second) and 2 tasks; the step meets on its own node.
+        for rank in range(2):
+            task = _srun_task(procid=rank, localid=rank, nodeid=0, tasks=2, nodes=1, per_node="2", name="p")
+            task |= {"SLURM_JOB_NODELIST": "tpnode[1-2]", "SLURM_NODELIST": "tpnode[1-2]", "SLURM_NTASKS": "4"}
+            task |= {"SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2", "SLURM_TASKS_PER_NODE": "2(x2)"}
+            task |= {"SLURM_STEP_NODELIST": "tpnode2"}
+            plan = _verdict(task)
+            assert _layout(plan) == ("slurm", "external", 2, 1, rank, 0)
+            assert isinstance(plan, Plan) and plan.cluster.main_address == "tpnode2"
 
     def test_the_steps_own_count_wins_over_the_jobs(self) -> None:
         # srun -n1 inside a job of 2 tasks: the step has one task, the job's SLURM_NTASKS_PER_NODE says 2.
@@ -184,6 +197,22 @@ class TestNotTasks:
         assert [note.code for note in plan.notes if note.code.startswith("slurm")] == ["slurm-interactive-step"]
         assert _layout(_verdict({**pty, "SLURM_PTY_PORT": "44275"}, cluster="slurm"))[0] == "slurm"
 
+    def test_an_interactive_srun_shell_in_a_job_of_several_tasks_counts_the_steps_tasks(self) -> None:
+        # srun --pty bash inside sbatch -n4: the job has 4 tasks, the interactive step one.
+        pty = _srun_task(procid=0, localid=0, nodeid=0, tasks=1, nodes=1, per_node="1", name="bash")
+        pty |= {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "4", "SLURM_TASKS_PER_NODE": "4"}
+        plan = _verdict({**pty, "SLURM_PTY_PORT": "44275"})
+        assert isinstance(plan, Plan) and plan.cluster.kind == "local"
+        assert [note.code for note in plan.notes if note.code.startswith("slurm")] == ["slurm-interactive-step"]
+
+    def test_an_interactive_srun_step_of_several_tasks_is_slurms_world(self) -> None:
+        # srun -n2 --pty ...: SLURM_PTY_PORT is set, but the step has two tasks that meet: each is a SLURM task.
+        for rank in range(2):
+            pty = _srun_task(procid=rank, localid=rank, nodeid=0, tasks=2, nodes=1, per_node="2", name="bash")
+            plan = _verdict({**pty, "SLURM_PTY_PORT": "44275"})
+            assert _layout(plan) == ("slurm", "external", 2, 1, rank, 0)
+            assert isinstance(plan, Plan) and not [note for note in plan.notes if note.code.startswith("slurm")]
+
 
 # The daemons' srun step that mpirun (Open MPI) started inside `sbatch -N1 --ntasks-per-node=2`: one task.
 _OMPI_DAEMON_STEP_1N = {
@@ -223,6 +252,24 @@ class TestMpi:
             plan = _verdict({**_OMPI_DAEMON_STEP_1N, **_open_mpi(rank, 2, rank, 2, 1, "1638334465")})
             assert _layout(plan) == ("mpi", "external", 2, 1, rank, None)  # MPI states no node index
             assert isinstance(plan, Plan) and plan.cluster.main_address == "127.0.0.1"
+
+    def test_open_mpi_on_one_node_of_a_batch_script_plans_mpis_world(self) -> None:
+        # sbatch -N1 --ntasks-per-node=2 --wrap 'mpirun -np 2 ...': mpirun starts its local ranks itself (no srun
+        # step), so every rank carries the batch script's SLURM_PROCID=0; SLURM's world has MPI's size, but the batch
+        # script is no task of SLURM's: the ranks are MPI's, each its own.
+        batch = {**_JOB_1N, "SLURM_JOB_NAME": "wrap", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2"}
+        batch |= {"SLURM_TASKS_PER_NODE": "2", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+        for rank in range(2):
+            plan = _verdict({**batch, **_open_mpi(rank, 2, rank, 2, 1, "1638334465")})
+            assert _layout(plan) == ("mpi", "external", 2, 1, rank, None)
+            assert isinstance(plan, Plan) and plan.cluster.local_rank == rank
+
+    def test_an_mpi_world_unlike_the_srun_steps_is_mpis_when_mpi_states_no_ranks_per_node(self) -> None:
+        # mpiexec -n 4 started by a daemon step of one task per node (2 nodes); this MPI states PMI_SIZE/PMI_RANK only.
+        step = _srun_task(procid=0, localid=0, nodeid=0, tasks=2, nodes=2, per_node="1(x2)", name="wrap")
+        mpi = {"PMI_SIZE": "4", "PMI_RANK": "2", "MASTER_ADDR": "tpnode1", "MASTER_PORT": "29611"}
+        plan = _verdict({**step, **mpi}, devices=2, num_nodes=2)
+        assert _layout(plan) == ("mpi", "external", 4, 2, 2, None)
 
     def test_two_open_mpi_jobs_get_two_ports(self) -> None:
         ports = set()

@@ -223,6 +223,13 @@ CASES: dict[str, Case] = {
         "precision-accelerator",
         ("float64", "'32-true'"),
     ),
+    "double on xla": (
+        {"accelerator": "xla", "precision": "64-true"},
+        Environment(xla_device_count=8),
+        Incompatible,
+        "precision-accelerator",
+        ("32-true, 16-true and bf16-true", "Use precision='32-true'"),
+    ),
     "mixed on xla": (
         {"accelerator": "xla", "precision": "16-mixed"},
         Environment(xla_device_count=8),

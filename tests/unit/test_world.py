@@ -23,6 +23,7 @@ from trainplan import (
     NotInWorld,
     Plan,
     Request,
+    TrainplanError,
     WorldMismatch,
     join,
 )
@@ -224,6 +225,17 @@ def test_the_plan_names_the_physical_gpus() -> None:
     assert ZERO_AND_TWO.physical_device_for(1) == "2"
     behind = resolve(Request(devices=[0, 2]), cuda(4, variables={"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b,GPU-c,GPU-d"}))
     assert behind.physical_devices == ("GPU-a", "GPU-c") and "cuda:2 (GPU GPU-c)" in behind.explain()
+
+
+@pytest.mark.parametrize(
+    "env", [Environment(mps_available=True), Environment(xla_device_count=4), cpu()], ids=["mps", "xla", "cpu"]
+)
+def test_only_cuda_plans_name_physical_gpus(env: Environment) -> None:
+    """`Plan.physical_devices`: "Empty for non-CUDA plans" (no visibility variable names their devices)."""
+    plan = resolve(Request(), env)
+    assert plan.accelerator != "cuda" and plan.devices
+    assert plan.physical_devices == ()
+    assert plan.physical_device_for(0) == plan.device_for(0)
 
 
 def test_trainplans_launchers_narrow_cuda_visible_devices_and_local_rank_is_the_device() -> None:
@@ -470,6 +482,15 @@ def test_a_spawn_strategy_inside_any_job_joins_as_its_script_counterpart() -> No
 def test_a_worker_view_says_so_in_a_note() -> None:
     view = worker_view(resolve(Request(accelerator="cpu", devices=2), cpu()), global_rank=1, local_rank=1, main_port=1)
     assert any(note.code == "job-layout" for note in view.notes)
+
+
+@pytest.mark.parametrize(("global_rank", "local_rank"), [(1, 2), (2, 1), (-1, 0), (0, -1)])
+def test_a_worker_view_outside_the_plans_world_is_refused(global_rank: int, local_rank: int) -> None:
+    plan = resolve(Request(accelerator="cpu", devices=2), cpu())  # one node of two processes: ranks 0 and 1
+    last = worker_view(plan, global_rank=1, local_rank=1, main_port=1)
+    assert (last.cluster.global_rank, last.cluster.local_rank) == (1, 1)
+    with pytest.raises(TrainplanError, match="outside the plan's world of 2"):
+        worker_view(plan, global_rank=global_rank, local_rank=local_rank, main_port=1)
 
 
 def test_join_refuses_a_plan_from_another_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1518,8 +1518,17 @@ def _choose_precision(
             instead=rule.instead.get(accelerator, rules.default_precision),
         )
     if precision not in family.precisions:
-        supported = ", ".join(repr(item) for item in sorted(family.precisions))
-        raise incompatible("precision-strategy", {"precision": asked, "strategy": strategy}, supported=supported)
+        # Offer only what runs as itself or as another accepted precision here (16-mixed runs as bf16-mixed on CPU).
+        accepted = (
+            name
+            for name in family.precisions
+            if name in rules.precisions and rules.precisions[name].fallback.get(accelerator, name) in family.precisions
+        )
+        supported = ", ".join(repr(item) for item in sorted(accepted))
+        runs_as = "" if precision == asked else f" (which runs as {precision!r} on {accelerator!r})"
+        raise incompatible(
+            "precision-strategy", {"precision": asked, "strategy": strategy}, supported=supported, runs_as=runs_as
+        )
     if rule.requires_package is not None and rule.requires_package not in env.packages:
         raise incompatible("precision-package", {"precision": asked}, package=rule.requires_package)
     return precision

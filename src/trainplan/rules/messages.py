@@ -111,7 +111,9 @@ RULES: Final[Mapping[str, Rule]] = {
         ),
         Rule(
             id="precision-strategy",
-            reason="precision={precision!r} is not supported by strategy {strategy!r}, which accepts {supported}",
+            reason=(
+                "precision={precision!r}{runs_as} is not supported by strategy {strategy!r}, which accepts {supported}"
+            ),
             fix="Use one of {supported}",
         ),
         Rule(
