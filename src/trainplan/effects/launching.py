@@ -440,6 +440,8 @@ def _start_multiprocessing(
         try:
             context = _forkserver_context()
         except OSError:  # its socket cannot be made (a TMPDIR too deep for AF_UNIX's 108 bytes): unserved, as asked
+            if launcher.start_method is None:
+                raise
             served, method = False, launcher.start_method
     if context is None:
         context = multiprocessing.get_context(method)
