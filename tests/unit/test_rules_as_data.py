@@ -530,8 +530,15 @@ class _Program:
         for path in paths:
             module = self.module_rows(self.trees[path])
             body = self.trees[path].body
-            for scope in [part for node in body for part in (node.body if isinstance(node, ast.ClassDef) else [node])]:
+            scopes = [
+                (part, node.name if isinstance(node, ast.ClassDef) else None)
+                for node in body
+                for part in (node.body if isinstance(node, ast.ClassDef) else [node])
+            ]
+            for scope, owner in scopes:
                 rows = _Rows(self, {name: set(classes) for name, classes in module.names.items()}, module.modules)
+                if owner in _RULE_CLASS_NAMES:  # a rule class's own method reads its row as `self`
+                    rows.names["self"] = {owner}
                 for _ in range(2):
                     rows.learn(scope)
                 for node in ast.walk(scope):
@@ -561,7 +568,7 @@ def test_every_field_of_every_rule_has_a_reader(rule_class: type) -> None:
     description, accelerators, why_not, reason, fix). A row is known by a small inference over each function: a name
     bound from a table (`ACCELERATORS`, `rules.accelerators`, imported or not), from `lookup`/`.get`/`.values()`/
     `next`/`sorted` over one, from a rule field or function annotated with the class (`rule.job_port`,
-    `precision_recipe(plan)`), or a parameter annotated with it. A table's own index (`{rule.name: rule for ...}`
+    `precision_recipe(plan)`), a parameter annotated with it, or `self` in the class's own method. A table's own index (`{rule.name: rule for ...}`
     in the rules package) reads its key field. The inference errs towards "unread": a row reached through nothing
     annotated is not seen, and the test fails until its reader says what it holds; it is flow-insensitive within a
     function (a name bound to rows of two classes counts for both)."""
