@@ -142,32 +142,7 @@ def _choose_mesh(
     )
     asked = _asked(options, lightning, world)
     autos = [name for name in MESH_DIMENSIONS if asked[name] == "auto"]
-    fixed = {name: degree for name, degree in asked.items() if isinstance(degree, int)}
-    shown = {names[name]: degree for name, degree in fixed.items() if degree != 1}
-    product = math.prod(fixed.values())
-    # Groups too big for a node say so first (`tp=8 needs 8 processes on one node`), before any product: the
-    # innermost degrees that are numbers already fix how many processes a group needs.
-    inner: dict[MeshDimension, int] = {name: 1 for name in MESH_DIMENSIONS}
-    for name in reversed(MESH_DIMENSIONS):
-        if name not in fixed:
-            break
-        inner[name] = fixed[name]
-    for violation in node_violations(inner, processes_per_node):
-        raise _refusal(violation, asked, inner, world, backend)
-    if autos and world.size % product:
-        raise world.refuse(
-            "mesh-remainder",
-            asked,
-            shown,
-            auto=names[autos[0]],
-            product=product,
-            spelled=world.spelled(fixed, " × ") or "every degree 1",
-        )
-    if not autos and product != world.size:
-        raise world.refuse(
-            "mesh-product", asked, shown, product=product, spelled=world.spelled(fixed, " × ") or "every degree 1"
-        )
-    degrees = {name: (world.size // product if name in autos else fixed[name]) for name in MESH_DIMENSIONS}
+    degrees = _whole_degrees(asked, autos, world, backend)
     refusals = tuple(
         _refusal(violation, asked, degrees, world, backend)
         for violation in layout_violations(
@@ -189,6 +164,39 @@ def _choose_mesh(
     changes.update((name, degree) for name, degree in degrees.items())
     resolved = attrs.evolve(options, **changes)
     return MeshChoice(layout=MeshLayout(shape=tuple(degrees.values())), options=resolved, reason=reason, notes=notes)
+
+
+def _whole_degrees(
+    asked: Mapping[MeshDimension, Degree], autos: list[MeshDimension], world: _World, backend: BackendKey | None
+) -> dict[MeshDimension, int]:
+    """Every degree a number, the one 'auto' taking what the others leave; refused while the degrees make no layout
+    (a group too big for a node, a product that does not divide or make the world size)."""
+    fixed = {name: degree for name, degree in asked.items() if isinstance(degree, int)}
+    shown = {world.names[name]: degree for name, degree in fixed.items() if degree != 1}
+    product = math.prod(fixed.values())
+    # Groups too big for a node say so first (`tp=8 needs 8 processes on one node`), before any product: the
+    # innermost degrees that are numbers already fix how many processes a group needs.
+    inner: dict[MeshDimension, int] = {name: 1 for name in MESH_DIMENSIONS}
+    for name in reversed(MESH_DIMENSIONS):
+        if name not in fixed:
+            break
+        inner[name] = fixed[name]
+    for violation in node_violations(inner, world.processes_per_node):
+        raise _refusal(violation, asked, inner, world, backend)
+    if autos and world.size % product:
+        raise world.refuse(
+            "mesh-remainder",
+            asked,
+            shown,
+            auto=world.names[autos[0]],
+            product=product,
+            spelled=world.spelled(fixed, " × ") or "every degree 1",
+        )
+    if not autos and product != world.size:
+        raise world.refuse(
+            "mesh-product", asked, shown, product=product, spelled=world.spelled(fixed, " × ") or "every degree 1"
+        )
+    return {name: (world.size // product if name in autos else fixed[name]) for name in MESH_DIMENSIONS}
 
 
 def fitting_degrees(
@@ -307,39 +315,88 @@ def _refusal(
             backend=backend,
         )
     rule = MESH_RULES[name]
-    spelled = world.names[name]
-    # What was asked for this dimension: a degree written 'auto' is named as written, with the number it took.
-    auto = asked[name] == "auto"
-    values: dict[str, object] = {spelled: "auto" if auto else violation.degree}
-    took = (
-        f"{spelled}='auto' takes what the other degrees leave, {violation.degree} of the world of {world.size}, and "
-        if auto
-        else ""
+    refusing = _Refusing(violation=violation, name=name, asked=asked, degrees=degrees, world=world)
+    if violation.rule == "mesh-inside-node":
+        return refusing.inside_node()
+    if violation.rule == "mesh-pipeline-nodes":
+        return refusing.across_nodes()
+    if violation.rule == "mesh-accelerator":
+        return world.refuse(
+            violation.rule,
+            asked,
+            {**refusing.values, "accelerator": world.accelerator},
+            took=refusing.took,
+            dimension=refusing.spelled,
+            degree=violation.degree,
+            why=violation.detail,
+            supported=" or ".join(repr(item) for item in sorted(rule.accelerators)),
+        )
+    return incompatible(
+        violation.rule,
+        {**refusing.values, "precision": world.precision},
+        took=refusing.took,
+        dimension=refusing.spelled,
+        degree=violation.degree,
+        why=violation.detail,
+        instead=rule.instead.get(world.precision, DEFAULT_PRECISION),
     )
-    apart = strides(degrees)
 
-    def offered(candidates: list[int]) -> tuple[str, str]:
+
+@attrs.frozen(kw_only=True)
+class _Refusing:
+    """One dimension's broken layout rule, and what its refusal names: the degree as the request spelled it, and the
+    degrees to offer instead."""
+
+    violation: MeshViolation
+    name: MeshDimension
+    asked: Mapping[MeshDimension, Degree]
+    degrees: Mapping[MeshDimension, int]
+    world: _World
+
+    @property
+    def spelled(self) -> str:
+        return self.world.names[self.name]
+
+    @property
+    def values(self) -> dict[str, object]:
+        """What was asked for this dimension: a degree written 'auto' is named as written."""
+        return {self.spelled: "auto" if self.asked[self.name] == "auto" else self.violation.degree}
+
+    @property
+    def took(self) -> str:
+        """For a degree written 'auto': the number it took."""
+        if self.asked[self.name] != "auto":
+            return ""
+        return (
+            f"{self.spelled}='auto' takes what the other degrees leave, {self.violation.degree} of the world of "
+            f"{self.world.size}, and "
+        )
+
+    def offered(self, candidates: list[int]) -> tuple[str, str]:
         """The degrees to offer instead (only those the accelerator and precision rules let run above 1), and an
         example layout that keeps the first of them."""
-        runnable = [d for d in _nearest(candidates, violation.degree) if d == 1 or world.runs(name)]
+        name, world, rule = self.name, self.world, self.violation.rule
+        runnable = [d for d in _nearest(candidates, self.violation.degree) if d == 1 or world.runs(name)]
         # A degree written 'auto' elsewhere takes what the offered degree leaves: offer only degrees that, written
         # alone, still keep this rule once that 'auto' has grown (cp=2 beside tp='auto' makes tp=2 too).
-        runnable = [d for d in runnable if d == 1 or _keeps(violation.rule, name, {**asked, name: d}, world)]
+        runnable = [d for d in runnable if d == 1 or _keeps(rule, name, {**self.asked, name: d}, world)]
         choices = [d for d in runnable if d > 1][:3] or [1]
-        return _choices(spelled, choices), world.fitting({**asked, name: choices[0]})
+        return _choices(self.spelled, choices), world.fitting({**self.asked, name: choices[0]})
 
-    if violation.rule == "mesh-inside-node":
+    def inside_node(self) -> Incompatible:
+        name, world, degrees, violation = self.name, self.world, self.degrees, self.violation
         inner = [other for other in MESH_DIMENSIONS[MESH_DIMENSIONS.index(name) + 1 :] if degrees[other] > 1]
         around = " and ".join(MESH_RULES[other].title for other in inner)
-        why = f"{rule.title} groups stay inside a node" + (f", around the {around} groups" if inner else "")
-        room = world.processes_per_node // apart[name] if world.processes_per_node % apart[name] == 0 else 1
-        choices, fitting = offered(_divisors(room))
+        why = f"{MESH_RULES[name].title} groups stay inside a node" + (f", around the {around} groups" if inner else "")
+        apart = strides(degrees)[name]
+        room = world.processes_per_node // apart if world.processes_per_node % apart == 0 else 1
+        choices, fitting = self.offered(_divisors(room))
         return _refuse_with(
             violation.rule,
             world,
-            values,
+            self.values,
             fitting,
-            took=took,
+            took=self.took,
             what=world.spelled({other: degrees[other] for other in (name, *inner)}, " × "),
             needed=violation.needed,
             why=why,
@@ -350,45 +407,27 @@ def _refusal(
             ),
             choices=choices,
         )
-    if violation.rule == "mesh-pipeline-nodes":
+
+    def across_nodes(self) -> Incompatible:
+        world, degrees, violation = self.world, self.degrees, self.violation
         grouped = math.prod(degrees[other] for other in MESH_DIMENSIONS if MESH_RULES[other].inside_node)
         candidates = [
             d for d in _divisors(world.size // grouped) if _aligned(world.size // d, world.processes_per_node)
         ]
-        choices, fitting = offered(candidates)
+        choices, fitting = self.offered(candidates)
         return _refuse_with(
             violation.rule,
             world,
-            values,
+            self.values,
             fitting,
-            took=took,
-            dimension=spelled,
+            took=self.took,
+            dimension=self.spelled,
             degree=violation.degree,
             stage=violation.needed,
             num_nodes=world.num_nodes,
             processes_per_node=world.processes_per_node,
             choices=choices,
         )
-    if violation.rule == "mesh-accelerator":
-        return world.refuse(
-            violation.rule,
-            asked,
-            {**values, "accelerator": world.accelerator},
-            took=took,
-            dimension=spelled,
-            degree=violation.degree,
-            why=violation.detail,
-            supported=" or ".join(repr(item) for item in sorted(rule.accelerators)),
-        )
-    return incompatible(
-        violation.rule,
-        {**values, "precision": world.precision},
-        took=took,
-        dimension=spelled,
-        degree=violation.degree,
-        why=violation.detail,
-        instead=rule.instead.get(world.precision, DEFAULT_PRECISION),
-    )
 
 
 def _keeps(rule: str, name: MeshDimension, asked: Mapping[MeshDimension, Degree], world: _World) -> bool:
