@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from trainplan.resolve.refusal import incompatible
-from trainplan.rules import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS
+from trainplan.rules import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS, RefusalId
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import MeshViolation, layout_violations, node_violations, strides
 from trainplan.spec.errors import Incompatible
@@ -78,7 +78,7 @@ class _World:
         return joiner.join(f"{self.names[name]}={degree}" for name, degree in degrees.items() if degree != 1)
 
     def refuse(
-        self, rule: str, asked: Mapping[MeshDimension, Degree], values: Mapping[str, object], **fields: object
+        self, rule: RefusalId, asked: Mapping[MeshDimension, Degree], values: Mapping[str, object], **fields: object
     ) -> Incompatible:
         layout = f"{self.num_nodes} node(s) × {self.processes_per_node} processes"
         return incompatible(
@@ -430,7 +430,7 @@ class _Refusing:
         )
 
 
-def _keeps(rule: str, name: MeshDimension, asked: Mapping[MeshDimension, Degree], world: _World) -> bool:
+def _keeps(rule: RefusalId, name: MeshDimension, asked: Mapping[MeshDimension, Degree], world: _World) -> bool:
     """Whether `asked`, its one 'auto' (if any) taking what the others leave, keeps `rule` for `name`."""
     fixed = [degree for degree in asked.values() if isinstance(degree, int)]
     product = math.prod(fixed)
@@ -452,7 +452,7 @@ def _keeps(rule: str, name: MeshDimension, asked: Mapping[MeshDimension, Degree]
 
 
 def _refuse_with(
-    rule: str, world: _World, values: Mapping[str, object], fitting: str, **fields: object
+    rule: RefusalId, world: _World, values: Mapping[str, object], fitting: str, **fields: object
 ) -> Incompatible:
     """A refusal whose example layout is `fitting` (one that keeps the degree it offers first)."""
     layout = f"{world.num_nodes} node(s) × {world.processes_per_node} processes"

@@ -98,6 +98,7 @@ from trainplan.rules.mesh import (
 from trainplan.rules.messages import (
     DIFFERENCES,
     RULES,
+    RefusalId,
     Rule,
 )
 from trainplan.rules.precision import (
@@ -255,6 +256,7 @@ __all__ = [
     "PrecisionRecipe",
     "PrecisionRule",
     "R",
+    "RefusalId",
     "Rule",
     "Rules",
     "StrategyRule",

@@ -4,21 +4,84 @@ Lightning's connector (each also stated in the README)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Literal
 
 import attrs
+
+RefusalId = Literal[
+    "strategy-accelerator",
+    "options-accelerator",
+    "strategy-package",
+    "strategy-nodes",
+    "strategy-device-count",
+    "strategy-options",
+    "strategy-preset",
+    "deepspeed-offload-stage",
+    "fork-unavailable",
+    "fork-after-cuda",
+    "interactive-launcher",
+    "backend-accelerator",
+    "backend-without-group",
+    "precision-accelerator",
+    "precision-strategy",
+    "precision-package",
+    "cluster-world-size",
+    "cluster-rank-range",
+    "cluster-main-address",
+    "cluster-one-process-per-node",
+    "usable-with-indices",
+    "usable-needs-cuda",
+    "legacy-conflict",
+    "legacy-removed",
+    "slurm-batch-step",
+    "job-layout-unknown",
+    "job-gpus",
+    "job-device-selection",
+    "nested-launch",
+    "multi-node-port",
+    "kubeflow-accelerator",
+    "emit-unnamed-rules",
+    "kubeflow-resource",
+    "framework-accelerator",
+    "framework-precision",
+    "plan-rules",
+    "sync-batchnorm-device",
+    "sync-batchnorm-framework",
+    "accelerate-cpu-processes",
+    "deepspeed-config",
+    "deepspeed-count",
+    "lightning-trainer-strategy",
+    "lightning-strategy",
+    "accelerate-precision",
+    "accelerate-strategy",
+    "mesh-product",
+    "mesh-remainder",
+    "mesh-autos",
+    "mesh-spellings",
+    "mesh-inside-node",
+    "mesh-pipeline-nodes",
+    "mesh-accelerator",
+    "mesh-backend",
+    "mesh-precision",
+    "lightning-mesh",
+    "lightning-precision",
+    "fabric-parallelize",
+    "accelerate-mesh",
+    "metric-stateful-cpu",
+]
+"""Every refusal's id, a row of `RULES` each: the refusal helpers take one, so a type checker catches a misspelt id."""
 
 
 @attrs.frozen(kw_only=True)
 class Rule:
     """A named rejection. `reason` and `fix` are templates filled with the values involved."""
 
-    id: str
+    id: RefusalId
     reason: str
     fix: str
 
 
-RULES: Final[Mapping[str, Rule]] = {
+RULES: Final[Mapping[RefusalId, Rule]] = {
     rule.id: rule
     for rule in (
         Rule(

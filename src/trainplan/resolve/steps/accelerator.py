@@ -138,6 +138,3 @@ def _with_plenty(env: Environment, rules: Rules) -> Environment:
         elif fact is not None:
             facts[fact] = True if isinstance(_ENVIRONMENT_DEFAULTS[fact], bool) else _PLENTY
     return attrs.evolve(env, device_counts=supplied, **facts)
-
-
-__all__ = ["assume_present", "choose_accelerator", "visible"]

@@ -62,6 +62,3 @@ def _choose_backend(
             instead=default,
         )
     return requested
-
-
-__all__ = ["choose_backend", "no_backend"]

@@ -20,6 +20,3 @@ def check_sync_batchnorm(draft: Draft) -> None:
             "sync_batchnorm=True has no effect: batch statistics are synchronised across processes, and this plan "
             "has one",
         )
-
-
-__all__ = ["check_sync_batchnorm"]

@@ -46,6 +46,3 @@ def job_nodes(facts: ClusterFacts) -> int | None:
     if world is not None and per_node is not None and world % per_node == 0:
         return world // per_node
     return None
-
-
-__all__ = ["job_nodes", "read_cluster", "this_machine"]

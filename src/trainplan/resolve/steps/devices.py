@@ -275,6 +275,3 @@ def _counted_devices(spec: DevicesSpec, env: Environment) -> Selection:
             ),
         )
     return tuple(range(spec)), f"{spec} CPU process(es)", notes
-
-
-__all__ = ["first_device", "physical_devices", "select_devices"]

@@ -135,6 +135,3 @@ def _count_problems(counts: object, rules: Rules) -> Iterator[InvalidRequest]:
             if own.count_fact is not None
             else f"Leave {name!r} out: it is always there",
         )
-
-
-__all__ = ["check_arguments", "check_facts", "environment_problems"]

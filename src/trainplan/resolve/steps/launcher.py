@@ -91,6 +91,3 @@ def _choose_launcher(
         if refusal is not None:
             raise refusal
     return launcher
-
-
-__all__ = ["choose_launcher", "host_launcher"]

@@ -22,6 +22,3 @@ def lay_out(draft: Draft) -> None:
             )
         )
     draft.reasons["layout"] = f"{draft.family.description}; nodes: {draft.nodes_reason}"
-
-
-__all__ = ["lay_out"]

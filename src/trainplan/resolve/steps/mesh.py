@@ -30,6 +30,3 @@ def lay_out_mesh(draft: Draft) -> None:
     draft.options = outcome.options
     draft.reasons["mesh"] = outcome.reason
     draft.notes.extend(outcome.notes)
-
-
-__all__ = ["lay_out_mesh"]

@@ -107,6 +107,3 @@ def place_metric(
         moves_for_reduction=False,
         explanation=f"kept and reduced on {store_device}",
     )
-
-
-__all__ = ["place_metric", "place_metrics"]

@@ -40,6 +40,3 @@ def normalise(draft: Draft) -> None:
 def normal_request(fields: Fields) -> Request:
     """The request in normal form (resolving it again gives an equal plan)."""
     return Request(**{row.name: getattr(fields, row.name) for row in REQUEST_FIELD_ROWS}, notes=fields.notes)
-
-
-__all__ = ["normal_request", "normalise"]

@@ -80,6 +80,3 @@ _DEFAULT_OPTIONS: Mapping[type[StrategyOptions], StrategyOptions] = {
 def _with_option(options: StrategyOptions, option: str, value: object) -> StrategyOptions:
     changes: dict[str, Any] = {option: value}
     return attrs.evolve(options, **changes)
-
-
-__all__ = ["merge_options", "no_options"]

@@ -175,6 +175,3 @@ def _node_rank(
             fix=f"Set num_nodes to the number of machines (more than {node_rank}), or fix {variable}",
         )
     return node_rank
-
-
-__all__ = ["place_in_cluster", "rank_zero"]

@@ -39,6 +39,3 @@ def build_plan(draft: Draft) -> Plan:
         mesh=draft.mesh,
         rules=draft.rules.plan_reference,
     )
-
-
-__all__ = ["build_plan"]

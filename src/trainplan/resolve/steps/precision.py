@@ -47,6 +47,3 @@ def as_asked(draft: Draft) -> None:
 def _adopt(draft: Draft, precision: PrecisionKey) -> None:
     draft.precision = precision
     draft.reasons["precision"] = lookup(draft.rules.precisions, precision, name="PRECISIONS").description
-
-
-__all__ = ["as_asked", "choose_precision"]

@@ -117,6 +117,3 @@ def _strategy_problems(
         yield incompatible("strategy-nodes", {"strategy": name, "num_nodes": num_nodes})
     if family.max_devices_per_node is not None and len(devices) > family.max_devices_per_node:
         yield incompatible("strategy-device-count", {"strategy": name, "devices": list(devices)}, count=len(devices))
-
-
-__all__ = ["choose_strategy"]
