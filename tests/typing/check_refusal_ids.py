@@ -5,10 +5,9 @@ executed."""
 from __future__ import annotations
 
 from trainplan.resolve.refusal import incompatible
-from trainplan.rules import RULES, RefusalId, Rule
+from trainplan.rules import RULES, RefusalId
 
 incompatible("strategy-accelerator", {"strategy": "ddp", "accelerator": "mps"}, supported="'cpu'", why="", fix="")
 incompatible("strategy-acelerator", {})  # type: ignore[arg-type]
 misspelt: RefusalId = "fork-after-cude"  # type: ignore[assignment]
-Rule(id="no-such-refusal", reason="", fix="")  # type: ignore[arg-type]
 RULES["strategy_accelerator"]  # type: ignore[index]

@@ -1,10 +1,10 @@
-"""A `Request` field is written in the record plus one row (`trainplan.parse.fields`), and in the two places that
-name fields one by one, each named here.
+"""A `Request` field is written in the record plus one row (`trainplan.parse.fields`), and in resolve's typed record
+of the normal fields, each place named here.
 
-`Request.from_config`, resolve's normalisation, the JSON wire format and the CLI's request flags loop over the rows.
-The places that do not (resolve's typed `Fields` record, and the memo's `_type_signature`) are checked field by
-field: a field missing from one fails naming the place. A request class with one field more, written nowhere else,
-shows that every check catches it.
+`Request.from_config`, resolve's normalisation, the JSON wire format and the CLI's request flags loop over the rows;
+the memo's key reads the type of every field of the record. Each place is checked field by field: a field missing
+from one fails naming the place. A request class with one field more, written nowhere else, shows that every check
+catches it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from trainplan import BUILTIN_RULES, Environment, InvalidRequest, PlanFormatError, Request, cli
 from trainplan.parse import fields
 from trainplan.parse.plan_json import request_from_json_text, request_to_dict
-from trainplan.resolve import check, memo
+from trainplan.resolve import check, pipeline
 from trainplan.resolve.draft import Fields
 
 RECORD_FIELDS = tuple(field.name for field in attrs.fields(Request))
@@ -70,13 +70,13 @@ def _fields_record(record: type[Request], field: str) -> str | None:
     return None
 
 
-def _type_signature(record: type[Request], field: str) -> str | None:
+def _memo_key(record: type[Request], field: str) -> str | None:
     """The memo's key tells the field's types apart (`True == 1`, yet `devices=True` is refused)."""
     env = Environment()
-    one = memo._type_signature(_with(record, field, Stranger()), env)
-    other = memo._type_signature(_with(record, field, OtherStranger()), env)
+    one = pipeline._types(_with(record, field, Stranger()), env)
+    other = pipeline._types(_with(record, field, OtherStranger()), env)
     if one == other:
-        return f"resolve.memo._type_signature (the memo's key) does not read the type of {field}"
+        return f"resolve.pipeline._types (the memo's key) does not read the type of {field}"
     return None
 
 
@@ -84,7 +84,7 @@ PLACES: dict[str, tuple[Check, tuple[str, ...]]] = {
     "the row": (_row, ROW_FIELDS),
     "Fields": (_fields_record, RECORD_FIELDS),
     # The key holds the request's notes themselves (they are not part of its equality).
-    "_type_signature": (_type_signature, ROW_FIELDS),
+    "the memo's key": (_memo_key, ROW_FIELDS),
 }
 """Every place a new `Request` field must still be written (besides the record), and the fields it covers."""
 

@@ -570,10 +570,10 @@ def test_every_field_of_every_rule_has_a_reader(rule_class: type) -> None:
     description, accelerators, why_not, reason, fix). A row is known by a small inference over each function: a name
     bound from a table (`ACCELERATORS`, `rules.accelerators`, imported or not), from `lookup`/`.get`/`.values()`/
     `next`/`sorted` over one, from a rule field or function annotated with the class (`rule.job_port`,
-    `precision_recipe(plan)`), a parameter annotated with it, or `self` in the class's own method. A table's own index (`{rule.name: rule for ...}`
-    in the rules package) reads its key field. The inference errs towards "unread": a row reached through nothing
-    annotated is not seen, and the test fails until its reader says what it holds; it is flow-insensitive within a
-    function (a name bound to rows of two classes counts for both)."""
+    `precision_recipe(plan)`), a parameter annotated with it, or `self` in the class's own method. A table's own
+    index (`{rule.name: rule for ...}` in the rules package) reads its key field. The inference errs towards
+    "unread": a row reached through nothing annotated is not seen, and the test fails until its reader says what it
+    holds; it is flow-insensitive within a function (a name bound to rows of two classes counts for both)."""
     unread = _unread(rule_class, _trainplan_reads())
     assert unread == [], f"{rule_class.__name__} fields nothing reads (read them, or remove them): {unread}"
 

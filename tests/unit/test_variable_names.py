@@ -81,7 +81,7 @@ def test_no_variable_name_is_spelled_in_the_resolver(module: str) -> None:
 
 
 def test_every_module_is_checked() -> None:
-    assert {"resolve/cluster.py", "resolve/steps/placement.py", "mapping/workers.py", "parse/normalise.py"} <= set(
+    assert {"resolve/cluster.py", "resolve/steps/layout.py", "mapping/workers.py", "parse/normalise.py"} <= set(
         RESOLVER_MODULES
     )
 

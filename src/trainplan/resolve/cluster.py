@@ -193,13 +193,13 @@ def _task_verdict(rule: ClusterRule, variables: Mapping[str, str]) -> NotATask |
             refusal = lookup(_REFUSALS, row.code, name="RULES")
             values = _Values(variables, tasks=tasks)
             raise Incompatible(
-                values={}, rule=refusal.id, reason=refusal.reason.format_map(values), fix=refusal.fix.format_map(values)
+                values={}, rule=row.code, reason=refusal.reason.format_map(values), fix=refusal.fix.format_map(values)
             )
         return row if verdict == "alone" else None
     return None
 
 
-_REFUSALS: Mapping[str, Rule] = {rule.id: rule for rule in RULES.values()}
+_REFUSALS: Mapping[str, Rule] = dict(RULES.items())
 """The refusals by id as a cluster's row names one (`NotATask.code`: a plain string, a note's code where the row plans
 this machine alone)."""
 

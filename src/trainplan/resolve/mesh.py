@@ -77,18 +77,11 @@ class _World:
     def spelled(self, degrees: Mapping[MeshDimension, Degree], joiner: str = ", ") -> str:
         return joiner.join(f"{self.names[name]}={degree}" for name, degree in degrees.items() if degree != 1)
 
-    def refuse(
-        self, rule: RefusalId, asked: Mapping[MeshDimension, Degree], values: Mapping[str, object], **fields: object
-    ) -> Incompatible:
+    def refuse(self, rule: RefusalId, values: Mapping[str, object], fitting: str, **fields: object) -> Incompatible:
+        """A refusal naming this world's layout, and `fitting`: one that keeps the rules."""
         layout = f"{self.num_nodes} node(s) × {self.processes_per_node} processes"
-        return incompatible(
-            rule,
-            dict(values) or {"strategy": self.strategy},
-            world_size=self.size,
-            layout=layout,
-            fitting=self.fitting(asked),
-            **fields,
-        )
+        values = dict(values) or {"strategy": self.strategy}
+        return incompatible(rule, values, world_size=self.size, layout=layout, fitting=fitting, **fields)
 
 
 def mesh_or_refusals(
@@ -186,16 +179,15 @@ def _whole_degrees(
     if autos and world.size % product:
         raise world.refuse(
             "mesh-remainder",
-            asked,
             shown,
+            world.fitting(asked),
             auto=world.names[autos[0]],
             product=product,
             spelled=world.spelled(fixed, " × ") or "every degree 1",
         )
     if not autos and product != world.size:
-        raise world.refuse(
-            "mesh-product", asked, shown, product=product, spelled=world.spelled(fixed, " × ") or "every degree 1"
-        )
+        spelled = world.spelled(fixed, " × ") or "every degree 1"
+        raise world.refuse("mesh-product", shown, world.fitting(asked), product=product, spelled=spelled)
     return {name: (world.size // product if name in autos else fixed[name]) for name in MESH_DIMENSIONS}
 
 
@@ -287,8 +279,8 @@ def _asked(
     if len(written_autos) > 1:
         raise world.refuse(
             "mesh-autos",
-            degrees,
             {f"strategy_options.{name}": "auto" for name in written_autos},
+            world.fitting(degrees),
             names=" and ".join(written_autos) + (" both" if len(written_autos) == 2 else " all"),
         )
     if written_autos:  # a degree written 'auto' takes the rest; the one left at its default 'auto' takes nothing
@@ -315,119 +307,84 @@ def _refusal(
             backend=backend,
         )
     rule = MESH_RULES[name]
-    refusing = _Refusing(violation=violation, name=name, asked=asked, degrees=degrees, world=world)
-    if violation.rule == "mesh-inside-node":
-        return refusing.inside_node()
-    if violation.rule == "mesh-pipeline-nodes":
-        return refusing.across_nodes()
-    if violation.rule == "mesh-accelerator":
-        return world.refuse(
-            violation.rule,
-            asked,
-            {**refusing.values, "accelerator": world.accelerator},
-            took=refusing.took,
-            dimension=refusing.spelled,
-            degree=violation.degree,
-            why=violation.detail,
-            supported=" or ".join(repr(item) for item in sorted(rule.accelerators)),
-        )
-    return incompatible(
-        violation.rule,
-        {**refusing.values, "precision": world.precision},
-        took=refusing.took,
-        dimension=refusing.spelled,
-        degree=violation.degree,
-        why=violation.detail,
-        instead=rule.instead.get(world.precision, DEFAULT_PRECISION),
+    spelled = world.names[name]
+    # What was asked for this dimension: a degree written 'auto' is named as written, with the number it took.
+    auto = asked[name] == "auto"
+    values: dict[str, object] = {spelled: "auto" if auto else violation.degree}
+    took = (
+        f"{spelled}='auto' takes what the other degrees leave, {violation.degree} of the world of {world.size}, and "
+        if auto
+        else ""
     )
-
-
-@attrs.frozen(kw_only=True)
-class _Refusing:
-    """One dimension's broken layout rule, and what its refusal names: the degree as the request spelled it, and the
-    degrees to offer instead."""
-
-    violation: MeshViolation
-    name: MeshDimension
-    asked: Mapping[MeshDimension, Degree]
-    degrees: Mapping[MeshDimension, int]
-    world: _World
-
-    @property
-    def spelled(self) -> str:
-        return self.world.names[self.name]
-
-    @property
-    def values(self) -> dict[str, object]:
-        """What was asked for this dimension: a degree written 'auto' is named as written."""
-        return {self.spelled: "auto" if self.asked[self.name] == "auto" else self.violation.degree}
-
-    @property
-    def took(self) -> str:
-        """For a degree written 'auto': the number it took."""
-        if self.asked[self.name] != "auto":
-            return ""
-        return (
-            f"{self.spelled}='auto' takes what the other degrees leave, {self.violation.degree} of the world of "
-            f"{self.world.size}, and "
-        )
-
-    def offered(self, candidates: list[int]) -> tuple[str, str]:
-        """The degrees to offer instead (only those the accelerator and precision rules let run above 1), and an
-        example layout that keeps the first of them."""
-        name, world, rule = self.name, self.world, self.violation.rule
-        runnable = [d for d in _nearest(candidates, self.violation.degree) if d == 1 or world.runs(name)]
-        # A degree written 'auto' elsewhere takes what the offered degree leaves: offer only degrees that, written
-        # alone, still keep this rule once that 'auto' has grown (cp=2 beside tp='auto' makes tp=2 too).
-        runnable = [d for d in runnable if d == 1 or _keeps(rule, name, {**self.asked, name: d}, world)]
-        choices = [d for d in runnable if d > 1][:3] or [1]
-        return _choices(self.spelled, choices), world.fitting({**self.asked, name: choices[0]})
-
-    def inside_node(self) -> Incompatible:
-        name, world, degrees, violation = self.name, self.world, self.degrees, self.violation
-        inner = [other for other in MESH_DIMENSIONS[MESH_DIMENSIONS.index(name) + 1 :] if degrees[other] > 1]
-        around = " and ".join(MESH_RULES[other].title for other in inner)
-        why = f"{MESH_RULES[name].title} groups stay inside a node" + (f", around the {around} groups" if inner else "")
-        apart = strides(degrees)[name]
-        room = world.processes_per_node // apart if world.processes_per_node % apart == 0 else 1
-        choices, fitting = self.offered(_divisors(room))
-        return _refuse_with(
-            violation.rule,
-            world,
-            self.values,
-            fitting,
-            took=self.took,
-            what=world.spelled({other: degrees[other] for other in (name, *inner)}, " × "),
-            needed=violation.needed,
-            why=why,
-            shortfall=(
-                f"this node has {world.processes_per_node}"
-                if violation.needed > world.processes_per_node
-                else f"this node's {world.processes_per_node} do not split into groups of {violation.needed}"
-            ),
-            choices=choices,
-        )
-
-    def across_nodes(self) -> Incompatible:
-        world, degrees, violation = self.world, self.degrees, self.violation
+    named = {"took": took, "dimension": spelled, "degree": violation.degree}
+    if violation.rule == "mesh-inside-node":
+        return _inside_node(violation, name, asked, degrees, world, values, took)
+    if violation.rule == "mesh-pipeline-nodes":
         grouped = math.prod(degrees[other] for other in MESH_DIMENSIONS if MESH_RULES[other].inside_node)
         candidates = [
             d for d in _divisors(world.size // grouped) if _aligned(world.size // d, world.processes_per_node)
         ]
-        choices, fitting = self.offered(candidates)
-        return _refuse_with(
-            violation.rule,
-            world,
-            self.values,
-            fitting,
-            took=self.took,
-            dimension=self.spelled,
-            degree=violation.degree,
-            stage=violation.needed,
-            num_nodes=world.num_nodes,
-            processes_per_node=world.processes_per_node,
-            choices=choices,
-        )
+        choices, fitting = _offered(violation, name, asked, world, candidates)
+        nodes = {"num_nodes": world.num_nodes, "processes_per_node": world.processes_per_node}
+        return world.refuse(violation.rule, values, fitting, **named, stage=violation.needed, **nodes, choices=choices)
+    if violation.rule == "mesh-accelerator":
+        supported = " or ".join(repr(item) for item in sorted(rule.accelerators))
+        values["accelerator"] = world.accelerator
+        fitting = world.fitting(asked)
+        return world.refuse(violation.rule, values, fitting, **named, why=violation.detail, supported=supported)
+    instead = rule.instead.get(world.precision, DEFAULT_PRECISION)
+    values["precision"] = world.precision
+    return incompatible(violation.rule, values, **named, why=violation.detail, instead=instead)
+
+
+def _inside_node(
+    violation: MeshViolation,
+    name: MeshDimension,
+    asked: Mapping[MeshDimension, Degree],
+    degrees: Mapping[MeshDimension, int],
+    world: _World,
+    values: Mapping[str, object],
+    took: str,
+) -> Incompatible:
+    """`mesh-inside-node`: the group (with the groups inside it) and the degrees that fit in a node."""
+    inner = [other for other in MESH_DIMENSIONS[MESH_DIMENSIONS.index(name) + 1 :] if degrees[other] > 1]
+    around = " and ".join(MESH_RULES[other].title for other in inner)
+    why = f"{MESH_RULES[name].title} groups stay inside a node" + (f", around the {around} groups" if inner else "")
+    apart = strides(degrees)[name]
+    room = world.processes_per_node // apart if world.processes_per_node % apart == 0 else 1
+    choices, fitting = _offered(violation, name, asked, world, _divisors(room))
+    return world.refuse(
+        violation.rule,
+        values,
+        fitting,
+        took=took,
+        what=world.spelled({other: degrees[other] for other in (name, *inner)}, " × "),
+        needed=violation.needed,
+        why=why,
+        shortfall=(
+            f"this node has {world.processes_per_node}"
+            if violation.needed > world.processes_per_node
+            else f"this node's {world.processes_per_node} do not split into groups of {violation.needed}"
+        ),
+        choices=choices,
+    )
+
+
+def _offered(
+    violation: MeshViolation,
+    name: MeshDimension,
+    asked: Mapping[MeshDimension, Degree],
+    world: _World,
+    candidates: list[int],
+) -> tuple[str, str]:
+    """The degrees to offer instead (only those the accelerator and precision rules let run above 1), and an example
+    layout that keeps the first of them."""
+    runnable = [d for d in _nearest(candidates, violation.degree) if d == 1 or world.runs(name)]
+    # A degree written 'auto' elsewhere takes what the offered degree leaves: offer only degrees that, written
+    # alone, still keep this rule once that 'auto' has grown (cp=2 beside tp='auto' makes tp=2 too).
+    runnable = [d for d in runnable if d == 1 or _keeps(violation.rule, name, {**asked, name: d}, world)]
+    choices = [d for d in runnable if d > 1][:3] or [1]
+    return _choices(world.names[name], choices), world.fitting({**asked, name: choices[0]})
 
 
 def _keeps(rule: RefusalId, name: MeshDimension, asked: Mapping[MeshDimension, Degree], world: _World) -> bool:
@@ -449,14 +406,6 @@ def _keeps(rule: RefusalId, name: MeshDimension, asked: Mapping[MeshDimension, D
             precision=world.precision,
         )
     )
-
-
-def _refuse_with(
-    rule: RefusalId, world: _World, values: Mapping[str, object], fitting: str, **fields: object
-) -> Incompatible:
-    """A refusal whose example layout is `fitting` (one that keeps the degree it offers first)."""
-    layout = f"{world.num_nodes} node(s) × {world.processes_per_node} processes"
-    return incompatible(rule, dict(values), world_size=world.size, layout=layout, fitting=fitting, **fields)
 
 
 def _reason(

@@ -9,17 +9,16 @@ refuses, it goes on from the step's `instead`, a neutral choice, so that the lat
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+import operator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
 import attrs
 
 from trainplan.resolve.draft import Draft
-from trainplan.resolve.memo import memo_key
 from trainplan.resolve.steps import (
     accelerator,
     backend,
-    batchnorm,
     cluster,
     devices,
     environment,
@@ -28,8 +27,6 @@ from trainplan.resolve.steps import (
     mesh,
     metrics,
     normalise,
-    options,
-    placement,
     precision,
     strategy,
 )
@@ -68,13 +65,13 @@ STEPS: Final[tuple[Step, ...]] = (
     # 7. The strategy, and whether it runs here.
     Step("strategy", strategy.choose_strategy),
     # 8. The strategy's options, its preset applied.
-    Step("options", options.merge_options, instead=options.no_options),
+    Step("options", strategy.merge_options, instead=strategy.no_options),
     # 9. Processes per node and the world size.
     Step("layout", layout.lay_out),
     # 10. The launcher.
     Step("launcher", launcher.choose_launcher, instead=launcher.host_launcher),
     # 11. This process's place in the cluster, checked against the layout.
-    Step("placement", placement.place_in_cluster, instead=placement.rank_zero),
+    Step("placement", layout.place_in_cluster, instead=layout.rank_zero),
     # 12. The process group's backend.
     Step("backend", backend.choose_backend, instead=backend.no_backend),
     # 13. The precision.
@@ -82,7 +79,7 @@ STEPS: Final[tuple[Step, ...]] = (
     # 14. The device mesh (model_parallel).
     Step("mesh", mesh.lay_out_mesh),
     # 15. sync_batchnorm.
-    Step("sync_batchnorm", batchnorm.check_sync_batchnorm),
+    Step("sync_batchnorm", layout.check_sync_batchnorm),
     # 16. Where logged metrics live and are reduced.
     Step("metrics", metrics.place_metrics),
 )
@@ -100,15 +97,44 @@ def resolve(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) ->
     given: tuple[object, object] = (request, env)
     if not isinstance(given[0], Request) or not isinstance(given[1], Environment):
         return resolve_uncached(request, env, rules)  # reports the wrong type as an InvalidRequest
-    key = memo_key(request, env, rules)
-    if key is None:
+    try:
+        return _resolve_cached(request, request.notes, env, rules, _types(request, env))
+    except (TypeError, ValueError, RecursionError) as error:
+        if isinstance(error, TrainplanError):
+            raise  # a refusal (InvalidRequest is a ValueError too): raised once, never cached
+        # Unhashable garbage in a field (a dict for `devices`, say), or a value whose repr cannot be made (an
+        # integer past Python's digit limit, a structure nested too deep): resolve it without the cache, which
+        # reports it as an InvalidRequest.
         return resolve_uncached(request, env, rules)
-    return _resolve_cached(*key)
 
 
 @functools.lru_cache(maxsize=1024)
-def _resolve_cached(request: Request, notes: object, env: Environment, rules: Rules, signature: object) -> Plan:
+def _resolve_cached(request: Request, notes: object, env: Environment, rules: Rules, types: object) -> Plan:
     return resolve_uncached(request, env, rules)
+
+
+_REQUEST_VALUES = operator.attrgetter(*(field.name for field in attrs.fields(Request)))
+_ENVIRONMENT_VALUES = operator.attrgetter(*(field.name for field in attrs.fields(Environment)))
+
+
+def _types(request: Request, env: Environment) -> tuple[object, ...]:
+    """The types of a request's and an environment's values, and of the items of those that hold several: part of
+    the memo's key, because equal values of different types resolve differently (`devices=True` is refused while
+    `devices=1` is not, yet `True == 1` and both hash alike)."""
+    devices: object = request.devices
+    options: object = request.strategy_options
+    usable: object = env.usable_cuda_devices
+    counts: object = env.device_counts
+    return (
+        tuple(map(type, _REQUEST_VALUES(request))),
+        tuple(map(type, _ENVIRONMENT_VALUES(env))),
+        tuple(map(type, devices)) if type(devices) is tuple else None,
+        tuple(map(type, usable)) if type(usable) is tuple else None,
+        tuple(map(type, counts.values())) if isinstance(counts, Mapping) and counts else None,  # True == 1: refused
+        # Which options were written is not part of a record's value, but it decides: an explicit value a preset
+        # contradicts is refused, a default is not; a degree written 'auto' takes the rest, the default one not.
+        None if options is None else (repr(options), getattr(options, "given", None)),
+    )
 
 
 def resolve_uncached(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> Plan:

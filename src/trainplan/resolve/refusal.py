@@ -13,7 +13,7 @@ def incompatible(rule_id: RefusalId, values: Mapping[str, object], **fields: obj
     rule = lookup(RULES, rule_id, name="RULES")
     return Incompatible(
         values=values,
-        rule=rule.id,
+        rule=rule_id,
         reason=rule.reason.format(**values, **fields),
         fix=rule.fix.format(**values, **fields),
     )

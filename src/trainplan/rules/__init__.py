@@ -2,9 +2,10 @@
 
 The resolver reads them through `Rules` (default `BUILTIN_RULES`: these tables) and one lookup site
 (`lookup`), so a missing key becomes a domain error naming it rather than a bare `KeyError`. `trainplan
-matrix` and the README's compatibility table are generated from the same data; nothing here is repeated by
-hand elsewhere. Each row carries a provenance comment where the reason is not obvious. Reference behaviour
-is PyTorch Lightning 2.x's accelerator connector; deliberate differences are listed in `DIFFERENCES`.
+matrix`, the README's compatibility table and its policy sentences are generated from the same data; nothing
+here is repeated by hand elsewhere. Each row carries a provenance comment where the reason is not obvious.
+Reference behaviour is PyTorch Lightning 2.x's accelerator connector; deliberate differences are listed in
+`DIFFERENCES`.
 
 Modules: `lookup`, `hardware`, `launchers`, `strategies`, `precision`, `mesh`, `recipes`, `clusters`, `job`,
 `messages`, `legacy`; `ruleset` (the value). `from trainplan.rules import X` reads any of them; the modules

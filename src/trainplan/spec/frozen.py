@@ -124,15 +124,6 @@ class ReadOnlyMap(Mapping[K, V]):
     def __len__(self) -> int:
         return len(self._items)
 
-    def keys(self) -> KeysView[K]:
-        return self._items.keys()
-
-    def items(self) -> ItemsView[K, V]:
-        return self._items.items()
-
-    def values(self) -> ValuesView[V]:
-        return self._items.values()
-
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Mapping):
             return self._items == dict(other)

@@ -79,10 +79,10 @@ def _choose_accelerator(
     flag: AcceleratorFlag | CustomName, env: Environment, rules: Rules
 ) -> tuple[AcceleratorKey, str]:
     if flag == "auto":
+        found = _available(env, rules)
         for rule in rules.accelerators_by_priority:
-            if visible(env, rule) > 0:
-                available = _describe(_available(env, rules), rules)
-                return rule.name, f"the best available of {available} (order: {rules.accelerator_order})"
+            if rule.name in found:
+                return rule.name, f"the best available of {_describe(found, rules)} (order: {rules.accelerator_order})"
         raise MissingRule(table="ACCELERATORS", key="an available accelerator")
     group = rules.accelerator_groups.get(flag)
     if group is not None:

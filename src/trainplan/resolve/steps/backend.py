@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from trainplan.resolve.draft import Draft
 from trainplan.resolve.refusal import incompatible
-from trainplan.rules import AcceleratorRule, FamilyRule, Rules, lookup
-from trainplan.spec.names import BackendKey, StrategyKey
+from trainplan.rules import lookup
+from trainplan.spec.names import BackendKey
 
 
 def choose_backend(draft: Draft) -> None:
-    backend = _choose_backend(
-        draft.fields.process_group_backend, draft.family, draft.strategy_name, draft.accelerator, draft.rules
-    )
-    _adopt(draft, backend)
+    _adopt(draft, _choose_backend(draft))
 
 
 def no_backend(draft: Draft) -> None:
@@ -37,22 +34,17 @@ def _adopt(draft: Draft, backend: BackendKey | None) -> None:
         )
 
 
-def _choose_backend(
-    requested: BackendKey | None,
-    family: FamilyRule,
-    strategy: StrategyKey,
-    accelerator_rule: AcceleratorRule,
-    rules: Rules,
-) -> BackendKey | None:
-    accelerator = accelerator_rule.name
-    if not family.has_process_group:
+def _choose_backend(draft: Draft) -> BackendKey | None:
+    requested, accelerator = draft.fields.process_group_backend, draft.accelerator.name
+    if not draft.family.has_process_group:
         if requested is not None:
-            raise incompatible("backend-without-group", {"strategy": strategy, "process_group_backend": requested})
+            values = {"strategy": draft.strategy_name, "process_group_backend": requested}
+            raise incompatible("backend-without-group", values)
         return None
-    default = accelerator_rule.default_backend
+    default = draft.accelerator.default_backend
     if requested is None:
         return default
-    rule = lookup(rules.backends, requested, name="BACKENDS")
+    rule = lookup(draft.rules.backends, requested, name="BACKENDS")
     if accelerator not in rule.accelerators:
         raise incompatible(
             "backend-accelerator",

@@ -3,22 +3,15 @@ session cannot run it (a notebook, no fork, CUDA already initialised). `check` g
 
 from __future__ import annotations
 
-from trainplan.resolve.cluster import ClusterFacts
 from trainplan.resolve.draft import Draft
 from trainplan.resolve.refusal import incompatible
-from trainplan.rules import HOST_LAUNCHER, AcceleratorRule, FamilyRule, Rules, StrategyRule, lookup
-from trainplan.spec.environment import Environment
+from trainplan.rules import HOST_LAUNCHER, lookup
 from trainplan.spec.errors import Incompatible
-from trainplan.spec.names import LauncherName, StrategyKey
+from trainplan.spec.names import LauncherName
 
 
 def choose_launcher(draft: Draft) -> None:
-    _adopt(
-        draft,
-        _choose_launcher(
-            draft.strategy_name, draft.strategy, draft.family, draft.facts, draft.env, draft.accelerator, draft.rules
-        ),
-    )
+    _adopt(draft, _choose_launcher(draft))
 
 
 def host_launcher(draft: Draft) -> None:
@@ -34,19 +27,12 @@ def _adopt(draft: Draft, launcher: LauncherName) -> None:
         draft.reasons["launcher"] = "trainplan's launcher already started every process; join its world"
 
 
-def _choose_launcher(
-    name: StrategyKey,
-    rule: StrategyRule,
-    family: FamilyRule,
-    facts: ClusterFacts,
-    env: Environment,
-    accelerator: AcceleratorRule,
-    rules: Rules,
-) -> LauncherName:
-    launcher = rule.launcher
+def _choose_launcher(draft: Draft) -> LauncherName:
+    name, env, rules = draft.strategy_name, draft.env, draft.rules
+    launcher = draft.strategy.launcher
     launcher_rule = lookup(rules.launchers, launcher, name="LAUNCHERS")
     override = launcher_rule.in_started_job
-    if (facts.launched or facts.creates_processes) and family.has_process_group and override is not None:
+    if draft.in_started_job and draft.family.has_process_group and override is not None:
         # A process of a started job joins it; it never starts more (spawn and fork strategies were turned
         # into their script counterparts above).
         return override
@@ -68,7 +54,7 @@ def _choose_launcher(
         raise error
     if launcher_rule.forks:
         instead = rules.spawn_strategy_for.get(name)
-        blocked_by = accelerator.fork_blocked_by
+        blocked_by = draft.accelerator.fork_blocked_by
         refusal: Incompatible | None = None
         if launcher_rule.start_method not in env.start_methods:
             refusal = incompatible(

@@ -1,30 +1,27 @@
-"""Step 7: the strategy (`auto`: by the options record's family, else the first `auto` row that holds), run as its
-script counterpart inside a started job, and checked against the accelerator, packages, nodes and devices."""
+"""Steps 7 and 8: the strategy (`auto`: by the options record's family, else the first `auto` row that holds), run
+as its script counterpart inside a started job and checked against the accelerator, packages, nodes and devices;
+then its options: the record given (or the family's defaults) with the registered name's preset applied, refused
+where the two disagree (`check` goes on without options)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
 
 from trainplan.resolve.draft import Draft
 from trainplan.resolve.refusal import incompatible
-from trainplan.rules import OPTION_TYPES, AcceleratorRule, FamilyRule, MissingRule, Rules, lookup
+from trainplan.rules import OPTION_TYPES, AcceleratorRule, FamilyRule, MissingRule, StrategyRule, lookup
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import TrainplanError
-from trainplan.spec.names import AcceleratorKey, CustomName, StrategyFlag, StrategyKey
-from trainplan.spec.options import StrategyOptions
+from trainplan.spec.names import StrategyKey
+from trainplan.spec.options import DeepSpeedOptions, StrategyOptions
 
 
 def choose_strategy(draft: Draft) -> None:
     fields, rules = draft.fields, draft.rules
-    name, reason = _choose_strategy(
-        fields.strategy,
-        draft.accelerator.name,
-        draft.devices,
-        draft.num_nodes,
-        draft.env,
-        fields.strategy_options,
-        rules,
-    )
+    name, reason = _choose_strategy(draft)
     if draft.in_started_job and name in rules.script_strategy_for:
         # The job already started every process: a strategy that would start them from a function joins
         # as its script counterpart, under every launcher alike.
@@ -54,15 +51,10 @@ def choose_strategy(draft: Draft) -> None:
         draft.refuse(problem)
 
 
-def _choose_strategy(
-    flag: StrategyFlag | CustomName,
-    accelerator: AcceleratorKey,
-    devices: tuple[int, ...],
-    num_nodes: int,
-    env: Environment,
-    options: StrategyOptions | None,
-    rules: Rules,
-) -> tuple[StrategyKey, str]:
+def _choose_strategy(draft: Draft) -> tuple[StrategyKey, str]:
+    flag, options, rules = draft.fields.strategy, draft.fields.strategy_options, draft.rules
+    accelerator, devices, num_nodes = draft.accelerator.name, len(draft.devices), draft.num_nodes
+    interactive = draft.env.interactive
     if flag != "auto":
         return flag, f"asked for {flag!r}"
     if options is not None:
@@ -70,9 +62,9 @@ def _choose_strategy(
             if isinstance(options, OPTION_TYPES[family]):
                 return name, f"'auto' with {type(options).__name__}"
     for row in rules.auto_strategies:
-        if row.matches(accelerator, len(devices), num_nodes, env.interactive):
-            return row.strategy, row.reason.format(num_nodes=num_nodes, devices=len(devices))
-    raise MissingRule(table="AUTO_STRATEGIES", key=(accelerator, len(devices), num_nodes, env.interactive))
+        if row.matches(accelerator, devices, num_nodes, interactive):
+            return row.strategy, row.reason.format(num_nodes=num_nodes, devices=devices)
+    raise MissingRule(table="AUTO_STRATEGIES", key=(accelerator, devices, num_nodes, interactive))
 
 
 def _strategy_problems(
@@ -117,3 +109,70 @@ def _strategy_problems(
         yield incompatible("strategy-nodes", {"strategy": name, "num_nodes": num_nodes})
     if family.max_devices_per_node is not None and len(devices) > family.max_devices_per_node:
         yield incompatible("strategy-device-count", {"strategy": name, "devices": list(devices)}, count=len(devices))
+
+
+def merge_options(draft: Draft) -> None:
+    draft.options = _merge_options(draft.strategy_name, draft.strategy, draft.family, draft.fields.strategy_options)
+
+
+def no_options(draft: Draft) -> None:
+    """`check`'s way on after the options were refused."""
+    draft.options = None
+
+
+def _merge_options(
+    name: StrategyKey, rule: StrategyRule, family: FamilyRule, given: StrategyOptions | None
+) -> StrategyOptions | None:
+    options_type = OPTION_TYPES.get(family.family)
+    if options_type is None:
+        if given is not None:
+            raise incompatible(
+                "strategy-options",
+                {"strategy": name, "strategy_options": given},
+                given=type(given).__name__,
+                expected="no options",
+                fix="Remove strategy_options",
+            )
+        return None
+    if given is not None and not isinstance(given, options_type):
+        raise incompatible(
+            "strategy-options",
+            {"strategy": name, "strategy_options": given},
+            given=type(given).__name__,
+            expected=options_type.__name__,
+            fix=f"Pass {options_type.__name__}(...)",
+        )
+    defaults = _DEFAULT_OPTIONS[options_type]
+    merged: StrategyOptions = given if given is not None else defaults
+    base = family.base_strategy
+    for option, preset in rule.preset.items():
+        current = getattr(merged, option)
+        # An option written explicitly that the preset name contradicts is a conflict, even when it equals the
+        # default; one left at its default takes the preset's value.
+        written = given is not None and option in given.given
+        if given is not None and current != preset and (written or current != getattr(defaults, option)):
+            raise incompatible(
+                "strategy-preset",
+                {"strategy": name, "strategy_options": given},
+                field=option,
+                preset=preset,
+                given=current,
+                base=base,
+            )
+        merged = _with_option(merged, option, preset)
+    if isinstance(merged, DeepSpeedOptions) and merged.offload_parameters and merged.stage != 3:
+        raise incompatible(
+            "deepspeed-offload-stage", {"strategy": name, "strategy_options": merged}, stage=merged.stage
+        )
+    return merged
+
+
+_DEFAULT_OPTIONS: Mapping[type[StrategyOptions], StrategyOptions] = {
+    options_type: options_type() for options_type in OPTION_TYPES.values()
+}
+"""Each options record with every option at its default (records are values: one of each serves every plan)."""
+
+
+def _with_option(options: StrategyOptions, option: str, value: object) -> StrategyOptions:
+    changes: dict[str, Any] = {option: value}
+    return attrs.evolve(options, **changes)
