@@ -25,9 +25,8 @@ from trainplan import (
 from trainplan.effects.probing import relevant_variables
 from trainplan.mapping.workers import worker_environment
 from trainplan.resolve import cluster as cluster_module
-from trainplan.resolve import expand_hostlist
+from trainplan.resolve import expand_hostlist, resolve_uncached
 from trainplan.resolve.cluster import detect
-from trainplan.resolve.core import resolve_uncached
 from trainplan.rules import (
     CLUSTERS,
     LAUNCHED_WORKERS,

@@ -340,7 +340,7 @@ def _option(**fields: object) -> OptionRow:
             "another option of the family",
         ),
         (
-            _option(needs=Needs(values={"static_graph": True}, refusal="no-such-rule")),
+            _option(needs=Needs(values={"static_graph": True}, refusal="no-such-rule")),  # type: ignore[arg-type]
             "rules.options['ddp', 'bucket_cap_mb'].needs.refusal",
             "no such rule",
         ),

@@ -52,7 +52,7 @@ CORE = ("spec", "rules", "parse", "resolve", "mapping", "render")
 def test_core_modules_import_nothing_impure() -> None:
     offenders = []
     for layer in CORE:
-        for path in sorted((PACKAGE / layer).glob("*.py")):
+        for path in sorted((PACKAGE / layer).rglob("*.py")):
             module = str(path.relative_to(PACKAGE))
             for name in imported_modules(path):
                 if any(name == banned or name.startswith(banned + ".") for banned in FORBIDDEN_IN_CORE):

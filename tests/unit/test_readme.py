@@ -1,6 +1,6 @@
 """The README stays true: every Python block and every shell line in it runs as shown on a CPU-only machine
 (Sybil, with the rules in `tests/readme_examples.py`), its compatibility tables are what `trainplan matrix`
-prints, and the blocks that other tests run are still theirs."""
+prints, its policy sentences are what the rows say, and the blocks that other tests run are still theirs."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 from sybil import Example
 
+from tests.downstream_rules import RULES as DOWNSTREAM_RULES
 from tests.readme_examples import Session, parse
-from trainplan.render.matrix import render_matrix
+from trainplan import BUILTIN_RULES, Rules
+from trainplan.render.matrix import render_matrix, render_policies
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -62,6 +65,32 @@ def test_readme_matrix_is_generated_from_the_rules() -> None:
     start = text.index("<!-- matrix:start -->\n") + len("<!-- matrix:start -->\n")
     end = text.index("<!-- matrix:end -->")
     assert text[start:end].strip() == render_matrix().strip(), "regenerate with: trainplan matrix"
+
+
+def _block(name: str) -> str:
+    text = README.read_text()
+    start = text.index(f"<!-- {name}:start -->\n") + len(f"<!-- {name}:start -->\n")
+    return text[start : text.index(f"<!-- {name}:end -->")]
+
+
+def test_readme_policies_are_generated_from_the_rules() -> None:
+    """ "How a request is resolved" states the rows' policies in words (the accelerators' order, the `auto` rows, the
+    default backends, the precision fallbacks, the clusters' detection order): a row changed without the README
+    fails here."""
+    regenerate = "regenerate with: python -c 'from trainplan.render.matrix import render_policies as r; print(r())'"
+    assert _block("policies").strip() == render_policies().strip(), regenerate
+
+
+def test_the_policy_sentences_follow_the_rows() -> None:
+    def words(rules: Rules) -> str:
+        return " ".join(render_policies(rules).split())
+
+    fp16 = BUILTIN_RULES.precisions["16-mixed"]
+    no_fallback = BUILTIN_RULES.extend(precisions=[attrs.evolve(fp16, fallback={}, fallback_why={})])
+    assert "`16-mixed` on CPU falls back to `bf16-mixed`" in words(BUILTIN_RULES)
+    assert "falls back" not in words(no_fallback)
+    added = words(DOWNSTREAM_RULES)  # a downstream accelerator, first by its priority, with its own backend
+    assert "(`auto`: NPU > XLA > CUDA" in added and "NPU → hccl" in added
 
 
 def test_readme_starts_with_the_two_commands() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import cpu
 from trainplan import ClusterEnvironmentError, Incompatible, Plan, Request, TrainplanError
-from trainplan.resolve.core import resolve_uncached
+from trainplan.resolve import resolve_uncached
 
 _JOB_1N = {
     "SLURM_JOB_ID": "5",

@@ -1,10 +1,10 @@
-"""A `Request` field is written in the record plus one row (`trainplan.parse.fields`), and in the few places the cold
-path keeps written by hand for speed, each named here.
+"""A `Request` field is written in the record plus one row (`trainplan.parse.fields`), and in resolve's typed record
+of the normal fields, each place named here.
 
-`Request.from_config`, `check`'s field-by-field pass, the JSON wire format and the CLI's request flags loop over the
-rows. The places that do not (resolve's `_Fields` record, its glance `_normal_fields`, `_already_normal`, and the
-memo's `_type_signature`) are checked field by field: a field missing from one fails naming the place. A request
-class with one field more, written nowhere else, shows that every check catches it.
+`Request.from_config`, resolve's normalisation, the JSON wire format and the CLI's request flags loop over the rows;
+the memo's key reads the type of every field of the record. Each place is checked field by field: a field missing
+from one fails naming the place. A request class with one field more, written nowhere else, shows that every check
+catches it.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import Any
 import attrs
 import pytest
 
-from trainplan import BUILTIN_RULES, Environment, InvalidRequest, PlanFormatError, Request, TrainplanError, cli
+from trainplan import BUILTIN_RULES, Environment, InvalidRequest, PlanFormatError, Request, cli
 from trainplan.parse import fields
 from trainplan.parse.plan_json import request_from_json_text, request_to_dict
-from trainplan.resolve import check, core
+from trainplan.resolve import check, pipeline
+from trainplan.resolve.draft import Fields
 
 RECORD_FIELDS = tuple(field.name for field in attrs.fields(Request))
 ROW_FIELDS = tuple(name for name in RECORD_FIELDS if name != "notes")
@@ -64,54 +65,26 @@ def _row(record: type[Request], field: str) -> str | None:
 
 
 def _fields_record(record: type[Request], field: str) -> str | None:
-    if field not in attrs.fields_dict(core._Fields):
-        return "resolve.core._Fields has no attribute for it"
+    if field not in attrs.fields_dict(Fields):
+        return "resolve.draft.Fields has no attribute for it"
     return None
 
 
-def _glance(record: type[Request], field: str) -> str | None:
-    """`_normal_fields` reads the field: it sends a stranger there the long way, or gives what the long way gives."""
-    request = _with(record, field, Stranger())
-    problems: list[TrainplanError] = []
-    long = core._normalise_each(request, problems.append, BUILTIN_RULES)
-    short = core._normal_fields(request, BUILTIN_RULES)
-    if short is None:
-        return None
-    if problems:
-        return f"resolve.core._normal_fields takes {field}=Stranger() at a glance, which the long way refuses"
-    missing = object()
-    if getattr(short, field, missing) != getattr(long, field, missing) or getattr(short, field, missing) is missing:
-        return f"resolve.core._normal_fields does not set {field} as the long way (_normalise_each) does"
-    return None
-
-
-def _already_normal(record: type[Request], field: str) -> str | None:
-    """`_already_normal` compares the field: a request that differs there is not the normal form of another's."""
-    normal = core._normal_fields(record(), BUILTIN_RULES)
-    assert normal is not None
-    changed = _with(record, field, Stranger())
-    if core._already_normal(changed, normal):
-        return f"resolve.core._already_normal does not compare {field}"
-    return None
-
-
-def _type_signature(record: type[Request], field: str) -> str | None:
+def _memo_key(record: type[Request], field: str) -> str | None:
     """The memo's key tells the field's types apart (`True == 1`, yet `devices=True` is refused)."""
     env = Environment()
-    one = core._type_signature(_with(record, field, Stranger()), env)
-    other = core._type_signature(_with(record, field, OtherStranger()), env)
+    one = pipeline._types(_with(record, field, Stranger()), env)
+    other = pipeline._types(_with(record, field, OtherStranger()), env)
     if one == other:
-        return f"resolve.core._type_signature (the memo's key) does not read the type of {field}"
+        return f"resolve.pipeline._types (the memo's key) does not read the type of {field}"
     return None
 
 
 PLACES: dict[str, tuple[Check, tuple[str, ...]]] = {
     "the row": (_row, ROW_FIELDS),
-    "_Fields": (_fields_record, RECORD_FIELDS),
-    "_normal_fields": (_glance, RECORD_FIELDS),
-    "_already_normal": (_already_normal, RECORD_FIELDS),
+    "Fields": (_fields_record, RECORD_FIELDS),
     # The key holds the request's notes themselves (they are not part of its equality).
-    "_type_signature": (_type_signature, ROW_FIELDS),
+    "the memo's key": (_memo_key, ROW_FIELDS),
 }
 """Every place a new `Request` field must still be written (besides the record), and the fields it covers."""
 

@@ -6,9 +6,9 @@ file's spelling is read, how the field is written to and read from the JSON wire
 flag. `Request.from_config`, resolve's field-by-field normalisation, the wire format (`plan_json`) and the CLI's
 request flags loop over these rows and never name a field one by one.
 
-Adding a field to `Request` is the record plus one row here. resolve's cold path keeps a few places written by
-hand for speed (its `_Fields` record, the glance `_normal_fields`, `_already_normal`, the memo's type signature);
-tests/unit/test_request_fields.py names each of them and fails, naming the place, when a field is missing there.
+Adding a field to `Request` is the record plus one row here, plus resolve's typed record of the normal fields
+(`resolve.draft.Fields`); tests/unit/test_request_fields.py names each place and fails, naming it, when a field is
+missing there.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from trainplan.rules import (
     STRATEGIES,
     UNSUPPORTED_ACCELERATORS,
     LegacyStrategy,
+    RefusalId,
     lookup,
 )
 from trainplan.spec.errors import Incompatible, InvalidRequest, did_you_mean
@@ -75,8 +76,8 @@ class _Claims:
 
 
 def _removed(values: Mapping[str, object], reason: str, fix: str) -> Incompatible:
-    rule = lookup(RULES, "legacy-removed", name="RULES")
-    return Incompatible(values=values, rule=rule.id, reason=reason, fix=fix)
+    rule: RefusalId = "legacy-removed"  # its reason and fix are written here, for each old flag
+    return Incompatible(values=values, rule=rule, reason=reason, fix=fix)
 
 
 def _strategy_claim(claims: _Claims, flag: str, raw: object) -> None:
@@ -275,7 +276,7 @@ def _agree(topic: str, claims: list[tuple[str, object, object]], fix: str) -> ob
                 first=f"{first_flag}={first_raw!r}", second=f"{flag}={raw!r}", what=topic.replace("_", " "), how=how
             )
             values = {first_flag: first_raw, flag: raw} if first_flag != flag else {first_flag: first_raw}
-            raise Incompatible(values=values, rule=rule.id, reason=reason, fix=rule.fix.format(fix=fix))
+            raise Incompatible(values=values, rule="legacy-conflict", reason=reason, fix=rule.fix.format(fix=fix))
         chosen = merged
     return chosen
 

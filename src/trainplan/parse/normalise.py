@@ -59,14 +59,6 @@ _BACKENDS: Final[Mapping[str, BackendName]] = {name: name for name in BACKENDS}
 _CLUSTERS: Final[Mapping[str, ClusterFlag]] = {**{name: name for name in CLUSTER_FLAGS}, **CLUSTER_ALIASES}
 _STORES: Final[Mapping[str, MetricsStore]] = {name: name for name in METRICS_STORES}
 
-# The names that are their own normal form: the resolver takes a request written in them (the common case) without a
-# normaliser call per field, and gets the values the normalisers would give.
-NORMAL_ACCELERATORS: Final[frozenset[str]] = frozenset(name for name, normal in _ACCELERATORS.items() if name == normal)
-NORMAL_PRECISIONS: Final[frozenset[str]] = frozenset(PRECISIONS)
-NORMAL_BACKENDS: Final[frozenset[str]] = frozenset(_BACKENDS)
-NORMAL_CLUSTERS: Final[frozenset[str]] = frozenset(name for name, normal in _CLUSTERS.items() if name == normal)
-NORMAL_STORES: Final[frozenset[str]] = frozenset(_STORES)
-
 
 def _name(field: str, value: object, table: Mapping[str, str], allowed: tuple[object, ...]) -> str:
     if type(value) is str and value in table:  # the common case: already a canonical name

@@ -35,7 +35,7 @@ from trainplan.mapping.workers import (
     script_strategy_note,
     visibility_variable,
 )
-from trainplan.resolve.core import incompatible
+from trainplan.resolve.refusal import incompatible
 from trainplan.rules import (
     BUILTIN_RULES,
     KUBEFLOW_MASTER_PORT,

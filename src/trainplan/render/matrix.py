@@ -1,11 +1,22 @@
-"""The compatibility matrix, rendered from the rule tables (never written by hand).
+"""The compatibility matrix and the resolver's policies in words, rendered from the rule tables (never written by
+hand).
 
-`trainplan matrix` prints it and the README carries a copy that a test compares with it.
+`trainplan matrix` prints the matrix; the README carries a copy of each that a test compares with it.
 """
 
 from __future__ import annotations
 
-from trainplan.rules import BUILTIN_RULES, MESH_BACKENDS, MESH_DIMENSIONS, Rules
+import textwrap
+
+from trainplan.rules import (
+    BUILTIN_RULES,
+    MESH_BACKENDS,
+    MESH_DIMENSIONS,
+    OPTION_TYPES,
+    AutoStrategyRule,
+    ClusterRule,
+    Rules,
+)
 from trainplan.spec.names import ACCELERATORS as ACCELERATOR_ORDER
 from trainplan.spec.names import AcceleratorKey
 
@@ -96,3 +107,72 @@ def render_matrix(rules: Rules = BUILTIN_RULES) -> str:
         for precision_name, why in dimension.precisions_refused.items():
             lines.append(f"- {dimension.name} above 1 with {precision_name}: {why}.")
     return "\n".join(lines)
+
+
+def render_policies(rules: Rules = BUILTIN_RULES) -> str:
+    """The README's "How a request is resolved": the steps in order, each policy in words from its rows (the
+    accelerators' order and groups, `auto`'s device policy, the `auto` strategy rows, the default backends, the
+    precision fallbacks, the clusters' detection order and variables)."""
+    by_priority = rules.accelerators_by_priority
+    groups = "; ".join(f"`{name}`: {_either(members)}" for name, members in rules.accelerator_groups.items())
+    few = "".join(
+        f", but {rule.interactive_auto_devices} in a notebook" for rule in by_priority if rule.interactive_auto_devices
+    )
+    hidden = " or ".join(f"`{rule.visibility_variable}`" for rule in by_priority if rule.visibility_variable)
+    backends: dict[str, list[str]] = {}
+    for rule in by_priority:
+        backends.setdefault(rule.default_backend, []).append(rule.name.upper())
+    fallbacks = ", ".join(
+        f"`{precision.name}` on {accelerator.upper()} falls back to `{instead}`"
+        for precision in rules.precisions.values()
+        for accelerator, instead in precision.fallback.items()
+    )
+    options = "".join(
+        f"; with `{OPTION_TYPES[family].__name__}`, `{name}`" for family, name in rules.auto_for_options.items()
+    )
+    clusters = sorted(rules.clusters.values(), key=lambda rule: -(rule.detect_priority or 0))
+    detected = " > ".join(map(_detected_by, clusters))
+    steps = (
+        f"In order: normalise the request → read the cluster environment → choose the accelerator (`auto`: "
+        f"{' > '.join(rule.name.upper() for rule in by_priority)}; {groups}) → check availability and select devices "
+        f"(`auto`: all visible GPUs{few}, and inside a started job the processes per node it started; `-1`: all; "
+        f'indices are *visible* indices, after {hidden}; `num_nodes="auto"`: the job\'s nodes, else 1) → choose the '
+        f"strategy (`auto`: the first that holds of {', '.join(map(_auto_row, rules.auto_strategies))}{options}) → "
+        "launcher and world layout, checked against the cluster → backend ("
+        + ", ".join(f"{'/'.join(names)} → {backend}" for backend, names in backends.items())
+        + f") → precision ({fallbacks}, with a note) → the device mesh (`model_parallel`: see "
+        "[Parallel layouts](#parallel-layouts-an-n-d-device-mesh)) → metric placement → notes."
+    )
+    clusters_text = f"Clusters are detected from environment variables, the innermost launcher first: {detected}."
+    return "\n\n".join(_wrapped(text) for text in (steps, clusters_text))
+
+
+def _wrapped(text: str) -> str:
+    return textwrap.fill(text, width=116, break_long_words=False, break_on_hyphens=False)
+
+
+def _either(names: tuple[str, ...]) -> str:
+    return " or ".join(name.upper() for name in names)
+
+
+def _detected_by(rule: ClusterRule) -> str:
+    """A cluster by its label, and the variables that detect it."""
+    groups = [_listed(group) for group in rule.detect_variables if group]
+    return rule.schemas[0].label + (f" ({'; or '.join(groups)})" if groups else "")
+
+
+def _listed(names: frozenset[str]) -> str:
+    ordered = sorted(names)
+    return ordered[0] if len(ordered) == 1 else ", ".join(ordered[:-1]) + " and " + ordered[-1]
+
+
+def _auto_row(row: AutoStrategyRule) -> str:
+    """One `auto` row in words: its strategy and the conditions it holds under."""
+    conditions = [
+        *([f"on {_either(tuple(sorted(row.accelerators)))}"] if row.accelerators is not None else []),
+        *(["for several devices"] if row.min_devices > 1 else []),
+        *(["for one device"] if row.max_devices == 1 else []),
+        *(["across nodes"] if row.min_nodes > 1 else []),
+        *([f"{'in' if row.interactive else 'outside'} a notebook"] if row.interactive is not None else []),
+    ]
+    return f"`{row.strategy}` {' '.join(conditions)}" if conditions else f"else `{row.strategy}`"

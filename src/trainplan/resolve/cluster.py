@@ -30,6 +30,7 @@ from trainplan.rules import (
     JobVariable,
     JobVariables,
     NotATask,
+    Rule,
     Rules,
     TaskVerdict,
     VariableFormat,
@@ -192,13 +193,18 @@ def _task_verdict(rule: ClusterRule, variables: Mapping[str, str]) -> NotATask |
         tasks = _tasks(row, variables)
         verdict: TaskVerdict = row.when_many if tasks is not None and tasks > 1 else row.when_one
         if verdict == "refuse":
-            refusal = lookup(RULES, row.code, name="RULES")
+            refusal = lookup(_REFUSALS, row.code, name="RULES")
             values = _Values(variables, tasks=tasks)
             raise Incompatible(
-                values={}, rule=refusal.id, reason=refusal.reason.format_map(values), fix=refusal.fix.format_map(values)
+                values={}, rule=row.code, reason=refusal.reason.format_map(values), fix=refusal.fix.format_map(values)
             )
         return row if verdict == "alone" else None
     return None
+
+
+_REFUSALS: Mapping[str, Rule] = dict(RULES.items())
+"""The refusals by id as a cluster's row names one (`NotATask.code`: a plain string, a note's code where the row plans
+this machine alone)."""
 
 
 def _tasks(row: NotATask, variables: Mapping[str, str]) -> int | None:

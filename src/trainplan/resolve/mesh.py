@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from trainplan.resolve.refusal import incompatible
-from trainplan.rules import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS
+from trainplan.rules import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS, RefusalId
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import MeshViolation, layout_violations, node_violations, strides
 from trainplan.spec.errors import Incompatible
@@ -77,18 +77,11 @@ class _World:
     def spelled(self, degrees: Mapping[MeshDimension, Degree], joiner: str = ", ") -> str:
         return joiner.join(f"{self.names[name]}={degree}" for name, degree in degrees.items() if degree != 1)
 
-    def refuse(
-        self, rule: str, asked: Mapping[MeshDimension, Degree], values: Mapping[str, object], **fields: object
-    ) -> Incompatible:
+    def refuse(self, rule: RefusalId, values: Mapping[str, object], fitting: str, **fields: object) -> Incompatible:
+        """A refusal naming this world's layout, and `fitting`: one that keeps the rules."""
         layout = f"{self.num_nodes} node(s) × {self.processes_per_node} processes"
-        return incompatible(
-            rule,
-            dict(values) or {"strategy": self.strategy},
-            world_size=self.size,
-            layout=layout,
-            fitting=self.fitting(asked),
-            **fields,
-        )
+        values = dict(values) or {"strategy": self.strategy}
+        return incompatible(rule, values, world_size=self.size, layout=layout, fitting=fitting, **fields)
 
 
 def mesh_or_refusals(
@@ -142,32 +135,7 @@ def _choose_mesh(
     )
     asked = _asked(options, lightning, world)
     autos = [name for name in MESH_DIMENSIONS if asked[name] == "auto"]
-    fixed = {name: degree for name, degree in asked.items() if isinstance(degree, int)}
-    shown = {names[name]: degree for name, degree in fixed.items() if degree != 1}
-    product = math.prod(fixed.values())
-    # Groups too big for a node say so first (`tp=8 needs 8 processes on one node`), before any product: the
-    # innermost degrees that are numbers already fix how many processes a group needs.
-    inner: dict[MeshDimension, int] = {name: 1 for name in MESH_DIMENSIONS}
-    for name in reversed(MESH_DIMENSIONS):
-        if name not in fixed:
-            break
-        inner[name] = fixed[name]
-    for violation in node_violations(inner, processes_per_node):
-        raise _refusal(violation, asked, inner, world, backend)
-    if autos and world.size % product:
-        raise world.refuse(
-            "mesh-remainder",
-            asked,
-            shown,
-            auto=names[autos[0]],
-            product=product,
-            spelled=world.spelled(fixed, " × ") or "every degree 1",
-        )
-    if not autos and product != world.size:
-        raise world.refuse(
-            "mesh-product", asked, shown, product=product, spelled=world.spelled(fixed, " × ") or "every degree 1"
-        )
-    degrees = {name: (world.size // product if name in autos else fixed[name]) for name in MESH_DIMENSIONS}
+    degrees = _whole_degrees(asked, autos, world, backend)
     refusals = tuple(
         _refusal(violation, asked, degrees, world, backend)
         for violation in layout_violations(
@@ -189,6 +157,38 @@ def _choose_mesh(
     changes.update((name, degree) for name, degree in degrees.items())
     resolved = attrs.evolve(options, **changes)
     return MeshChoice(layout=MeshLayout(shape=tuple(degrees.values())), options=resolved, reason=reason, notes=notes)
+
+
+def _whole_degrees(
+    asked: Mapping[MeshDimension, Degree], autos: list[MeshDimension], world: _World, backend: BackendKey | None
+) -> dict[MeshDimension, int]:
+    """Every degree a number, the one 'auto' taking what the others leave; refused while the degrees make no layout
+    (a group too big for a node, a product that does not divide or make the world size)."""
+    fixed = {name: degree for name, degree in asked.items() if isinstance(degree, int)}
+    shown = {world.names[name]: degree for name, degree in fixed.items() if degree != 1}
+    product = math.prod(fixed.values())
+    # Groups too big for a node say so first (`tp=8 needs 8 processes on one node`), before any product: the
+    # innermost degrees that are numbers already fix how many processes a group needs.
+    inner: dict[MeshDimension, int] = {name: 1 for name in MESH_DIMENSIONS}
+    for name in reversed(MESH_DIMENSIONS):
+        if name not in fixed:
+            break
+        inner[name] = fixed[name]
+    for violation in node_violations(inner, world.processes_per_node):
+        raise _refusal(violation, asked, inner, world, backend)
+    if autos and world.size % product:
+        raise world.refuse(
+            "mesh-remainder",
+            shown,
+            world.fitting(asked),
+            auto=world.names[autos[0]],
+            product=product,
+            spelled=world.spelled(fixed, " × ") or "every degree 1",
+        )
+    if not autos and product != world.size:
+        spelled = world.spelled(fixed, " × ") or "every degree 1"
+        raise world.refuse("mesh-product", shown, world.fitting(asked), product=product, spelled=spelled)
+    return {name: (world.size // product if name in autos else fixed[name]) for name in MESH_DIMENSIONS}
 
 
 def fitting_degrees(
@@ -279,8 +279,8 @@ def _asked(
     if len(written_autos) > 1:
         raise world.refuse(
             "mesh-autos",
-            degrees,
             {f"strategy_options.{name}": "auto" for name in written_autos},
+            world.fitting(degrees),
             names=" and ".join(written_autos) + (" both" if len(written_autos) == 2 else " all"),
         )
     if written_autos:  # a degree written 'auto' takes the rest; the one left at its default 'auto' takes nothing
@@ -316,82 +316,78 @@ def _refusal(
         if auto
         else ""
     )
-    apart = strides(degrees)
-
-    def offered(candidates: list[int]) -> tuple[str, str]:
-        """The degrees to offer instead (only those the accelerator and precision rules let run above 1), and an
-        example layout that keeps the first of them."""
-        runnable = [d for d in _nearest(candidates, violation.degree) if d == 1 or world.runs(name)]
-        # A degree written 'auto' elsewhere takes what the offered degree leaves: offer only degrees that, written
-        # alone, still keep this rule once that 'auto' has grown (cp=2 beside tp='auto' makes tp=2 too).
-        runnable = [d for d in runnable if d == 1 or _keeps(violation.rule, name, {**asked, name: d}, world)]
-        choices = [d for d in runnable if d > 1][:3] or [1]
-        return _choices(spelled, choices), world.fitting({**asked, name: choices[0]})
-
+    named = {"took": took, "dimension": spelled, "degree": violation.degree}
     if violation.rule == "mesh-inside-node":
-        inner = [other for other in MESH_DIMENSIONS[MESH_DIMENSIONS.index(name) + 1 :] if degrees[other] > 1]
-        around = " and ".join(MESH_RULES[other].title for other in inner)
-        why = f"{rule.title} groups stay inside a node" + (f", around the {around} groups" if inner else "")
-        room = world.processes_per_node // apart[name] if world.processes_per_node % apart[name] == 0 else 1
-        choices, fitting = offered(_divisors(room))
-        return _refuse_with(
-            violation.rule,
-            world,
-            values,
-            fitting,
-            took=took,
-            what=world.spelled({other: degrees[other] for other in (name, *inner)}, " × "),
-            needed=violation.needed,
-            why=why,
-            shortfall=(
-                f"this node has {world.processes_per_node}"
-                if violation.needed > world.processes_per_node
-                else f"this node's {world.processes_per_node} do not split into groups of {violation.needed}"
-            ),
-            choices=choices,
-        )
+        return _inside_node(violation, name, asked, degrees, world, values, took)
     if violation.rule == "mesh-pipeline-nodes":
         grouped = math.prod(degrees[other] for other in MESH_DIMENSIONS if MESH_RULES[other].inside_node)
         candidates = [
             d for d in _divisors(world.size // grouped) if _aligned(world.size // d, world.processes_per_node)
         ]
-        choices, fitting = offered(candidates)
-        return _refuse_with(
-            violation.rule,
-            world,
-            values,
-            fitting,
-            took=took,
-            dimension=spelled,
-            degree=violation.degree,
-            stage=violation.needed,
-            num_nodes=world.num_nodes,
-            processes_per_node=world.processes_per_node,
-            choices=choices,
-        )
+        choices, fitting = _offered(violation, name, asked, world, candidates)
+        nodes = {"num_nodes": world.num_nodes, "processes_per_node": world.processes_per_node}
+        return world.refuse(violation.rule, values, fitting, **named, stage=violation.needed, **nodes, choices=choices)
     if violation.rule == "mesh-accelerator":
-        return world.refuse(
-            violation.rule,
-            asked,
-            {**values, "accelerator": world.accelerator},
-            took=took,
-            dimension=spelled,
-            degree=violation.degree,
-            why=violation.detail,
-            supported=" or ".join(repr(item) for item in sorted(rule.accelerators)),
-        )
-    return incompatible(
+        supported = " or ".join(repr(item) for item in sorted(rule.accelerators))
+        values["accelerator"] = world.accelerator
+        fitting = world.fitting(asked)
+        return world.refuse(violation.rule, values, fitting, **named, why=violation.detail, supported=supported)
+    instead = rule.instead.get(world.precision, DEFAULT_PRECISION)
+    values["precision"] = world.precision
+    return incompatible(violation.rule, values, **named, why=violation.detail, instead=instead)
+
+
+def _inside_node(
+    violation: MeshViolation,
+    name: MeshDimension,
+    asked: Mapping[MeshDimension, Degree],
+    degrees: Mapping[MeshDimension, int],
+    world: _World,
+    values: Mapping[str, object],
+    took: str,
+) -> Incompatible:
+    """`mesh-inside-node`: the group (with the groups inside it) and the degrees that fit in a node."""
+    inner = [other for other in MESH_DIMENSIONS[MESH_DIMENSIONS.index(name) + 1 :] if degrees[other] > 1]
+    around = " and ".join(MESH_RULES[other].title for other in inner)
+    why = f"{MESH_RULES[name].title} groups stay inside a node" + (f", around the {around} groups" if inner else "")
+    apart = strides(degrees)[name]
+    room = world.processes_per_node // apart if world.processes_per_node % apart == 0 else 1
+    choices, fitting = _offered(violation, name, asked, world, _divisors(room))
+    return world.refuse(
         violation.rule,
-        {**values, "precision": world.precision},
+        values,
+        fitting,
         took=took,
-        dimension=spelled,
-        degree=violation.degree,
-        why=violation.detail,
-        instead=rule.instead.get(world.precision, DEFAULT_PRECISION),
+        what=world.spelled({other: degrees[other] for other in (name, *inner)}, " × "),
+        needed=violation.needed,
+        why=why,
+        shortfall=(
+            f"this node has {world.processes_per_node}"
+            if violation.needed > world.processes_per_node
+            else f"this node's {world.processes_per_node} do not split into groups of {violation.needed}"
+        ),
+        choices=choices,
     )
 
 
-def _keeps(rule: str, name: MeshDimension, asked: Mapping[MeshDimension, Degree], world: _World) -> bool:
+def _offered(
+    violation: MeshViolation,
+    name: MeshDimension,
+    asked: Mapping[MeshDimension, Degree],
+    world: _World,
+    candidates: list[int],
+) -> tuple[str, str]:
+    """The degrees to offer instead (only those the accelerator and precision rules let run above 1), and an example
+    layout that keeps the first of them."""
+    runnable = [d for d in _nearest(candidates, violation.degree) if d == 1 or world.runs(name)]
+    # A degree written 'auto' elsewhere takes what the offered degree leaves: offer only degrees that, written
+    # alone, still keep this rule once that 'auto' has grown (cp=2 beside tp='auto' makes tp=2 too).
+    runnable = [d for d in runnable if d == 1 or _keeps(violation.rule, name, {**asked, name: d}, world)]
+    choices = [d for d in runnable if d > 1][:3] or [1]
+    return _choices(world.names[name], choices), world.fitting({**asked, name: choices[0]})
+
+
+def _keeps(rule: RefusalId, name: MeshDimension, asked: Mapping[MeshDimension, Degree], world: _World) -> bool:
     """Whether `asked`, its one 'auto' (if any) taking what the others leave, keeps `rule` for `name`."""
     fixed = [degree for degree in asked.values() if isinstance(degree, int)]
     product = math.prod(fixed)
@@ -410,14 +406,6 @@ def _keeps(rule: str, name: MeshDimension, asked: Mapping[MeshDimension, Degree]
             precision=world.precision,
         )
     )
-
-
-def _refuse_with(
-    rule: str, world: _World, values: Mapping[str, object], fitting: str, **fields: object
-) -> Incompatible:
-    """A refusal whose example layout is `fitting` (one that keeps the degree it offers first)."""
-    layout = f"{world.num_nodes} node(s) × {world.processes_per_node} processes"
-    return incompatible(rule, dict(values), world_size=world.size, layout=layout, fitting=fitting, **fields)
 
 
 def _reason(

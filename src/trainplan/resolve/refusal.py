@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from trainplan.rules import RULES, lookup
+from trainplan.rules import RULES, RefusalId, lookup
 from trainplan.spec.errors import Incompatible
 
 
-def incompatible(rule_id: str, values: Mapping[str, object], **fields: object) -> Incompatible:
+def incompatible(rule_id: RefusalId, values: Mapping[str, object], **fields: object) -> Incompatible:
     """An `Incompatible` error whose reason and fix come from the rule table."""
     rule = lookup(RULES, rule_id, name="RULES")
     return Incompatible(
         values=values,
-        rule=rule.id,
+        rule=rule_id,
         reason=rule.reason.format(**values, **fields),
         fix=rule.fix.format(**values, **fields),
     )

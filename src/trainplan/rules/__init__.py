@@ -2,9 +2,9 @@
 
 The resolver reads them through `Rules` (default `BUILTIN_RULES`: these tables) and one lookup site
 (`lookup`), so a missing key becomes a domain error naming it rather than a bare `KeyError`. `trainplan
-matrix` and the README's compatibility table are generated from the same data; the README's sentences on how a
-request is resolved restate a few rows by hand. Each row carries a provenance comment where the reason is not
-obvious. Reference behaviour is PyTorch Lightning 2.x's accelerator connector; deliberate differences are listed in
+matrix`, the README's compatibility table and its policy sentences are generated from the same data; nothing
+here is repeated by hand elsewhere. Each row carries a provenance comment where the reason is not obvious.
+Reference behaviour is PyTorch Lightning 2.x's accelerator connector; deliberate differences are listed in
 `DIFFERENCES`.
 
 Modules: `lookup`, `hardware`, `launchers`, `strategies`, `precision`, `mesh`, `recipes`, `clusters`, `job`,
@@ -102,6 +102,7 @@ from trainplan.rules.mesh import (
 from trainplan.rules.messages import (
     DIFFERENCES,
     RULES,
+    RefusalId,
     Rule,
 )
 from trainplan.rules.options import (
@@ -312,6 +313,7 @@ __all__ = [
     "PrecisionRule",
     "ProcessGroupTimeout",
     "R",
+    "RefusalId",
     "Refused",
     "Rule",
     "Rules",

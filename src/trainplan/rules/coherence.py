@@ -383,13 +383,7 @@ def _check_auto_pick(rules: Rules, accelerator: AcceleratorRule, devices: int, i
     """What strategy='auto' picks on one node for `devices` of `accelerator` runs there (and, on the host with one
     device, at the default precision: `Request()` on a bare machine)."""
     for row in rules.auto_strategies:
-        if (
-            (row.accelerators is None or accelerator.name in row.accelerators)
-            and devices >= row.min_devices
-            and (row.max_devices is None or devices <= row.max_devices)
-            and row.min_nodes <= 1
-            and (row.interactive is None or row.interactive == interactive)
-        ):
+        if row.matches(accelerator.name, devices, 1, interactive):
             break
     else:
         yield InvalidRequest(

@@ -9,6 +9,7 @@ from typing import Final, Literal
 
 import attrs
 
+from trainplan.rules.messages import RefusalId
 from trainplan.spec.frozen import freeze_nested_maps
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS as MESH_DIMENSION_NAMES
@@ -189,7 +190,7 @@ class MeshViolation:
     """The first mesh rule a layout breaks: the rule's id, the dimension at fault (None: the whole layout), and the
     numbers that show it."""
 
-    rule: str
+    rule: RefusalId
     dimension: MeshDimension | None
     degree: int
     detail: str

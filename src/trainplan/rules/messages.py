@@ -4,421 +4,380 @@ Lightning's connector (each also stated in the README)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Literal
 
 import attrs
+
+# The ids by topic, several to a line (kept as written: one a line would run to sixty).
+# fmt: off
+RefusalId = Literal[
+    # strategies and their options
+    "strategy-accelerator", "options-accelerator", "strategy-package", "strategy-nodes", "strategy-device-count",
+    "strategy-options", "strategy-preset", "deepspeed-offload-stage", "option-framework",
+    # launchers, backends, precisions
+    "fork-unavailable", "fork-after-cuda", "interactive-launcher", "backend-accelerator", "backend-without-group",
+    "precision-accelerator", "precision-strategy", "precision-package",
+    # clusters and started jobs
+    "cluster-world-size", "cluster-rank-range", "cluster-main-address", "cluster-one-process-per-node",
+    "slurm-batch-step", "job-layout-unknown", "job-gpus", "job-device-selection", "nested-launch", "multi-node-port",
+    # devices, old flags, emitted jobs, plans
+    "usable-with-indices", "usable-needs-cuda", "legacy-conflict", "legacy-removed", "kubeflow-accelerator",
+    "emit-unnamed-rules", "kubeflow-resource", "plan-rules", "sync-batchnorm-device", "metric-stateful-cpu",
+    # frameworks
+    "framework-accelerator", "framework-precision", "sync-batchnorm-framework", "accelerate-cpu-processes",
+    "deepspeed-config", "deepspeed-count", "lightning-trainer-strategy", "lightning-strategy", "accelerate-precision",
+    "accelerate-strategy", "lightning-mesh", "lightning-precision", "fabric-parallelize", "accelerate-mesh",
+    # device meshes
+    "mesh-product", "mesh-remainder", "mesh-autos", "mesh-spellings", "mesh-inside-node", "mesh-pipeline-nodes",
+    "mesh-accelerator", "mesh-backend", "mesh-precision",
+]
+"""Every refusal's id, a row of `RULES` each: the refusal helpers take one, so a type checker catches a misspelt id."""
+# fmt: on
 
 
 @attrs.frozen(kw_only=True)
 class Rule:
-    """A named rejection. `reason` and `fix` are templates filled with the values involved."""
+    """A named rejection (its id is its key in `RULES`). `reason` and `fix` are templates filled with the values
+    involved."""
 
-    id: str
     reason: str
     fix: str
 
 
-RULES: Final[Mapping[str, Rule]] = {
-    rule.id: rule
-    for rule in (
-        Rule(
-            id="strategy-accelerator",
-            reason="strategy {strategy!r} runs on {supported}, not {accelerator!r}: {why}",
-            fix="{fix}",
+RULES: Final[Mapping[RefusalId, Rule]] = {
+    "strategy-accelerator": Rule(
+        reason="strategy {strategy!r} runs on {supported}, not {accelerator!r}: {why}",
+        fix="{fix}",
+    ),
+    "options-accelerator": Rule(
+        reason=(
+            "strategy='auto' with {options} chose strategy {strategy!r}, which runs on {supported}, not "
+            "{accelerator!r}: {why}"
         ),
-        Rule(
-            id="options-accelerator",
-            reason=(
-                "strategy='auto' with {options} chose strategy {strategy!r}, which runs on {supported}, not "
-                "{accelerator!r}: {why}"
-            ),
-            fix="Drop strategy_options to run on {accelerator!r}, or keep them and use accelerator={supported}",
+        fix="Drop strategy_options to run on {accelerator!r}, or keep them and use accelerator={supported}",
+    ),
+    "strategy-package": Rule(
+        reason="strategy {strategy!r} needs the {package!r} package, which is not installed",
+        fix="Install it (`pip install {package}`) or choose another strategy, e.g. strategy='ddp'",
+    ),
+    "strategy-nodes": Rule(
+        reason="strategy {strategy!r} runs in a single process, which cannot span {num_nodes} nodes",
+        fix="Use strategy='ddp' for several nodes, or num_nodes=1",
+    ),
+    "strategy-device-count": Rule(
+        reason="strategy {strategy!r} drives exactly one device, but {count} devices were selected",
+        fix="Use strategy='ddp' (or 'auto') for several devices, or select one device, e.g. devices=1",
+    ),
+    "strategy-options": Rule(
+        reason="strategy_options of type {given} do not fit strategy {strategy!r}, which takes {expected}",
+        fix="{fix}",
+    ),
+    "strategy-preset": Rule(
+        reason="strategy {strategy!r} already sets {field}={preset!r}, but strategy_options say {field}={given!r}",
+        fix="Use the base strategy {base!r} with strategy_options, or drop the conflicting option",
+    ),
+    "deepspeed-offload-stage": Rule(
+        reason="DeepSpeed offloads parameters only at ZeRO stage 3, but stage {stage} was asked for",
+        fix="Use DeepSpeedOptions(stage=3, offload_parameters=True), or offload_parameters=False",
+    ),
+    "option-framework": Rule(
+        reason="{framework} cannot express {option}={value!r}: {why}",
+        fix="Leave {option} at its default ({default!r}) to run with {framework}, or run the plan where the "
+        "option reaches (its row in rules.options says where)",
+    ),
+    "fork-unavailable": Rule(
+        reason="strategy {strategy!r} forks this process, and this platform offers only {methods}",
+        fix="Use strategy={instead!r}",
+    ),
+    "fork-after-cuda": Rule(
+        reason=(
+            "strategy {strategy!r} forks this process, and CUDA is already initialised here; "
+            "a forked child cannot use CUDA after that"
         ),
-        Rule(
-            id="strategy-package",
-            reason="strategy {strategy!r} needs the {package!r} package, which is not installed",
-            fix="Install it (`pip install {package}`) or choose another strategy, e.g. strategy='ddp'",
+        fix=(
+            "Use strategy={instead!r}, or make sure nothing touches CUDA before the fork "
+            "(find_usable_cuda_devices() is safe: it never initialises CUDA)"
         ),
-        Rule(
-            id="strategy-nodes",
-            reason="strategy {strategy!r} runs in a single process, which cannot span {num_nodes} nodes",
-            fix="Use strategy='ddp' for several nodes, or num_nodes=1",
+    ),
+    "interactive-launcher": Rule(
+        reason=(
+            "strategy {strategy!r} would {launcher_description}, which an interactive session "
+            "(notebook, REPL) cannot do"
         ),
-        Rule(
-            id="strategy-device-count",
-            reason="strategy {strategy!r} drives exactly one device, but {count} devices were selected",
-            fix="Use strategy='ddp' (or 'auto') for several devices, or select one device, e.g. devices=1",
+        fix="Use strategy={instead!r}, or run the code as a script",
+    ),
+    "backend-accelerator": Rule(
+        reason="process_group_backend={backend!r} cannot serve accelerator {accelerator!r}: {why}",
+        fix="Use process_group_backend={instead!r} (the default for {accelerator!r}), or leave it unset",
+    ),
+    "backend-without-group": Rule(
+        reason="strategy {strategy!r} runs one process and creates no process group, so a backend has no effect",
+        fix="Remove process_group_backend, or use a multi-process strategy such as 'ddp'",
+    ),
+    "precision-accelerator": Rule(
+        reason="precision={precision!r} is not available on accelerator {accelerator!r}: {why}",
+        fix="Use precision={instead!r}",
+    ),
+    "precision-strategy": Rule(
+        reason=(
+            "precision={precision!r}{runs_as} is not supported by strategy {strategy!r}, which accepts {supported}"
         ),
-        Rule(
-            id="strategy-options",
-            reason="strategy_options of type {given} do not fit strategy {strategy!r}, which takes {expected}",
-            fix="{fix}",
+        fix="Use one of {supported}",
+    ),
+    "precision-package": Rule(
+        reason="precision={precision!r} needs the {package!r} package, which is not installed",
+        fix="Install it (`pip install {package}`), or use precision='bf16-mixed'",
+    ),
+    "cluster-world-size": Rule(
+        reason=(
+            "{cluster} started {started} ({detail}), but the request asks for num_nodes={nodes} × "
+            "{processes_per_node} processes per node = {world_size}"
         ),
-        Rule(
-            id="strategy-preset",
-            reason="strategy {strategy!r} already sets {field}={preset!r}, but strategy_options say {field}={given!r}",
-            fix="Use the base strategy {base!r} with strategy_options, or drop the conflicting option",
+        fix="{fix}",
+    ),
+    "cluster-rank-range": Rule(
+        reason="{what} {value} is outside the plan's {limit_name} of {limit}",
+        fix="{fix}",
+    ),
+    "cluster-main-address": Rule(
+        reason="{cluster} spans {nodes} nodes ({detail}) but gives no main address for them to meet at",
+        fix="{fix}",  # the cluster's own (`JobVariables.main_address_fix`): how its processes are given one
+    ),
+    "cluster-one-process-per-node": Rule(
+        reason="{cluster} runs one process per pod, but {processes_per_node} processes per node were asked for",
+        fix="Use devices=1 (one device per pod), and raise the number of pods (num_nodes) instead",
+    ),
+    "usable-with-indices": Rule(
+        reason="select_usable_gpus picks GPUs itself, but devices={devices!r} already names them",
+        fix="Give a count instead (devices=2), or drop select_usable_gpus and keep the indices",
+    ),
+    "usable-needs-cuda": Rule(
+        reason="select_usable_gpus picks CUDA GPUs, but the accelerator is {accelerator!r}",
+        fix="Use accelerator='cuda' (or 'gpu'), or drop select_usable_gpus",
+    ),
+    "legacy-conflict": Rule(
+        reason="{first} and {second} both set {what}{how}",
+        fix="Keep one of them: {fix}",
+    ),
+    "legacy-removed": Rule(
+        reason="{reason}",
+        fix="{fix}",
+    ),
+    "slurm-batch-step": Rule(
+        reason=(
+            "this process is the batch script of SLURM job {SLURM_JOB_ID} (SLURM_PROCID is set but not "
+            "SLURM_STEP_ID), not one of the job's {tasks} tasks: nothing starts the others, so the world "
+            "it would join never forms"
         ),
-        Rule(
-            id="deepspeed-offload-stage",
-            reason="DeepSpeed offloads parameters only at ZeRO stage 3, but stage {stage} was asked for",
-            fix="Use DeepSpeedOptions(stage=3, offload_parameters=True), or offload_parameters=False",
+        fix=(
+            "Start the script with srun inside the batch script (srun python train.py), or ask for one node and "
+            "one task (#SBATCH --nodes=1 --ntasks=1) and let trainplan start the processes (trainplan launch "
+            "train.py)"
         ),
-        Rule(
-            id="option-framework",
-            reason="{framework} cannot express {option}={value!r}: {why}",
-            fix="Leave {option} at its default ({default!r}) to run with {framework}, or run the plan where the "
-            "option reaches (its row in rules.options says where)",
+    ),
+    "job-layout-unknown": Rule(
+        reason=(
+            "{cluster} started {world_size} processes ({detail}) but does not say how many run on each node, so "
+            "devices='auto' cannot take the job's layout"
         ),
-        Rule(
-            id="fork-unavailable",
-            reason="strategy {strategy!r} forks this process, and this platform offers only {methods}",
-            fix="Use strategy={instead!r}",
+        fix="Ask for the job's layout explicitly: devices=<processes per node>, num_nodes=<nodes>",
+    ),
+    "job-gpus": Rule(
+        reason=(
+            "{cluster} started {processes_per_node} processes on this node, one GPU each, but only {visible} "
+            "GPU(s) are visible to this process"
         ),
-        Rule(
-            id="fork-after-cuda",
-            reason=(
-                "strategy {strategy!r} forks this process, and CUDA is already initialised here; "
-                "a forked child cannot use CUDA after that"
-            ),
-            fix=(
-                "Use strategy={instead!r}, or make sure nothing touches CUDA before the fork "
-                "(find_usable_cuda_devices() is safe: it never initialises CUDA)"
-            ),
+        fix=(
+            "Make every GPU the node's processes use visible to each of them (CUDA_VISIBLE_DEVICES, SLURM "
+            "--gpus-per-node rather than --gpus-per-task), or start {visible} process(es) per node"
         ),
-        Rule(
-            id="interactive-launcher",
-            reason=(
-                "strategy {strategy!r} would {launcher_description}, which an interactive session "
-                "(notebook, REPL) cannot do"
-            ),
-            fix="Use strategy={instead!r}, or run the code as a script",
+    ),
+    "job-device-selection": Rule(
+        reason=("this job was started on devices {selected} ({variable}), and devices={devices} names other ones"),
+        fix="Write devices='auto' inside the job (it takes the job's GPUs), or devices={selected}",
+    ),
+    "nested-launch": Rule(
+        reason=(
+            "this process is rank {rank} of a world of {world} that {started_by} started, and the plan's "
+            "launcher {launcher!r} would start {world_size} more workers from it: a second world inside the first"
         ),
-        Rule(
-            id="backend-accelerator",
-            reason="process_group_backend={backend!r} cannot serve accelerator {accelerator!r}: {why}",
-            fix="Use process_group_backend={instead!r} (the default for {accelerator!r}), or leave it unset",
+        fix=(
+            "Resolve the plan inside the job (trainplan.resolve() takes the job's layout, launcher 'external'); "
+            "trainplan.launch then runs the function here, in the existing world"
         ),
-        Rule(
-            id="backend-without-group",
-            reason="strategy {strategy!r} runs one process and creates no process group, so a backend has no effect",
-            fix="Remove process_group_backend, or use a multi-process strategy such as 'ddp'",
+    ),
+    "multi-node-port": Rule(
+        reason=(
+            "num_nodes={num_nodes} with no main port: each node would choose its own free port, and the nodes "
+            "would never meet"
         ),
-        Rule(
-            id="precision-accelerator",
-            reason="precision={precision!r} is not available on accelerator {accelerator!r}: {why}",
-            fix="Use precision={instead!r}",
+        fix=(
+            "Give every node the same main port and address: `trainplan launch --main-port 29500 --main-address "
+            "node0`, or export MASTER_PORT=29500 and MASTER_ADDR on every node before launching"
         ),
-        Rule(
-            id="precision-strategy",
-            reason=(
-                "precision={precision!r}{runs_as} is not supported by strategy {strategy!r}, which accepts {supported}"
-            ),
-            fix="Use one of {supported}",
+    ),
+    "kubeflow-accelerator": Rule(
+        reason=(
+            "a Kubeflow PyTorchJob's pods get their devices from Kubernetes, which schedules {supported}, not "
+            "{accelerator!r}"
         ),
-        Rule(
-            id="precision-package",
-            reason="precision={precision!r} needs the {package!r} package, which is not installed",
-            fix="Install it (`pip install {package}`), or use precision='bf16-mixed'",
+        fix="Plan for accelerator='cpu' or 'cuda' to emit a PyTorchJob, or use {accelerator!r}'s own launcher",
+    ),
+    "emit-unnamed-rules": Rule(
+        reason=(
+            "the plan was made from a rule set without a name, so the {job} could not import it: "
+            "trainplan.resolve() inside the job would plan with trainplan's own rules"
         ),
-        Rule(
-            id="cluster-world-size",
-            reason=(
-                "{cluster} started {started} ({detail}), but the request asks for num_nodes={nodes} × "
-                "{processes_per_node} processes per node = {world_size}"
-            ),
-            fix="{fix}",
+        fix=(
+            "Give the rule set the name it is importable as where it is built, "
+            "extend(..., name='package.module:RULES'), and plan again"
         ),
-        Rule(
-            id="cluster-rank-range",
-            reason="{what} {value} is outside the plan's {limit_name} of {limit}",
-            fix="{fix}",
+    ),
+    "kubeflow-resource": Rule(
+        reason=(
+            "accelerator {accelerator!r} is a row of {rules}, which names no Kubernetes resource for its devices, "
+            "so a PyTorchJob's pods could not ask for them"
         ),
-        Rule(
-            id="cluster-main-address",
-            reason="{cluster} spans {nodes} nodes ({detail}) but gives no main address for them to meet at",
-            fix="{fix}",  # the cluster's own (`JobVariables.main_address_fix`): how its processes are given one
+        fix=(
+            "Name the resource its device plugin advertises: {rules_builder}.extend(kubernetes_resources="
+            "{{{accelerator!r}: 'vendor.com/device'}}), or plan for accelerator='cpu' or 'cuda'"
         ),
-        Rule(
-            id="cluster-one-process-per-node",
-            reason="{cluster} runs one process per pod, but {processes_per_node} processes per node were asked for",
-            fix="Use devices=1 (one device per pod), and raise the number of pods (num_nodes) instead",
+    ),
+    "framework-accelerator": Rule(
+        reason=(
+            "accelerator {accelerator!r} is a row of {rules}, which says nothing of how {framework} spells it: "
+            "{framework} has no accelerator of that name unless a plugin registers one"
         ),
-        Rule(
-            id="usable-with-indices",
-            reason="select_usable_gpus picks GPUs itself, but devices={devices!r} already names them",
-            fix="Give a count instead (devices=2), or drop select_usable_gpus and keep the indices",
+        fix=(
+            "Add the spelling the plugin registers: {rules_builder}.extend(framework_accelerators=["
+            "FrameworkAccelerator(accelerator={accelerator!r}, lightning=..., lightning_devices='indices', "
+            "accelerate_cpu=False, accelerate_gpu_ids=False, accelerate_processes=True)]), or build "
+            "{framework}'s arguments by hand"
         ),
-        Rule(
-            id="usable-needs-cuda",
-            reason="select_usable_gpus picks CUDA GPUs, but the accelerator is {accelerator!r}",
-            fix="Use accelerator='cuda' (or 'gpu'), or drop select_usable_gpus",
+    ),
+    "framework-precision": Rule(
+        reason=(
+            "precision {precision!r} is a row of {rules}; {framework} has no precision of that name (its "
+            "precision plugins are the built-in precisions)"
         ),
-        Rule(
-            id="legacy-conflict",
-            reason="{first} and {second} both set {what}{how}",
-            fix="Keep one of them: {fix}",
+        fix=(
+            "Run the plan's loop through trainplan.runtime, which reads the precision's recipe, or give "
+            "{framework} your own precision plugin and plan with one of {supported} for the adapter"
         ),
-        Rule(
-            id="legacy-removed",
-            reason="{reason}",
-            fix="{fix}",
+    ),
+    "plan-rules": Rule(
+        reason=(
+            "the plan was made from {plan_rules}, and the rules given here ({given}) have no row for its {what} "
+            "{value!r}"
         ),
-        Rule(
-            id="slurm-batch-step",
-            reason=(
-                "this process is the batch script of SLURM job {SLURM_JOB_ID} (SLURM_PROCID is set but not "
-                "SLURM_STEP_ID), not one of the job's {tasks} tasks: nothing starts the others, so the world "
-                "it would join never forms"
-            ),
-            fix=(
-                "Start the script with srun inside the batch script (srun python train.py), or ask for one node and "
-                "one task (#SBATCH --nodes=1 --ntasks=1) and let trainplan start the processes (trainplan launch "
-                "train.py)"
-            ),
+        fix="Pass the plan's own rule set as rules= ({how})",
+    ),
+    "sync-batchnorm-device": Rule(
+        reason="torch's SyncBatchNorm synchronises batch statistics across CUDA devices only, not {accelerator!r}",
+        fix="Drop sync_batchnorm (each process then normalises its own batch), or run on CUDA GPUs",
+    ),
+    "sync-batchnorm-framework": Rule(
+        reason="{framework} has no sync_batchnorm setting, so the plan's sync_batchnorm=True would be lost",
+        fix="Convert the model before handing it over: torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)",
+    ),
+    "accelerate-cpu-processes": Rule(
+        reason="`accelerate launch` starts several CPU processes only through MPI (--mpirun_hostfile)",
+        fix="Start the processes with trainplan launch or torchrun, and build the Accelerator inside each one",
+    ),
+    "deepspeed-config": Rule(
+        reason="only a DeepSpeed plan has a DeepSpeed config",
+        fix="Resolve a plan with strategy='deepspeed' (or a deepspeed_stage_* preset)",
+    ),
+    "deepspeed-count": Rule(reason="{name} counts samples or steps", fix="Write {name}=1 or more"),
+    "lightning-trainer-strategy": Rule(
+        reason="Lightning's Trainer registers no {strategy_class} (only Fabric does)",
+        fix="Run the plan with Fabric (trainplan.fabric_arguments(plan)), or use strategy={instead!r} with the Trainer",
+    ),
+    "lightning-strategy": Rule(
+        reason="Lightning has no strategy for it (Lightning 2.0 removed DataParallel)",
+        fix="Use strategy='ddp' (one process per GPU), which Lightning and trainplan both run",
+    ),
+    "accelerate-precision": Rule(
+        reason="Accelerate has no mode that casts the whole model; its mixed_precision is no, fp16, bf16 or fp8",
+        fix="Use precision='32-true' with Accelerate and cast the model yourself, or a '-mixed' precision",
+    ),
+    "accelerate-strategy": Rule(
+        reason="{why}",
+        fix="Use strategy={instead!r} with Accelerate",
+    ),
+    "mesh-product": Rule(
+        reason=(
+            "the parallel degrees multiply to {product} ({spelled}), but the world has {world_size} processes "
+            "({layout})"
         ),
-        Rule(
-            id="job-layout-unknown",
-            reason=(
-                "{cluster} started {world_size} processes ({detail}) but does not say how many run on each node, so "
-                "devices='auto' cannot take the job's layout"
-            ),
-            fix="Ask for the job's layout explicitly: devices=<processes per node>, num_nodes=<nodes>",
+        fix=("Use degrees whose product is {world_size}, e.g. {fitting}, or leave one of them 'auto' to take the rest"),
+    ),
+    "mesh-remainder": Rule(
+        reason=(
+            "{auto}='auto' takes what the other degrees leave, but they multiply to {product} ({spelled}), which "
+            "does not divide the world of {world_size} processes ({layout})"
         ),
-        Rule(
-            id="job-gpus",
-            reason=(
-                "{cluster} started {processes_per_node} processes on this node, one GPU each, but only {visible} "
-                "GPU(s) are visible to this process"
-            ),
-            fix=(
-                "Make every GPU the node's processes use visible to each of them (CUDA_VISIBLE_DEVICES, SLURM "
-                "--gpus-per-node rather than --gpus-per-task), or start {visible} process(es) per node"
-            ),
+        fix="Use degrees that divide {world_size}, e.g. {fitting}",
+    ),
+    "mesh-autos": Rule(
+        reason="{names} say 'auto', but only one degree can take what the others leave",
+        fix="Write numbers for all but one of them, e.g. {fitting}",
+    ),
+    "mesh-spellings": Rule(
+        reason="Lightning's sizes ({lightning}) and trainplan's degrees ({degrees}) both describe the mesh",
+        fix="Keep one spelling: {suggestion}",
+    ),
+    "mesh-inside-node": Rule(
+        reason="{took}{what} needs {needed} processes on one node ({why}); {shortfall}",
+        fix="Use {choices}, e.g. {fitting}",
+    ),
+    "mesh-pipeline-nodes": Rule(
+        reason=(
+            "{took}pipeline stages span nodes, each stage holding whole nodes or sharing a node with whole "
+            "stages, but {dimension}={degree} makes stages of {stage} processes on {num_nodes} nodes of "
+            "{processes_per_node}"
         ),
-        Rule(
-            id="job-device-selection",
-            reason=("this job was started on devices {selected} ({variable}), and devices={devices} names other ones"),
-            fix="Write devices='auto' inside the job (it takes the job's GPUs), or devices={selected}",
+        fix="Use {choices}, e.g. {fitting}",
+    ),
+    "mesh-accelerator": Rule(
+        reason="{took}{dimension}={degree} does not run on {accelerator!r}: {why}",
+        fix="Use {dimension}=1 there, e.g. {fitting}, or run on {supported}",
+    ),
+    "mesh-backend": Rule(
+        reason=(
+            "a device mesh on {accelerator!r} runs over {allowed!r}, the backend torch's FSDP2 and DTensor are "
+            "built on, not {backend!r}"
         ),
-        Rule(
-            id="nested-launch",
-            reason=(
-                "this process is rank {rank} of a world of {world} that {started_by} started, and the plan's "
-                "launcher {launcher!r} would start {world_size} more workers from it: a second world inside the first"
-            ),
-            fix=(
-                "Resolve the plan inside the job (trainplan.resolve() takes the job's layout, launcher 'external'); "
-                "trainplan.launch then runs the function here, in the existing world"
-            ),
+        fix="Use process_group_backend={allowed!r}, or leave it unset",
+    ),
+    "mesh-precision": Rule(
+        reason="{took}{dimension}={degree} does not run with precision={precision!r}: {why}",
+        fix="Use precision={instead!r}, or {dimension}=1",
+    ),
+    "lightning-mesh": Rule(
+        reason=("Lightning's ModelParallelStrategy has one data-parallel and one tensor-parallel dimension, so {lost}"),
+        fix="{fix}",
+    ),
+    "lightning-precision": Rule(
+        reason="Lightning's {strategy_class} runs precision {supported} only",
+        fix="Use one of them with Lightning, or run the plan's loop through trainplan.runtime",
+    ),
+    "fabric-parallelize": Rule(
+        reason=(
+            "Fabric's ModelParallelStrategy applies the mesh through a function it calls with the model and the "
+            "device mesh, and none was given"
         ),
-        Rule(
-            id="multi-node-port",
-            reason=(
-                "num_nodes={num_nodes} with no main port: each node would choose its own free port, and the nodes "
-                "would never meet"
-            ),
-            fix=(
-                "Give every node the same main port and address: `trainplan launch --main-port 29500 --main-address "
-                "node0`, or export MASTER_PORT=29500 and MASTER_ADDR on every node before launching"
-            ),
+        fix="Pass it: fabric_arguments(plan, parallelize=fn), where fn(model, device_mesh) returns the model",
+    ),
+    "accelerate-mesh": Rule(reason="{why}", fix="{fix}"),
+    "metric-stateful-cpu": Rule(
+        reason=(
+            "a stateful metric object kept on CPU cannot be reduced with backend {backend!r}: its states are "
+            "reduced by the metric itself, on the device its tensors live on, and {backend!r} only takes "
+            "{device_type} tensors; moving them to the device and back would mean patching the metric"
         ),
-        Rule(
-            id="kubeflow-accelerator",
-            reason=(
-                "a Kubeflow PyTorchJob's pods get their devices from Kubernetes, which schedules {supported}, not "
-                "{accelerator!r}"
-            ),
-            fix="Plan for accelerator='cpu' or 'cuda' to emit a PyTorchJob, or use {accelerator!r}'s own launcher",
-        ),
-        Rule(
-            id="emit-unnamed-rules",
-            reason=(
-                "the plan was made from a rule set without a name, so the {job} could not import it: "
-                "trainplan.resolve() inside the job would plan with trainplan's own rules"
-            ),
-            fix=(
-                "Give the rule set the name it is importable as where it is built, "
-                "extend(..., name='package.module:RULES'), and plan again"
-            ),
-        ),
-        Rule(
-            id="kubeflow-resource",
-            reason=(
-                "accelerator {accelerator!r} is a row of {rules}, which names no Kubernetes resource for its devices, "
-                "so a PyTorchJob's pods could not ask for them"
-            ),
-            fix=(
-                "Name the resource its device plugin advertises: {rules_builder}.extend(kubernetes_resources="
-                "{{{accelerator!r}: 'vendor.com/device'}}), or plan for accelerator='cpu' or 'cuda'"
-            ),
-        ),
-        Rule(
-            id="framework-accelerator",
-            reason=(
-                "accelerator {accelerator!r} is a row of {rules}, which says nothing of how {framework} spells it: "
-                "{framework} has no accelerator of that name unless a plugin registers one"
-            ),
-            fix=(
-                "Add the spelling the plugin registers: {rules_builder}.extend(framework_accelerators=["
-                "FrameworkAccelerator(accelerator={accelerator!r}, lightning=..., lightning_devices='indices', "
-                "accelerate_cpu=False, accelerate_gpu_ids=False, accelerate_processes=True)]), or build "
-                "{framework}'s arguments by hand"
-            ),
-        ),
-        Rule(
-            id="framework-precision",
-            reason=(
-                "precision {precision!r} is a row of {rules}; {framework} has no precision of that name (its "
-                "precision plugins are the built-in precisions)"
-            ),
-            fix=(
-                "Run the plan's loop through trainplan.runtime, which reads the precision's recipe, or give "
-                "{framework} your own precision plugin and plan with one of {supported} for the adapter"
-            ),
-        ),
-        Rule(
-            id="plan-rules",
-            reason=(
-                "the plan was made from {plan_rules}, and the rules given here ({given}) have no row for its {what} "
-                "{value!r}"
-            ),
-            fix="Pass the plan's own rule set as rules= ({how})",
-        ),
-        Rule(
-            id="sync-batchnorm-device",
-            reason="torch's SyncBatchNorm synchronises batch statistics across CUDA devices only, not {accelerator!r}",
-            fix="Drop sync_batchnorm (each process then normalises its own batch), or run on CUDA GPUs",
-        ),
-        Rule(
-            id="sync-batchnorm-framework",
-            reason="{framework} has no sync_batchnorm setting, so the plan's sync_batchnorm=True would be lost",
-            fix="Convert the model before handing it over: torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)",
-        ),
-        Rule(
-            id="accelerate-cpu-processes",
-            reason="`accelerate launch` starts several CPU processes only through MPI (--mpirun_hostfile)",
-            fix="Start the processes with trainplan launch or torchrun, and build the Accelerator inside each one",
-        ),
-        Rule(
-            id="deepspeed-config",
-            reason="only a DeepSpeed plan has a DeepSpeed config",
-            fix="Resolve a plan with strategy='deepspeed' (or a deepspeed_stage_* preset)",
-        ),
-        Rule(id="deepspeed-count", reason="{name} counts samples or steps", fix="Write {name}=1 or more"),
-        Rule(
-            id="lightning-trainer-strategy",
-            reason="Lightning's Trainer registers no {strategy_class} (only Fabric does)",
-            fix="Run the plan with Fabric (trainplan.fabric_arguments(plan)), or use strategy={instead!r} with the "
-            "Trainer",
-        ),
-        Rule(
-            id="lightning-strategy",
-            reason="Lightning has no strategy for it (Lightning 2.0 removed DataParallel)",
-            fix="Use strategy='ddp' (one process per GPU), which Lightning and trainplan both run",
-        ),
-        Rule(
-            id="accelerate-precision",
-            reason="Accelerate has no mode that casts the whole model; its mixed_precision is no, fp16, bf16 or fp8",
-            fix="Use precision='32-true' with Accelerate and cast the model yourself, or a '-mixed' precision",
-        ),
-        Rule(
-            id="accelerate-strategy",
-            reason="{why}",
-            fix="Use strategy={instead!r} with Accelerate",
-        ),
-        Rule(
-            id="mesh-product",
-            reason=(
-                "the parallel degrees multiply to {product} ({spelled}), but the world has {world_size} processes "
-                "({layout})"
-            ),
-            fix=(
-                "Use degrees whose product is {world_size}, e.g. {fitting}, or leave one of them 'auto' to take the "
-                "rest"
-            ),
-        ),
-        Rule(
-            id="mesh-remainder",
-            reason=(
-                "{auto}='auto' takes what the other degrees leave, but they multiply to {product} ({spelled}), which "
-                "does not divide the world of {world_size} processes ({layout})"
-            ),
-            fix="Use degrees that divide {world_size}, e.g. {fitting}",
-        ),
-        Rule(
-            id="mesh-autos",
-            reason="{names} say 'auto', but only one degree can take what the others leave",
-            fix="Write numbers for all but one of them, e.g. {fitting}",
-        ),
-        Rule(
-            id="mesh-spellings",
-            reason="Lightning's sizes ({lightning}) and trainplan's degrees ({degrees}) both describe the mesh",
-            fix="Keep one spelling: {suggestion}",
-        ),
-        Rule(
-            id="mesh-inside-node",
-            reason="{took}{what} needs {needed} processes on one node ({why}); {shortfall}",
-            fix="Use {choices}, e.g. {fitting}",
-        ),
-        Rule(
-            id="mesh-pipeline-nodes",
-            reason=(
-                "{took}pipeline stages span nodes, each stage holding whole nodes or sharing a node with whole "
-                "stages, but {dimension}={degree} makes stages of {stage} processes on {num_nodes} nodes of "
-                "{processes_per_node}"
-            ),
-            fix="Use {choices}, e.g. {fitting}",
-        ),
-        Rule(
-            id="mesh-accelerator",
-            reason="{took}{dimension}={degree} does not run on {accelerator!r}: {why}",
-            fix="Use {dimension}=1 there, e.g. {fitting}, or run on {supported}",
-        ),
-        Rule(
-            id="mesh-backend",
-            reason=(
-                "a device mesh on {accelerator!r} runs over {allowed!r}, the backend torch's FSDP2 and DTensor are "
-                "built on, not {backend!r}"
-            ),
-            fix="Use process_group_backend={allowed!r}, or leave it unset",
-        ),
-        Rule(
-            id="mesh-precision",
-            reason="{took}{dimension}={degree} does not run with precision={precision!r}: {why}",
-            fix="Use precision={instead!r}, or {dimension}=1",
-        ),
-        Rule(
-            id="lightning-mesh",
-            reason=(
-                "Lightning's ModelParallelStrategy has one data-parallel and one tensor-parallel dimension, so {lost}"
-            ),
-            fix="{fix}",
-        ),
-        Rule(
-            id="lightning-precision",
-            reason="Lightning's {strategy_class} runs precision {supported} only",
-            fix="Use one of them with Lightning, or run the plan's loop through trainplan.runtime",
-        ),
-        Rule(
-            id="fabric-parallelize",
-            reason=(
-                "Fabric's ModelParallelStrategy applies the mesh through a function it calls with the model and the "
-                "device mesh, and none was given"
-            ),
-            fix="Pass it: fabric_arguments(plan, parallelize=fn), where fn(model, device_mesh) returns the model",
-        ),
-        Rule(id="accelerate-mesh", reason="{why}", fix="{fix}"),
-        Rule(
-            id="metric-stateful-cpu",
-            reason=(
-                "a stateful metric object kept on CPU cannot be reduced with backend {backend!r}: its states are "
-                "reduced by the metric itself, on the device its tensors live on, and {backend!r} only takes "
-                "{device_type} tensors; moving them to the device and back would mean patching the metric"
-            ),
-            fix="Keep stateful metrics on the device (store_on_cpu=False), or log the plain value instead",
-        ),
-    )
+        fix="Keep stateful metrics on the device (store_on_cpu=False), or log the plain value instead",
+    ),
 }
 
 # --------------------------------------------------------------------------------------------------

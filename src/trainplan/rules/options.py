@@ -19,6 +19,7 @@ import attrs
 
 from trainplan.rules.job import MAX_WORLD_SIZE
 from trainplan.rules.mesh import LIGHTNING_SIZES
+from trainplan.rules.messages import RefusalId
 from trainplan.rules.strategies import OPTION_TYPES
 from trainplan.spec.frozen import freeze_nested_maps
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension, StrategyFamily
@@ -189,7 +190,7 @@ class Needs:
     `RULES`, filled with those options' values) when they do not."""
 
     values: Mapping[str, object]
-    refusal: str
+    refusal: RefusalId
 
     __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
 

@@ -333,6 +333,17 @@ class AutoStrategyRule:
     min_nodes: int = 1
     interactive: bool | None = None  # None: either
 
+    def matches(self, accelerator: AcceleratorKey, devices: int, num_nodes: int, interactive: bool) -> bool:
+        """Whether the row holds for `devices` devices of `accelerator` on `num_nodes` nodes (in an interactive
+        session or not): the resolver's choice and the rule set's check read this one predicate."""
+        return (
+            (self.accelerators is None or accelerator in self.accelerators)
+            and devices >= self.min_devices
+            and (self.max_devices is None or devices <= self.max_devices)
+            and num_nodes >= self.min_nodes
+            and (self.interactive is None or self.interactive == interactive)
+        )
+
 
 AUTO_STRATEGIES: Final[tuple[AutoStrategyRule, ...]] = (
     AutoStrategyRule(
