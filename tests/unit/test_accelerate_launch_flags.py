@@ -114,3 +114,26 @@ def test_the_real_rule_refused_the_old_flags(accelerate_launch: Any) -> None:
 def test_several_cpu_processes_stay_refused() -> None:
     with pytest.raises(Incompatible):
         accelerate_launch_flags(resolve(Request(accelerator="cpu", devices=2), cpu()))
+
+
+def test_the_accelerator_objects_carry_no_stray_default_nor_deprecated_argument() -> None:
+    import warnings
+
+    import trainplan as tp
+
+    pytest.importorskip("accelerate")
+    one = tp.accelerator_arguments(resolve(Request(accelerator="cpu"), cpu()))
+    assert not [handler for handler in one["kwargs_handlers"] if type(handler).__name__ == "InitProcessGroupKwargs"]
+    fsdp = resolve(
+        Request(
+            accelerator="cuda",
+            devices=2,
+            strategy="fsdp",
+            strategy_options=FSDPOptions(sharding_strategy="SHARD_GRAD_OP"),
+        ),
+        cuda(2),
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*deprecated.*")
+        plugin = tp.accelerator_arguments(fsdp)["fsdp_plugin"]
+    assert plugin.reshard_after_forward.name == "SHARD_GRAD_OP"
