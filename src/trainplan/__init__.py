@@ -190,7 +190,9 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
     Inside a process a launcher started (torchrun, srun, mpirun, jsrun, `trainplan launch`, `launch`),
     `devices="auto"` and `num_nodes="auto"` take the layout the job started and the launcher is `external`.
     With no arguments: in a worker of trainplan's own launchers, the launcher's plan (its strategy, precision
-    and options) seen from this worker. With no request: in an emitted job (`trainplan plan --emit
+    and options) seen from this worker; with a request there, the launch's choices fill the fields the request
+    leaves at their defaults, and a field it sets otherwise keeps its value with a `launch-choice-overridden`
+    warning. With no request: in an emitted job (`trainplan plan --emit
     torchrun|slurm|kubeflow`), the request the job was emitted for (TRAINPLAN_REQUEST), decided by the rule set
     it was emitted with (TRAINPLAN_RULES, imported, the current directory searched too); `env` may then add what
     probe() cannot see, such as a downstream accelerator's device count. `rules` is the rule set to decide from
@@ -225,6 +227,13 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
                 rules = rules_of(outer_plan)
             outer = outer_plan.request
             request = attrs.evolve(outer, devices="auto", num_nodes="auto", cluster="auto", select_usable_gpus=False)
+    elif env is None:
+        from trainplan.effects.launching import worker_plan
+        from trainplan.mapping.workers import with_launch_choices
+
+        launched = worker_plan()
+        if launched is not None:  # a script's own Request in a launched worker: the launch fills what it leaves
+            request = with_launch_choices(request, launched.request)
     request = Request() if request is None else request
     if env is None:
         # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.

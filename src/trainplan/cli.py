@@ -33,7 +33,8 @@ from trainplan.parse.fields import REQUEST_FIELD_ROWS
 from trainplan.parse.legacy import LEGACY_FLAGS, MODERN_FLAGS
 from trainplan.parse.plan_json import request_to_dict
 from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun
-from trainplan.render.matrix import render_matrix
+from trainplan.render.matrix import matrix_record, render_matrix
+from trainplan.render.records import error_record, plain, problems_record, versioned
 from trainplan.render.report import render_report, report_to_dict
 from trainplan.render.spelling import flag_spelling, python_spelling
 from trainplan.resolve import check, resolve
@@ -73,8 +74,15 @@ class CliError(TrainplanError):
     """A command-line input that cannot be used (an unknown --assume fact, an unreadable file)."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _JsonErrorsParser(argparse.ArgumentParser):
+    """Under `--json`, a flag argparse refuses is an error record on stdout like any other (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
+    parser = (_JsonErrorsParser if json_errors else argparse.ArgumentParser)(
         prog="trainplan",
         description="Decide how a PyTorch training run is laid out on this machine (or a what-if one).",
         allow_abbrev=False,  # `trainplan launch x.py --v`: a script's word is never read as an abbreviated flag
@@ -115,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     probe_command.add_argument("--json", action="store_true", help="print the facts as JSON")
     matrix = commands.add_parser("matrix", help="print the compatibility tables, generated from the rules")
     _add_rules_flag(matrix)
+    matrix.add_argument("--json", action="store_true", help="print the tables as JSON")
     migrate = commands.add_parser(
         "migrate", help="translate old Trainer flags (--gpus 2 --accelerator ddp ...) to the modern request"
     )
@@ -127,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
             old.add_argument(option, action="append", default=None, metavar="NAME")
         elif _flag_kind(flag) != "options":
             old.add_argument(option, default=None, metavar="VALUE")
-    migrate.add_argument("--json", action="store_true", help="print the modern request as JSON")
+    migrate.add_argument("--json", action="store_true", help="print the modern request (and its notes) as JSON")
     gpus = commands.add_parser("gpus", help="list visible GPUs: usable now or not, and why")
     gpus.add_argument("count", nargs="?", default=None, help="exit 2 unless at least this many are usable")
     gpus.add_argument("--json", action="store_true", help="print the GPUs as JSON")
@@ -266,7 +275,15 @@ def _add_environment_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"trainplan: error: {message}", file=sys.stderr)
+    raise CliError(message)
+
+
+def _refuse(error: TrainplanError, json_wanted: bool) -> NoReturn:
+    """A refused command: one line on stderr, or under `--json` the error record on stdout; exit code 2 either way."""
+    if json_wanted:
+        print(json.dumps(error_record(error, code=EXIT_USAGE), indent=2))
+    else:
+        print(f"trainplan: error: {error}", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
 
 
@@ -500,7 +517,7 @@ def _run_migrate(arguments: argparse.Namespace) -> int:
         flags["plugins"] = flags["plugins"][0]
     request = Request.from_legacy(**flags)
     if arguments.json:
-        print(json.dumps(request_to_dict(request), indent=2))
+        print(json.dumps(versioned({"request": request_to_dict(request)}), indent=2))
         return 0
     print(python_spelling(request))
     flag_text = flag_spelling(request)
@@ -649,21 +666,26 @@ def _meeting_variables(arguments: argparse.Namespace) -> dict[str, str]:
 def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
     env = _environment(arguments)
     if arguments.check:
+        problems: list[TrainplanError]
         try:
             request = _request(arguments)
         except TrainplanError as error:
-            print(f"- {error}")
-            return EXIT_USAGE
-        rules = _rules(arguments)
-        problems = [
-            _cli_unavailable(problem, rules) if isinstance(problem, Unavailable) else problem
-            for problem in check(request, env, rules)
-        ]
+            problems = [error]
+        else:
+            rules = _rules(arguments)
+            problems = [
+                _cli_unavailable(problem, rules) if isinstance(problem, Unavailable) else problem
+                for problem in check(request, env, rules)
+            ]
+        code = EXIT_USAGE if problems else 0
+        if arguments.json:
+            print(json.dumps(problems_record(list(problems), code=code), indent=2))
+            return code
         for problem in problems:
             print(f"- {problem}")
         if not problems:
             print("no problems: the request resolves on this environment")
-        return EXIT_USAGE if problems else 0
+        return code
     if arguments.job_name is not None and arguments.emit not in NAMED_EMIT_FORMATS:
         emitted = f"--emit {arguments.emit}" if arguments.emit else "a plan"
         raise CliError(
@@ -706,7 +728,7 @@ def _run_gpus(arguments: argparse.Namespace) -> int:
     statuses = gpu_statuses(timeout=arguments.timeout)
     usable = [status for status in statuses if status.usable]
     if arguments.json:
-        print(json.dumps([attrs.asdict(status) for status in statuses], indent=2))
+        print(json.dumps(versioned({"gpus": [plain(attrs.asdict(status)) for status in statuses]}), indent=2))
     elif not statuses:
         print("no visible CUDA GPU")
     else:
@@ -722,7 +744,7 @@ def _run_gpus(arguments: argparse.Namespace) -> int:
 
 def _run_env(arguments: argparse.Namespace) -> int:
     report = bug_report()
-    print(json.dumps(report_to_dict(report), indent=2) if arguments.json else render_report(report))
+    print(json.dumps(versioned(report_to_dict(report)), indent=2) if arguments.json else render_report(report))
     return 0
 
 
@@ -730,7 +752,7 @@ def _run_probe(arguments: argparse.Namespace) -> int:
     env = _environment(arguments)
     facts = {attribute.name: _jsonable(getattr(env, attribute.name)) for attribute in attrs.fields(Environment)}
     if arguments.json:
-        print(json.dumps(facts, indent=2))
+        print(json.dumps(versioned(facts), indent=2))
     else:
         width = max(len(name) for name in facts)
         for name, value in facts.items():
@@ -778,33 +800,39 @@ def _main(argv: Sequence[str] | None) -> int:
     if "--" in arguments_list and arguments_list[:1] != ["launch"]:  # launch reads its script itself
         split = arguments_list.index("--")
         arguments_list, command = arguments_list[:split], arguments_list[split + 1 :]
+    json_wanted = "--json" in arguments_list and arguments_list[:1] != ["launch"]
+    try:
+        return _command(arguments_list, command, json_wanted)
+    except TrainplanError as error:
+        _refuse(error, json_wanted)
+
+
+def _command(arguments_list: list[str], command: list[str], json_wanted: bool) -> int:
     if arguments_list and not arguments_list[0].startswith("-") and arguments_list[0] not in SUBCOMMANDS:
         guess = did_you_mean(arguments_list[0], SUBCOMMANDS)
         hint = f"did you mean `trainplan {guess}`? " if guess else ""
         _fail(f"unknown command {arguments_list[0]!r}; {hint}commands: {', '.join(SUBCOMMANDS)}")
     if not arguments_list or (arguments_list[0] not in SUBCOMMANDS and arguments_list[0] not in TOP_LEVEL_FLAGS):
         arguments_list.insert(0, "plan")
-    arguments = _parser().parse_args(arguments_list)
-    try:
-        if arguments.command == "probe":
-            return _run_probe(arguments)
-        if arguments.command == "matrix":
-            print(render_matrix(_rules(arguments)))
-            return 0
-        if arguments.command == "migrate":
-            return _run_migrate(arguments)
-        if arguments.command == "gpus":
-            return _run_gpus(arguments)
-        if arguments.command == "env":
-            return _run_env(arguments)
-        if arguments.command == "launch":
-            require_torch("trainplan launch")  # its workers join a torch process group; the planning commands need none
-            return _run_launch(arguments)
-        if command and not arguments.emit:
-            raise CliError(f"unexpected arguments after --: {' '.join(command)} (they are for --emit or launch)")
-        return _run_plan(arguments, command)
-    except TrainplanError as error:
-        _fail(str(error))
+    arguments = _parser(json_wanted).parse_args(arguments_list)
+    if arguments.command == "probe":
+        return _run_probe(arguments)
+    if arguments.command == "matrix":
+        rules = _rules(arguments)
+        print(json.dumps(versioned(matrix_record(rules)), indent=2) if arguments.json else render_matrix(rules))
+        return 0
+    if arguments.command == "migrate":
+        return _run_migrate(arguments)
+    if arguments.command == "gpus":
+        return _run_gpus(arguments)
+    if arguments.command == "env":
+        return _run_env(arguments)
+    if arguments.command == "launch":
+        require_torch("trainplan launch")  # its workers join a torch process group; the planning commands need none
+        return _run_launch(arguments)
+    if command and not arguments.emit:
+        raise CliError(f"unexpected arguments after --: {' '.join(command)} (they are for --emit or launch)")
+    return _run_plan(arguments, command)
 
 
 if __name__ == "__main__":  # pragma: no cover

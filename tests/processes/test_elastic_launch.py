@@ -170,3 +170,16 @@ def test_a_failed_workers_children_do_not_outlive_trainplan_launch(tmp_path: Pat
     assert cli_main(["launch", "--accelerator", "cpu", "--devices", "2", "--", "-c", code]) in (4, 5)
     pids = [int(line) for line in record.read_text().split()]
     assert pids and not any(alive(pid) for pid in pids)
+
+
+def test_the_launchs_choices_reach_a_script_with_its_own_request() -> None:
+    flags = ["launch", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--precision", "bf16-mixed"]
+    flags += ["--strategy-option", "timeout_seconds=5", "tests/scripts/launch_choices.py"]
+    taken = _run(flags)
+    assert taken.returncode == 0, taken.stderr
+    assert "a script's own Request takes" in taken.stderr and "precision='bf16-mixed'" in taken.stderr
+    assert [report["precision"] for report in _reports(taken.stdout)] == ["bf16-mixed"] * 2
+    assert all("timeout_seconds=5" in report["options"] for report in _reports(taken.stdout))
+    overridden = _run([*flags, "64-true"])
+    assert [report["precision"] for report in _reports(overridden.stdout)] == ["64-true"] * 2
+    assert overridden.stderr.count("launch-choice-overridden") >= 2, "a warning on every rank"

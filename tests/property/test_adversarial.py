@@ -102,8 +102,12 @@ class TestCommandLine:
             except SystemExit as leaving:
                 code = leaving.code if isinstance(leaving.code, int) else 2
         assert code in (0, 2), (words, err.getvalue()[-500:])
-        if code == 2:  # why: on stderr, or (plan --check) the list of problems on stdout
-            assert err.getvalue().strip() or out.getvalue().startswith("- "), (words, out.getvalue()[-300:])
+        if code == 2:  # why: on stderr, or (plan --check) the list of problems on stdout, or (--json) a record
+            said = err.getvalue().strip() or out.getvalue().startswith("- ")
+            if not said and "--json" in words:
+                record = json.loads(out.getvalue())
+                said = record["exit_code"] == 2 and bool(record.get("error") or record.get("problems"))
+            assert said, (words, out.getvalue()[-300:])
 
 
 def _valid_plans() -> list[dict[str, Any]]:

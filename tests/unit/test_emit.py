@@ -117,7 +117,9 @@ def test_torchrun_line_parses_back_to_the_same_plan(name: str) -> None:
         key, value = words.pop(0).split("=", 1)
         assignments[key] = value
     visible = assignments.get("CUDA_VISIBLE_DEVICES")
-    if plan.accelerator == "cuda":
+    if plan.accelerator == "cuda" and plan.devices == tuple(range(len(plan.devices))):
+        assert visible is None, "a device count pins nothing: the node's own visible GPUs stay"
+    elif plan.accelerator == "cuda":
         assert visible == ",".join(plan.physical_devices)
     options, command = _torchrun_options(words)
     assert words[0] == "torchrun" and command == ["train.py"]
@@ -128,8 +130,10 @@ def test_torchrun_line_parses_back_to_the_same_plan(name: str) -> None:
         assert options["rdzv-backend"] == "c10d"
         address = plan.cluster.main_address
         assert options["rdzv-endpoint"].startswith("${MASTER_ADDR:?" if address == "127.0.0.1" else f"{address}:")
+    # The node's workers see the GPUs the line pins, or for a count the node's own (as many as the plan uses).
+    seen = len(visible.split(",")) if visible else len(plan.devices) if plan.accelerator == "cuda" else 0
     worker_env = Environment(
-        cuda_device_count=len(visible.split(",")) if visible else 0,
+        cuda_device_count=seen,
         cpu_count=8,
         variables=_worker_variables(nodes, per_node, "node0"),
     )

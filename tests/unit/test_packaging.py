@@ -85,6 +85,7 @@ def test_license_classifiers_keywords_and_files(built: tuple[Path, str]) -> None
         entry_points = archive.read(next(name for name in names if name.endswith("entry_points.txt"))).decode()
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     assert {"trainplan/py.typed", "trainplan/__main__.py", "trainplan/_version.py", "_trainplan_entry.py"} <= set(names)
+    assert {f"trainplan/schemas/{name}.schema.json" for name in ("plan", "error", "problems", "probe")} <= set(names)
     # The console script starts outside the package, so that Ctrl-C while trainplan is imported is one line.
     assert "trainplan = _trainplan_entry:main" in entry_points
     assert (ROOT / "LICENSE").read_text().split()[:4] == ["Apache", "License", "Version", "2.0,"], (

@@ -182,7 +182,18 @@ def test_env_as_json_from_the_command(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["env", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["trainplan"] == trainplan.__version__ and data["torch"]["installed"] is True
-    assert set(data) == {"trainplan", "python", "system", "torch", "driver", "probe", "packages", "variables"}
+    assert set(data) == {
+        "version",
+        "trainplan",
+        "python",
+        "system",
+        "memory",
+        "torch",
+        "driver",
+        "probe",
+        "packages",
+    } | {"variables"}
+    assert data["memory"] is None or data["memory"] > 2**20, "the machine's RAM in bytes"
 
 
 def test_a_value_with_control_characters_is_shown_escaped_and_cannot_forge_a_line(

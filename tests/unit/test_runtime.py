@@ -246,9 +246,9 @@ class TestFrameworkMappings:
             "--use_deepspeed --zero_stage 3 --offload_optimizer_device cpu --offload_param_device cpu"
         )
         fsdp = accelerate_arguments(resolve(Request(strategy="fsdp_cpu_offload", devices=2), cuda(2)))
-        assert fsdp.fsdp == {"sharding_strategy": "FULL_SHARD", "cpu_offload": True}
+        assert fsdp.fsdp == {"reshard_after_forward": "FULL_SHARD", "cpu_offload": True}
         assert " ".join(fsdp.launch_flags).endswith(
-            "--use_fsdp --fsdp_sharding_strategy FULL_SHARD --fsdp_offload_params true"
+            "--use_fsdp --fsdp_reshard_after_forward FULL_SHARD --fsdp_offload_params true"
         )
 
     def test_accelerate_launch_refuses_several_cpu_processes(self) -> None:

@@ -123,7 +123,9 @@ def accelerator_arguments(plan: Plan) -> dict[str, Any]:
         raise refusal
     mapped = accelerate_arguments(plan, rules)  # refuses before the framework is imported
     utils = _framework("accelerate.utils", "accelerate")
-    handlers: list[object] = [utils.InitProcessGroupKwargs(**built(mapped.process_group, plan.device_type))]
+    handlers: list[object] = []
+    if plan.process_group_backend is not None:  # one process creates no group: no handler, no stray default
+        handlers.append(utils.InitProcessGroupKwargs(**built(mapped.process_group, plan.device_type)))
     if mapped.ddp:
         handlers.append(utils.DistributedDataParallelKwargs(**mapped.ddp))
     # Accelerator's keyword arguments (its `cpu=` is a flag of its own, not a decision on trainplan's "cpu").

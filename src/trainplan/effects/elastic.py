@@ -63,7 +63,12 @@ from trainplan.effects.launching import (
     choose_free_port,
 )
 from trainplan.effects.lifeline import Lifeline
-from trainplan.mapping.workers import launcher_rule, started_by_another_launcher, torchrun_variables
+from trainplan.mapping.workers import (
+    launch_choices_line,
+    launcher_rule,
+    started_by_another_launcher,
+    torchrun_variables,
+)
 from trainplan.rules import RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX
 from trainplan.spec.plan import Plan
 
@@ -747,6 +752,9 @@ def launch_script(
         meeting = _meeting(plan, options)
         if not quiet:
             say(_summary(plan, meeting, options))
+            choices = launch_choices_line(plan.request)
+            if choices is not None:
+                say(choices)
         code = _run_engine(
             plan,
             command,

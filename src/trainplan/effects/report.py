@@ -24,6 +24,7 @@ from trainplan.spec.report import BugReport, DriverFacts, TorchFacts
 
 REPORTED_PACKAGES = (
     "torch",
+    "numpy",
     "lightning",
     "pytorch-lightning",
     "lightning-fabric",
@@ -126,7 +127,17 @@ def bug_report(
         environment=probe(environ=environ, nvml=_Answered(facts)),  # the same GPUs, asked once
         variables=report_variables(environ),
         packages=package_versions(),
+        memory=system_memory(),
     )
 
 
-__all__ = ["REPORTED_PACKAGES", "DriverQuery", "bug_report", "package_versions", "torch_facts"]
+def system_memory() -> int | None:
+    """This machine's RAM in bytes (POSIX sysconf), or None where the system does not say."""
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * size if pages > 0 and size > 0 else None
+
+
+__all__ = ["REPORTED_PACKAGES", "DriverQuery", "bug_report", "package_versions", "system_memory", "torch_facts"]

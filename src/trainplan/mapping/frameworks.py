@@ -393,12 +393,14 @@ def accelerate_arguments(plan: Plan, rules: Rules = BUILTIN_RULES) -> Accelerate
     parallelism: dict[str, int] | None = None
     if plan.mesh is not None:
         parallelism = accelerate_parallelism(plan.mesh)
-        for field, size in parallelism.items():
-            extra += [f"--parallelism_config_{field}", str(size)]
         if plan.mesh.size("dp_shard") > 1 or plan.mesh.size("cp") > 1:
-            # Accelerate shards over dp_shard (and cp) with FSDP2 only.
+            # Accelerate shards over dp_shard (and cp) with FSDP2 only, and `accelerate launch` takes a parallelism
+            # config only beside `--use_fsdp --fsdp_version 2`. A mesh with nothing to shard (replicas, tensor
+            # parallelism) launches as --multi_gpu; its ParallelismConfig reaches the Accelerator in code.
             fsdp = {"fsdp_version": 2}
-            extra += ["--use_fsdp", "--fsdp_version", "2"]
+            extra += ["--use_fsdp", "--fsdp_version", "2", "--use_parallelism_config"]
+            for field, size in parallelism.items():
+                extra += [f"--parallelism_config_{field}", str(size)]
     flags = ["--num_processes", str(plan.world_size), "--num_machines", str(plan.num_nodes)]
     flags += ["--mixed_precision", recipe.accelerate]
     spelling = framework_accelerator(plan, "Accelerate", rules)

@@ -307,6 +307,65 @@ def script_strategy_note(strategy: str, rules: Rules = BUILTIN_RULES) -> Note | 
     )
 
 
+def _launch_choices() -> dict[str, str]:
+    """The choices a launch makes beyond the layout: each request field with a flag, as the flag spells it."""
+    from trainplan.parse.fields import REQUEST_FIELD_ROWS
+
+    return {
+        row.name: row.flag.option
+        for row in REQUEST_FIELD_ROWS
+        if row.flag is not None and row.name not in _LAYOUT_FIELDS
+    }
+
+
+def with_launch_choices(script: Request, launched: Request) -> Request:
+    """A script's own `Request` inside a worker of trainplan's launchers: the launch's choices (strategy,
+    precision, options, backend, ...) fill the fields the script leaves at their defaults; a field the script
+    sets otherwise keeps the script's value, with a `launch-choice-overridden` warning note naming both. Options
+    travel with their strategy only: a script that names another strategy keeps its own options."""
+    default = Request()
+    taken: dict[str, object] = {}
+    notes: list[Note] = []
+    for field, flag in _launch_choices().items():
+        mine, theirs = getattr(script, field), getattr(launched, field)
+        if theirs == getattr(default, field) or mine == theirs:
+            continue
+        if field == "strategy_options" and taken.get("strategy", script.strategy) != launched.strategy:
+            continue
+        if mine == getattr(default, field):
+            taken[field] = theirs
+            continue
+        notes.append(
+            Note(
+                code="launch-choice-overridden",
+                level="warning",
+                message=f"the launch chose {field}={theirs!r} ({flag}), and this script's Request sets "
+                f"{field}={mine!r}: the script's runs. Leave {field} out of the Request to take the launch's, or "
+                f"launch with the script's",
+            )
+        )
+    if not taken and not notes:
+        return script
+    return attrs.evolve(script, **taken, notes=(*script.notes, *notes))  # type: ignore[arg-type]
+
+
+def launch_choices_line(request: Request) -> str | None:
+    """The launch banner's line for what a script's own `Request` is given (None when the launch chose nothing
+    beyond the layout)."""
+    default = Request()
+    chosen = [
+        f"{field}={getattr(request, field)!r}"
+        for field in _launch_choices()
+        if getattr(request, field) != getattr(default, field)
+    ]
+    if not chosen:
+        return None
+    return (
+        f"a script's own Request takes {', '.join(chosen)} where it leaves them at their defaults (a field it sets "
+        "otherwise keeps its own, with a warning)"
+    )
+
+
 def script_request(request: Request, rules: Rules = BUILTIN_RULES) -> Request:
     """The request a script runs under a launcher that re-runs it (torchrun, srun, `trainplan launch`): a
     strategy that starts workers from a function (spawn, fork, notebook) becomes its script-mode counterpart
@@ -326,12 +385,14 @@ __all__ = [
     "carried_rules",
     "downstream_devices_note",
     "job_of",
+    "launch_choices_line",
     "nested_launch",
     "process_group_timeout",
     "script_request",
     "script_strategy_note",
     "unlaunchable",
     "visibility_variable",
+    "with_launch_choices",
     "worker_environment",
     "worker_view",
 ]

@@ -5,7 +5,8 @@ Pure: text from a plan. The torchrun line and the sbatch script start the worker
 worker carries torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and a plain
 env:// script runs unchanged; inside, `trainplan.resolve()` recognises the job and takes its layout. GPUs
 follow torchrun's convention: the node's selected GPUs are made visible through CUDA_VISIBLE_DEVICES and local
-rank i drives `cuda:i`. One node runs `--standalone` (a free port each run, so two jobs on one box never clash); several
+rank i drives `cuda:i`; for a device count (the first n) nothing is pinned, so the GPUs a scheduler made visible
+on each node stay. One node runs `--standalone` (a free port each run, so two jobs on one box never clash); several
 nodes meet through torchrun's c10d rendezvous at the main address and port, which must be the same on
 every node (the shell stops with a message when they are not set).
 
@@ -107,9 +108,12 @@ def _quote(words: Sequence[_Word]) -> str:
 
 
 def _gpu_selection(plan: Plan) -> dict[str, str]:
-    """The variables that make exactly the plan's GPUs visible, in order, when they are not simply the first n."""
+    """The variables that make exactly the plan's GPUs visible, in order, when they are not simply the first n.
+
+    For the first n (a device count), nothing is pinned: the GPUs a scheduler made visible on each node stay
+    visible, as the sbatch script leaves them."""
     visibility = visibility_variable(plan)
-    if visibility is None:
+    if visibility is None or plan.devices == tuple(range(len(plan.devices))):
         return {}
     physical = plan.physical_devices or tuple(str(index) for index in plan.devices)
     variables = {visibility: ",".join(physical)}

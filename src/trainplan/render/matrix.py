@@ -176,3 +176,34 @@ def _auto_row(row: AutoStrategyRule) -> str:
         *([f"{'in' if row.interactive else 'outside'} a notebook"] if row.interactive is not None else []),
     ]
     return f"`{row.strategy}` {' '.join(conditions)}" if conditions else f"else `{row.strategy}`"
+
+
+def matrix_record(rules: Rules = BUILTIN_RULES) -> dict[str, object]:
+    """The compatibility tables as JSON data (`trainplan matrix --json`): each strategy's family, launcher and
+    accelerators, each precision's accelerators and fallbacks, each mesh dimension's accelerators."""
+    return {
+        "strategies": [
+            {
+                "name": name,
+                "family": rule.family,
+                "launcher": rule.launcher,
+                "accelerators": sorted(rules.families[rule.family].accelerators),
+                "requires_package": rules.families[rule.family].requires_package,
+                "preset": {key: repr(value) for key, value in rule.preset.items()},
+            }
+            for name, rule in rules.strategies.items()
+        ],
+        "precisions": [
+            {
+                "name": name,
+                "accelerators": sorted(precision.accelerators),
+                "fallback": dict(precision.fallback),
+                "requires_package": precision.requires_package,
+            }
+            for name, precision in rules.precisions.items()
+        ],
+        "mesh_dimensions": [
+            {"name": dimension.name, "accelerators": sorted(dimension.accelerators)}
+            for dimension in MESH_DIMENSIONS.values()
+        ],
+    }

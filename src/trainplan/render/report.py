@@ -152,6 +152,7 @@ def render_report(report: BugReport) -> str:
         f"- trainplan: {report.trainplan}",
         f"- Python: {report.python}",
         f"- OS: {report.system}",
+        f"- RAM: {'unknown' if report.memory is None else f'{report.memory / 2**30:.1f} GiB'}",
         f"- torch: {_torch_line(report.torch)}",
         *_driver_lines(report.driver),
         "- probe:",
@@ -183,6 +184,7 @@ def report_to_dict(report: BugReport) -> dict[str, object]:
         "trainplan": report.trainplan,
         "python": report.python,
         "system": report.system,
+        "memory": report.memory,
         "torch": attrs.asdict(report.torch),
         "driver": {
             **{key: value for key, value in attrs.asdict(report.driver, recurse=False).items() if key != "gpus"},

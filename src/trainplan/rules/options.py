@@ -347,8 +347,11 @@ BUILTIN_OPTIONS: Final[tuple[OptionRow, ...]] = (
             Keyword("device_mesh", write=_hybrid_mesh, encoding="DeviceMesh"),
         ),
         lightning=(Keyword("sharding_strategy"), Keyword("device_mesh", write=_hybrid_mesh)),
+        # Accelerate (1.6 on) takes FSDP1's sharding strategy as reshard_after_forward (sharding_strategy warns).
         accelerate=(
-            HandlerField("FullyShardedDataParallelPlugin", "sharding_strategy", flag="--fsdp_sharding_strategy"),
+            HandlerField(
+                "FullyShardedDataParallelPlugin", "reshard_after_forward", flag="--fsdp_reshard_after_forward"
+            ),
         ),
     ),
     _row(

@@ -173,7 +173,8 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
             family="model_parallel",
             wrapper="mesh",
             lightning_strategy="ModelParallelStrategy",
-            accelerate_launch=("--use_parallelism_config",),
+            # `accelerate launch` gets --use_parallelism_config only beside FSDP2 (mapping.frameworks decides).
+            accelerate_launch=(),
             # Lightning's ModelParallelStrategy refuses the other precisions (its connector's own list).
             lightning_precisions=frozenset({"32-true", "bf16-mixed", "bf16-true", "16-true"}),
             lightning_backend=True,

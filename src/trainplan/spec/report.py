@@ -71,6 +71,8 @@ class BugReport:
     """The environment variables that matter to a run, secret-looking values masked."""
     packages: tuple[tuple[str, str | None], ...] = attrs.field(default=(), converter=_package_tuple)
     """(distribution, version or None when not installed), for the optional packages trainplan works with."""
+    memory: int | None = None
+    """The machine's RAM in bytes, or None when the system does not say."""
 
 
 __all__ = ["BugReport", "DriverFacts", "TorchFacts"]

@@ -1,0 +1,124 @@
+"""Machine readers: every `--json` output carries `version` and validates against the JSON Schema the package ships
+(`trainplan/schemas/`); an error, a flag argparse refuses and `--check`'s problems are records on stdout too, with
+their typed fields, and the exit code is the one the text form has."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from typing import Any
+
+import attrs
+import jsonschema
+import pytest
+
+from trainplan.cli import main
+from trainplan.render.records import JSON_VERSION, plain
+from trainplan.spec.gpus import GpuStatus
+
+
+def schema(name: str) -> dict[str, Any]:
+    text = importlib.resources.files("trainplan").joinpath(f"schemas/{name}.schema.json").read_text()
+    loaded: dict[str, Any] = json.loads(text)
+    jsonschema.Draft202012Validator.check_schema(loaded)
+    return loaded
+
+
+def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, Any, str]:
+    try:
+        code = main(list(arguments))
+    except SystemExit as exit:  # a refusal exits as the text form does
+        code = int(exit.code or 0)
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out), captured.err
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("plan", ("plan", "--no-probe", "--assume", "cuda=8", "--devices", "0,2", "--json")),
+        (
+            "plan",
+            (
+                "plan",
+                "--no-probe",
+                "--assume",
+                "cuda=8",
+                "--strategy-option",
+                "tp=2",
+                "--strategy",
+                "model_parallel",
+                "--devices",
+                "8",
+                "--json",
+            ),
+        ),
+        ("probe", ("probe", "--no-probe", "--json")),
+        ("migrate", ("migrate", "--gpus", "2", "--accelerator", "ddp", "--json")),
+        ("gpus", ("gpus", "--json")),
+        ("env", ("env", "--json")),
+        ("problems", ("plan", "--no-probe", "--check", "--json")),
+        ("matrix", ("matrix", "--json")),
+    ],
+)
+def test_every_json_output_is_versioned_and_valid(
+    capsys: pytest.CaptureFixture[str], name: str, arguments: tuple[str, ...]
+) -> None:
+    code, record, _ = run(capsys, *arguments)
+    assert code == 0 and record["version"] == JSON_VERSION
+    jsonschema.validate(record, schema(name))
+
+
+def test_a_gpu_record_fits_its_schema() -> None:
+    status = GpuStatus(
+        index=0,
+        uuid="GPU-1",
+        name="H200",
+        memory_total=1,
+        memory_used=0,
+        usable=False,
+        reason="busy",
+        checked_by="nvml",
+    )
+    jsonschema.validate({"version": 1, "gpus": [plain(attrs.asdict(status))]}, schema("gpus"))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "kind", "fields"),
+    [
+        (("plan", "--no-probe", "--devices", "x", "--json"), "InvalidRequest", {"field": "devices", "value": "x"}),
+        (
+            ("plan", "--no-probe", "--assume", "cuda=2", "--precision", "64-true", "--strategy", "fsdp", "--json"),
+            "Incompatible",
+            {"rule": "precision-strategy"},
+        ),
+        (("plan", "--bogus", "--json"), "CliError", {}),
+        (("frobnicate", "--json"), "CliError", {}),
+        (("gpus", "x", "--json"), "CliError", {}),
+    ],
+)
+def test_an_error_is_a_record_on_stdout_with_the_same_exit_code(
+    capsys: pytest.CaptureFixture[str], arguments: tuple[str, ...], kind: str, fields: dict[str, object]
+) -> None:
+    code, record, err = run(capsys, *arguments)
+    assert code == 2 and record["exit_code"] == 2 and err == ""
+    jsonschema.validate(record, schema("error"))
+    assert record["error"]["type"] == kind and record["error"]["message"]
+    assert fields.items() <= record["error"].items()
+    # The same command without --json: the text form, the same code.
+    plain_arguments = [word for word in arguments if word != "--json"]
+    with pytest.raises(SystemExit) as exit:
+        main(plain_arguments)
+    assert exit.value.code == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_check_lists_every_problem_as_a_record(capsys: pytest.CaptureFixture[str]) -> None:
+    arguments = ("plan", "--no-probe", "--accelerator", "cuda", "--precision", "64-true", "--strategy", "fsdp")
+    code, record, _ = run(capsys, *arguments, "--check", "--json")
+    assert code == 2
+    jsonschema.validate(record, schema("problems"))
+    assert [problem["type"] for problem in record["problems"]] == ["Unavailable", "Incompatible"]
+    assert record["problems"][1]["values"] == {"precision": "64-true", "strategy": "fsdp"}
+    bad = run(capsys, "plan", "--no-probe", "--devices", "x", "--check", "--json")[1]
+    assert bad["problems"][0]["field"] == "devices"

@@ -1,0 +1,84 @@
+"""Flags are never dropped: inside a worker of trainplan's launchers, a script's own `Request` takes the launch's
+choices (strategy, precision, options, backend, ...) where it leaves a field at its default, and a field it sets
+otherwise keeps the script's value with a warning naming both (on every rank: every worker resolves)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+
+import trainplan as tp
+from tests.helpers import cpu
+from trainplan import DDPOptions, FSDPOptions, Request
+from trainplan.mapping.workers import with_launch_choices, worker_environment
+from trainplan.resolve import resolve
+
+LAUNCHED = Request(
+    accelerator="cpu",
+    strategy="ddp",
+    devices=2,
+    precision="bf16-mixed",
+    strategy_options=DDPOptions(find_unused_parameters=True, timeout_seconds=5),
+)
+
+
+def _in_worker(monkeypatch: pytest.MonkeyPatch, launched: Request = LAUNCHED, rank: int = 1) -> None:
+    """This process as worker `rank` of a `trainplan launch` of `launched` (its real variables)."""
+    plan = resolve(launched, cpu())
+    variables = worker_environment(
+        plan, local_rank=rank, main_port=29400, visible_devices=None, visible_count=0, launcher="trainplan launch"
+    )
+    for key in list(os.environ):
+        if key.startswith(("TRAINPLAN_", "SLURM_", "OMPI_", "PMI_", "TORCHELASTIC")):
+            monkeypatch.delenv(key)
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_a_request_that_leaves_the_choices_takes_the_launchs(monkeypatch: pytest.MonkeyPatch) -> None:
+    _in_worker(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tp.TrainplanWarning)
+        plan = tp.resolve(Request(accelerator="cpu"))
+    assert plan.precision == "bf16-mixed" and plan.strategy.name == "ddp"
+    assert plan.request.strategy_options == LAUNCHED.strategy_options
+    assert plan.world_size == 2 and plan.cluster.global_rank == 1
+    assert not [note for note in plan.notes if note.code == "launch-choice-overridden"]
+
+
+def test_a_field_the_script_sets_otherwise_is_the_scripts_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    _in_worker(monkeypatch)
+    with pytest.warns(tp.TrainplanWarning, match=r"launch chose precision='bf16-mixed' \(--precision\).*'64-true'"):
+        plan = tp.resolve(Request(precision="64-true"))
+    assert plan.precision == "64-true"
+    # What it left still comes from the launch.
+    assert plan.request.strategy_options == LAUNCHED.strategy_options
+    (note,) = [note for note in plan.notes if note.code == "launch-choice-overridden"]
+    assert note.level == "warning" and "Leave precision out of the Request" in note.message
+
+
+def test_options_travel_with_their_strategy_only() -> None:
+    script = with_launch_choices(Request(strategy="fsdp"), LAUNCHED)
+    assert script.strategy == "fsdp" and script.strategy_options is None
+    assert [note.code for note in script.notes] == ["launch-choice-overridden"]
+    own = with_launch_choices(Request(strategy_options=DDPOptions(timeout_seconds=9)), LAUNCHED)
+    assert own.strategy == "ddp" and own.strategy_options == DDPOptions(timeout_seconds=9)
+    assert "timeout_seconds=9" in own.notes[0].message
+
+
+def test_nothing_changes_outside_a_launch_or_for_the_launchs_defaults() -> None:
+    assert with_launch_choices(Request(precision="16-mixed"), Request()) == Request(precision="16-mixed")
+    same = Request(strategy="fsdp", strategy_options=FSDPOptions(cpu_offload=True))
+    assert with_launch_choices(same, same) is same
+    assert tp.resolve(Request(accelerator="cpu"), cpu()).precision == "32-true"
+
+
+def test_the_banner_names_what_the_script_is_given() -> None:
+    from trainplan.mapping.workers import launch_choices_line
+
+    line = launch_choices_line(LAUNCHED)
+    assert line is not None and "precision='bf16-mixed'" in line and "timeout_seconds=5" in line
+    assert "a field it sets otherwise keeps its own, with a warning" in line
+    assert launch_choices_line(Request(devices=2)) is None
