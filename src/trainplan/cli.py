@@ -698,8 +698,16 @@ def _nproc_per_node(arguments: argparse.Namespace, given: str) -> tuple[str, str
             count = str(os.cpu_count() or 1)
             return count, f": --accelerator {named.accelerator} --devices {count} ({named.explained}){hint}"
         return "-1", f": --devices -1 ({named.explained}){hint}"
-    if word == "auto":
-        return "auto", f": --devices auto{hint}"
+    if word == "auto":  # torchrun's auto: every device of the accelerator, or one process per CPU without one
+        env = _environment(arguments)
+        trial = _resolved(Request.from_config({"accelerator": arguments.accelerator}), env, _rules(arguments))
+        if trial.device_type == "cpu":
+            count = str(env.cpu_count)
+            return (
+                count,
+                f": --devices {count} (one process per CPU, as torchrun's auto on a machine without GPUs){hint}",
+            )
+        return "-1", f": --devices -1 (every visible {trial.accelerator} device, as torchrun's auto){hint}"
     if whole_number(word) is None:
         raise CliError(f"--nproc-per-node {given}: write a number of processes, gpu, cpu or auto (or --devices N)")
     return word, f": --devices {word}{hint}"
