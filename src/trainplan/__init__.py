@@ -181,7 +181,8 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    """The public names (what `from trainplan import *` gives) and the module's own dunders: no helper imports."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__") and name.endswith("__"))})
 
 
 def resolve(request: Request | None = None, env: Environment | None = None, rules: Rules = BUILTIN_RULES) -> Plan:

@@ -66,7 +66,7 @@ EXIT_USAGE = 2
 DEFAULT_JOB_NAME = "train"
 ENV_FILE_LIMIT = 1 << 20
 
-SUBCOMMANDS = ("plan", "probe", "matrix", "migrate", "gpus", "env", "launch")
+SUBCOMMANDS = ("plan", "probe", "matrix", "migrate", "gpus", "env", "launch", "completion")
 TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
 
@@ -145,7 +145,78 @@ def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
         "env", help="print a copy-paste block for bug reports: versions, driver and GPUs, facts, variables, packages"
     )
     env.add_argument("--json", action="store_true", help="print the report as JSON")
+    completion = commands.add_parser("completion", help="print the shell code that completes trainplan's commands")
+    completion.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
+    for name, command in commands.choices.items():
+        description, examples = COMMAND_HELP[name]
+        command.description = description
+        command.epilog = "examples:\n" + "\n".join(f"  {example}" for example in examples)
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+COMMAND_HELP: dict[str, tuple[str, tuple[str, ...]]] = {
+    # Each subcommand's --help: what it does, and two examples (a test runs every one that starts no workers).
+    "plan": (
+        "Resolve a request on this machine (or a what-if one) and print the plan with the reason for each choice; "
+        "--json for the plan as data, --check for every problem, --emit for a job that runs it.",
+        (
+            "trainplan plan --assume cuda=4 --devices 0,2 --precision bf16-mixed",
+            "trainplan plan --assume cuda=4 --devices 4 --num-nodes 2 --emit slurm -- train.py --lr 0.1",
+        ),
+    ),
+    "launch": (
+        "Run a script on each of the plan's workers through torchrun's engine, with torchrun's spellings, "
+        "restarts and log files, output prefixed by rank, and nothing left alive afterwards.",
+        (
+            "trainplan launch --accelerator cpu --devices 2 train.py --lr 0.1",
+            "trainplan launch --num-nodes 2 --node-rank 0 --main-address node0 --main-port 29500 train.py",
+        ),
+    ),
+    "probe": (
+        "Print the facts trainplan reads from this machine: device counts, CPUs, start methods, packages and the "
+        "launchers' variables.",
+        ("trainplan probe", "trainplan probe --json --set-env SLURM_PROCID=0"),
+    ),
+    "matrix": (
+        "Print the compatibility tables (strategies, precisions and mesh dimensions by accelerator), generated "
+        "from the rule data.",
+        ("trainplan matrix", "trainplan matrix --json"),
+    ),
+    "migrate": (
+        "Translate old Trainer flags to the modern request: its Python spelling, trainplan plan's flags and a "
+        "note for each old spelling.",
+        ("trainplan migrate --gpus 2 --accelerator ddp", "trainplan migrate --tpu-cores 8 --json"),
+    ),
+    "gpus": (
+        "List the visible GPUs, usable now or busy (and why, through NVML); with a count, exit 2 unless that "
+        "many are usable.",
+        ("trainplan gpus", "trainplan gpus --json --timeout 5"),
+    ),
+    "env": (
+        "Print a copy-paste block for bug reports: versions, RAM, the driver and GPUs, the probe's facts, the "
+        "variables that matter (secrets masked) and the optional packages.",
+        ("trainplan env", "trainplan env --json"),
+    ),
+    "completion": (
+        "Print the shell code that completes trainplan's commands and flags (through argcomplete); source it "
+        "from the shell's startup file.",
+        (
+            'eval "$(trainplan completion bash)"',
+            "trainplan completion fish > ~/.config/fish/completions/trainplan.fish",
+        ),
+    ),
+}
+"""The description and examples of each subcommand's --help."""
+
+
+def _completion(shell: str) -> str:
+    """The shell code that completes `trainplan` (argcomplete's, for this one executable)."""
+    from argcomplete.shell_integration import shellcode
+
+    return shellcode(["trainplan"], shell=shell)
 
 
 def _flag_kind(name: str) -> str | None:
@@ -627,8 +698,16 @@ def _nproc_per_node(arguments: argparse.Namespace, given: str) -> tuple[str, str
             count = str(os.cpu_count() or 1)
             return count, f": --accelerator {named.accelerator} --devices {count} ({named.explained}){hint}"
         return "-1", f": --devices -1 ({named.explained}){hint}"
-    if word == "auto":
-        return "auto", f": --devices auto{hint}"
+    if word == "auto":  # torchrun's auto: every device of the accelerator, or one process per CPU without one
+        env = _environment(arguments)
+        trial = _resolved(Request.from_config({"accelerator": arguments.accelerator}), env, _rules(arguments))
+        if trial.device_type == "cpu":
+            count = str(env.cpu_count)
+            return (
+                count,
+                f": --devices {count} (one process per CPU, as torchrun's auto on a machine without GPUs){hint}",
+            )
+        return "-1", f": --devices -1 (every visible {trial.accelerator} device, as torchrun's auto){hint}"
     if whole_number(word) is None:
         raise CliError(f"--nproc-per-node {given}: write a number of processes, gpu, cpu or auto (or --devices N)")
     return word, f": --devices {word}{hint}"
@@ -777,6 +856,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if callable(reconfigure):  # a value that the terminal's encoding cannot show is escaped, not fatal
             with contextlib.suppress(ValueError, OSError):
                 reconfigure(errors="backslashreplace")
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (`trainplan completion`): answer, exit
+        import argcomplete
+
+        argcomplete.autocomplete(_parser())
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C anywhere in a command: one line, the shell's code for it
@@ -827,6 +910,9 @@ def _command(arguments_list: list[str], command: list[str], json_wanted: bool) -
         return _run_gpus(arguments)
     if arguments.command == "env":
         return _run_env(arguments)
+    if arguments.command == "completion":
+        print(_completion(arguments.shell))
+        return 0
     if arguments.command == "launch":
         require_torch("trainplan launch")  # its workers join a torch process group; the planning commands need none
         return _run_launch(arguments)

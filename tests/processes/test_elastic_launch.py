@@ -183,3 +183,27 @@ def test_the_launchs_choices_reach_a_script_with_its_own_request() -> None:
     overridden = _run([*flags, "64-true"])
     assert [report["precision"] for report in _reports(overridden.stdout)] == ["64-true"] * 2
     assert overridden.stderr.count("launch-choice-overridden") >= 2, "a warning on every rank"
+
+
+def test_nodes_launched_with_different_devices_are_refused_on_every_node() -> None:
+    # c10d assigns node ranks as nodes arrive: the banner says so, then names the rank each node got.
+    port = str(choose_free_port("127.0.0.1"))
+    nodes = []
+    for devices in ("1", "2"):
+        command = [*TRAINPLAN, "launch", "--accelerator", "cpu", "--num-nodes", "2", "--devices", devices]
+        command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--timeout", "90"]
+        command += ["tests/scripts/env_world.py"]
+        nodes.append(
+            subprocess.Popen(
+                command, cwd=ROOT, env=child_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
+    outputs = [node.communicate(timeout=120) for node in nodes]
+    assert all(node.returncode not in (0, 124) for node in nodes), outputs  # refused, not timed out
+    ranks = set()
+    for (_, stderr), devices in zip(outputs, ("1", "2"), strict=True):
+        assert "this node (its rank is assigned at the rendezvous) of 2 ×" in stderr
+        ranks |= {rank for rank in ("0", "1") if f"starting node {rank}'s {devices} worker(s)" in stderr}
+        assert "the nodes were launched with different --devices" in stderr
+        assert f"Launch every node with the same --devices (here {devices})" in stderr
+    assert ranks == {"0", "1"}, "each node names the rank the rendezvous gave it"

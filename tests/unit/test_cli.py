@@ -210,6 +210,27 @@ def test_torchruns_spellings_name_trainplans_with_a_hint(capsys: pytest.CaptureF
     assert "--master-addr is torchrun's spelling; trainplan's is --main-address" in err
 
 
+def test_nproc_per_node_auto_means_what_torchrun_means(capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    from trainplan.cli import _parser, _translate_torchrun_spellings
+
+    arguments = _parser().parse_args(["launch", "--nproc-per-node", "auto", "x.py"])
+    _translate_torchrun_spellings(arguments)
+    # This CPU machine: one process per CPU, as `torchrun --nproc-per-node auto` starts.
+    assert arguments.devices == str(os.cpu_count() or 1)
+    assert "one process per CPU, as torchrun's auto" in capsys.readouterr().err
+
+
+def test_nproc_per_node_auto_takes_every_gpu_where_there_are_some(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainplan import Environment, cli
+
+    monkeypatch.setattr(cli, "_environment", lambda arguments: Environment(cuda_device_count=3, cpu_count=16))
+    arguments = cli._parser().parse_args(["launch", "--nproc-per-node", "auto", "x.py"])
+    cli._translate_torchrun_spellings(arguments)
+    assert arguments.devices == "-1" and arguments.accelerator == "auto"
+
+
 def test_launch_names_what_it_cannot_use(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     script = Path(__file__).resolve().parents[1] / "scripts" / "plain_world.py"
     afile = tmp_path / "somefile"

@@ -122,3 +122,12 @@ def test_check_lists_every_problem_as_a_record(capsys: pytest.CaptureFixture[str
     assert record["problems"][1]["values"] == {"precision": "64-true", "strategy": "fsdp"}
     bad = run(capsys, "plan", "--no-probe", "--devices", "x", "--check", "--json")[1]
     assert bad["problems"][0]["field"] == "devices"
+
+
+def test_dir_of_the_package_lists_the_public_names_only() -> None:
+    import trainplan
+
+    names = [name for name in dir(trainplan) if name in trainplan.__all__ or not name.startswith("__")]
+    assert names == sorted(trainplan.__all__)
+    for leaked in ("Iterator", "TYPE_CHECKING", "annotations", "importlib", "_LAZY"):
+        assert leaked not in dir(trainplan)

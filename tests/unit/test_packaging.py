@@ -65,7 +65,7 @@ def test_a_plain_install_pulls_no_torch(built: tuple[Path, str]) -> None:
     wheel, _ = built
     requirements = [Requirement(text) for text in metadata(wheel).get_all("Requires-Dist") or []]
     plain = sorted(requirement.name for requirement in requirements if requirement.marker is None)
-    assert plain == ["attrs", "nvidia-ml-py", "python-dotenv"]
+    assert plain == ["argcomplete", "attrs", "nvidia-ml-py", "python-dotenv"]
     (torch,) = [r for r in requirements if r.name == "torch" and r.marker is not None and "torch" in str(r.marker)]
     assert torch.marker is not None and torch.marker.evaluate({"extra": "torch"})
     assert torch.specifier.contains("2.13.0"), "the Makefile installs the local 2.13.0 build first"

@@ -580,11 +580,18 @@ def _meeting(plan: Plan, options: EngineOptions) -> _Meeting:
     return _Meeting(backend, endpoint, run_id, cluster.node_rank or 0, local)  # a plan it launches knows its node
 
 
+def _node(plan: Plan, meeting: _Meeting) -> str:
+    """This node as the banner names it: its rank, or under c10d (which assigns ranks as nodes arrive) not yet."""
+    if meeting.backend == "c10d" and plan.num_nodes > 1:
+        return "this node (its rank is assigned at the rendezvous)"
+    return f"node {meeting.node_rank}"
+
+
 def _summary(plan: Plan, meeting: _Meeting, options: EngineOptions) -> str:
     layout = (
         f"{plan.processes_per_node} process(es)"
         if plan.num_nodes == 1
-        else f"node {meeting.node_rank} of {plan.num_nodes} × {plan.processes_per_node} process(es)"
+        else f"{_node(plan, meeting)} of {plan.num_nodes} × {plan.processes_per_node} process(es)"
     )
     where = meeting.endpoint.removesuffix(":0") + (" (a free port)" if meeting.endpoint.endswith(":0") else "")
     restarts = f", up to {options.max_restarts} restart(s)" if options.max_restarts else ""
@@ -822,7 +829,8 @@ def _run_engine(
         if restart != "0":
             say(f"restarting the workers (restart {restart} of {options.max_restarts})")
         elif plan.num_nodes > 1 and not quiet:
-            say(f"the {plan.num_nodes} nodes met; starting this node's {plan.processes_per_node} worker(s)")
+            group = next(iter(envs.values()), {}).get("GROUP_RANK", str(meeting.node_rank))
+            say(f"the {plan.num_nodes} nodes met; starting node {group}'s {plan.processes_per_node} worker(s)")
         attempts[0] += 1
 
     specs = _logs_specs(
@@ -866,7 +874,7 @@ def _run_engine(
                     deadline.start()
                 if plan.num_nodes > 1 and not quiet:
                     others = plan.num_nodes - 1
-                    say(f"node {meeting.node_rank} is waiting for the other {others} node(s) at {meeting.endpoint}")
+                    say(f"{_node(plan, meeting)} is waiting for the other {others} node(s) at {meeting.endpoint}")
                 try:
                     launch_agent(config, entrypoint, list(entry_arguments))
                 except ChildFailedError as failure:

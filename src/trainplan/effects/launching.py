@@ -44,6 +44,7 @@ from trainplan.effects.rules_loading import read_plan_text
 from trainplan.effects.world import join
 from trainplan.mapping.workers import (
     global_rank_of,
+    heterogeneous_nodes,
     launcher_rule,
     nested_launch,
     started_by_another_launcher,
@@ -994,7 +995,8 @@ def worker_plan(environ: Mapping[str, str] | None = None) -> Plan | None:
     except (KeyError, ValueError):
         return None
     if world != plan.world_size:
-        return None  # the variables describe another world than the launcher's plan: resolve from them instead
+        # The launchers of the nodes met in one rendezvous, and their plans differ (`--devices` per node).
+        raise heterogeneous_nodes(plan, world, environ.get("LOCAL_WORLD_SIZE"), environ[LAUNCHED_VARIABLE])
     return worker_view(
         plan, global_rank=rank, local_rank=local_rank, main_port=port, started_by=environ[LAUNCHED_VARIABLE]
     )

@@ -35,7 +35,7 @@ from trainplan.rules import (
     job_variables,
     lookup,
 )
-from trainplan.spec.errors import Incompatible, TrainplanError
+from trainplan.spec.errors import ClusterEnvironmentError, Incompatible, TrainplanError
 from trainplan.spec.names import LauncherName, StartMethod
 from trainplan.spec.notes import Note
 from trainplan.spec.options import option_value
@@ -349,6 +349,23 @@ def with_launch_choices(script: Request, launched: Request) -> Request:
     return attrs.evolve(script, **taken, notes=(*script.notes, *notes))  # type: ignore[arg-type]
 
 
+def heterogeneous_nodes(plan: Plan, world: int, local_world: str | None, launcher: str) -> ClusterEnvironmentError:
+    """The error on every worker when the nodes' launchers met with different plans: this node planned
+    `plan.world_size` processes in all, and the rendezvous formed a world of `world`."""
+    here = plan.processes_per_node
+    others = world - here
+    layout = f"{plan.num_nodes} node(s) × {here} process(es) = {plan.world_size}"
+    return ClusterEnvironmentError(
+        cluster=launcher,
+        variable="WORLD_SIZE",
+        value=str(world),
+        reason=f"this node's {launcher} planned {layout}, and the nodes met as a world of {world}: this node "
+        f"starts {local_world or here}, the other node(s) {others} in all, so the nodes were launched with "
+        "different --devices",
+        fix=f"Launch every node with the same --devices (here {here}), or the same --nproc-per-node",
+    )
+
+
 def launch_choices_line(request: Request) -> str | None:
     """The launch banner's line for what a script's own `Request` is given (None when the launch chose nothing
     beyond the layout)."""
@@ -384,6 +401,7 @@ __all__ = [
     "carried_request",
     "carried_rules",
     "downstream_devices_note",
+    "heterogeneous_nodes",
     "job_of",
     "launch_choices_line",
     "nested_launch",
