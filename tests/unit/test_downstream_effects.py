@@ -175,7 +175,7 @@ class TestEmitted:
             "RULES.extend(kubernetes_resources={'npu': 'vendor.com/device'})",
         )
         manifest = emit_kubeflow(npu_plan(PLUGGED), ["train.py"], image="img", rules=PLUGGED)
-        assert f"{ASCEND_RESOURCE}: 2" in manifest
+        assert f'{ASCEND_RESOURCE}: "2"' in manifest
         refused(
             "kubeflow-accelerator",
             lambda: emit_kubeflow(

@@ -343,7 +343,7 @@ def test_the_kubeflow_manifest_resolves_the_same_layout_in_every_pod(name: str) 
         container = manifest["spec"]["pytorchReplicaSpecs"][kind]["template"]["spec"]["containers"][0]
         assert container["name"] == "pytorch" and container["image"] == "ghcr.io/me/train:1.0"
         limits = container.get("resources", {}).get("limits", {})
-        assert limits == ({"nvidia.com/gpu": len(plan.devices)} if plan.accelerator == "cuda" else {})
+        assert limits == ({"nvidia.com/gpu": str(len(plan.devices))} if plan.accelerator == "cuda" else {})
         pod = operator_environment(manifest, kind, index)
         command = kubelet_command(container, pod)
         gpus = len(plan.devices) if plan.accelerator == "cuda" else 0
@@ -417,7 +417,7 @@ def test_a_manifest_keeps_the_scripts_dollar_words_refuses_no_script_and_says_it
     assert "the plan chose GPUs 0, 2 by index; a pod cannot choose physical GPUs" in text
     assert yaml.safe_load(text)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0][
         "resources"
-    ] == {"limits": {"nvidia.com/gpu": 2}}
+    ] == {"limits": {"nvidia.com/gpu": "2"}}
     assert "by index" not in emit_kubeflow(
         resolve(Request(devices=2), Environment(cuda_device_count=4)), ["t.py"], image="i"
     )
@@ -437,3 +437,40 @@ def test_a_pytorchjob_meets_on_the_plans_port_else_on_the_training_operators_def
     assert ports(resolve(Request(accelerator="cpu", num_nodes=2), Environment(cpu_count=8))) == {23456}
     given = Environment(cpu_count=8, variables={"MASTER_PORT": "29600"})
     assert ports(resolve(Request(accelerator="cpu", num_nodes=2), given)) == {29600}
+
+
+def _through_the_operators_models(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest read into the Kubeflow training operator's own PyTorchJob model (its SDK, generated from the
+    operator's API; required fields and types checked) and written back: a key it does not know is dropped."""
+    import json as json_module
+
+    api_client = pytest.importorskip("kubeflow.training.api_client")
+
+    class Response:
+        data = json_module.dumps(manifest)
+
+    client = api_client.ApiClient()
+    job = client.deserialize(Response(), "KubeflowOrgV1PyTorchJob")
+    written: dict[str, Any] = client.sanitize_for_serialization(job)
+    return written
+
+
+@pytest.mark.parametrize("name", list(KUBEFLOW_PLANS))
+def test_the_kubeflow_manifest_is_what_the_operators_own_models_read(name: str) -> None:
+    request, env = KUBEFLOW_PLANS[name]
+    plan = resolve(request, env)
+    words = ["train.py", "--lr", "0.1"]
+    documents = list(yaml.safe_load_all(emit_kubeflow(plan, words, image="ghcr.io/me/train:1.0", name="llm")))
+    assert len(documents) == 1
+    assert _through_the_operators_models(documents[0]) == documents[0], "every key is one the operator's API has"
+
+
+def test_the_operators_models_would_catch_a_misspelt_key() -> None:
+    plan = resolve(*KUBEFLOW_PLANS[next(iter(KUBEFLOW_PLANS))])
+    manifest = yaml.safe_load(emit_kubeflow(plan, ["train.py"], image="img"))
+    manifest["spec"]["pytorchReplicaSpec"] = manifest["spec"].pop("pytorchReplicaSpecs")
+    with pytest.raises(ValueError, match="pytorch_replica_specs"):
+        _through_the_operators_models(manifest)
+    manifest = yaml.safe_load(emit_kubeflow(plan, ["train.py"], image="img"))
+    manifest["spec"]["runPolicy"]["cleanupPolicy"] = "All"
+    assert _through_the_operators_models(manifest) != manifest

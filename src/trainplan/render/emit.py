@@ -331,7 +331,8 @@ def emit_kubeflow(
         container["env"] = [{"name": key, "value": value} for key, value in carried_variables.items() if value]
     container["ports"] = [{"name": "pytorchjob-port", "containerPort": port}]
     if resource is not None:
-        container["resources"] = {"limits": {resource: len(plan.devices)}}
+        # A Kubernetes quantity: the operator's API types resource limits as strings.
+        container["resources"] = {"limits": {resource: str(len(plan.devices))}}
     replicas: dict[str, object] = {"Master": _replica(1, container)}
     if plan.num_nodes > 1:
         replicas["Worker"] = _replica(plan.num_nodes - 1, container)
@@ -339,7 +340,12 @@ def emit_kubeflow(
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {"name": name},
-        "spec": {"nprocPerNode": str(plan.processes_per_node), "pytorchReplicaSpecs": replicas},
+        # runPolicy as the operator defaults it (pods kept for inspection): its API marks the field required.
+        "spec": {
+            "nprocPerNode": str(plan.processes_per_node),
+            "runPolicy": {"cleanPodPolicy": "None"},
+            "pytorchReplicaSpecs": replicas,
+        },
     }
     header = [f"# {line[2:]}" if line.startswith("# ") else line for line in _notes(plan)]
     chosen = tuple(plan.devices)
