@@ -16,8 +16,9 @@ code is srun's, the highest of its tasks': torchrun's 1 (whatever the failing wo
 of a node SLURM stopped; a `# note:` in the script says so, and the job's log shows each worker's code.
 
 A plan of a downstream rule set carries the rule set's reference (TRAINPLAN_RULES), which `trainplan.resolve()`
-imports inside the job, and a downstream accelerator is carried as chosen (with a note: the job's script supplies
-its device count, which trainplan cannot probe); a rule set without a name cannot travel and is refused.
+compares inside the job with the rule set the script imported or passes (a variable never imports a module), and
+a downstream accelerator is carried as chosen (with a note: the job's script supplies its device count, which
+trainplan cannot probe); a rule set without a name cannot travel and is refused.
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTI
     ]
     if reference is not None:
         lines += [
-            "# The rule set the plan was made from: trainplan.resolve() imports it (the current directory too).",
+            "# The rule set the plan was made from: the script imports it or passes it (trainplan.resolve(rules=...)).",
             f"export {RULES_VARIABLE}={shlex.quote(reference)}",
         ]
     carried = carried_request(plan)
