@@ -197,3 +197,12 @@ def test_an_lsf_rank_host_is_checked_as_every_address_is() -> None:
     with pytest.raises(ClusterEnvironmentError, match="not a host name") as caught:
         detect("auto", job)
     assert caught.value.variable == "LSB_MCPU_HOSTS"
+
+
+def test_a_host_list_of_many_bracket_groups_is_read_without_expanding_it() -> None:
+    from trainplan.resolve.cluster import first_host
+
+    # 2,000 groups of 99,999 names each: expanded, 99,999**2000 names; only the first is built.
+    with pytest.raises(ValueError, match="is not a host name"):
+        first_host("n" + "[1-99999]" * 2000)  # its first name is 2,001 characters long
+    assert first_host("n" + "[1-99999]" * 20) == "n" + "1" * 20
