@@ -195,7 +195,8 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
     leaves at their defaults, and a field it sets otherwise keeps its value with a `launch-choice-overridden`
     warning. With no request: in an emitted job (`trainplan plan --emit
     torchrun|slurm|kubeflow`), the request the job was emitted for (TRAINPLAN_REQUEST), decided by the rule set
-    it was emitted with (TRAINPLAN_RULES, imported, the current directory searched too); `env` may then add what
+    it was emitted with (TRAINPLAN_RULES: `rules`, or that rule set when the script has imported it; a variable
+    never imports a module); `env` may then add what
     probe() cannot see, such as a downstream accelerator's device count. `rules` is the rule set to decide from
     (`Rules.extend`).
     """
@@ -223,7 +224,11 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
 
             from trainplan.effects.rules_loading import read_plan_text, rules_of
 
-            outer_plan = read_plan_text(os.environ[PLAN_VARIABLE], from_working_directory=True)
+            outer_plan = read_plan_text(
+                os.environ[PLAN_VARIABLE],
+                rules=None if rules is BUILTIN_RULES else rules,
+                named_by=f"the outer launcher's plan ({PLAN_VARIABLE})",
+            )
             if rules is BUILTIN_RULES:
                 rules = rules_of(outer_plan)
             outer = outer_plan.request
@@ -247,8 +252,9 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
 
 
 def _carried_rules(reference: str, given: Rules) -> Rules:
-    """The rule set an emitted job names (TRAINPLAN_RULES), imported; `given` when it is that one already."""
-    from trainplan.effects.rules_loading import load_rules
+    """The rule set an emitted job names (TRAINPLAN_RULES): `given` when it is that one, else the one this process
+    has loaded (never imported: a variable names a rule set, the script passes or imports it)."""
+    from trainplan.effects.rules_loading import loaded_rules
     from trainplan.rules import RULES_VARIABLE
 
     if given is not BUILTIN_RULES:
@@ -258,18 +264,10 @@ def _carried_rules(reference: str, given: Rules) -> Rules:
                 value=given.reference or "an unnamed rule set",
                 reason=f"this job was emitted for the rule set {reference!r} ({RULES_VARIABLE}), and the carried "
                 "request is decided by that one",
-                fix=f"Pass that rule set (or none: trainplan.resolve() imports {reference})",
+                fix=f"Pass that rule set: trainplan.resolve(rules=...) with the Rules {reference} names",
             )
         return given
-    try:
-        return load_rules(reference, from_working_directory=True)
-    except InvalidRequest as error:
-        raise InvalidRequest(
-            field=RULES_VARIABLE,
-            value=reference,
-            reason=f"the job was emitted for that rule set, and {error.reason}",
-            fix="Run the job where the module is importable (its directory current, or on PYTHONPATH)",
-        ) from None
+    return loaded_rules(reference, named_by=f"the environment variable {RULES_VARIABLE}", field=RULES_VARIABLE)
 
 
 def check(

@@ -38,7 +38,6 @@ from trainplan.render.records import error_record, plain, problems_record, versi
 from trainplan.render.report import render_report, report_to_dict
 from trainplan.render.spelling import flag_spelling, python_spelling
 from trainplan.resolve import check, resolve
-from trainplan.resolve.cluster import host_address
 from trainplan.rules import ACCELERATORS as ACCELERATOR_RULES
 from trainplan.rules import (
     BUILTIN_RULES,
@@ -61,6 +60,7 @@ from trainplan.spec.names import (
 from trainplan.spec.numbers import is_ascii_digits, whole_number
 from trainplan.spec.plan import Plan
 from trainplan.spec.request import Request
+from trainplan.spec.text import host_address
 
 EXIT_USAGE = 2
 DEFAULT_JOB_NAME = "train"

@@ -1,8 +1,8 @@
 """A downstream framework's strategy, run for real on CPU over gloo: `trainplan launch --rules` starts it and its
-workers read the plan back with the same rule set; an emitted torchrun line carries the rule set (TRAINPLAN_RULES)
-and `trainplan.resolve()` inside the job imports it; a cluster manager the rule set adds is detected, planned and
-launched. Neither child has the project on PYTHONPATH: the rule set's module is found in the current directory, as
-`--rules` finds it."""
+workers read the plan back with the same rule set (handed to them by the launcher); an emitted torchrun line carries
+the rule set (TRAINPLAN_RULES) and `trainplan.resolve()` inside the job uses it once the script imported it (the
+variable alone is refused); a cluster manager the rule set adds is detected, planned and launched. Neither child has
+the project on PYTHONPATH: the rule set's module is found in the current directory, as `--rules` finds it."""
 
 from __future__ import annotations
 
@@ -87,6 +87,11 @@ _JOB_CODE = """
 import json, trainplan as tp
 try:
     tp.resolve()
+except tp.InvalidRequest as error:  # the variable names the rule set; the job's script imports it
+    print("NOT IMPORTED", error)
+import tests.downstream_rules
+try:
+    tp.resolve()
 except tp.Unavailable as error:
     print("REFUSED", error)
 plan = tp.resolve(env=tp.probe().with_device_counts({"npu": 2}))
@@ -115,6 +120,7 @@ def test_an_emitted_torchrun_line_carries_the_rule_set_and_the_job_resolves_with
         check=False,
     )
     assert job.returncode == 0, job.stderr
+    assert "NOT IMPORTED" in job.stdout and "import tests.downstream_rules and give rules=" in job.stdout
     assert "REFUSED Asked for accelerator='npu'" in job.stdout  # without the count: said, not planned on the CPU
     (report,) = _reports(job.stdout)
     assert report == {

@@ -63,6 +63,7 @@ from trainplan.effects.launching import (
     choose_free_port,
 )
 from trainplan.effects.lifeline import Lifeline
+from trainplan.effects.rules_loading import handed_to_workers
 from trainplan.mapping.workers import (
     launch_choices_line,
     launcher_rule,
@@ -609,6 +610,7 @@ def _common_variables(plan: Plan, meeting: _Meeting, port: int) -> dict[str, str
     if meeting.backend != "static" and plan.num_nodes > 1:
         variables.pop("NODE_RANK", None)  # the rendezvous assigns node ranks (GROUP_RANK) as nodes arrive
     variables["PYTHONUNBUFFERED"] = "1"
+    variables.update(handed_to_workers(plan))  # the rule set `--rules` named, for the workers this process starts
     return variables
 
 

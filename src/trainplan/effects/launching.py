@@ -40,7 +40,7 @@ import attrs
 from trainplan.effects.extras import require_torch
 from trainplan.effects.lifeline import Lifeline, close_inherited_lifelines
 from trainplan.effects.probing import process_variables
-from trainplan.effects.rules_loading import read_plan_text
+from trainplan.effects.rules_loading import handed_rules, load_rules, loaded_rules, read_plan_text
 from trainplan.effects.world import join
 from trainplan.mapping.workers import (
     global_rank_of,
@@ -55,7 +55,7 @@ from trainplan.mapping.workers import (
     worker_view,
 )
 from trainplan.resolve.cluster import launched_by_trainplan
-from trainplan.rules import FORKSERVER_PRELOAD, LAUNCHED_MARKER, PLAN_VARIABLE, LauncherRule
+from trainplan.rules import FORKSERVER_PRELOAD, LAUNCHED_MARKER, PLAN_VARIABLE, UNNAMED_RULES, LauncherRule
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import StartMethod
 from trainplan.spec.numbers import real_number
@@ -141,6 +141,9 @@ class WorkerSpec:
     plan_json: str
     variables: dict[str, str] = attrs.field(hash=False)
     """The variables `mapping.workers.worker_environment` writes (torchrun's, the plan, the marker, the GPUs)."""
+    rules: str | None = None
+    """The reference of the downstream rule set the plan was made from, which the launcher has loaded (its caller
+    imported it): the worker imports it by that name, handed over with the launch itself, never from the plan."""
 
     def environment(self) -> dict[str, str]:
         """The torch.distributed (and torchrun-compatible) environment of this worker."""
@@ -202,8 +205,9 @@ def run_worker(
     _keep_running_streams()
     os.environ.update(spec.environment())
     try:
+        rules = None if spec.rules is None else load_rules(spec.rules)
         plan = worker_view(
-            read_plan_text(spec.plan_json),
+            read_plan_text(spec.plan_json, rules=rules),
             global_rank=spec.global_rank,
             local_rank=spec.local_rank,
             main_port=spec.main_port,
@@ -934,6 +938,8 @@ def _specs(plan: Plan, *, port: int, launcher: str, extra: Mapping[str, str] | N
     """One spec per local rank; on CUDA the node's selected GPUs are made visible (torchrun's convention); `extra`
     variables join each worker's environment (the lifeline's mark)."""
     text = json.dumps(plan.to_dict())  # once, for every worker
+    # A downstream rule set this process has loaded goes to the workers by name, with the launch itself.
+    rules = None if plan.rules is None or plan.rules == UNNAMED_RULES else loaded_rules(plan.rules).reference
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     count = max(plan.devices, default=0) + 1
     specs = []
@@ -955,6 +961,7 @@ def _specs(plan: Plan, *, port: int, launcher: str, extra: Mapping[str, str] | N
                 main_port=port,
                 plan_json=text,
                 variables=variables,
+                rules=rules,
             )
         )
     return specs
@@ -988,7 +995,9 @@ def worker_plan(environ: Mapping[str, str] | None = None) -> Plan | None:
     text = environ.get(PLAN_VARIABLE)
     if text is None or not launched_by_trainplan(environ):
         return None
-    plan = read_plan_text(text, from_working_directory=True)  # `trainplan launch --rules` found it there too
+    # The rule set `trainplan launch --rules` handed this worker, or (a plan of `tp.launch`'s, or a plan read
+    # again) the one this process has loaded: a plan's reference is never imported.
+    plan = read_plan_text(text, rules=handed_rules(environ), named_by=f"the launcher's plan ({PLAN_VARIABLE})")
     try:
         rank, local_rank = int(environ["RANK"]), int(environ["LOCAL_RANK"])
         port, world = int(environ["MASTER_PORT"]), int(environ["WORLD_SIZE"])

@@ -146,7 +146,7 @@ def check_rules_at_hand(plan: Plan, rules: Rules, what: str, value: str) -> None
             given=rules_named(rules),
             what=what,
             value=value,
-            how=f"trainplan.effects.rules_loading.rules_of(plan) imports {plan.rules}"
+            how=f"the Rules {plan.rules} names, imported by you: a plan's reference is never imported"
             if named
             else "the one it was resolved with",
         )

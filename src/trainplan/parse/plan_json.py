@@ -12,7 +12,7 @@ from collections.abc import Callable
 import attrs
 
 from trainplan.parse.fields import IN_READ_ORDER, REQUEST_FIELD_ROWS
-from trainplan.parse.wire import Reader, note_from, options_from_dict, options_to_dict
+from trainplan.parse.wire import Reader, check_document, note_from, options_from_dict, options_to_dict
 from trainplan.rules import (
     BUILTIN_RULES,
     HOST_DEVICE,
@@ -47,6 +47,7 @@ from trainplan.spec.names import (
 from trainplan.spec.options import ModelParallelOptions, StrategyOptions, option_value
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, Plan, StrategyChoice
 from trainplan.spec.request import Request
+from trainplan.spec.text import host_address
 
 
 def plan_to_dict(plan: Plan) -> dict[str, object]:
@@ -82,6 +83,7 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
 
 def plan_from_dict(data: object, rules: Rules | None = None) -> Plan:
     """`Plan.from_dict`: `plan_to_dict`'s output read back and checked; anything else raises `PlanFormatError`."""
+    check_document(data, "plan")
     plan = _read(data)
     _check_plan(plan, rules)
     return plan
@@ -307,8 +309,12 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         raise bad("metrics.cpu_values_move_for_reduction", f"it is {moves} for this backend and device")
     cluster = plan.cluster
     address = cluster.main_address
-    if not address or len(address) > 253 or any(character.isspace() or ord(character) < 32 for character in address):
-        raise bad("cluster.main_address", "it is not a host name or address")
+    if host_address(address) != address:  # as resolve writes it: a checked host, in its canonical form
+        raise bad(
+            "cluster.main_address",
+            "it is not a host name or an IP address (letters, digits, '.', '-', '_'; an IPv6 address without "
+            "brackets, in its short form), as resolve writes one",
+        )
     if cluster.main_port is not None and not 1 <= cluster.main_port <= 65535:
         raise bad("cluster.main_port", "a TCP port is from 1 to 65535")
     if cluster.node_rank is not None and not 0 <= cluster.node_rank < plan.num_nodes:
@@ -395,6 +401,7 @@ def request_from_json_text(text: str, *, source: str = "request") -> Request:
         data = json.loads(text)
     except (ValueError, RecursionError) as error:
         raise PlanFormatError(path=source, reason=f"not JSON ({error})") from None
+    check_document(data, source)
     return _request_from_dict(Reader(data, source))
 
 

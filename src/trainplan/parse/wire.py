@@ -16,9 +16,59 @@ from trainplan.spec.errors import PlanFormatError
 from trainplan.spec.names import CUSTOM_NAME, NOTE_LEVELS, CustomName
 from trainplan.spec.notes import Note
 from trainplan.spec.options import StrategyOptions, option_fields
+from trainplan.spec.text import unsafe_character
 
 T = TypeVar("T")
 C = TypeVar("C")
+
+
+MAX_DEPTH = 32
+"""How deeply a plan's JSON may nest (a plan written by `Plan.to_dict` nests 5 deep; a downstream option's value
+may add some)."""
+MAX_VALUES = 20_000
+"""How many values (objects, lists, strings, numbers) a plan's JSON may hold in all (one written by `Plan.to_dict`
+holds a few hundred)."""
+MAX_TEXT = 10_000
+"""How long one string of a plan may be, in characters (a note or a reason is a sentence or two)."""
+
+
+def check_document(data: object, path: str) -> None:
+    """The shape every plan and request read from JSON keeps before any field is read: at most `MAX_DEPTH` deep,
+    `MAX_VALUES` values and `MAX_TEXT` characters a string, and no string (key or value) holding a character
+    `unsafe_character` names (a line break, a control character, a lone surrogate), since a plan's text is
+    written into explain(), comments of emitted jobs and workers' environments. Iterative, so a value nested a
+    million deep is a `PlanFormatError`, not a `RecursionError`."""
+    pending: list[tuple[object, str, int]] = [(data, path, 1)]
+    seen = 0
+    while pending:
+        value, where, depth = pending.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise PlanFormatError(path=path, reason=f"it holds more than {MAX_VALUES} values; a plan holds hundreds")
+        if depth > MAX_DEPTH:
+            raise PlanFormatError(path=where, reason=f"it nests more than {MAX_DEPTH} deep")
+        if isinstance(value, str):
+            _check_text(value, where)
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise PlanFormatError(path=where, reason=f"a key is a {type(key).__name__}, not a string")
+                _check_text(key, f"{where} (a key)")
+                pending.append((item, f"{where}.{key}", depth + 1))
+        elif isinstance(value, (list, tuple)):
+            pending.extend((item, f"{where}[{index}]", depth + 1) for index, item in enumerate(value))
+
+
+def _check_text(text: str, where: str) -> None:
+    if len(text) > MAX_TEXT:
+        raise PlanFormatError(path=where, reason=f"a string of {len(text)} characters (at most {MAX_TEXT})")
+    character = unsafe_character(text)
+    if character is not None:
+        raise PlanFormatError(
+            path=where,
+            reason=f"it holds the character {character!a} (line breaks, control characters and lone "
+            "surrogates are refused: a plan's text is written into scripts, manifests and explain())",
+        )
 
 
 class Reader:

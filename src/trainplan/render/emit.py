@@ -17,8 +17,9 @@ code is srun's, the highest of its tasks': torchrun's 1 (whatever the failing wo
 of a node SLURM stopped; a `# note:` in the script says so, and the job's log shows each worker's code.
 
 A plan of a downstream rule set carries the rule set's reference (TRAINPLAN_RULES), which `trainplan.resolve()`
-imports inside the job, and a downstream accelerator is carried as chosen (with a note: the job's script supplies
-its device count, which trainplan cannot probe); a rule set without a name cannot travel and is refused.
+compares inside the job with the rule set the script imported or passes (a variable never imports a module), and
+a downstream accelerator is carried as chosen (with a note: the job's script supplies its device count, which
+trainplan cannot probe); a rule set without a name cannot travel and is refused.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from trainplan.rules import (
 )
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.plan import Plan
+from trainplan.spec.text import one_line
 
 DEFAULT_SCRIPT: tuple[str, ...] = ("train.py",)
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -76,10 +78,10 @@ def _notes(plan: Plan) -> list[str]:
     devices = downstream_devices_note(plan)
     if devices is not None:
         notes.append(devices)
-    return [f"# note: {note.message}" for note in notes]
+    return [f"# note: {one_line(note.message)}" for note in notes]
 
 
-def _torchrun(plan: Plan, command: Sequence[str], *, address: str, port: str, run_id: str) -> list[_Word]:
+def _torchrun(plan: Plan, command: Sequence[str], *, address: _Part, port: _Part, run_id: _Part) -> list[_Word]:
     parts: list[_Word] = [_Word("torchrun")]
     if plan.num_nodes == 1:
         parts += [_Word("--standalone"), _Word("--nnodes=1")]
@@ -87,24 +89,47 @@ def _torchrun(plan: Plan, command: Sequence[str], *, address: str, port: str, ru
         parts += [
             _Word(f"--nnodes={plan.num_nodes}"),
             _Word("--rdzv-backend=c10d"),
-            _Word(f"--rdzv-endpoint={address}:{port}", expand=True),
-            _Word(f"--rdzv-id={run_id}", expand=True),
+            _Word("--rdzv-endpoint=", address, ":", port),
+            _Word("--rdzv-id=", run_id),
         ]
     parts.append(_Word(f"--nproc-per-node={plan.processes_per_node}"))
     return parts + [_Word(word) for word in _command(command)]
 
 
-class _Word:
-    """A word of an emitted line: the script's own words are quoted literally; only trainplan's placeholders
-    (`${MASTER_ADDR:?…}`, `$SLURM_JOB_ID`) stay expandable, inside double quotes."""
+class _Placeholder:
+    """Shell text trainplan writes itself (`${MASTER_ADDR:?…}`, `$SLURM_JOB_ID`), expanded by the shell inside
+    double quotes; never built from a plan's or a script's values."""
 
-    def __init__(self, text: str, *, expand: bool = False) -> None:
+    def __init__(self, text: str) -> None:
+        if any(character in text for character in '"\\`\n'):
+            raise ValueError(f"a placeholder is plain shell expansion: {text!r}")
         self.text = text
-        self.expand = expand
+
+
+_Part = str | _Placeholder
+
+
+class _Word:
+    """A word of an emitted line, built from parts: text (a plan's value, a script's word) is quoted literally
+    (`shlex.quote`), and only trainplan's own placeholders stay expandable, in double quotes, so no value can
+    close a quote, end the line or run a command."""
+
+    def __init__(self, *parts: _Part) -> None:
+        self.parts = parts
+
+    def shell(self) -> str:
+        texts = [part for part in self.parts if isinstance(part, str)]
+        if len(texts) == len(self.parts):
+            return shlex.quote("".join(texts))
+        if all(shlex.quote(text) == text for text in texts if text):  # nothing to quote: one double-quoted word
+            return '"' + "".join(part if isinstance(part, str) else part.text for part in self.parts) + '"'
+        return "".join(
+            f'"{part.text}"' if isinstance(part, _Placeholder) else shlex.quote(part) for part in self.parts if part
+        )
 
 
 def _quote(words: Sequence[_Word]) -> str:
-    return " ".join(f'"{word.text}"' if word.expand and "$" in word.text else shlex.quote(word.text) for word in words)
+    return " ".join(word.shell() for word in words)
 
 
 def _gpu_selection(plan: Plan) -> dict[str, str]:
@@ -126,13 +151,13 @@ def emit_torchrun(plan: Plan, command: Sequence[str] = ()) -> str:
     """The torchrun command line that starts this plan's processes on one node (run it on every node)."""
     rules = carried_rules(plan, "torchrun line")
     if plan.num_nodes > 1:
-        address = plan.cluster.main_address
+        address: _Part = plan.cluster.main_address
         if address in _LOOPBACK:
-            address = "${MASTER_ADDR:?export MASTER_ADDR=<the host of node 0> on every node}"
-        port = (
+            address = _Placeholder("${MASTER_ADDR:?export MASTER_ADDR=<the host of node 0> on every node}")
+        port: _Part = (
             str(plan.cluster.main_port)
             if plan.cluster.main_port is not None
-            else "${MASTER_PORT:?export the same free MASTER_PORT on every node}"
+            else _Placeholder("${MASTER_PORT:?export the same free MASTER_PORT on every node}")
         )
         words = _torchrun(plan, command, address=address, port=port, run_id="trainplan")
     else:
@@ -168,7 +193,7 @@ def _srun(plan: Plan) -> list[_Word]:
         _Word("srun"),
         _Word("--kill-on-bad-exit=1"),
         _Word("--ntasks-per-node=1"),
-        _Word(f"--cpus-per-task=${{SLURM_CPUS_PER_TASK:-{plan.processes_per_node}}}", expand=True),
+        _Word("--cpus-per-task=", _Placeholder(f"${{SLURM_CPUS_PER_TASK:-{plan.processes_per_node}}}")),
     ]
 
 
@@ -206,7 +231,7 @@ def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTI
     ]
     if reference is not None:
         lines += [
-            "# The rule set the plan was made from: trainplan.resolve() imports it (the current directory too).",
+            "# The rule set the plan was made from: the script imports it or passes it (trainplan.resolve(rules=...)).",
             f"export {RULES_VARIABLE}={shlex.quote(reference)}",
         ]
     carried = carried_request(plan)
@@ -228,7 +253,13 @@ def emit_slurm(plan: Plan, command: Sequence[str] = (), *, rules: Rules = BUILTI
             'export MASTER_ADDR="${MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}"',
             f'export MASTER_PORT="${{MASTER_PORT:-$(({SLURM_PORT_BASE} + SLURM_JOB_ID % 10000))}}"',
         ]
-    words = _torchrun(plan, command, address="$MASTER_ADDR", port="$MASTER_PORT", run_id="$SLURM_JOB_ID")
+    words = _torchrun(
+        plan,
+        command,
+        address=_Placeholder("$MASTER_ADDR"),
+        port=_Placeholder("$MASTER_PORT"),
+        run_id=_Placeholder("$SLURM_JOB_ID"),
+    )
     worker = _quote(words)
     if narrowed:
         positions = ",".join(f"${{visible[{index}]}}" for index in plan.devices)
@@ -309,8 +340,9 @@ def emit_kubeflow(
             reason="a PyTorchJob runs a script in its image, and none was named",
             fix="Name the script after --, e.g. trainplan plan --emit kubeflow --image IMAGE -- train.py --lr 0.1",
         )
-    # The kubelet expands $(VAR) in a container's command; the script's own `$(` is kept as written ($$().
-    words = [word.replace("$(", "$$(") for word in command]
+    # The kubelet expands $(VAR) in a container's command and env, and reads `$$` as `$`: every `$` of the
+    # script's words and of the carried values is doubled, so each reaches the process as written.
+    words = [_kubelet_literal(word) for word in command]
     if plan.processes_per_node == 1:
         if words[0] == "-m" or words[0].startswith("-") or words[0].endswith(".py"):
             words = ["python", *words]
@@ -328,7 +360,9 @@ def emit_kubeflow(
     carried = carried_request(plan)
     carried_variables = {RULES_VARIABLE: reference, REQUEST_VARIABLE: carried}
     if reference is not None or carried is not None:
-        container["env"] = [{"name": key, "value": value} for key, value in carried_variables.items() if value]
+        container["env"] = [
+            {"name": key, "value": _kubelet_literal(value)} for key, value in carried_variables.items() if value
+        ]
     container["ports"] = [{"name": "pytorchjob-port", "containerPort": port}]
     if resource is not None:
         # A Kubernetes quantity: the operator's API types resource limits as strings.
@@ -347,7 +381,7 @@ def emit_kubeflow(
             "pytorchReplicaSpecs": replicas,
         },
     }
-    header = [f"# {line[2:]}" if line.startswith("# ") else line for line in _notes(plan)]
+    header = list(_notes(plan))  # one line each (`one_line`): a note cannot end its comment
     chosen = tuple(plan.devices)
     if resource is not None and chosen != tuple(range(len(chosen))):
         header.append(
@@ -359,6 +393,11 @@ def emit_kubeflow(
         "kubectl apply -f this file"
     )
     return "\n".join([*header, *_yaml(manifest, 0)])
+
+
+def _kubelet_literal(text: str) -> str:
+    """`text` as the kubelet passes it on unexpanded: it turns `$$` into `$` and `$(NAME)` into a variable's value."""
+    return text.replace("$", "$$")
 
 
 def _replica(count: int, container: dict[str, object]) -> dict[str, object]:
@@ -394,4 +433,6 @@ def _scalar(value: object) -> str:
         return str(value)
     if isinstance(value, (dict, list)):
         return "{}" if isinstance(value, dict) else "[]"
-    return json.dumps(str(value), ensure_ascii=False)
+    # ASCII only: YAML readers fold U+0085 and U+2028 to line breaks and refuse DEL and C1 characters, all of
+    # which JSON's \u escapes carry exactly (YAML reads a double-quoted JSON string the same).
+    return json.dumps(str(value), ensure_ascii=True)

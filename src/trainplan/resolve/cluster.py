@@ -41,6 +41,7 @@ from trainplan.spec.errors import ClusterEnvironmentError, Incompatible, Unavail
 from trainplan.spec.names import ClusterFlag, ClusterKey, CustomName
 from trainplan.spec.notes import Note
 from trainplan.spec.numbers import whole_number
+from trainplan.spec.text import host_address
 
 
 @attrs.frozen(kw_only=True)
@@ -122,24 +123,6 @@ def _index(rules: Rules) -> _Index:
     index.alone["auto"] = _read(index.fallback, index, {}, requested=False)
     index.alone[index.fallback.name] = _read(index.fallback, index, {}, requested=True)
     return index
-
-
-_HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]{0,252})", flags=re.ASCII)
-
-
-def host_address(text: str) -> str | None:
-    """`text` as a host to meet at (a name, an IPv4 or an IPv6 address; `[::1]` loses its brackets), or None
-    for anything else: a port glued on (`host:1234`), control characters, spaces, shell metacharacters."""
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-        if ":" not in text:
-            return None
-    if ":" in text:
-        try:
-            return str(ipaddress.IPv6Address(text.split("%", 1)[0])) if text.count(":") >= 2 else None
-        except ValueError:
-            return None
-    return text if _HOST_NAME.fullmatch(text) else None
 
 
 def is_loopback_host(host: str) -> bool:
@@ -666,7 +649,7 @@ def _rank_host_count(text: str, minimum: int) -> int | None:
 
 def _first_rank_host(text: str) -> str | None:
     hosts = _rank_hosts(text)
-    return hosts[0] if hosts else None
+    return _host(hosts[0]) if hosts else None
 
 
 def _host(text: str) -> str:

@@ -41,8 +41,13 @@ strategy, its options): `trainplan.resolve()` with no arguments resolves that re
 
 RULES_VARIABLE: Final[str] = "TRAINPLAN_RULES"
 """Set by emitted jobs whose plan was made from a downstream rule set: its reference ("package.module:NAME").
-`trainplan.resolve()` with no request imports it there (the current directory searched too, as `--rules` does) and
-resolves the carried request with it."""
+`trainplan.resolve()` with no request resolves the carried request with it when the job's script has it (imported,
+or passed as `rules=`), and refuses otherwise: a variable names a rule set, it never imports one."""
+
+LAUNCHER_RULES_VARIABLE: Final[str] = "TRAINPLAN_LAUNCHER_RULES"
+"""Set by `trainplan launch --rules MODULE:NAME` for the workers it starts itself: "<its pid> <the reference>". A
+worker imports that rule set only when the pid is its parent's (the launcher that was told `--rules` started this
+very process); inherited any further, or set by anything else, the variable is ignored."""
 
 SELECTED_DEVICES_VARIABLE: Final[str] = "TRAINPLAN_SELECTED_DEVICES"
 """Set beside CUDA_VISIBLE_DEVICES by trainplan's launchers: the device indices the launcher was asked for (as the

@@ -250,8 +250,9 @@ class Rules:
         Kubernetes resource a pod asks for per device (`kubernetes_resources={"npu": "huawei.com/Ascend910"}`, the
         resource its device plugin advertises); without them, the adapters and `emit_kubeflow` refuse it by name. `name`
         is where the new rule set can be imported from ("package.module:NAME", the module
-        that builds it): plans made from it record it, and a launched worker imports it to check the plan it reads
-        back. A built-in backend's row may be replaced too (`backends=[attrs.evolve(BUILTIN_RULES.backends['gloo'],
+        that builds it): plans made from it record it, and a plan read back is checked with it where this process has
+        it (passed as `rules=`, or imported: a plan's reference is never imported). A built-in backend's row may be
+        replaced too (`backends=[attrs.evolve(BUILTIN_RULES.backends['gloo'],
         accelerators=... | {'npu'})]`, for an accelerator whose default backend is gloo), keeping how it reduces
         (`needs_device_tensors`). A new cluster manager (PBS, Flux) is a `ClusterRule` with a `CustomName`, found by
         variables of its own at a `detect_priority` no other row has, its jobs read through `JobVariables` schemas;
