@@ -179,6 +179,40 @@ def _srun_pty(job: Job) -> Run:
     return run_command(job, ["script", "-qec", line, "/dev/null"])
 
 
+@scenario("srun-pty-n2")
+def _srun_pty_two(job: Job) -> Run:
+    # srun --pty of two tasks running the script itself: SLURM's world (the pty is task 0's).
+    line = shlex.join(srun("--pty", "-N1", "-n2", *PROBE_COMMAND, job=job))
+    return run_command(job, ["script", "-qec", line, "/dev/null"])
+
+
+@scenario("srun-pty-shell-n2")
+def _srun_pty_shell(job: Job) -> Run:
+    # srun --pty -n2 bash, and the script typed into task 0's shell: the step's other task runs no copy of it.
+    line = shlex.join(srun("--pty", "-N1", "-n2", "bash", "--norc", job=job))
+    return run_command(job, ["script", "-qec", line, "/dev/null"], stdin=f"{PROBE_LINE}; exit\n")
+
+
+@scenario("openmpi-sbatch-seq")
+def _openmpi_sequential(job: Job) -> Run:
+    """mpirun --map-by seq with a hostfile naming tpnode2 first: MPI's rank 0 is the daemons' srun task 1, so
+    SLURM's step states the same world size but not the same ranks."""
+    hostfile = job.folder / "hostfile"
+    hostfile.write_text("tpnode2\ntpnode1\n")
+    mapping = ("--map-by", "seq", "--hostfile", str(hostfile), "-x", "MASTER_ADDR=127.0.0.1")
+    line = shlex.join([*OPEN_MPI, *mapping, "-np", "2", *PROBE_COMMAND])
+    return run_batch(job, ["-N2", "--ntasks-per-node=1", "--wrap", line])
+
+
+@scenario("mpich-sbatch-2-plus-1")
+def _mpich_two_plus_one(job: Job) -> Run:
+    """mpiexec -n 3 -ppn 2 over 2 nodes: 2 ranks on tpnode1, 1 on tpnode2; MPICH states no node count."""
+    port = str(free_port())
+    address = ("-genv", "MASTER_ADDR", "127.0.0.1", "-genv", "MASTER_PORT", port)
+    line = shlex.join([*MPICH, *address, "-n", "3", "-ppn", "2", *PROBE_COMMAND])
+    return run_batch(job, ["-N2", "--ntasks-per-node=2", "--wrap", line])
+
+
 @scenario("openmpi-sbatch-2-nodes-no-address")
 def _openmpi_two_nodes_no_address(job: Job) -> Run:
     line = shlex.join([*OPEN_MPI, "-np", "4", *PROBE_COMMAND])
@@ -634,6 +668,31 @@ def test_srun_pty_one_task_is_local(scenarios: Pool) -> None:
     check(problems + [f"refused: {record['message']}" for record in run.of_kind("refused")], run)
 
 
+@pytest.mark.scenario("srun-pty-n2")
+def test_srun_pty_of_two_tasks_running_the_script_is_slurms_world(scenarios: Pool) -> None:
+    run = scenarios.result("srun-pty-n2")
+    check(
+        problems_of_world(run, size=2, nodes=1, per_node=2, cluster="slurm", truth="slurm", address=first_host(run)),
+        run,
+    )
+
+
+@pytest.mark.scenario("srun-pty-shell-n2")
+def test_a_script_typed_into_an_interactive_srun_shell_plans_alone_with_a_warning(scenarios: Pool) -> None:
+    """D2: `srun --pty -n2 bash`, then the script typed into task 0's shell: no other task runs it, so it plans
+    this machine alone and says so (it used to wait for a rank 1 that never came)."""
+    run = scenarios.result("srun-pty-shell-n2")
+    problems = problems_left(run)
+    plans = run.of_kind("plan")
+    if len(plans) != 1:
+        problems.append(f"{len(plans)} plan(s): expected one")
+    for plan in plans:
+        levels = {note["code"]: note["level"] for note in plan["notes"]}
+        if plan["cluster"] != "local" or levels.get("slurm-interactive-shell") != "warning":
+            problems.append(f"cluster {plan['cluster']!r}, notes {levels}: expected local, slurm-interactive-shell")
+    check(problems + [f"{r['kind']}: {r['message']}" for r in run.of_kind("refused") + run.of_kind("failed")], run)
+
+
 @pytest.mark.scenario("srun-bash")
 def test_srun_through_bash_is_a_slurm_world(scenarios: Pool) -> None:
     """F1: the job is named `bash`, and its tasks are still srun's."""
@@ -823,6 +882,26 @@ def test_openmpi_two_nodes_with_master_addr(scenarios: Pool) -> None:
     run = scenarios.result("openmpi-sbatch-2-nodes")
     check(problems_of_world(run, size=4, nodes=2, per_node=2, cluster="mpi", truth="openmpi", address="127.0.0.1"), run)
     assert {plan["node_name"] for plan in run.of_kind("plan")} == {"tpnode1", "tpnode2"}, run.describe()
+
+
+@pytest.mark.scenario("openmpi-sbatch-seq")
+def test_mpirun_with_a_sequential_mapping_inside_sbatch_is_mpis_world(scenarios: Pool) -> None:
+    """D3: SLURM's daemon step states MPI's world size (2 tasks, one per node) but other ranks: MPI's win."""
+    run = scenarios.result("openmpi-sbatch-seq")
+    check(problems_of_world(run, size=2, nodes=2, per_node=1, cluster="mpi", truth="openmpi", address="127.0.0.1"), run)
+    places = {(plan["global_rank"], plan["node_name"]) for plan in run.of_kind("plan")}
+    assert places == {(0, "tpnode2"), (1, "tpnode1")}, run.describe()
+
+
+@pytest.mark.scenario("mpich-sbatch-2-plus-1")
+def test_an_uneven_mpich_job_is_refused_on_every_rank(scenarios: Pool) -> None:
+    """D1: the lone rank on tpnode2 reads the nodes off the proxies' srun step, and refuses with the others."""
+    run = scenarios.result("mpich-sbatch-2-plus-1")
+    words = ("MPI started 3 processes", "-ppn")
+    check(
+        problems_of_refusal(run, count=3, error="ClusterEnvironmentError", variable="MPI_LOCALNRANKS", words=words),
+        run,
+    )
 
 
 @pytest.mark.scenario("openmpi-sbatch-1-node")

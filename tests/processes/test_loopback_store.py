@@ -174,3 +174,20 @@ def test_under_torchruns_agent_store_the_store_is_torchruns() -> None:
     # Rank 0 opened no store of its own on torchrun's port (it would have failed with EADDRINUSE): the one
     # listening there is torchrun's.
     assert reports[0]["listening"], "torchrun's agent store listens on the main port"
+
+
+def test_trainplan_launch_on_one_node_keeps_every_store_on_loopback() -> None:
+    """The stores torch's elastic engine opens in `trainplan launch` (the c10d rendezvous's, and the agent's store
+    the workers meet at) listen on 127.0.0.1 alone for a one-node world; torch's own would listen on every
+    interface (`*`, read off torch 2.13 before this was fixed)."""
+    command = [sys.executable, "-m", "trainplan.cli", "launch", "--accelerator", "cpu", "--devices", "2", SCRIPT]
+    result = subprocess.run(
+        command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    reports = _reports([result.stdout])
+    assert [report["rank"] for report in reports] == [0, 1] and reports[0]["sum"] == 3.0
+    stores = reports[0]["parent_listening"]
+    assert len(stores) >= 2, f"the launcher's rendezvous store and agent store: {stores}"
+    assert {store.rpartition(":")[0] for store in stores} == {"127.0.0.1"}, stores
+    assert reports[0]["listening"] == ["127.0.0.1"], "the workers' main port is the agent store's, on loopback"

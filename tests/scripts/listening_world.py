@@ -1,6 +1,7 @@
 """A world that says where its rendezvous store listens: each rank resolves the job it is in and joins it, and
 rank 0 reads, while every rank is still in the world, the addresses this machine's sockets listen on at the
-plan's main port (from /proc/net/tcp and /proc/net/tcp6: nothing connects to the store from outside).
+plan's main port, and those its parent (the launcher) listens on (from /proc/net/tcp and /proc/net/tcp6: nothing
+connects to the store from outside).
 """
 
 from __future__ import annotations
@@ -33,6 +34,34 @@ def listening_addresses(port: int) -> list[str]:
     return sorted(found)
 
 
+def listening_of(pid: int) -> list[str]:
+    """The local addresses (address:port) of the TCP sockets process `pid` listens on (its fds' socket inodes, looked
+    up in /proc/net/tcp and /proc/net/tcp6), sorted."""
+    inodes: set[str] = set()
+    try:
+        for descriptor in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{descriptor}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    except OSError:
+        return []
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            address, _, port_hex = fields[1].partition(":")
+            if fields[3] == LISTEN and fields[9] in inodes:
+                found.add(f"{_address(address)}:{int(port_hex, 16)}")
+    return sorted(found)
+
+
 def _address(text: str) -> str:
     """An address as /proc/net/tcp* prints it: hex, each 32-bit word in the machine's byte order."""
     raw = bytes.fromhex(text)
@@ -52,6 +81,7 @@ def main() -> dict[str, object]:
         value = torch.tensor([float(world.rank + 1)])
         distributed.all_reduce(value)
         listening = listening_addresses(port) if world.rank == 0 else []
+        parent = listening_of(os.getppid()) if world.rank == 0 else []  # the launcher's stores, where it has any
         distributed.barrier()  # rank 0 has read the table while every rank was still in the world
         return {
             "rank": world.rank,
@@ -62,6 +92,7 @@ def main() -> dict[str, object]:
             "main_address": plan.cluster.main_address,
             "main_port": port,
             "listening": listening,
+            "parent_listening": parent,
             "agent_store": os.environ.get("TORCHELASTIC_USE_AGENT_STORE"),
         }
 

@@ -30,7 +30,7 @@ from trainplan.resolve.cluster import detect
 from trainplan.rules import (
     CLUSTERS,
     LAUNCHED_WORKERS,
-    MPI_PROXY_FACT,
+    PROCESS_TREE_FACTS,
     ClusterRule,
     DefaultPort,
     JobPort,
@@ -296,8 +296,8 @@ class TestClustersAreRows:
         for schema in (*(schema for rule in CLUSTERS.values() for schema in rule.schemas), LAUNCHED_WORKERS.schema):
             named |= {name for _, source in job_variables(schema) for name in source.names}
         assert len(named) > 30
-        # The MPI proxy is a fact of the process tree that the probe writes itself: never copied from a variable.
-        assert set(relevant_variables(dict.fromkeys(named, "1"))) == named - {MPI_PROXY_FACT}
+        # The process tree's facts (the MPI proxy, its nodes) are written by the probe itself: never copied.
+        assert set(relevant_variables(dict.fromkeys(named, "1"))) == named - set(PROCESS_TREE_FACTS)
 
     def test_a_launcher_writes_what_its_workers_read(self) -> None:
         plan = plan_for(cpu(), accelerator="cpu", devices=2)

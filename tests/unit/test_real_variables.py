@@ -351,6 +351,123 @@ class TestMpi:
             assert _layout(plan) == ("slurm", "external", 2, 1, rank, 0)
 
 
+# Read off `sbatch -N2 --ntasks-per-node=1 --wrap 'mpirun --map-by seq --hostfile hf -np 2 ...'` (hf: tpnode2, then
+# tpnode1; Open MPI 4.1.4): each rank's parent is orted, whose parent is slurmstepd (the daemons' srun step of one task
+# per node). Rank 0 runs on tpnode2, the step's task 1: SLURM's step states the same world size, not the same ranks.
+_OMPI_SEQ_STEP = {
+    "SLURM_JOB_ID": "12",
+    "SLURM_JOB_NAME": "wrap",
+    "SLURM_NNODES": "2",
+    "SLURM_NODELIST": "tpnode[1-2]",
+    "SLURM_NTASKS": "2",
+    "SLURM_NTASKS_PER_NODE": "1",
+    "SLURM_STEP_ID": "0",
+    "SLURM_STEP_NODELIST": "tpnode[1-2]",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    "SLURM_TASKS_PER_NODE": "1(x2)",
+}
+_OMPI_SEQ = [
+    {  # on tpnode2
+        **_OMPI_SEQ_STEP,
+        "SLURMD_NODENAME": "tpnode2",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "1",
+        **_open_mpi(0, 2, 0, 1, 4, "998965249"),  # orte_num_nodes=4: the hostfile's nodes beside the allocation's
+    },
+    {  # on tpnode1
+        **_OMPI_SEQ_STEP,
+        "SLURMD_NODENAME": "tpnode1",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        **_open_mpi(1, 2, 0, 1, 4, "998965249"),
+    },
+]
+# What the probe writes for those ranks from /proc (orted above each, slurmstepd above orted).
+_UNDER_ORTED = {"TRAINPLAN_MPI_DAEMON": "orted", "TRAINPLAN_MPI_NODES": "2", "MASTER_ADDR": "127.0.0.1"}
+
+
+class TestMpiRanksOverSlurmsStep:
+    """The innermost launcher wins unless SLURM states the same world, rank for rank (D3 of issue 20's review)."""
+
+    def test_mpirun_with_a_sequential_mapping_is_mpis_world_on_every_rank(self) -> None:
+        for rank, variables in enumerate(_OMPI_SEQ):
+            plan = _verdict({**variables, **_UNDER_ORTED})
+            assert _layout(plan) == ("mpi", "external", 2, 2, rank, None)
+            assert isinstance(plan, Plan) and plan.cluster.local_rank == 0
+        plans = [_verdict({**variables, **_UNDER_ORTED}) for variables in _OMPI_SEQ]
+        assert len({plan.cluster.main_port for plan in plans if isinstance(plan, Plan)}) == 1
+
+    def test_without_the_process_tree_the_global_rank_still_tells_the_worlds_apart(self) -> None:
+        # No probe of /proc (a what-if with the variables alone): SLURM's rank differs from MPI's, so MPI's world.
+        for rank, variables in enumerate(_OMPI_SEQ):
+            plan = _verdict({**variables, "TRAINPLAN_MPI_NODES": "2", "MASTER_ADDR": "127.0.0.1"})
+            assert _layout(plan)[:5] == ("mpi", "external", 2, 2, rank)
+
+    def test_srun_started_ranks_with_mpis_variables_stay_slurms(self) -> None:
+        # srun --mpi=pmi2: no MPI daemon above the rank, and the same world rank for rank.
+        for rank in range(2):
+            task = _srun_task(procid=rank, localid=rank, nodeid=0, tasks=2, nodes=1, per_node="2", name="p")
+            plan = _verdict({**task, "PMI_RANK": str(rank), "PMI_SIZE": "2"})
+            assert _layout(plan) == ("slurm", "external", 2, 1, rank, 0)
+
+
+# Read off `sbatch -N2 --ntasks-per-node=2 --wrap 'mpiexec.hydra -iface lo -n 3 -ppn 2 ...'` (MPICH 4.0): ranks 0
+# and 1 on tpnode1, rank 2 alone on tpnode2; each rank's parent is hydra_pmi_proxy, whose parent is slurmstepd (the
+# proxies' srun step of one task per node). Hydra passes mpiexec's environment on, so SLURMD_NODENAME is the batch
+# node's on every rank.
+def _hydra_two_plus_one(rank: int) -> dict[str, str]:
+    node = 0 if rank < 2 else 1
+    return {
+        "SLURM_JOB_ID": "10",
+        "SLURM_JOB_NAME": "wrap",
+        "SLURMD_NODENAME": "tpnode1",
+        "SLURM_NNODES": "2",
+        "SLURM_NODELIST": "tpnode[1-2]",
+        "SLURM_NTASKS": "4",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NODELIST": "tpnode[1-2]",
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+        "SLURM_TASKS_PER_NODE": "1(x2)",
+        "SLURM_PROCID": str(node),
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": str(node),
+        "PMI_RANK": str(rank),
+        "PMI_SIZE": "3",
+        "MPI_LOCALRANKID": str(rank % 2 if rank < 2 else 0),
+        "MPI_LOCALNRANKS": "2" if rank < 2 else "1",
+        "PMI_FD": "5",
+    }
+
+
+class TestUnevenHydra:
+    """D1 of issue 20's review: MPICH's environment has no node count, so the lone rank of a 2 + 1 job inferred
+    3 nodes × 1 and waited for ranks that had refused."""
+
+    def test_under_srun_every_rank_refuses_from_the_proxies_step(self) -> None:
+        tree = {"TRAINPLAN_MPI_DAEMON": "hydra_pmi_proxy", "TRAINPLAN_MPI_NODES": "2"}
+        verdicts = [_verdict({**_hydra_two_plus_one(rank), **tree, "TRAINPLAN_MPI_PROXY": "77"}) for rank in range(3)]
+        assert all(isinstance(verdict, ClusterEnvironmentError) for verdict in verdicts), verdicts
+        assert {getattr(verdict, "variable", None) for verdict in verdicts} == {"MPI_LOCALNRANKS"}
+        assert all("-ppn" in str(verdict) for verdict in verdicts)
+
+    def test_without_a_node_count_the_lone_rank_marks_its_layout_inferred(self) -> None:
+        # Hydra over ssh (no srun step): rank 2 can tell nothing; its plan says the nodes were inferred, and join
+        # bounds its wait (trainplan.join, INFERRED_JOIN_SECONDS).
+        lone = {key: value for key, value in _hydra_two_plus_one(2).items() if not key.startswith("SLURM")}
+        plan = _verdict({**lone, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29611"})
+        assert _layout(plan) == ("mpi", "external", 3, 3, 2, None)
+        assert isinstance(plan, Plan) and "cluster-nodes-inferred" in {note.code for note in plan.notes}
+        stated = _verdict({**_OMPI_SEQ[0], **_UNDER_ORTED})
+        assert isinstance(stated, Plan) and "cluster-nodes-inferred" not in {note.code for note in stated.notes}
+
+
 class TestTorchrun:
     def _worker(self, rank: int, local: int, group: int, local_size: int) -> dict[str, str]:
         return {

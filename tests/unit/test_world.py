@@ -543,3 +543,22 @@ def test_under_a_c10d_rendezvous_a_worker_takes_the_node_rank_it_was_assigned() 
     assert (inside.cluster.node_rank, inside.cluster.global_rank, inside.cluster.local_rank) == (0, 1, 1)
     view = worker_view(plan, global_rank=1, local_rank=1, main_port=29400, started_by="trainplan launch")
     assert view.cluster.node_rank == 0 == inside.cluster.node_rank
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_world_whose_nodes_were_inferred_stops_waiting_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch, rank: int
+) -> None:
+    """MPICH's variables of a rank alone on its node (MPI_LOCALNRANKS=1 of PMI_SIZE=2; read off MPICH 4.0): the nodes
+    are inferred, so join waits for its peers a bounded time (here 1 s), then says why and what to write."""
+    import trainplan.effects.world as world_module
+
+    variables = {"PMI_SIZE": "2", "PMI_RANK": str(rank), "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "1"}
+    variables |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(choose_free_port("127.0.0.1"))}
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(world_module, "INFERRED_JOIN_SECONDS", 1)
+    plan = resolve(Request(accelerator="cpu"), cpu(variables=variables))
+    assert "cluster-nodes-inferred" in {note.code for note in plan.notes}
+    with pytest.raises(JoinError, match=r"did not form at 127\.0\.0\.1:\d+ within 1 s.*MPI states no node count"):
+        join(plan)

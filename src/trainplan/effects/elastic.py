@@ -878,7 +878,8 @@ def _run_engine(
                     others = plan.num_nodes - 1
                     say(f"{_node(plan, meeting)} is waiting for the other {others} node(s) at {meeting.endpoint}")
                 try:
-                    launch_agent(config, entrypoint, list(entry_arguments))
+                    with _loopback_stores(plan.num_nodes == 1 and not options.rdzv_endpoint):
+                        launch_agent(config, entrypoint, list(entry_arguments))
                 except ChildFailedError as failure:
                     rank, first = failure.get_first_failure()
                     code = first.exitcode if first.exitcode > 0 else 128 - first.exitcode
@@ -932,6 +933,61 @@ def _run_engine(
         say(f"error: {left} process(es) the workers started could not be stopped (they survive SIGKILL?)")
         code = code or 1
     return code
+
+
+_STORE_ARGUMENTS = (
+    "host_name",
+    "port",
+    "world_size",
+    "is_master",
+    "timeout",
+    "wait_for_workers",
+    "multi_tenant",
+    "master_listen_fd",
+    "use_libuv",
+)
+"""torch's TCPStore arguments, in their order."""
+
+
+@contextlib.contextmanager
+def _loopback_stores(one_node: bool) -> Iterator[None]:
+    """While the elastic engine runs a one-node world in this process: every TCPStore server it starts (the
+    rendezvous's, the agent's store the workers meet at) listens on 127.0.0.1 alone, through a socket bound here and
+    handed to the store (`master_listen_fd`); torch's own would listen on every interface. Several nodes: unchanged,
+    since the other nodes must reach the store."""
+    if not one_node:
+        yield
+        return
+    from torch import distributed
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, static_tcp_rendezvous
+
+    original = distributed.TCPStore  # type: ignore[attr-defined]  # re-exported at runtime
+
+    class LoopbackStore(original):  # type: ignore[misc, valid-type]  # a pybind class, subclassed at runtime
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.update(zip(_STORE_ARGUMENTS, args, strict=False))
+            if kwargs.get("is_master") and kwargs.get("master_listen_fd") is None:
+                listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    listener.bind(("127.0.0.1", int(kwargs.get("port") or 0)))
+                    listener.listen()
+                except OSError as error:
+                    listener.close()
+                    raise RuntimeError(f"cannot listen on 127.0.0.1:{kwargs.get('port')}: {error}") from None
+                kwargs["port"] = listener.getsockname()[1]
+                kwargs["master_listen_fd"] = listener.detach()  # the store owns the socket from here on
+            super().__init__(**kwargs)
+
+    modules = (distributed, c10d_rendezvous_backend, static_tcp_rendezvous)
+    saved = [(module, getattr(module, "TCPStore", None)) for module in modules]
+    for module, _ in saved:
+        module.TCPStore = LoopbackStore  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        for module, value in saved:
+            module.TCPStore = value  # type: ignore[attr-defined]
 
 
 def _rendezvous_failure(error: BaseException) -> bool:

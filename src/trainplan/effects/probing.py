@@ -19,7 +19,17 @@ from typing import NamedTuple
 from trainplan.effects.nvml import NvmlQuery, default_nvml
 from trainplan.resolve.gpus import visible_gpus
 from trainplan.resolve.visible import AmbiguousDevice
-from trainplan.rules import BUILTIN_RULES, MPI_PROXY_FACT, RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES, Rules
+from trainplan.rules import (
+    BUILTIN_RULES,
+    MPI_DAEMON_FACT,
+    MPI_NODES_FACT,
+    MPI_PROXY_FACT,
+    PROCESS_TREE_FACTS,
+    RELEVANT_VARIABLE_PREFIXES,
+    RELEVANT_VARIABLES,
+    SLURM_SHELL_FACT,
+    Rules,
+)
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.gpus import GpuFacts
@@ -45,36 +55,88 @@ def relevant_variables(environ: Mapping[str, str], rules: Rules = BUILTIN_RULES)
         for key in environ
         if key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES) or key in named
     }
-    found.pop(MPI_PROXY_FACT, None)  # a fact of the process tree, never taken from a variable
+    for fact in PROCESS_TREE_FACTS:
+        found.pop(fact, None)  # facts of the process tree, never taken from a variable
     return found
 
 
 _HYDRA_PROXY = b"hydra_pmi_proxy"
+_MPI_DAEMONS = frozenset({b"orted", b"prted", _HYDRA_PROXY, b"mpirun", b"mpiexec", b"orterun", b"prterun"})
+_SLURM_STEP_DAEMON = b"slurmstepd"
+_SHELLS = frozenset({b"bash", b"sh", b"dash", b"zsh", b"ksh", b"mksh", b"fish", b"tcsh", b"csh"})
 _ANCESTORS = 16
 
 
-def mpi_proxy(environ: Mapping[str, str], parent: int | None = None) -> str | None:
-    """For a rank Hydra (MPICH, Intel MPI) started (PMI_RANK and MPI_LOCALRANKID set): the identity of the
-    `hydra_pmi_proxy` above it in the process tree (a shell between them is passed over; at most 16 ancestors are
-    read from /proc), as one number: its start time, then its pid. None anywhere else."""
-    if "PMI_RANK" not in environ or "MPI_LOCALRANKID" not in environ:
-        return None
-    pid = os.getppid() if parent is None else parent
-    for _ in range(_ANCESTORS):
-        if pid <= 1:
-            return None
+class _Ancestor(NamedTuple):
+    pid: int
+    name: bytes
+    start: int  # clock ticks since boot (with the pid, the process's identity)
+
+
+def _ancestors(parent: int, limit: int = _ANCESTORS) -> list[_Ancestor]:
+    """This process's ancestors from `parent` up, read from /proc (at most `limit`; fewer where /proc ends)."""
+    found: list[_Ancestor] = []
+    pid = parent
+    while len(found) < limit and pid > 1:
         try:
             stat = Path(f"/proc/{pid}/stat").read_bytes()
         except OSError:
-            return None
+            break
         name, _, rest = stat.partition(b"(")[2].rpartition(b")")
         fields = rest.split()
         if len(fields) < 20:
-            return None
-        if name == _HYDRA_PROXY:
-            return f"{int(fields[19])}{pid:07d}"
+            break
+        found.append(_Ancestor(pid, name, int(fields[19])))
         pid = int(fields[1])
-    return None
+    return found
+
+
+def _interactive_shell(pid: int) -> bool:
+    """Whether process `pid` is a shell started without a command or a script (`bash`, `bash -l`, `bash -i`)."""
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    arguments = [word for word in words[1:] if word]
+    return all(word.startswith(b"-") and word not in (b"-c", b"--") for word in arguments)
+
+
+def process_tree_facts(environ: Mapping[str, str], parent: int | None = None) -> dict[str, str]:
+    """The facts of this process's ancestors (`rules.PROCESS_TREE_FACTS`), read from /proc (at most 16 ancestors),
+    only where the launcher variables make them matter:
+
+    - a rank with MPI's variables: the MPI daemon above it (`MPI_DAEMON_FACT`: MPI, not the srun step that started
+      its daemons, started it); for a rank of Hydra (PMI_RANK and MPI_LOCALRANKID), the identity of its
+      `hydra_pmi_proxy` (`MPI_PROXY_FACT`: its start time, then its pid, as one number); where srun started the
+      daemons as a step of one task per node, that step's node count (`MPI_NODES_FACT`);
+    - a process with SLURM's step variables that reaches slurmstepd through an interactive shell
+      (`SLURM_SHELL_FACT`: the shell's name).
+    """
+    mpi = "PMI_RANK" in environ or "OMPI_COMM_WORLD_RANK" in environ
+    slurm = "SLURM_STEP_ID" in environ
+    if not (mpi or slurm):
+        return {}
+    chain = _ancestors(os.getppid() if parent is None else parent)
+    facts: dict[str, str] = {}
+    if mpi:
+        daemon = next((index for index, each in enumerate(chain) if each.name in _MPI_DAEMONS), None)
+        if daemon is not None:
+            found = chain[daemon]
+            facts[MPI_DAEMON_FACT] = found.name.decode(errors="replace")
+            if found.name == _HYDRA_PROXY and "MPI_LOCALRANKID" in environ and "PMI_RANK" in environ:
+                facts[MPI_PROXY_FACT] = f"{found.start}{found.pid:07d}"
+            above = chain[daemon + 1].name if daemon + 1 < len(chain) else b""
+            nodes = environ.get("SLURM_STEP_NUM_NODES", "").strip()
+            per_node = environ.get("SLURM_STEP_TASKS_PER_NODE", "").strip()
+            if above == _SLURM_STEP_DAEMON and nodes.isdigit() and per_node in ("1", f"1(x{nodes})"):
+                facts[MPI_NODES_FACT] = nodes  # srun started the daemons, one per node: MPI's nodes
+    if slurm:
+        step = next((index for index, each in enumerate(chain) if each.name == _SLURM_STEP_DAEMON), None)
+        if step is not None and step > 0:
+            below = chain[step - 1]  # what slurmstepd started: the task itself, or the shell this process runs in
+            if below.name in _SHELLS and _interactive_shell(below.pid):
+                facts[SLURM_SHELL_FACT] = below.name.decode(errors="replace")
+    return facts
 
 
 def cuda_initialized() -> bool:
@@ -140,16 +202,14 @@ def probe(
 
 def process_variables(environ: Mapping[str, str] | None = None, rules: Rules = BUILTIN_RULES) -> dict[str, str]:
     """What `probe(rules=rules)` puts in `Environment.variables`: the variables that matter, and the facts of the
-    process tree written as variables (the MPI proxy above this rank). The effects that check a plan against this
+    process tree written as variables (`process_tree_facts`). The effects that check a plan against this
     process read these, never the raw environment, so that they see what resolve saw."""
     environ = os.environ if environ is None else environ
     return _with_proxy(relevant_variables(environ, rules), environ)
 
 
 def _with_proxy(variables: dict[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    proxy = mpi_proxy(environ)
-    if proxy is not None:
-        variables[MPI_PROXY_FACT] = proxy
+    variables.update(process_tree_facts(environ))
     return variables
 
 

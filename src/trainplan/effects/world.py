@@ -28,6 +28,7 @@ from trainplan.mapping.workers import (
     process_group_timeout,
     started_by_another_launcher,
 )
+from trainplan.rules import INFERRED_JOIN_SECONDS, NODES_INFERRED_NOTE
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import BackendKey
 from trainplan.spec.plan import Plan
@@ -202,13 +203,33 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
         )
     address = plan.cluster.main_address
     delta = datetime.timedelta(seconds=timeout)
+    inferred = next((note for note in plan.notes if note.code == NODES_INFERRED_NOTE), None)
+    # A node count the launcher did not state: the world's store must form within a bound (another node's ranks may
+    # have read another layout and refused), then the store keeps the plan's timeout.
+    meeting = delta if inferred is None else min(delta, datetime.timedelta(seconds=INFERRED_JOIN_SECONDS))
     on_this_machine = _is_loopback(address) or plan.num_nodes == 1
-    if on_this_machine and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        # The world meets on this machine (a loopback main address, or one node named by its host name, as in
-        # every one-node SLURM job): the rendezvous store listens on loopback only, never on every interface
-        # (torch's own store binds the wildcard address). Under torchrun's agent store, torchrun owns it.
-        host = address if _is_loopback(address) else "127.0.0.1"
-        store = _loopback_store(host, port, rank=rank, world_size=plan.world_size, timeout=delta)
+    store: Any = None
+    try:
+        if on_this_machine and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            # The world meets on this machine (a loopback main address, or one node named by its host name, as in
+            # every one-node SLURM job): the rendezvous store listens on loopback only, never on every interface
+            # (torch's own store binds the wildcard address). Under torchrun's agent store, torchrun owns it.
+            host = address if _is_loopback(address) else "127.0.0.1"
+            store = _loopback_store(host, port, rank=rank, world_size=plan.world_size, timeout=meeting)
+        elif inferred is not None:
+            from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported at runtime
+
+            store = TCPStore(address.strip("[]"), port, plan.world_size, rank == 0, meeting)
+    except (RuntimeError, TimeoutError, OSError) as error:
+        if inferred is None or isinstance(error, JoinError):
+            raise
+        raise JoinError(
+            f"The world of {plan.world_size} did not form at {address}:{port} within {INFERRED_JOIN_SECONDS} s "
+            f"({type(error).__name__}: {str(error).strip().splitlines()[0][:200]}): the other ranks read another "
+            f"layout and refused, or never started. {inferred.message}"
+        ) from None
+    if store is not None:
+        store.set_timeout(delta)
         distributed.init_process_group(
             backend=backend, store=store, rank=rank, world_size=plan.world_size, timeout=delta
         )

@@ -19,8 +19,10 @@ import attrs
 
 from trainplan.rules import (
     BUILTIN_RULES,
+    INFERRED_JOIN_SECONDS,
     LAUNCHED_MARKER,
     LAUNCHED_WORKERS,
+    NODES_INFERRED_NOTE,
     RULES,
     RUN_ID_VARIABLE,
     TRAINPLAN_RUN_ID_PREFIX,
@@ -207,42 +209,50 @@ class _Values(dict[str, str]):
 
 
 def _same_job(rule: ClusterRule, index: _Index, variables: Mapping[str, str]) -> ClusterRule | None:
-    """The cluster, among the row's `same_job_as`, whose variables describe the same world (the same world size, and
-    the same processes per node where both state one: facts of the whole job, so every rank decides alike) and whose
-    task this process is: it started the processes, and its row reads more of the job."""
-    if not rule.same_job_as:
+    """The cluster, among the row's `same_job_as`, that started this process itself and whose variables state the
+    same world, rank for rank (the same world size and global rank, and the same processes per node and local rank
+    where both state one): its row reads the job, stating more (the nodes, the main address). None where the row's
+    own daemon started the process (`started_by_fact`: MPI's daemons, started by an srun step, carry that step's
+    variables), or where the worlds differ: this row, found first, is the innermost launcher."""
+    if not rule.same_job_as or (rule.started_by_fact and rule.started_by_fact in variables):
         return None
-    world, per_node = _peek_world(rule, variables)
-    if world is None:
+    world = _peek_world(rule, variables)
+    if world[0] is None or world[2] is None:
         return None
     for other in index.order:
         if other.name not in rule.same_job_as or not _present(other.detect_variables, variables):
             continue
         if any(_matches(row, variables) for row in other.not_tasks):
             continue
-        other_world, other_per_node = _peek_world(other, variables)
-        if other_world == world and (per_node is None or other_per_node is None or per_node == other_per_node):
+        stated = _peek_world(other, variables)
+        same = all(mine is None or theirs is None or mine == theirs for mine, theirs in zip(world, stated, strict=True))
+        if same and (stated[0], stated[2]) == (world[0], world[2]):
             return other
     return None
 
 
-def _peek_world(rule: ClusterRule, variables: Mapping[str, str]) -> tuple[int | None, int | None]:
-    """A row's world size and processes per node as its variables state them, nothing else checked (None where unset
-    or unreadable: the full read reports those)."""
+_PEEKED = ("world_size", "processes_per_node", "global_rank", "local_rank")
+"""What `_same_job` compares of two rows' worlds (the counts and this process's ranks in them)."""
+
+
+def _peek_world(rule: ClusterRule, variables: Mapping[str, str]) -> tuple[int | None, ...]:
+    """A row's world size, processes per node, global rank and local rank as its variables state them, nothing else
+    checked (None where unset or unreadable: the full read reports those)."""
     schema = next((each for each in rule.schemas if _sets_world_size(each, variables)), rule.schemas[-1])
     values: list[int | None] = []
-    for source in (schema.world_size, schema.processes_per_node):
+    for fact in _PEEKED:
+        source = getattr(schema, fact)
         value: int | None = source if isinstance(source, int) else None
         if isinstance(source, JobVariable):
             text = next((variables[name] for name in source.names if name in variables), None)
             parse = _NUMBER_FORMATS.get(source.format)
             if text is not None and parse is not None:
                 try:
-                    value = parse(text, 1)
+                    value = parse(text, 0)
                 except (_Unreadable, _Uneven):
                     value = None
         values.append(value)
-    return values[0], values[1]
+    return tuple(values)
 
 
 def _read(
@@ -268,15 +278,16 @@ def _read(
             f"{other.schemas[0].label}'s variables are set, but it is not one of its tasks (note {row.code})"
             for other, row in passed
         )
-    notes = job.notes + tuple(
-        Note(
-            code=row.code,
-            level=row.level,
-            message=row.message.format_map(_Values(variables, tasks=_tasks(row, variables))),
-        )
-        for _, row in passed
-    )
+    notes = job.notes + tuple(_passed_note(row, variables) for _, row in passed)
     return job.facts(rule.name, rule.creates_processes, rule.launch_hint, reason, notes)
+
+
+def _passed_note(row: NotATask, variables: Mapping[str, str]) -> Note:
+    """The note of a cluster passed by (this process is not one of its tasks): at the row's level for its count."""
+    tasks = _tasks(row, variables)
+    one = tasks is None or tasks <= 1
+    level = row.level_when_one if one and row.level_when_one is not None else row.level
+    return Note(code=row.code, level=level, message=row.message.format_map(_Values(variables, tasks=tasks)))
 
 
 def _sets_world_size(schema: JobVariables, variables: Mapping[str, str]) -> bool:
@@ -345,6 +356,8 @@ class _Job:
         world, per_node, nodes = values["world_size"], values["processes_per_node"], values["num_nodes"]
         if nodes is None and world is not None and per_node is not None and world % per_node == 0:
             values["num_nodes"] = world // per_node
+            if "processes_per_node" in names and world > per_node:  # several nodes, by arithmetic alone
+                job.notes += (job.inferred_note(world, per_node),)
         elif nodes is None and world is not None and per_node is not None and "processes_per_node" in names:
             raise job.error(  # MPICH states no node count: a world that no node's share divides is uneven
                 names["processes_per_node"],
@@ -376,6 +389,17 @@ class _Job:
         job.read_address()
         job.read_port(job_port, default)
         return job
+
+    def inferred_note(self, world: int, per_node: int) -> Note:
+        """The note of a node count inferred (world size / processes on this node), not stated by the launcher."""
+        names, label = self.names, self.schema.label
+        message = (
+            f"{label} states no node count: {world // per_node} nodes inferred from {names['world_size']}={world} "
+            f"and {names['processes_per_node']}={per_node} on this node. Should another node run a different number "
+            f"of ranks, its ranks refuse their layout, and trainplan.join here stops waiting for the world after "
+            f"{INFERRED_JOIN_SECONDS} s; {self.schema.uneven_fix.format(num_nodes='<nodes>')}"
+        )
+        return Note(code=NODES_INFERRED_NOTE, level="info", message=message)
 
     def error(self, name: str, reason: str, fix: str) -> ClusterEnvironmentError:
         """The error for variable `name`; the fix may name the cluster and the schema's address and port variables."""

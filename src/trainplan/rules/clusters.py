@@ -32,6 +32,34 @@ MPI_PROXY_FACT: Final[str] = "TRAINPLAN_MPI_PROXY"
 /proc: the pid and start time of the `hydra_pmi_proxy` that started it, as one number. Two jobs on one host have two
 proxies; the ranks of one job on one node share theirs."""
 
+MPI_DAEMON_FACT: Final[str] = "TRAINPLAN_MPI_DAEMON"
+"""Not a variable anyone sets: the probe writes it (`effects.probing`) for a process with MPI's variables when an MPI
+launcher's daemon is among its ancestors in /proc (its name: `orted`, `prted`, `hydra_pmi_proxy`, `mpirun`,
+`mpiexec`): MPI started it, so the SLURM step variables it also carries are those of the step that started MPI's
+daemons, never its own world (srun's own PMI plugin, where SLURM started the rank, leaves no such ancestor)."""
+
+MPI_NODES_FACT: Final[str] = "TRAINPLAN_MPI_NODES"
+"""Not a variable anyone sets: the probe writes it for an MPI rank whose daemon (Hydra's proxy, Open MPI's orted) srun
+started as a step of one task per node (the daemon's parent is slurmstepd): that step's node count
+(SLURM_STEP_NUM_NODES), the nodes the MPI job runs on. Hydra states none; Open MPI's OMPI_MCA_orte_num_nodes counts a
+hostfile's nodes beside the allocation's (4 for `--map-by seq --hostfile` over 2 nodes, read off Open MPI 4.1)."""
+
+SLURM_SHELL_FACT: Final[str] = "TRAINPLAN_SLURM_SHELL"
+"""Not a variable anyone sets: the probe writes it for a process with SLURM's step variables whose ancestors in /proc
+(at most 16 read) reach slurmstepd through an interactive shell (a shell started without a command or a script: `srun
+--pty bash`): the process was typed into that shell, and is not one of the step's tasks."""
+
+PROCESS_TREE_FACTS: Final[tuple[str, ...]] = (MPI_PROXY_FACT, MPI_DAEMON_FACT, MPI_NODES_FACT, SLURM_SHELL_FACT)
+"""The facts of the process tree the probe writes as variables (never taken from the environment)."""
+
+NODES_INFERRED_NOTE: Final[str] = "cluster-nodes-inferred"
+"""The code of the note a plan carries when its job's node count was inferred (world size / processes on this node)
+rather than stated by the launcher: `trainplan.join` then bounds its wait for rank 0's store (`INFERRED_JOIN_SECONDS`),
+since another rank may have read another layout and refused."""
+
+INFERRED_JOIN_SECONDS: Final[int] = 60
+"""How long `trainplan.join` waits for the world's store to form when the plan's node count was inferred."""
+
 DEFAULT_MAIN_PORT: Final[int] = 29500
 """torch.distributed's customary port, used where a cluster gives neither MASTER_PORT nor a job id (MPI)."""
 
@@ -206,6 +234,7 @@ class NotATask:
     when_one: TaskVerdict
     when_many: TaskVerdict
     level: Literal["info", "warning"] = "info"
+    level_when_one: Literal["info", "warning"] | None = None  # the note's level for one task (None: `level`)
     message: str = ""
 
 
@@ -233,6 +262,9 @@ class ClusterRule:
     # size and global rank, it started them (srun's own PMI plugin sets MPI's variables; so does jsrun) and its row
     # reads the job, stating more (the nodes, the main address). Otherwise this row, found first, is the innermost.
     same_job_as: tuple[ClusterKey, ...] = ()
+    # A fact of the process tree (`PROCESS_TREE_FACTS`) set when one of this cluster's own daemons started the process:
+    # then this row is the innermost, whatever the `same_job_as` rows state.
+    started_by_fact: str = ""
     # Without a node rank variable, whether the cluster places ranks on nodes in blocks of processes per node, so that a
     # rank's node is rank // processes per node (jsrun's resource sets); otherwise the node rank stays unknown.
     node_rank_in_blocks: bool = False
@@ -357,6 +389,23 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                     ),
                 ),
                 NotATask(
+                    code="slurm-interactive-shell",
+                    unset=frozenset(),
+                    set=frozenset({"SLURM_PTY_PORT", SLURM_SHELL_FACT}),
+                    tasks=("SLURM_STEP_NUM_TASKS",),
+                    when_one="alone",
+                    when_many="alone",
+                    level="warning",
+                    level_when_one="info",
+                    message=(
+                        "this process was started from the interactive shell ({TRAINPLAN_SLURM_SHELL}) of an "
+                        "srun --pty step of SLURM job {SLURM_JOB_ID} ({tasks} task(s)), not by srun: the step's "
+                        "other tasks run no copy of it, so a world of {tasks} would never form; trainplan plans "
+                        "this machine alone and starts the processes itself. To run on the step's tasks, start "
+                        "the script with srun itself (srun --ntasks={tasks} python train.py)"
+                    ),
+                ),
+                NotATask(
                     code="slurm-interactive-step",
                     unset=frozenset(),
                     set=frozenset({"SLURM_PTY_PORT"}),
@@ -419,7 +468,7 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                     global_rank=_required("OMPI_COMM_WORLD_RANK"),
                     local_rank=_optional("OMPI_COMM_WORLD_LOCAL_RANK"),
                     # MPI states no node index (ranks may be mapped round-robin), so the node rank stays unknown.
-                    num_nodes=_optional("OMPI_MCA_orte_num_nodes"),  # the nodes the job's ranks run on
+                    num_nodes=_optional(MPI_NODES_FACT, "OMPI_MCA_orte_num_nodes"),  # the nodes of the ranks
                     main_address=(_MAIN_ADDRESS,),
                     loopback_needs_one_node=True,  # MPI names no hosts
                     main_port=_MAIN_PORT,
@@ -439,6 +488,8 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                     processes_per_node=_optional("MPI_LOCALNRANKS"),
                     global_rank=_required("PMI_RANK"),
                     local_rank=_optional("MPI_LOCALRANKID"),
+                    # Hydra states no node count; the probe reads it off the srun step that started its proxies.
+                    num_nodes=_optional(MPI_NODES_FACT),
                     main_address=(_MAIN_ADDRESS,),
                     loopback_needs_one_node=True,
                     main_port=_MAIN_PORT,
@@ -468,6 +519,7 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                 one_node_only=True,
             ),
             same_job_as=("slurm", "lsf"),
+            started_by_fact=MPI_DAEMON_FACT,
         ),
         ClusterRule(
             name="kubeflow",
@@ -576,7 +628,7 @@ def cluster_variables(rules: Iterable[ClusterRule]) -> frozenset[str]:
             ),
             *LAUNCHED_WORKERS.also_written,
             LAUNCHED_MARKER,
-            MPI_PROXY_FACT,
+            *PROCESS_TREE_FACTS,
             RUN_ID_VARIABLE,
         }
     )
