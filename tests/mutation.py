@@ -126,6 +126,18 @@ def score(found: Iterable[tuple[str, int | None]], patterns: Sequence[str], equi
     return Score(killed, tuple(sorted(survivors)), left_out, not_run)
 
 
+def refresh_copies() -> None:
+    """mutmut copies src/ into mutants/ once and re-mutates only the files it mutates: drop the copies of the other
+    files that src/ has changed since, so that the next run copies them again."""
+    for copy in (ROOT / "mutants" / "src").rglob("*.py"):
+        source = ROOT / copy.relative_to(ROOT / "mutants")
+        package = source.relative_to(ROOT / "src").parts[1:2]
+        if package and package[0] in PACKAGES:
+            continue
+        if not source.exists() or source.stat().st_mtime != copy.stat().st_mtime:
+            copy.unlink()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("run", "score"))
@@ -134,7 +146,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     patterns = [pattern(shard) for shard in arguments.shards or PACKAGES]
     if arguments.command == "run":
-        environment = dict(os.environ, TRAINPLAN_MUTATION="1")  # tests/conftest.py: Hypothesis's mutation profile
+        # TRAINPLAN_MUTATION: Hypothesis's mutation profile (tests/conftest.py). One OpenMP thread: the fork server
+        # imports the tests, and a test module that computes with torch as it loads starts OpenMP's thread pool,
+        # which a forked worker then waits on forever.
+        environment = dict(os.environ, TRAINPLAN_MUTATION="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        refresh_copies()
         command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(arguments.children), *patterns]
         print("+", " ".join(command), flush=True)
         subprocess.run(command, cwd=ROOT, env=environment, check=False)
