@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Test processes at once: most process tests wait on their workers more than they compute.
 TEST_PROCESSES ?= 3
 
-.PHONY: demo test lint typecheck layers unit bench clean
+.PHONY: demo test lint typecheck layers unit bench clean mutate mutate-score
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,5 +45,15 @@ $(VENV)/.bench: $(STAMP)
 bench: $(VENV)/.bench
 	$(BIN)/python -m benchmarks
 
+# Mutation testing of resolve/ and rules/ with the fast tests (tests/mutation.py): hours on two cores, so not part of
+# `make test`; run it in shards, e.g. `make mutate MUTANTS="resolve/steps rules/coherence"`. `make mutate-score`
+# prints the score of what has run (mutmut keeps its results in mutants/).
+MUTANTS ?=
+mutate: $(STAMP)
+	nice -n 15 $(BIN)/python -m tests.mutation run $(MUTANTS)
+
+mutate-score: $(STAMP)
+	$(BIN)/python -m tests.mutation score $(MUTANTS)
+
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf mutants $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

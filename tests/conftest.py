@@ -8,10 +8,11 @@ a local `.hypothesis/` folder, replayed on every later run there and never on CI
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 SUMMARY_KEY = "trainplan_summary"
 """Where a pytest-xdist worker leaves the lines its session summary would print (the cluster suite's times): the
@@ -20,7 +21,17 @@ controller prints them."""
 _from_workers: list[str] = []
 
 settings.register_profile("trainplan", database=None, print_blob=True)
-settings.load_profile("trainplan")
+# `make mutate` (tests/mutation.py) runs the same tests many times in one process under mutmut: the same examples
+# every time (a mutant's verdict repeats), no deadline (a mutant may be slow), and no complaint that a test class's
+# method ran from more than one instance (mutmut collects and runs the suite more than once).
+settings.register_profile(
+    "mutation",
+    parent=settings.get_profile("trainplan"),
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.differing_executors],
+)
+settings.load_profile("mutation" if os.environ.get("TRAINPLAN_MUTATION") else "trainplan")
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -120,11 +120,6 @@ class Reader:
             return None
         return self.strategy(key, allowed)
 
-    def optional_choice(self, key: str, allowed: tuple[C, ...]) -> C | None:
-        if self._get(key) is None:
-            return None
-        return self.choice(key, allowed)
-
     def child(self, key: str) -> Reader:
         return Reader(self._get(key), f"{self.path}.{key}")
 

@@ -57,14 +57,17 @@ def where(table: str, key: str, field: str = "") -> str:
     return f"rules.{table}[{key!r}]" + (f".{field}" if field else "")
 
 
+def no_such(kind: str, field: str, value: object, rows: Iterable[object]) -> InvalidRequest:
+    """The refusal of a row that names a `kind` (precision, backend, ...) its rule set has no row of."""
+    return InvalidRequest(field=field, value=value, reason=f"no such {kind}", allowed=tuple(rows))
+
+
 def unknown_accelerators(
     accelerators: Mapping[AcceleratorKey, AcceleratorRule], field: str, names: Iterable[object]
 ) -> Problems:
     for accelerator in names:
         if accelerator not in accelerators:
-            yield InvalidRequest(
-                field=field, value=accelerator, reason="no such accelerator", allowed=tuple(accelerators)
-            )
+            yield no_such("accelerator", field, accelerator, accelerators)
 
 
 def default_backend_problems(rule: AcceleratorRule, backends: Mapping[BackendKey, BackendRule]) -> Problems:
@@ -136,12 +139,7 @@ def _exists(
 def _check_default_precision(rules: Rules) -> Problems:
     """The precision of a request that names none is a row of the set, and trainplan's own."""
     if rules.default_precision not in rules.precisions:
-        yield InvalidRequest(
-            field="rules.default_precision",
-            value=rules.default_precision,
-            reason="no such precision",
-            allowed=tuple(rules.precisions),
-        )
+        yield no_such("precision", "rules.default_precision", rules.default_precision, rules.precisions)
     if rules.default_precision != DEFAULT_PRECISION:
         yield InvalidRequest(
             field="rules.default_precision",
@@ -321,24 +319,15 @@ def _check_coherence(rules: Rules) -> Problems:
                 reason="it is a whole number (higher wins for 'auto')",
             )
         if accelerator.default_backend not in rules.backends:
-            yield InvalidRequest(
-                field=where("accelerators", accelerator.name, "default_backend"),
-                value=accelerator.default_backend,
-                reason="no such backend",
-                allowed=tuple(rules.backends),
-            )
+            field = where("accelerators", accelerator.name, "default_backend")
+            yield no_such("backend", field, accelerator.default_backend, rules.backends)
     for family in families.values():
         yield from unknown_accelerators(
             accelerators, where("families", family.family, "accelerators"), family.accelerators
         )
         for precision_name in family.precisions:
             if precision_name not in precisions:
-                yield InvalidRequest(
-                    field=where("families", family.family, "precisions"),
-                    value=precision_name,
-                    reason="no such precision",
-                    allowed=tuple(precisions),
-                )
+                yield no_such("precision", where("families", family.family, "precisions"), precision_name, precisions)
         for field, listed in (("accelerators", family.accelerators), ("precisions", family.precisions)):
             if not listed:
                 yield InvalidRequest(

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Final, TypeVar, get_args
 import attrs
 
 from trainplan.rules.clusters import CLUSTER_ALIASES, ClusterRule
-from trainplan.rules.coherence import counterpart_refusal, default_backend_problems, first_problem, unknown_accelerators
+from trainplan.rules.coherence import (
+    counterpart_refusal,
+    default_backend_problems,
+    first_problem,
+    no_such,
+    unknown_accelerators,
+)
 from trainplan.rules.hardware import ACCELERATORS, AcceleratorRule
 from trainplan.rules.legacy import LEGACY_ACCELERATORS
 from trainplan.rules.mesh import MESH_BACKENDS
@@ -236,12 +242,7 @@ def check_families(draft: Draft) -> None:
                     )
         for precision_name in family.precisions:
             if precision_name not in draft.precisions:
-                raise InvalidRequest(
-                    field=f"{where}.precisions",
-                    value=precision_name,
-                    reason="no such precision",
-                    allowed=tuple(draft.precisions),
-                )
+                raise no_such("precision", f"{where}.precisions", precision_name, draft.precisions)
 
 
 def check_precisions(draft: Draft) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from trainplan.rules.coherence import no_such
 from trainplan.rules.messages import RULES
 from trainplan.rules.options import (
     OPTION_TARGETS_OF,
@@ -186,9 +187,7 @@ def check_row(row: OptionRow, rows: OptionRows, where: str) -> None:
                     field=f"{where}.needs", value=name, reason="it names another option of the family", allowed=names
                 )
         if needs.refusal not in RULES:
-            raise InvalidRequest(
-                field=f"{where}.needs.refusal", value=needs.refusal, reason="no such rule", allowed=tuple(RULES)
-            )
+            raise no_such("rule", f"{where}.needs.refusal", needs.refusal, RULES)
 
 
 def check_added_row(row: OptionRow, rows: OptionRows, where: str) -> None:
@@ -254,12 +253,7 @@ def _check_spelling(
             allowed=(f"a tuple of {keyword.__name__}s", *(kind.__name__ for kind in others)),
         )
     elif isinstance(spelling, ThroughMesh) and spelling.dimension not in MESH_DIMENSIONS:
-        raise InvalidRequest(
-            field=f"{where}.dimension",
-            value=spelling.dimension,
-            reason="no such mesh dimension",
-            allowed=MESH_DIMENSIONS,
-        )
+        raise no_such("mesh dimension", f"{where}.dimension", spelling.dimension, MESH_DIMENSIONS)
     elif isinstance(spelling, Carried):
         unknown = [name for name in spelling.by if name not in names or name == row.name]
         if unknown or not spelling.by:

@@ -23,7 +23,7 @@ from trainplan.rules.clusters import (
     TaskVerdict,
     VariableFormat,
 )
-from trainplan.rules.coherence import first_problem, unknown_accelerators
+from trainplan.rules.coherence import first_problem, no_such, unknown_accelerators
 from trainplan.rules.hardware import SUPPLIED_COUNTS, AcceleratorRule, DeviceCounts, ForkBlocker, auto_order_key
 from trainplan.rules.legacy import LEGACY_STRATEGIES
 from trainplan.rules.messages import RULES as REFUSALS
@@ -225,12 +225,7 @@ def check_precision(
             )
     for accelerator, instead in rule.instead.items():
         if instead not in precisions:
-            raise InvalidRequest(
-                field=f"{where}.instead[{accelerator!r}]",
-                value=instead,
-                reason="no such precision",
-                allowed=tuple(precisions),
-            )
+            raise no_such("precision", f"{where}.instead[{accelerator!r}]", instead, precisions)
 
 
 def check_strategy(
@@ -268,19 +263,9 @@ def check_strategy(
             fix="Choose a name of your own, e.g. one with your framework's prefix",
         )
     if rule.family not in families:
-        raise InvalidRequest(
-            field=f"rules.strategies[{name!r}].family",
-            value=rule.family,
-            reason="no such family",
-            allowed=tuple(families),
-        )
+        raise no_such("family", f"rules.strategies[{name!r}].family", rule.family, families)
     if rule.launcher not in base.launchers:
-        raise InvalidRequest(
-            field=f"rules.strategies[{name!r}].launcher",
-            value=rule.launcher,
-            reason="no such launcher",
-            allowed=tuple(base.launchers),
-        )
+        raise no_such("launcher", f"rules.strategies[{name!r}].launcher", rule.launcher, base.launchers)
     if (rule.family, rule.launcher) not in pairs:
         launchers = tuple(sorted(launcher for family, launcher in pairs if family == rule.family))
         raise InvalidRequest(
@@ -443,12 +428,7 @@ def check_family_fields(rule: FamilyRule, builtin: FamilyRule, strategies: Mappi
             )
     _package(where, rule.requires_package)
     if rule.base_strategy is not None and rule.base_strategy not in strategies:
-        raise InvalidRequest(
-            field=f"{where}.base_strategy",
-            value=rule.base_strategy,
-            reason="no such strategy",
-            allowed=tuple(strategies),
-        )
+        raise no_such("strategy", f"{where}.base_strategy", rule.base_strategy, strategies)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -604,16 +584,9 @@ def _check_not_task(where: str, row: object) -> None:
     _names(f"{where}.tasks", row.tasks)
     for field in ("when_one", "when_many"):
         if getattr(row, field) not in get_args(TaskVerdict):
-            raise InvalidRequest(
-                field=f"{where}.{field}",
-                value=getattr(row, field),
-                reason="no such verdict",
-                allowed=get_args(TaskVerdict),
-            )
+            raise no_such("verdict", f"{where}.{field}", getattr(row, field), get_args(TaskVerdict))
     if row.level not in ("info", "warning"):
-        raise InvalidRequest(
-            field=f"{where}.level", value=row.level, reason="no such level", allowed=("info", "warning")
-        )
+        raise no_such("level", f"{where}.level", row.level, ("info", "warning"))
     if "refuse" in (row.when_one, row.when_many) and row.code not in REFUSALS:
         raise InvalidRequest(
             field=f"{where}.code",

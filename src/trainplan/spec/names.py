@@ -163,7 +163,6 @@ NAMED_EMIT_FORMATS: Final[tuple[EmitFormat, ...]] = ("slurm", "kubeflow")
 """The emitted forms that carry a job's name (`--job-name`): an sbatch script and a PyTorchJob; a torchrun line has
 none."""
 NOTE_LEVELS: Final[tuple[NoteLevel, ...]] = get_args(NoteLevel)
-METRIC_KINDS: Final[tuple[MetricKind, ...]] = get_args(MetricKind)
 MESH_DIMENSIONS: Final[tuple[MeshDimension, ...]] = get_args(MeshDimension)
 
 AcceleratorKey: TypeAlias = AcceleratorName | CustomName
