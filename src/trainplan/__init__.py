@@ -24,6 +24,7 @@ from trainplan.render.explain import explain as _explain
 from trainplan.resolve import check as _check
 from trainplan.resolve import place_metric
 from trainplan.resolve import resolve as _resolve
+from trainplan.resolve.memory import transformer_facts
 from trainplan.rules import (
     BUILTIN_RULES,
     AcceleratorRule,
@@ -59,6 +60,9 @@ from trainplan.spec import (
     Incompatible,
     InvalidRequest,
     LauncherName,
+    MemoryEstimate,
+    MemoryPlan,
+    MemoryPolicy,
     MeshDimension,
     MeshDimensionError,
     MeshLayout,
@@ -68,6 +72,7 @@ from trainplan.spec import (
     MetricSlot,
     MetricsStore,
     MissingRule,
+    ModelFacts,
     ModelParallelOptions,
     Note,
     Plan,
@@ -307,6 +312,9 @@ __all__ = [
     "LaunchError",
     "LaunchTimeout",
     "LauncherName",
+    "MemoryEstimate",
+    "MemoryPlan",
+    "MemoryPolicy",
     "MeshDimension",
     "MeshDimensionError",
     "MeshLayout",
@@ -322,6 +330,7 @@ __all__ = [
     "MetricsStore",
     "MissingExtra",
     "MissingRule",
+    "ModelFacts",
     "ModelParallelOptions",
     "NestedLaunch",
     "NotATask",
@@ -370,4 +379,5 @@ __all__ = [
     "probe",
     "resolve",
     "runtime",
+    "transformer_facts",
 ]
