@@ -122,6 +122,7 @@ if TYPE_CHECKING:
         launch,
         launch_with,
     )
+    from trainplan.effects.measure import NotMeasurable, measure_model
     from trainplan.effects.metrics import (
         InvalidMetric,
         MetricError,
@@ -142,6 +143,8 @@ if TYPE_CHECKING:
 # multiprocessing machinery until something launches or probes).
 _LAZY = {
     "probe": "trainplan.effects.probing",
+    "measure_model": "trainplan.effects.measure",
+    "NotMeasurable": "trainplan.effects.measure",
     "find_usable_cuda_devices": "trainplan.effects.gpus",
     "gpu_statuses": "trainplan.effects.gpus",
     "LaunchError": "trainplan.effects.launching",
@@ -336,6 +339,7 @@ __all__ = [
     "NotATask",
     "NotImportable",
     "NotInWorld",
+    "NotMeasurable",
     "NotWrappable",
     "Note",
     "PlainValue",
@@ -374,6 +378,7 @@ __all__ = [
     "launch",
     "launch_with",
     "lightning_trainer_arguments",
+    "measure_model",
     "metric_store",
     "place_metric",
     "probe",
