@@ -9,6 +9,7 @@ import attrs
 import pytest
 
 import trainplan as tp
+import trainplan.cli
 from trainplan.resolve.memory import estimate
 from trainplan.rules.memory import MEMORY_LAYOUTS
 
@@ -209,3 +210,41 @@ def test_wrong_facts_are_refused_by_name(request_: tp.Request, field: str) -> No
 def test_zero_device_memory_is_a_wrong_fact() -> None:
     with pytest.raises(tp.InvalidRequest, match="cuda_memory_bytes"):
         tp.resolve(tp.Request(model=SEVEN_B), _gpus(8, 0))
+
+
+def test_trainplan_fit_answers_the_7b_question_with_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tp.cli.main(["fit", "--params", "7e9", "--layers", "32", "--hidden", "4096", "--gpus", "8x40GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "choice: fsdp FSDPOptions() on 8 GPU(s)" in out
+    assert "→ fsdp " in out and "needs 121.3 GiB > 36.0 GiB" in out
+
+
+def test_trainplan_fit_refuses_what_fits_nowhere_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        tp.cli.main(["fit", "--params", "70e9", "--gpus", "1x24GiB", "--host-memory", "64GiB"])
+    assert exited.value.code == 2
+    assert "fits no layout on 1 device(s) of 24.0 GiB" in capsys.readouterr().err
+
+
+def test_assumed_gpu_memory_feeds_the_plan_commands_memory_check(capsys: pytest.CaptureFixture[str]) -> None:
+    env = tp.cli._environment(
+        tp.cli._parser().parse_args(["plan", "--no-probe", "--assume", "gpu-memory=40GiB", "--assume", "cuda=8"])
+    )
+    assert env.cuda_memory_bytes == (40 << 30,) * 8
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("40GiB", 40 << 30), ("40G", 40 << 30), ("40GB", 40 * 10**9), ("512MiB", 512 << 20), ("7e9", 7 * 10**9)],
+)
+def test_sizes_are_read_as_people_write_them(text: str, size: int) -> None:
+    from trainplan.parse.memory import parse_bytes
+
+    assert parse_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "forty", "0GiB", "-1G", "1e99"])
+def test_what_is_no_size_is_none(text: str) -> None:
+    from trainplan.parse.memory import parse_bytes
+
+    assert parse_bytes(text) is None

@@ -7,6 +7,7 @@ field added to a record is checked and carried without another line here.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Final, TypeVar
 
@@ -23,6 +24,23 @@ _AT_LEAST_ONE: Final = frozenset({"parameter_count", "layer_count", "batch_size"
 """The counts of `ModelFacts` that cannot be zero (every other byte count may be)."""
 MAX_BYTES: Final = 1 << 62
 """Beyond any machine (4 EiB): a larger count is a mistake, not a model."""
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmgtp]?)(i?)(b?)\s*", re.IGNORECASE)
+_UNITS: Final = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+
+
+def parse_bytes(text: str) -> int | None:
+    """A size as people write it: `40GiB`, `40G` (GiB, as nvidia-smi counts), `40GB` (10⁹), `512MiB`, `1e9`; None
+    when it is not one (or not above zero)."""
+    match = _SIZE.fullmatch(text)
+    if match is None or len(text) > 40:
+        return None
+    number, unit, binary, byte = match.groups()
+    power = _UNITS[unit.lower()]
+    base = 1000 if (byte and not binary and unit) else 1024
+    size = int(float(number) * base**power)
+    return size if 0 < size <= MAX_BYTES else None
 
 
 def _kind(record: type, name: str) -> type:
@@ -147,6 +165,7 @@ __all__ = [
     "memory_plan_to_dict",
     "memory_policy",
     "model_facts",
+    "parse_bytes",
     "policy_from_json",
     "to_dict",
 ]

@@ -309,9 +309,9 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
     ),
     "memory-nothing-fits": Rule(
         reason=(
-            "a model of {parameters} parameters fits no layout on {world} device(s) of {device}: the closest, "
-            "{closest}, needs {needed} per device ({breakdown}), and a device has {budget} after the policy's "
-            "{headroom} headroom"
+            "a model of {parameters} parameters fits no layout on {world} device(s) of {device} ({budget} each after "
+            "the policy's {headroom} headroom): the closest, {closest}, takes {needed} per device ({breakdown}) and "
+            "{verdict}"
         ),
         fix="{fix}",
     ),

@@ -114,7 +114,8 @@ def _nothing_fits(
         needed="-" if nearest is None else gib(nearest.total),
         breakdown="-" if nearest is None else _breakdown(nearest),
         budget=gib(plan.budget_bytes),
-        headroom=policy.headroom,
+        headroom=f"{policy.headroom:.0%}",
+        verdict="-" if nearest is None else nearest.verdict,
         fix="To fit it: " + "; or ".join(changes),
     )
 
