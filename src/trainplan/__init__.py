@@ -24,6 +24,7 @@ from trainplan.render.explain import explain as _explain
 from trainplan.resolve import check as _check
 from trainplan.resolve import place_metric
 from trainplan.resolve import resolve as _resolve
+from trainplan.resolve.memory import transformer_facts
 from trainplan.rules import (
     BUILTIN_RULES,
     AcceleratorRule,
@@ -59,6 +60,9 @@ from trainplan.spec import (
     Incompatible,
     InvalidRequest,
     LauncherName,
+    MemoryEstimate,
+    MemoryPlan,
+    MemoryPolicy,
     MeshDimension,
     MeshDimensionError,
     MeshLayout,
@@ -68,6 +72,7 @@ from trainplan.spec import (
     MetricSlot,
     MetricsStore,
     MissingRule,
+    ModelFacts,
     ModelParallelOptions,
     Note,
     Plan,
@@ -117,6 +122,7 @@ if TYPE_CHECKING:
         launch,
         launch_with,
     )
+    from trainplan.effects.measure import NotMeasurable, measure_model
     from trainplan.effects.metrics import (
         InvalidMetric,
         MetricError,
@@ -137,6 +143,8 @@ if TYPE_CHECKING:
 # multiprocessing machinery until something launches or probes).
 _LAZY = {
     "probe": "trainplan.effects.probing",
+    "measure_model": "trainplan.effects.measure",
+    "NotMeasurable": "trainplan.effects.measure",
     "find_usable_cuda_devices": "trainplan.effects.gpus",
     "gpu_statuses": "trainplan.effects.gpus",
     "LaunchError": "trainplan.effects.launching",
@@ -315,6 +323,9 @@ __all__ = [
     "LaunchError",
     "LaunchTimeout",
     "LauncherName",
+    "MemoryEstimate",
+    "MemoryPlan",
+    "MemoryPolicy",
     "MeshDimension",
     "MeshDimensionError",
     "MeshLayout",
@@ -330,11 +341,13 @@ __all__ = [
     "MetricsStore",
     "MissingExtra",
     "MissingRule",
+    "ModelFacts",
     "ModelParallelOptions",
     "NestedLaunch",
     "NotATask",
     "NotImportable",
     "NotInWorld",
+    "NotMeasurable",
     "NotWrappable",
     "Note",
     "PlainValue",
@@ -373,9 +386,11 @@ __all__ = [
     "launch",
     "launch_with",
     "lightning_trainer_arguments",
+    "measure_model",
     "metric_store",
     "place_metric",
     "probe",
     "resolve",
     "runtime",
+    "transformer_facts",
 ]

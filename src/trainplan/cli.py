@@ -31,13 +31,16 @@ from trainplan.effects.report import bug_report
 from trainplan.mapping.workers import script_request
 from trainplan.parse.fields import REQUEST_FIELD_ROWS
 from trainplan.parse.legacy import LEGACY_FLAGS, MODERN_FLAGS
+from trainplan.parse.memory import parse_bytes
 from trainplan.parse.plan_json import request_to_dict
 from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun
+from trainplan.render.explain import memory_table
 from trainplan.render.matrix import matrix_record, render_matrix
 from trainplan.render.records import error_record, plain, problems_record, versioned
 from trainplan.render.report import render_report, report_to_dict
 from trainplan.render.spelling import flag_spelling, python_spelling
 from trainplan.resolve import check, resolve
+from trainplan.resolve.memory import transformer_facts
 from trainplan.rules import ACCELERATORS as ACCELERATOR_RULES
 from trainplan.rules import (
     BUILTIN_RULES,
@@ -51,6 +54,7 @@ from trainplan.rules import (
 from trainplan.rules import LAUNCHERS as LAUNCHER_RULES
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import InvalidRequest, TrainplanError, Unavailable, did_you_mean
+from trainplan.spec.memory import MemoryPolicy
 from trainplan.spec.names import (
     EMIT_FORMATS,
     NAMED_EMIT_FORMATS,
@@ -66,7 +70,7 @@ EXIT_USAGE = 2
 DEFAULT_JOB_NAME = "train"
 ENV_FILE_LIMIT = 1 << 20
 
-SUBCOMMANDS = ("plan", "probe", "matrix", "migrate", "gpus", "env", "launch", "completion")
+SUBCOMMANDS = ("plan", "fit", "probe", "matrix", "migrate", "gpus", "env", "launch", "completion")
 TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
 
@@ -108,6 +112,11 @@ def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
         default=None,
         help="--emit kubeflow and --emit slurm: the PyTorchJob's or the SLURM job's name (default: train)",
     )
+    fit = commands.add_parser(
+        "fit",
+        help="which layout fits a model in the GPUs' memory, with the arithmetic (fit --params 7e9 --gpus 8x40GiB)",
+    )
+    _add_fit_flags(fit)
     launch = commands.add_parser(
         "launch",
         help="run a script on each of the plan's workers through torchrun's engine: trainplan launch [flags] train.py",
@@ -165,6 +174,14 @@ COMMAND_HELP: dict[str, tuple[str, tuple[str, ...]]] = {
         (
             "trainplan plan --assume cuda=4 --devices 0,2 --precision bf16-mixed",
             "trainplan plan --assume cuda=4 --devices 4 --num-nodes 2 --emit slurm -- train.py --lr 0.1",
+        ),
+    ),
+    "fit": (
+        "Choose the layout that fits a model in the GPUs' memory (DDP, ZeRO, FSDP, HSDP, tensor parallelism, with "
+        "or without activation checkpointing and offload), and show the arithmetic per device.",
+        (
+            "trainplan fit --params 7e9 --gpus 8x40GiB",
+            "trainplan fit --params 1.3e9 --gpus 2x24GiB --strategy ddp --json",
         ),
     ),
     "launch": (
@@ -326,6 +343,27 @@ def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("script", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
 
+def _add_fit_flags(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group("the model (a Llama-like decoder, trained with Adam)")
+    model.add_argument("--params", required=True, help="parameters, e.g. 7e9")
+    model.add_argument("--layers", type=int, default=None, help="decoder blocks (default: Llama's, hidden / 128)")
+    model.add_argument("--hidden", type=int, default=None, help="hidden size (default: Llama's for --params)")
+    model.add_argument("--sequence", type=int, default=4096, help="tokens per sample (default 4096)")
+    model.add_argument("--batch-size", type=int, default=1, help="samples per GPU in one step (default 1)")
+    model.add_argument("--precision", default="bf16-mixed", help="the training precision (default bf16-mixed)")
+    hardware = parser.add_argument_group("the GPUs (default: this machine's, probed)")
+    hardware.add_argument("--gpus", default=None, metavar="NxSIZE", help="GPUs per node and their memory: 8x40GiB")
+    hardware.add_argument("--nodes", type=int, default=1, help="nodes of that many GPUs (default 1)")
+    hardware.add_argument("--host-memory", default=None, metavar="SIZE", help="each node's memory, e.g. 1TiB")
+    hardware.add_argument("--package", action="append", default=[], help="an installed package, e.g. deepspeed")
+    policy = parser.add_argument_group("the policy")
+    policy.add_argument("--headroom", type=float, default=None, help="fraction of each GPU left free (default 0.1)")
+    policy.add_argument("--no-checkpointing", action="store_true", help="do not recompute activations")
+    policy.add_argument("--no-offload", action="store_true", help="keep everything on the GPUs")
+    parser.add_argument("--strategy", default="auto", help="check this strategy instead of choosing one")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON (its memory table included)")
+
+
 def _add_environment_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("what-if facts (start from this machine unless --no-probe)")
     group.add_argument("--no-probe", action="store_true", help="start from a bare one-CPU machine, not this one")
@@ -336,7 +374,8 @@ def _add_environment_flags(parser: argparse.ArgumentParser) -> None:
         metavar="FACT",
         help=(
             "cuda=N, usable=0,2, mps[=yes|no], xla=N, cpu=N, interactive[=yes|no], cuda-initialized[=yes|no], "
-            "start-methods=spawn,forkserver, package=NAME; with --rules, NAME=N for an accelerator the rule set adds"
+            "start-methods=spawn,forkserver, package=NAME, gpu-memory=40GiB, host-memory=1TiB; "
+            "with --rules, NAME=N for an accelerator the rule set adds"
         ),
     )
     group.add_argument(
@@ -400,6 +439,11 @@ def _assume(env: Environment, assumption: str, downstream: tuple[str, ...] = ())
         "start-methods": lambda: attrs.evolve(env, start_methods=_methods(value)),
         "no-fork": lambda: attrs.evolve(env, start_methods=tuple(m for m in env.start_methods if m not in forked)),
         "package": lambda: attrs.evolve(env, packages={*env.packages, _package(value)}),
+        # each visible CUDA device's memory (give it after cuda=N), and the host's
+        "gpu-memory": lambda: attrs.evolve(
+            env, cuda_memory_bytes=(_assumed_size(fact, value),) * env.cuda_device_count
+        ),
+        "host-memory": lambda: attrs.evolve(env, host_memory_bytes=_assumed_size(fact, value)),
     }
     for name in downstream:  # a downstream accelerator's devices: what its plugin would count
         appliers[name.replace("_", "-")] = functools.partial(
@@ -410,6 +454,13 @@ def _assume(env: Environment, assumption: str, downstream: tuple[str, ...] = ())
             field="--assume", value=assumption, reason="it is not a known fact", allowed=tuple(appliers)
         )
     return appliers[fact]()
+
+
+def _assumed_size(fact: str, value: str | None) -> int:
+    size = None if value is None else parse_bytes(value)
+    if size is None:
+        raise CliError(f"--assume {fact}={value}: write a size, e.g. --assume {fact}=40GiB")
+    return size
 
 
 def _assume_accelerator(env: Environment, rule: AcceleratorRule, fact: str, value: str | None) -> Environment:
@@ -491,7 +542,8 @@ def _environment(arguments: argparse.Namespace) -> Environment:
     if variables:
         env = env.with_variables(variables)
     downstream = _downstream_accelerators(arguments) if arguments.assume else ()
-    for assumption in arguments.assume:
+    # Memory per device last: it is given for the devices the other facts assume.
+    for assumption in sorted(arguments.assume, key=lambda text: _assumed_fact(text) == "gpu-memory"):
         env = _assume(env, assumption, downstream)
     return env
 
@@ -795,6 +847,72 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
     return 0
 
 
+def _size(flag: str, text: str) -> int:
+    size = parse_bytes(text)
+    if size is None:
+        raise CliError(f"{flag} {text}: write a size such as 40GiB, 80GB or 512MiB")
+    return size
+
+
+def _fit_environment(arguments: argparse.Namespace) -> Environment:
+    env = probe()
+    if arguments.gpus is not None:
+        count, times, size = arguments.gpus.replace("×", "x").partition("x")
+        number = whole_number(count.strip())
+        if not times or number is None or not 0 < number <= MAX_DEVICES_PER_NODE:
+            raise CliError(f"--gpus {arguments.gpus}: write GPUs per node × their memory, e.g. --gpus 8x40GiB")
+        # a what-if's nodes: their host memory is --host-memory's, not this machine's
+        env = attrs.evolve(env, cuda_device_count=number, usable_cuda_devices=None, host_memory_bytes=None)
+        env = attrs.evolve(env, cuda_memory_bytes=(_size("--gpus", size),) * number)
+    if arguments.host_memory is not None:
+        env = attrs.evolve(env, host_memory_bytes=_size("--host-memory", arguments.host_memory))
+    return attrs.evolve(env, packages={*env.packages, *arguments.package})
+
+
+def _run_fit(arguments: argparse.Namespace) -> int:
+    parameters = parse_bytes(arguments.params)  # a count written as a size: 7e9, 7000000000
+    if parameters is None:
+        raise CliError(f"--params {arguments.params}: write the parameter count, e.g. --params 7e9")
+    precision = Request.from_config({"precision": arguments.precision}).precision
+    facts = transformer_facts(
+        parameters=parameters,
+        layers=arguments.layers,
+        hidden=arguments.hidden,
+        sequence=arguments.sequence,
+        batch_size=arguments.batch_size,
+        precision=precision,  # type: ignore[arg-type]  # normalised by from_config
+    )
+    defaults = BUILTIN_RULES.memory_policy
+    policy = MemoryPolicy(
+        headroom=defaults.headroom if arguments.headroom is None else arguments.headroom,
+        activation_checkpointing=not arguments.no_checkpointing,
+        offload=not arguments.no_offload,
+    )
+    request = Request.from_config(
+        {"accelerator": "cuda", "strategy": arguments.strategy, "num_nodes": arguments.nodes, "precision": precision}
+    )
+    env = _fit_environment(arguments)
+    if arguments.nodes > 1 and not env.variables.get("MASTER_ADDR"):
+        env = env.with_variables({"MASTER_ADDR": "node-0", "MASTER_PORT": "29500", "NODE_RANK": "0"})
+    plan = _resolved(attrs.evolve(request, model=facts, memory_policy=policy), env, BUILTIN_RULES)
+    if arguments.json:
+        print(json.dumps(plan.to_dict(), indent=2))
+        return 0
+    print(
+        f"model: {facts.parameter_count:,} parameters, {facts.layer_count} layers, sequence {arguments.sequence}, "
+        f"batch {facts.batch_size} per GPU, {precision}"
+    )
+    if plan.memory is None:
+        print(f"strategy: {plan.strategy.name} (the GPUs' memory is not known: pass --gpus 8x40GiB)")
+        return 0
+    chosen = plan.memory.estimate
+    ckpt = " with activation checkpointing" if chosen is not None and chosen.checkpointing else ""
+    options = "" if plan.strategy.options is None else f" {plan.strategy.options!r}"
+    print(f"choice: {plan.strategy.name}{options}{ckpt} on {plan.world_size} GPU(s)")
+    print("\n".join(memory_table(plan.memory)))
+    return 0
+
+
 def _run_gpus(arguments: argparse.Namespace) -> int:
     wanted: int | None = None
     if arguments.count is not None:
@@ -908,6 +1026,8 @@ def _command(arguments_list: list[str], command: list[str], json_wanted: bool) -
         return _run_migrate(arguments)
     if arguments.command == "gpus":
         return _run_gpus(arguments)
+    if arguments.command == "fit":
+        return _run_fit(arguments)
     if arguments.command == "env":
         return _run_env(arguments)
     if arguments.command == "completion":

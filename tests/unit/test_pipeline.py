@@ -13,6 +13,7 @@ import trainplan
 from trainplan import Environment, Request, TrainplanError
 from trainplan.resolve import check, pipeline
 from trainplan.resolve.draft import Draft
+from trainplan.resolve.memory import transformer_facts
 from trainplan.spec.options import FSDPOptions, ModelParallelOptions
 
 RESOLVE = Path(trainplan.__file__).parent / "resolve"
@@ -125,6 +126,11 @@ GOES_ON: dict[str, tuple[Request, Environment, str]] = {
         ),
         Environment(),
         "mesh-inside-node",
+    ),
+    "memory": (
+        Request(model=transformer_facts(parameters=70e9), precision="transformer-engine"),
+        Environment(cuda_device_count=1, cuda_memory_bytes=(24 << 30,), host_memory_bytes=64 << 30),
+        "precision-package",
     ),
 }
 """For each step that refuses: a request it refuses, on its environment, and the refusal of a later step that

@@ -12,7 +12,7 @@ import importlib.util
 import os
 import platform
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -188,6 +188,8 @@ def probe(
         usable = tuple(status.index for status in statuses if status.usable and status.index < len(visible))
     return Environment(
         cuda_device_count=len(visible),
+        cuda_memory_bytes=_memory_of(visible),
+        host_memory_bytes=_host_memory(),
         cuda_initialized=cuda_initialized(),
         usable_cuda_devices=usable,
         mps_available=_mps_available(),
@@ -229,6 +231,20 @@ def _static_facts() -> _StaticFacts:
         packages=frozenset(name for name in OPTIONAL_PACKAGES if _installed(name)),
         start_methods=tuple(method for method in START_METHODS if method in available),
     )
+
+
+def _memory_of(visible: Sequence[GpuFacts]) -> tuple[int, ...]:
+    """Each visible GPU's total memory (NVML's), or nothing when any is unknown (a partial list would misplace one)."""
+    totals = [gpu.memory_total for gpu in visible]
+    return tuple(total for total in totals if total) if all(totals) else ()
+
+
+def _host_memory() -> int | None:
+    """This machine's memory (the offload target), or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") or None
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _cpu_count() -> int:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
-from trainplan.parse import normalise
+from trainplan.parse import memory, normalise
 from trainplan.parse.wire import (
     Reader,
     builtin_or_custom,
@@ -359,6 +359,23 @@ REQUEST_FIELD_ROWS: Final[tuple[RequestField, ...]] = (
             kind="switch",
             help="take the GPUs no other process holds (the auto_select_gpus bridge)",
         ),
+    ),
+    RequestField(
+        name="model",
+        default=Given(None),
+        normalise=Plain(memory.model_facts),
+        to_json=memory.to_dict,
+        from_json=memory.facts_from_json,
+        read_check=memory.model_facts,
+        # no flag: `trainplan fit` builds the facts from --params and a shape
+    ),
+    RequestField(
+        name="memory_policy",
+        default=Given(None),
+        normalise=Plain(memory.memory_policy),
+        to_json=memory.to_dict,
+        from_json=memory.policy_from_json,
+        read_check=memory.memory_policy,
     ),
 )
 """One row per `Request` field but `notes` (the record's own bookkeeping, written and read by `plan_json`)."""

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import attrs
 
 from trainplan.parse.fields import IN_READ_ORDER, REQUEST_FIELD_ROWS
+from trainplan.parse.memory import memory_plan_from_json, memory_plan_to_dict
 from trainplan.parse.wire import Reader, check_document, note_from, options_from_dict, options_to_dict
 from trainplan.rules import (
     BUILTIN_RULES,
@@ -77,6 +78,7 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
         "mesh": None
         if plan.mesh is None
         else {"dimensions": list(plan.mesh.dimensions), "shape": list(plan.mesh.shape)},
+        "memory": memory_plan_to_dict(plan.memory),
         **({} if plan.rules is None else {"rules": plan.rules}),
     }
 
@@ -133,6 +135,7 @@ def _read(data: object) -> Plan:
         reasons=read.string_map("reasons"),
         physical_devices=tuple(read.string_list("physical_devices") if "physical_devices" in read.data else ()),
         mesh=_mesh_from(read),
+        memory=memory_plan_from_json(read),
         rules=_rules_reference_from(read),
     )
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trainplan.rules.memory import MEMORY_ORDER
+
 if TYPE_CHECKING:
+    from trainplan.spec.memory import MemoryPlan
     from trainplan.spec.mesh import MeshLayout
     from trainplan.spec.plan import Plan, ReducesOn
 
@@ -61,6 +64,10 @@ def explain(plan: Plan) -> str:
             lines.append(f"  {' ' * width}    why: {reason}")
     if plan.mesh is not None:
         lines.extend(_draw_mesh(plan, plan.mesh))
+    if plan.memory is not None:
+        lines.extend(memory_table(plan.memory))
+        if plan.memory.chosen is not None and plan.request.strategy == "auto":
+            lines.append(f"  order: {MEMORY_ORDER.reason}")
     if plan.notes:
         lines.append("notes:")
         lines.extend(f"  - {note}" for note in plan.notes)
@@ -117,6 +124,38 @@ def _draw_mesh(plan: Plan, mesh: MeshLayout) -> list[str]:
     if coordinates is not None:
         place = ", ".join(f"{name} {index}" for name, index in coordinates.items())
         lines.append(f"this rank: {plan.cluster.global_rank} at {place}")
+    return lines
+
+
+_GIB = 1 << 30
+_COLUMNS = ("params", "grads", "optim", "activ", "gather", "temp", "total", "host")
+
+
+def memory_table(memory: MemoryPlan) -> list[str]:
+    """The memory arithmetic: per device, by category (GiB), for each candidate in preference order, and its verdict."""
+    policy = memory.policy
+    host = "" if memory.host_bytes is None else f", host {memory.host_bytes / _GIB:.1f} GiB a node"
+    lines = [
+        f"memory per device (GiB): {memory.device_bytes / _GIB:.1f} a device, budget {memory.budget_bytes / _GIB:.1f} "
+        f"after {policy.headroom:.0%} headroom{host}",
+        "  " + "layout".ljust(24) + "".join(column.rjust(8) for column in _COLUMNS) + "  verdict",
+    ]
+    for item in memory.candidates:
+        name = item.layout + (" +ckpt" if item.checkpointing else "")
+        figures = (
+            item.parameters,
+            item.gradients,
+            item.optimizer,
+            item.activations,
+            item.gathered,
+            item.temporaries,
+            item.total,
+            item.host,
+        )
+        marker = "→ " if item.verdict == "chosen" else "  "
+        lines.append(
+            marker + name.ljust(24) + "".join(f"{count / _GIB:8.1f}" for count in figures) + f"  {item.verdict}"
+        )
     return lines
 
 

@@ -12,8 +12,10 @@ import attrs
 from trainplan.parse.normalise import DevicesSpec
 from trainplan.resolve.cluster import ClusterFacts
 from trainplan.rules import AcceleratorRule, FamilyRule, Rules, StrategyRule
+from trainplan.rules.memory import MemoryLayout
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import TrainplanError
+from trainplan.spec.memory import MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import (
     AcceleratorFlag,
@@ -50,6 +52,8 @@ class Fields:
     sync_batchnorm: bool
     select_usable_gpus: bool
     strategy_options: StrategyOptions | None
+    model: ModelFacts | None
+    memory_policy: MemoryPolicy | None
     notes: tuple[Note, ...]
 
 
@@ -70,6 +74,8 @@ class Draft:
     reasons: dict[str, str] = attrs.Factory(dict)
     """Why each choice was made, by decision (the plan's `reasons`)."""
     ended: bool = False
+    memory_choice: MemoryLayout | None = None
+    """The layout the memory step chose for strategy='auto' (the strategy step takes its strategy and options)."""
     """A step found nothing the later ones could go on from (a wrong argument, a wrong fact, an unknown accelerator)."""
 
     fields: Fields = attrs.field(init=False)
@@ -91,6 +97,7 @@ class Draft:
     backend: BackendKey | None = attrs.field(init=False)
     precision: PrecisionKey = attrs.field(init=False)
     mesh: MeshLayout | None = attrs.field(init=False)
+    memory: MemoryPlan | None = attrs.field(init=False)
     metrics: MetricPlacement = attrs.field(init=False)
 
     def refuse(self, problem: TrainplanError) -> None:

@@ -24,6 +24,7 @@ from trainplan.resolve.steps import (
     environment,
     launcher,
     layout,
+    memory,
     mesh,
     metrics,
     normalise,
@@ -62,6 +63,8 @@ STEPS: Final[tuple[Step, ...]] = (
     Step("accelerator", accelerator.choose_accelerator, instead=accelerator.assume_present),
     # 6. The devices.
     Step("devices", devices.select_devices, instead=devices.first_device),
+    # 7a. With the model's facts, strategy='auto' takes the most preferred layout that fits the devices' memory.
+    Step("memory", memory.fit_memory, instead=memory.no_choice),
     # 7. The strategy, and whether it runs here.
     Step("strategy", strategy.choose_strategy),
     # 8. The strategy's options, its preset applied.
@@ -78,6 +81,8 @@ STEPS: Final[tuple[Step, ...]] = (
     Step("precision", precision.choose_precision, instead=precision.as_asked),
     # 14. The device mesh (model_parallel).
     Step("mesh", mesh.lay_out_mesh),
+    # 14a. With the model's facts, an explicit strategy is checked to fit.
+    Step("memory_check", memory.check_memory),
     # 15. sync_batchnorm.
     Step("sync_batchnorm", layout.check_sync_batchnorm),
     # 16. Where logged metrics live and are reduced.

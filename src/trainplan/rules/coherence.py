@@ -189,6 +189,13 @@ def _check_references(rules: Rules) -> Problems:
     for index, row in enumerate(rules.auto_strategies):
         if row.strategy not in strategies:
             yield from _exists(row.strategy, strategies, "strategy", f"auto_strategies[{index}].strategy", None)
+    for memory_layout in rules.memory_layouts:
+        yield from _exists(
+            memory_layout.strategy, strategies, "strategy", "memory_layouts", memory_layout.name, "strategy"
+        )
+    memory_layouts = {memory_layout.name: memory_layout for memory_layout in rules.memory_layouts}
+    for layout_name in (*rules.memory_order.on_device, *rules.memory_order.offloaded):
+        yield from _exists(layout_name, memory_layouts, "memory layout", "memory_order", None)
     for launcher in launchers.values():
         if launcher.in_started_job is not None:
             yield from _exists(

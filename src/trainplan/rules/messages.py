@@ -30,6 +30,8 @@ RefusalId = Literal[
     # device meshes
     "mesh-product", "mesh-remainder", "mesh-autos", "mesh-spellings", "mesh-inside-node", "mesh-pipeline-nodes",
     "mesh-accelerator", "mesh-backend", "mesh-precision",
+    # memory
+    "memory-nothing-fits", "memory-strategy-too-big",
 ]
 """Every refusal's id, a row of `RULES` each: the refusal helpers take one, so a type checker catches a misspelt id."""
 # fmt: on
@@ -304,6 +306,21 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
     "accelerate-strategy": Rule(
         reason="{why}",
         fix="Use strategy={instead!r} with Accelerate",
+    ),
+    "memory-nothing-fits": Rule(
+        reason=(
+            "a model of {parameters} parameters fits no layout on {world} device(s) of {device} ({budget} each after "
+            "the policy's {headroom} headroom): the closest, {closest}, takes {needed} per device ({breakdown}) and "
+            "{verdict}"
+        ),
+        fix="{fix}",
+    ),
+    "memory-strategy-too-big": Rule(
+        reason=(
+            "strategy {strategy!r} will not fit: {needed} needed per rank ({breakdown}), {budget} per device "
+            "after the policy's {headroom} headroom"
+        ),
+        fix="{fix}",
     ),
     "mesh-product": Rule(
         reason=(

@@ -42,6 +42,7 @@ from trainplan.rules.hardware import (
 )
 from trainplan.rules.job import KUBERNETES_DEVICE_RESOURCES, SYNC_BATCHNORM_ACCELERATORS
 from trainplan.rules.launchers import LAUNCHERS, LauncherRule
+from trainplan.rules.memory import MEMORY_LAYOUTS, MEMORY_ORDER, MEMORY_POLICY, MemoryLayout, MemoryOrder
 from trainplan.rules.options import OPTIONS, OptionRow
 from trainplan.rules.precision import (
     BACKENDS,
@@ -71,6 +72,7 @@ from trainplan.rules.strategies import (
     StrategyRule,
 )
 from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.memory import MemoryPolicy
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     CLUSTER_FLAGS,
@@ -138,6 +140,12 @@ class Rules:
     kubernetes_resources: Mapping[AcceleratorKey, str | None]
     """The Kubernetes resource each pod of an emitted PyTorchJob asks for per device (None: CPUs, which every node
     has); an accelerator without a row runs in no PyTorchJob."""
+    memory_layouts: tuple[MemoryLayout, ...] = MEMORY_LAYOUTS
+    """The candidate layouts of the memory-aware choice (`rules.memory`), each with its arithmetic."""
+    memory_order: MemoryOrder = MEMORY_ORDER
+    """The order those layouts are preferred in, and why."""
+    memory_policy: MemoryPolicy = MEMORY_POLICY
+    """The policy of a request that names none (headroom, checkpointing, offload)."""
     reference: str | None = None
     """Where this rule set can be imported from ("package.module:NAME"), recorded in the plans made from it so that
     a launched worker reading its plan back checks it against the same rules; None: nowhere said."""

@@ -19,6 +19,7 @@ from trainplan.spec.errors import (
 )
 from trainplan.spec.frozen import FrozenMap
 from trainplan.spec.gpus import ComputeMode, GpuFacts, GpuStatus
+from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import (
     AcceleratorFlag,
@@ -63,6 +64,9 @@ __all__ = [
     "Incompatible",
     "InvalidRequest",
     "LauncherName",
+    "MemoryEstimate",
+    "MemoryPlan",
+    "MemoryPolicy",
     "MeshDimension",
     "MeshDimensionError",
     "MeshLayout",
@@ -73,6 +77,7 @@ __all__ = [
     "MetricSlot",
     "MetricsStore",
     "MissingRule",
+    "ModelFacts",
     "ModelParallelOptions",
     "Note",
     "NoteLevel",

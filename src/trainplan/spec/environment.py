@@ -30,6 +30,10 @@ def _freeze_indices(value: tuple[int, ...] | list[int] | None) -> tuple[int, ...
     return None if value is None else freeze_sequence(value)  # type: ignore[return-value]
 
 
+def _freeze_memory(value: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    return freeze_sequence(value)  # type: ignore[return-value]
+
+
 class DeviceCounts(ReadOnlyMap[str, int]):
     """A read-only, hashable map of accelerator name → visible devices (`Environment.device_counts`), in name order
     (so equal counts given in any order are one value)."""
@@ -80,6 +84,11 @@ class Environment:
     """Installed optional packages that change what is possible (deepspeed, torch_xla, transformer_engine, ...)."""
     variables: FrozenMap = attrs.field(factory=FrozenMap, converter=freeze_map)
     """The environment variables that matter (CUDA_VISIBLE_DEVICES, SLURM_*, RANK, MASTER_ADDR, ...)."""
+    cuda_memory_bytes: tuple[int, ...] = attrs.field(default=(), converter=_freeze_memory)
+    """Total memory of each visible CUDA device, in bytes, in visible order (NVML's, through `probe()`); empty when
+    not known. The memory-aware choice (`Request.model`) fits the plan's smallest device."""
+    host_memory_bytes: int | None = None
+    """This machine's memory, in bytes, when known: where offloaded optimizer states and parameters go."""
     device_counts: DeviceCounts = attrs.field(factory=DeviceCounts, converter=_freeze_counts)
     """Visible devices of the accelerators a downstream rule set adds (`Rules.extend(accelerators=...)`), by name:
     `{"npu": 8}`. `probe()` cannot count them (it knows trainplan's own accelerators only): the framework that adds

@@ -8,6 +8,7 @@ import attrs
 
 from trainplan.spec.entry import entry_points
 from trainplan.spec.frozen import FrozenMap, freeze_map, freeze_sequence
+from trainplan.spec.memory import MemoryPlan
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import (
     HOST_DEVICE,
@@ -120,6 +121,9 @@ class Plan:
     mesh: MeshLayout | None = None
     """The device mesh (strategy `model_parallel`): its dimensions in their fixed order and their sizes; None for
     the other strategies."""
+    memory: MemoryPlan | None = None
+    """The memory arithmetic, when the request gave the model's facts and the devices' memory is known: the estimate
+    per device by category for each candidate layout, and the one chosen (`explain()` shows it as a table)."""
     rules: str | None = None
     """The rule set the plan was made from: None for trainplan's own; its reference ("module:NAME", which a worker
     imports to check the plan it reads back) for a downstream one; `UNNAMED_RULES` for one without a reference."""

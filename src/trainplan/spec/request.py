@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 import attrs
 
 from trainplan.spec.entry import entry_points
+from trainplan.spec.memory import MemoryPolicy, ModelFacts
 from trainplan.spec.names import (
     DEFAULT_PRECISION,
     AcceleratorFlag,
@@ -62,6 +63,12 @@ class Request:
     select_usable_gpus: bool = False
     """The deprecation bridge for `auto_select_gpus=True`: take `devices` GPUs from the environment's usable
     ones (`Environment.usable_cuda_devices`). Prefer `devices=find_usable_cuda_devices(n)`."""
+    model: ModelFacts | None = None
+    """What one training step of the model holds in memory (written by hand, `transformer_facts(...)`, or
+    `measure_model(...)`). Given, `strategy='auto'` chooses the cheapest layout that fits the devices' memory, and an
+    explicit strategy is checked to fit (`Plan.memory` shows the arithmetic)."""
+    memory_policy: MemoryPolicy | None = None
+    """How the model is fitted (headroom, activation checkpointing, offload); None: the rule set's policy."""
     notes: tuple[Note, ...] = attrs.field(default=(), converter=freeze_notes, eq=False)
     """Deprecation notes carried from `Request.from_legacy`; they flow into the plan's notes.
     They are not part of the request's identity (two requests that ask for the same are equal)."""

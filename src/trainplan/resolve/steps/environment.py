@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from trainplan.parse.memory import MAX_BYTES
 from trainplan.resolve.draft import Draft
 from trainplan.rules import MAX_CPU_COUNT, MAX_DEVICES_PER_NODE, SUPPLIED_COUNTS, Rules
 from trainplan.spec.environment import Environment
@@ -75,10 +76,28 @@ def environment_problems(env: Environment, rules: Rules) -> Iterator[InvalidRequ
     counts: object = env.device_counts
     if not isinstance(counts, Mapping) or counts:
         yield from _count_problems(counts, rules)
+    yield from _memory_problems(env)
     usable: object = env.usable_cuda_devices
     count: object = env.cuda_device_count
     if usable is not None and isinstance(count, int) and not _distinct_indices(usable, count):
         yield _bad("usable_cuda_devices", usable, "usable devices are distinct visible CUDA indices")
+
+
+def _memory_problems(env: Environment) -> Iterator[InvalidRequest]:
+    """Device and host memory: byte counts above zero (one per visible CUDA device, when given)."""
+    memory: object = env.cuda_memory_bytes
+    count: object = env.cuda_device_count
+    if not isinstance(memory, tuple) or not all(type(item) is int and 0 < item <= MAX_BYTES for item in memory):
+        yield _bad("cuda_memory_bytes", memory, "it holds each visible CUDA device's memory in bytes, e.g. (40 << 30,)")
+    elif memory and memory.__len__() != count:
+        yield _bad(
+            "cuda_memory_bytes",
+            memory,
+            f"it holds one figure per visible CUDA device, and cuda_device_count={count!r}",
+        )
+    host: object = env.host_memory_bytes
+    if host is not None and (type(host) is not int or not 0 < host <= MAX_BYTES):
+        yield _bad("host_memory_bytes", host, "it is this machine's memory in bytes, or None when not known")
 
 
 def _bad(field: str, value: object, reason: str) -> InvalidRequest:

@@ -37,5 +37,6 @@ def build_plan(draft: Draft) -> Plan:
         notes=draft.notes,
         reasons=draft.reasons,
         mesh=draft.mesh,
+        memory=draft.memory,
         rules=draft.rules.plan_reference,
     )

@@ -63,6 +63,8 @@ def _choose_strategy(draft: Draft) -> tuple[StrategyKey, str]:
     interactive = draft.env.interactive
     if flag != "auto":
         return flag, f"asked for {flag!r}"
+    if draft.memory_choice is not None:
+        return draft.memory_choice.strategy, draft.reasons["memory"]
     if options is not None:
         for family, name in rules.auto_for_options.items():
             if isinstance(options, OPTION_TYPES[family]):
@@ -118,9 +120,10 @@ def _strategy_problems(
 
 
 def merge_options(draft: Draft) -> None:
-    draft.options = _merge_options(
-        draft.strategy_name, draft.strategy, draft.family, draft.fields.strategy_options, draft.rules
-    )
+    given = draft.fields.strategy_options
+    if given is None and draft.memory_choice is not None:
+        given = draft.memory_choice.options  # the memory-fitted layout's record (HSDP's sharding, tp's degree)
+    draft.options = _merge_options(draft.strategy_name, draft.strategy, draft.family, given, draft.rules)
 
 
 def no_options(draft: Draft) -> None:

@@ -1,0 +1,129 @@
+"""Measuring a model's training step without a GPU and without its memory: `measure_model` builds the module under
+torch's FakeTensorMode (tensors with shapes and dtypes, no storage), runs one forward, backward and optimizer step
+under torch's `MemTracker`, and returns the `ModelFacts` the memory-aware choice reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from trainplan.effects.extras import require_torch
+from trainplan.spec.errors import TrainplanError
+from trainplan.spec.memory import ModelFacts
+
+if TYPE_CHECKING:
+    import torch
+
+
+class NotMeasurable(TrainplanError, RuntimeError):
+    """A module whose training step cannot run under FakeTensorMode (data-dependent control flow, a C extension
+    that reads storage, a wrong batch): the facts can still be written by hand."""
+
+
+def measure_model(
+    module_factory: Callable[[], torch.nn.Module],
+    batch: Callable[[], Sequence[torch.Tensor] | torch.Tensor],
+    *,
+    optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer] | None = None,
+    loss: Callable[[Any], torch.Tensor] | None = None,
+    device: str = "cpu",
+) -> ModelFacts:
+    """The facts of one training step of `module_factory()` on `batch()` (built under FakeTensorMode: write the
+    factories so they create their tensors inside, e.g. `lambda: torch.randint(0, 32000, (1, 4096))`).
+
+    `optimizer` (default AdamW) builds the optimizer from the parameters; `loss` reduces the output to a scalar
+    (default: its sum). Nothing is allocated and no GPU is used; `device` is the fake device the tensors sit on.
+    Raises `NotMeasurable` when the step cannot run under FakeTensorMode."""
+    require_torch("trainplan.measure_model")
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    try:
+        with FakeTensorMode(), torch.device(device):
+            model = module_factory()
+            inputs = batch()
+            arguments = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+            step = (optimizer or (lambda parameters: torch.optim.AdamW(parameters, foreach=True)))(model.parameters())
+            layers = _repeated_layers(model)
+            layer_input: list[int] = []
+            handle = (
+                layers[0].register_forward_pre_hook(
+                    lambda module, args: layer_input.append(_bytes(args)) if not layer_input else None
+                )
+                if layers
+                else None
+            )
+            tracker = MemTracker()
+            tracker.track_external(model, step)
+            with tracker:
+                output = model(*arguments)
+                activations = _category(tracker.get_tracker_snapshot("current"), "ACT")
+                (loss or _sum)(output).backward()  # type: ignore[no-untyped-call]
+                step.step()
+                after = tracker.get_tracker_snapshot("current")
+                peak = tracker.get_tracker_snapshot("peak")
+            if handle is not None:
+                handle.remove()
+    except TrainplanError:
+        raise
+    except Exception as error:  # any failure of the user's module under fake tensors
+        raise NotMeasurable(
+            f"the training step could not run under FakeTensorMode ({type(error).__name__}: {error}). Write the "
+            "model's facts by hand (trainplan.ModelFacts or trainplan.transformer_facts)"
+        ) from error
+    samples = int(arguments[0].shape[0]) if arguments and arguments[0].dim() else 1
+    parameters = list(model.parameters())
+    largest = max((_module_bytes(layer) for layer in layers), default=_module_bytes(model))
+    return ModelFacts(
+        parameter_count=sum(parameter.numel() for parameter in parameters),
+        parameter_bytes=_category(after, "PARAM") + _category(after, "BUFFER"),
+        gradient_bytes=_category(after, "GRAD"),
+        optimizer_bytes=_category(after, "OPT"),
+        activation_bytes_per_sample=-(-activations // samples),
+        layer_count=max(len(layers), 1),
+        layer_input_bytes_per_sample=-(-(layer_input[0] if layer_input else 0) // samples),
+        largest_layer_bytes=largest,
+        temporary_bytes=_category(peak, "TEMP"),
+        batch_size=samples,
+        dtype=str(parameters[0].dtype).removeprefix("torch.") if parameters else "float32",
+    )
+
+
+def _sum(output: Any) -> torch.Tensor:
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output.float().sum()
+    raise NotMeasurable(f"the module returned {type(output).__name__}: pass loss= to reduce it to a tensor")
+
+
+def _category(snapshot: dict[Any, dict[Any, int]], name: str) -> int:
+    """One category's bytes over every device of a MemTracker snapshot (its keys are `_MemRefType` members)."""
+    return sum(
+        count for device in snapshot.values() for kind, count in device.items() if getattr(kind, "name", kind) == name
+    )
+
+
+def _bytes(arguments: object) -> int:
+    import torch
+
+    items = arguments if isinstance(arguments, tuple) else (arguments,)
+    return sum(item.numel() * item.element_size() for item in items if isinstance(item, torch.Tensor))
+
+
+def _module_bytes(module: torch.nn.Module) -> int:
+    return sum(parameter.numel() * parameter.element_size() for parameter in module.parameters())
+
+
+def _repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The longest `ModuleList`/`Sequential` of the model (a transformer's blocks): what checkpointing and FSDP wrap
+    one at a time; none when the model has no such list."""
+    import torch
+
+    lists = [module for module in model.modules() if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential))]
+    longest = max(lists, key=len, default=None)
+    return list(longest) if longest is not None and len(longest) > 1 else []
+
+
+__all__ = ["NotMeasurable", "measure_model"]

@@ -1,0 +1,171 @@
+"""The memory records of a request (`ModelFacts`, `MemoryPolicy`): checked field by field, and their JSON form.
+
+Each record holds numbers, bools and strings only; the fields' kinds are read from the records themselves, so a
+field added to a record is checked and carried without another line here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Final, TypeVar
+
+import attrs
+
+from trainplan.parse.wire import Reader
+from trainplan.spec.errors import InvalidRequest, PlanFormatError
+from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
+
+R = TypeVar("R")
+
+_KINDS: Final[Mapping[str, type]] = {"int": int, "float": float, "bool": bool, "str": str, "StrategyKey": str}
+_AT_LEAST_ONE: Final = frozenset({"parameter_count", "layer_count", "batch_size"})
+"""The counts of `ModelFacts` that cannot be zero (every other byte count may be)."""
+MAX_BYTES: Final = 1 << 62
+"""Beyond any machine (4 EiB): a larger count is a mistake, not a model."""
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmgtp]?)(i?)(b?)\s*", re.IGNORECASE)
+_UNITS: Final = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+
+
+def parse_bytes(text: str) -> int | None:
+    """A size as people write it: `40GiB`, `40G` (GiB, as nvidia-smi counts), `40GB` (10⁹), `512MiB`, `1e9`; None
+    when it is not one (or not above zero)."""
+    match = _SIZE.fullmatch(text)
+    if match is None or len(text) > 40:
+        return None
+    number, unit, binary, byte = match.groups()
+    power = _UNITS[unit.lower()]
+    base = 1000 if (byte and not binary and unit) else 1024
+    size = int(float(number) * base**power)
+    return size if 0 < size <= MAX_BYTES else None
+
+
+def _kind(record: type, name: str) -> type:
+    annotation = str(attrs.fields_dict(record)[name].type)
+    return _KINDS[annotation.removesuffix(" | None")]
+
+
+def model_facts(value: object) -> ModelFacts | None:
+    """`Request.model`: None, or `ModelFacts` whose counts are whole numbers in range."""
+    if value is None:
+        return None
+    if not isinstance(value, ModelFacts):
+        raise InvalidRequest(
+            field="model",
+            value=value,
+            reason=f"model takes trainplan.ModelFacts, not {type(value).__name__}",
+            fix="Write ModelFacts(...) by hand, build one with trainplan.transformer_facts(...), or measure a module "
+            "with trainplan.measure_model(...)",
+        )
+    for field in attrs.fields(ModelFacts):
+        number: object = getattr(value, field.name)
+        if _kind(ModelFacts, field.name) is str:
+            if not isinstance(number, str) or not number:
+                raise _bad_fact(field.name, number, "it is a dtype's name, e.g. 'bfloat16'")
+            continue
+        least = 1 if field.name in _AT_LEAST_ONE else 0
+        if type(number) is not int or not least <= number <= MAX_BYTES:
+            raise _bad_fact(field.name, number, f"it must be a whole number from {least} to {MAX_BYTES}")
+    return value
+
+
+def _bad_fact(name: str, value: object, reason: str) -> InvalidRequest:
+    return InvalidRequest(
+        field=f"model.{name}",
+        value=value,
+        reason=reason,
+        fix="Give the model's facts as counted (trainplan.measure_model counts them for a module)",
+    )
+
+
+def memory_policy(value: object) -> MemoryPolicy | None:
+    """`Request.memory_policy`: None (the rule set's policy), or a `MemoryPolicy` with a headroom in [0, 1)."""
+    if value is None:
+        return None
+    if not isinstance(value, MemoryPolicy):
+        raise InvalidRequest(
+            field="memory_policy",
+            value=value,
+            reason=f"memory_policy takes trainplan.MemoryPolicy, not {type(value).__name__}",
+            fix="Write MemoryPolicy(headroom=0.1, activation_checkpointing=True, offload=True), or leave it out",
+        )
+    headroom: object = value.headroom
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 <= headroom < 1:
+        raise InvalidRequest(
+            field="memory_policy.headroom",
+            value=headroom,
+            reason="it is the fraction of each device's memory left free, from 0 up to (not including) 1",
+            fix="Write e.g. MemoryPolicy(headroom=0.1)",
+        )
+    for name in ("activation_checkpointing", "offload"):
+        if type(getattr(value, name)) is not bool:
+            raise InvalidRequest(field=f"memory_policy.{name}", value=getattr(value, name), reason="True or False")
+    return value
+
+
+def to_dict(record: object) -> dict[str, object] | None:
+    """A memory record as plain JSON (None stays None)."""
+    return None if record is None else attrs.asdict(record)  # type: ignore[arg-type]
+
+
+def _record(read: Reader, record: type[R]) -> R:
+    values: dict[str, object] = {}
+    for field in attrs.fields(record):  # type: ignore[arg-type]
+        kind = _kind(record, field.name)
+        if kind is float:
+            number = read._get(field.name)
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+                raise PlanFormatError(path=f"{read.path}.{field.name}", reason="expected a number")
+            values[field.name] = float(number)
+        elif str(field.type).endswith("| None"):
+            values[field.name] = read.optional(field.name, kind)
+        else:
+            values[field.name] = read.field(field.name, kind)
+    return record(**values)
+
+
+def facts_from_json(read: Reader, key: str) -> ModelFacts | None:
+    return None if read._get(key) is None else _record(read.child(key), ModelFacts)
+
+
+def policy_from_json(read: Reader, key: str) -> MemoryPolicy | None:
+    return None if read._get(key) is None else _record(read.child(key), MemoryPolicy)
+
+
+def memory_plan_to_dict(memory: MemoryPlan | None) -> dict[str, object] | None:
+    if memory is None:
+        return None
+    data = attrs.asdict(memory, recurse=False)
+    data["policy"] = attrs.asdict(memory.policy)
+    data["candidates"] = [attrs.asdict(item) for item in memory.candidates]
+    return data
+
+
+def memory_plan_from_json(read: Reader) -> MemoryPlan | None:
+    """A plan's `memory` (absent in plans written before it existed: None)."""
+    if read.data.get("memory") is None:
+        return None
+    memory = read.child("memory")
+    return MemoryPlan(
+        device_bytes=memory.field("device_bytes", int),
+        budget_bytes=memory.field("budget_bytes", int),
+        host_bytes=memory.optional("host_bytes", int),
+        policy=_record(memory.child("policy"), MemoryPolicy),
+        chosen=memory.optional("chosen", str),
+        candidates=tuple(_record(item, MemoryEstimate) for item in memory.children("candidates")),
+    )
+
+
+__all__ = [
+    "facts_from_json",
+    "memory_plan_from_json",
+    "memory_plan_to_dict",
+    "memory_policy",
+    "model_facts",
+    "parse_bytes",
+    "policy_from_json",
+    "to_dict",
+]

@@ -1,0 +1,256 @@
+"""The memory arithmetic: each candidate layout's bytes per device by category, from a model's facts and the rows of
+`rules.memory`, and the choice of the most preferred one that fits. Pure: facts in, a `MemoryPlan` (or a refusal
+that shows the arithmetic) out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+
+from trainplan.rules import Rules
+from trainplan.rules.memory import (
+    ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN,
+    BYTES_PER_PARAMETER,
+    WHAT_IF_PRECISION,
+    MemoryLayout,
+    Placement,
+)
+from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.memory import GIB, MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
+from trainplan.spec.names import AcceleratorKey, PrecisionKey
+
+MAX_WORLD_SEARCHED = 1 << 16
+"""How far a refusal looks for the number of devices that would fit (a model past it names no count)."""
+
+
+@attrs.frozen(kw_only=True)
+class Hardware:
+    """What a layout is fitted to: the world's shape, the memory of a device and of a node, what is installed."""
+
+    num_nodes: int
+    processes_per_node: int
+    device_bytes: int
+    host_bytes: int | None
+    accelerator: AcceleratorKey
+    precision: PrecisionKey
+    packages: frozenset[str]
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.processes_per_node
+
+
+def gib(count: int) -> str:
+    """Bytes as GiB, one decimal ("46.1 GiB")."""
+    return f"{count / GIB:.1f} GiB"
+
+
+def _share(total: int, placement: Placement, data_parallel: int, node_shards: int) -> tuple[int, int]:
+    """(bytes on the device, bytes on the host) of one category for one rank."""
+    if placement == "whole":
+        return total, 0
+    if placement == "node":
+        return -(-total // node_shards), 0
+    shard = -(-total // data_parallel)
+    return (shard, 0) if placement == "sharded" else (0, shard)
+
+
+def estimate(
+    layout: MemoryLayout, checkpointing: bool, facts: ModelFacts, num_nodes: int, processes_per_node: int
+) -> MemoryEstimate:
+    """The bytes per device of one training step of `facts` under `layout`, by category (verdict left empty)."""
+    degree = layout.tensor_parallel
+    data_parallel = max(num_nodes * processes_per_node // degree, 1)
+    node_shards = max(processes_per_node // degree, 1)
+    split = [
+        _share(-(-total // degree), placement, data_parallel, node_shards)
+        for total, placement in (
+            (facts.parameter_bytes, layout.parameters),
+            (facts.gradient_bytes, layout.gradients),
+            (facts.optimizer_bytes, layout.optimizer),
+        )
+    ]
+    per_layer_parameters = facts.largest_layer_bytes if layout.parameters != "whole" else 0
+    if checkpointing:
+        saved = facts.layer_count * facts.layer_input_bytes_per_sample + facts.activation_bytes_per_layer
+    else:
+        saved = facts.activation_bytes_per_sample
+    return MemoryEstimate(
+        layout=layout.name,
+        strategy=layout.strategy,
+        checkpointing=checkpointing,
+        tensor_parallel=degree,
+        data_parallel=data_parallel,
+        parameters=split[0][0],
+        gradients=split[1][0],
+        optimizer=split[2][0],
+        activations=-(-facts.batch_size * saved // degree),
+        gathered=-(-layout.gathered_layers * per_layer_parameters // degree),
+        temporaries=facts.temporary_bytes,
+        host=sum(host for _, host in split),
+        fits=False,
+        verdict="",
+    )
+
+
+def why_not_allowed(
+    layout: MemoryLayout, checkpointing: bool, hardware: Hardware, policy: MemoryPolicy, rules: Rules
+) -> str | None:
+    """Why the rules do not allow `layout` on this hardware under `policy` (None: allowed)."""
+    family = rules.families[rules.strategies[layout.strategy].family]
+    world, per_node = hardware.world_size, hardware.processes_per_node
+    offloads = "host" in (layout.parameters, layout.gradients, layout.optimizer)
+    reasons = (
+        (checkpointing and not policy.activation_checkpointing, "the policy allows no activation checkpointing"),
+        (offloads and not policy.offload, "the policy allows no offload"),
+        (
+            hardware.accelerator not in family.accelerators,
+            f"{layout.strategy!r} does not run on {hardware.accelerator!r}",
+        ),
+        (
+            family.requires_package is not None and family.requires_package not in hardware.packages,
+            f"needs the {family.requires_package!r} package",
+        ),
+        (hardware.precision not in family.precisions, f"{layout.strategy!r} does not run at {hardware.precision!r}"),
+        (world < layout.min_processes, f"needs at least {layout.min_processes} devices"),
+        (layout.max_processes is not None and world > layout.max_processes, f"runs on {layout.max_processes} device"),
+        (hardware.num_nodes < layout.min_nodes, f"needs at least {layout.min_nodes} nodes"),
+        (per_node % layout.tensor_parallel != 0, f"tp={layout.tensor_parallel} does not divide a node's {per_node}"),
+    )
+    return next((reason for broken, reason in reasons if broken), None)
+
+
+def judge(estimated: MemoryEstimate, budget: int, hardware: Hardware, policy: MemoryPolicy) -> MemoryEstimate:
+    """The estimate with whether it fits the device budget (and, offloading, the node's host memory)."""
+    if estimated.total > budget:
+        return attrs.evolve(estimated, verdict=f"needs {gib(estimated.total)} > {gib(budget)}")
+    host_needed = estimated.host * hardware.processes_per_node
+    if hardware.host_bytes is not None and host_needed > hardware.host_bytes * (1 - policy.headroom):
+        return attrs.evolve(estimated, verdict=f"host memory: {gib(host_needed)} a node > {gib(hardware.host_bytes)}")
+    return attrs.evolve(estimated, fits=True, verdict="fits")
+
+
+def candidates(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> Iterator[MemoryEstimate]:
+    """Every candidate of the rule set's order, estimated and judged (a disallowed one says why)."""
+    budget = int(hardware.device_bytes * (1 - policy.headroom))
+    layouts = {layout.name: layout for layout in rules.memory_layouts}
+    for name, checkpointing in rules.memory_order.candidates():
+        layout = layouts[name]
+        estimated = estimate(layout, checkpointing, facts, hardware.num_nodes, hardware.processes_per_node)
+        refused = why_not_allowed(layout, checkpointing, hardware, policy, rules)
+        if refused is not None:
+            yield attrs.evolve(estimated, verdict=f"not allowed: {refused}")
+        else:
+            yield judge(estimated, budget, hardware, policy)
+
+
+def choose(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> MemoryPlan:
+    """The memory plan: every candidate judged, the first that fits chosen (None chosen: nothing fits)."""
+    judged = list(candidates(facts, hardware, policy, rules))
+    chosen = next(((item.layout, item.checkpointing) for item in judged if item.fits), None)
+    return MemoryPlan(
+        device_bytes=hardware.device_bytes,
+        budget_bytes=int(hardware.device_bytes * (1 - policy.headroom)),
+        host_bytes=hardware.host_bytes,
+        policy=policy,
+        chosen=None if chosen is None else chosen[0],
+        candidates=tuple(_mark(item, chosen) for item in judged),
+    )
+
+
+def _mark(item: MemoryEstimate, chosen: tuple[str, bool] | None) -> MemoryEstimate:
+    if chosen is not None and (item.layout, item.checkpointing) == chosen:
+        return attrs.evolve(item, verdict="chosen")
+    if item.fits:
+        return attrs.evolve(item, verdict="fits; a preferred layout fits too")
+    return item
+
+
+def closest(plan: MemoryPlan) -> MemoryEstimate | None:
+    """The allowed candidate that came closest to fitting (the smallest peak)."""
+    allowed = [item for item in plan.candidates if not item.verdict.startswith("not allowed")]
+    return min(allowed, key=lambda item: item.total, default=None)
+
+
+def devices_needed(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> int | None:
+    """The fewest devices of this size (whole nodes of this many) on which some allowed layout fits; None: none."""
+    nodes = hardware.num_nodes
+    while nodes * hardware.processes_per_node <= MAX_WORLD_SEARCHED:
+        nodes = nodes * 2
+        wider = attrs.evolve(hardware, num_nodes=nodes)
+        if any(item.fits for item in candidates(facts, wider, policy, rules)):
+            return _narrowest(facts, wider, policy, rules, low=nodes // 2)
+    return None
+
+
+def _narrowest(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules, low: int) -> int:
+    """Bisect the nodes between `low` (does not fit) and `hardware.num_nodes` (fits): the devices that fit."""
+    high = hardware.num_nodes
+    while high - low > 1:
+        middle = (low + high) // 2
+        if any(item.fits for item in candidates(facts, attrs.evolve(hardware, num_nodes=middle), policy, rules)):
+            high = middle
+        else:
+            low = middle
+    return high * hardware.processes_per_node
+
+
+def transformer_facts(
+    *,
+    parameters: float,
+    layers: int | None = None,
+    hidden: int | None = None,
+    sequence: int = 4096,
+    batch_size: int = 1,
+    precision: PrecisionKey = WHAT_IF_PRECISION,
+) -> ModelFacts:
+    """The facts of a Llama-like decoder's training step with Adam, from its shape (a what-if, no module needed).
+
+    Weights, gradients and optimizer states per parameter come from `rules.memory.BYTES_PER_PARAMETER` (16-bit mixed
+    precision: the ZeRO paper's 2 + 2 + 12 bytes); a layer's activations are 34·s·h bytes per sample (Korthikanti et
+    al. 2022, with flash attention) and its input 2·s·h. Without `hidden` and `layers`, Llama's proportions are
+    assumed: 12·L·h² parameters with L = h / 128 (7B: h 4096, L 32)."""
+    count = int(parameters)
+    if count < 1 or precision not in BYTES_PER_PARAMETER:
+        raise InvalidRequest(
+            field="parameters" if count < 1 else "precision",
+            value=parameters if count < 1 else precision,
+            reason="a model has at least one parameter" if count < 1 else "no bytes-per-parameter row for it",
+            allowed=() if count < 1 else tuple(BYTES_PER_PARAMETER),
+            fix="Write e.g. transformer_facts(parameters=7e9)" if count < 1 else None,
+        )
+    if hidden is None:
+        hidden = max(128, round((count * 128 / 12) ** (1 / 3) / 128) * 128)
+    if layers is None:
+        layers = max(1, hidden // 128)
+    weights, gradients, states = BYTES_PER_PARAMETER[precision]
+    activation_scale = 1 if weights <= 2 else 2  # 32-bit activations take twice the 16-bit bytes
+    per_layer = ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN * sequence * hidden * activation_scale
+    return ModelFacts(
+        parameter_count=count,
+        parameter_bytes=weights * count,
+        gradient_bytes=gradients * count,
+        optimizer_bytes=states * count,
+        activation_bytes_per_sample=per_layer * layers,
+        layer_count=layers,
+        layer_input_bytes_per_sample=2 * activation_scale * sequence * hidden,
+        largest_layer_bytes=weights * (count // layers),
+        temporary_bytes=0,
+        batch_size=batch_size,
+        dtype="bfloat16" if weights == 2 else "float32" if weights == 4 else "float64",
+    )
+
+
+__all__ = [
+    "Hardware",
+    "candidates",
+    "choose",
+    "closest",
+    "devices_needed",
+    "estimate",
+    "gib",
+    "judge",
+    "transformer_facts",
+    "why_not_allowed",
+]

@@ -1,0 +1,184 @@
+"""The memory steps (`Request.model` given, and the devices' memory known): before the strategy, `strategy='auto'`
+takes the most preferred layout that fits (`resolve.memory.choose`), or is refused with the arithmetic; after the
+mesh, an explicit strategy is checked to fit, or refused naming the layouts that do."""
+
+from __future__ import annotations
+
+import attrs
+
+from trainplan.resolve.draft import Draft
+from trainplan.resolve.memory import (
+    Hardware,
+    choose,
+    closest,
+    devices_needed,
+    estimate,
+    gib,
+    judge,
+    why_not_allowed,
+)
+from trainplan.resolve.refusal import incompatible
+from trainplan.rules.memory import MEMORY_ACCELERATORS, MemoryLayout
+from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
+from trainplan.spec.options import FSDPOptions, ModelParallelOptions
+
+
+def _hardware(draft: Draft) -> Hardware | None:
+    """The hardware the model is fitted to; None (with a note) when the devices' memory is not known."""
+    memory, devices = draft.env.cuda_memory_bytes, draft.devices
+    known = draft.accelerator.name in MEMORY_ACCELERATORS and memory and all(index < len(memory) for index in devices)
+    if not known:
+        draft.note(
+            "memory-unknown",
+            "info",
+            f"the model's memory was not checked: the memory of {draft.accelerator.name!r} devices is not known "
+            "(probe() reads CUDA devices through NVML; a what-if writes Environment(cuda_memory_bytes=...) or "
+            "--assume gpu-memory=40GiB)",
+        )
+        return None
+    return Hardware(
+        num_nodes=draft.num_nodes,
+        processes_per_node=len(devices),
+        device_bytes=min(memory[index] for index in devices),
+        host_bytes=draft.env.host_memory_bytes,
+        accelerator=draft.accelerator.name,
+        precision=draft.fields.precision,
+        packages=draft.env.packages,
+    )
+
+
+def _policy(draft: Draft) -> MemoryPolicy:
+    return draft.fields.memory_policy or draft.rules.memory_policy
+
+
+def no_choice(draft: Draft) -> None:
+    """`check`'s way on after nothing fitted: the strategy is chosen as without the model's facts."""
+    draft.memory_choice = None
+
+
+def fit_memory(draft: Draft) -> None:
+    """`strategy='auto'` with the model's facts: the most preferred layout that fits, or the refusal."""
+    draft.memory = None
+    facts = draft.fields.model
+    if facts is None or draft.fields.strategy != "auto" or draft.fields.strategy_options is not None:
+        return
+    hardware = _hardware(draft)
+    if hardware is None:
+        return
+    policy = _policy(draft)
+    plan = choose(facts, hardware, policy, draft.rules)
+    draft.memory = plan
+    if plan.chosen is None:
+        raise _nothing_fits(facts, hardware, policy, draft, plan)
+    chosen = next(item for item in plan.candidates if item.verdict == "chosen")
+    layout = next(layout for layout in draft.rules.memory_layouts if layout.name == plan.chosen)
+    draft.memory_choice = layout
+    draft.reasons["memory"] = (
+        f"{chosen.layout} ({layout.description}){' with activation checkpointing' if chosen.checkpointing else ''} "
+        "is the most preferred "
+        f"layout that fits: {gib(chosen.total)} of {gib(plan.budget_bytes)} per device (the memory table below)"
+    )
+
+
+def _breakdown(item: MemoryEstimate) -> str:
+    parts = (
+        ("parameters", item.parameters),
+        ("gradients", item.gradients),
+        ("optimizer", item.optimizer),
+        ("activations", item.activations),
+        ("gathered layers", item.gathered),
+        ("temporaries", item.temporaries),
+    )
+    return ", ".join(f"{name} {gib(count)}" for name, count in parts if count)
+
+
+def _nothing_fits(
+    facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, draft: Draft, plan: MemoryPlan
+) -> Exception:
+    nearest = closest(plan)
+    needed = devices_needed(facts, hardware, policy, draft.rules)
+    changes = [f"use {needed} such devices" if needed is not None else "use devices with more memory"]
+    if nearest is not None and nearest.activations and facts.batch_size > 1:
+        changes.append(f"lower batch_size={facts.batch_size} (activations take {gib(nearest.activations)})")
+    if not policy.activation_checkpointing:
+        changes.append("allow MemoryPolicy(activation_checkpointing=True)")
+    if not policy.offload:
+        changes.append("allow MemoryPolicy(offload=True)")
+    return incompatible(
+        "memory-nothing-fits",
+        {"model": facts.parameter_count, "devices": list(draft.devices)},
+        parameters=f"{facts.parameter_count:,}",
+        world=hardware.world_size,
+        device=gib(hardware.device_bytes),
+        closest="none (no layout is allowed here)" if nearest is None else _named(nearest),
+        needed="-" if nearest is None else gib(nearest.total),
+        breakdown="-" if nearest is None else _breakdown(nearest),
+        budget=gib(plan.budget_bytes),
+        headroom=f"{policy.headroom:.0%}",
+        verdict="-" if nearest is None else nearest.verdict,
+        fix="To fit it: " + "; or ".join(changes),
+    )
+
+
+def _named(item: MemoryEstimate) -> str:
+    return f"{item.layout}{' + activation checkpointing' if item.checkpointing else ''}"
+
+
+def layout_of(draft: Draft) -> MemoryLayout | None:
+    """The layout row of the plan's explicit strategy and options (model_parallel: its mesh's tp), if one says it."""
+    options, name = draft.options, draft.strategy_name
+    for layout in draft.rules.memory_layouts:
+        if layout.strategy != name:
+            continue
+        if isinstance(options, FSDPOptions) and options.sharding_strategy != (
+            layout.options.sharding_strategy if isinstance(layout.options, FSDPOptions) else "FULL_SHARD"
+        ):
+            continue
+        if isinstance(options, ModelParallelOptions) and draft.mesh is not None:
+            return attrs.evolve(layout, name=f"tp{draft.mesh.sizes['tp']}_fsdp", tensor_parallel=draft.mesh.sizes["tp"])
+        return layout
+    return None
+
+
+def check_memory(draft: Draft) -> None:
+    """An explicit strategy with the model's facts: checked to fit (with checkpointing where the policy allows)."""
+    facts = draft.fields.model
+    if facts is None or (draft.fields.strategy == "auto" and draft.fields.strategy_options is None):
+        return  # 'auto' was fitted before the strategy was chosen
+    layout = layout_of(draft)
+    hardware = _hardware(draft) if layout is not None else None
+    if layout is None or hardware is None:
+        return
+    policy = _policy(draft)
+    everything = choose(facts, hardware, policy, draft.rules)
+    own = [
+        judge(
+            estimate(layout, checkpointing, facts, hardware.num_nodes, hardware.processes_per_node),
+            everything.budget_bytes,
+            hardware,
+            policy,
+        )
+        for checkpointing in (False, True)
+        if why_not_allowed(layout, checkpointing, hardware, policy, draft.rules) is None or not checkpointing
+    ]
+    fitting = next((item for item in own if item.fits), None)
+    draft.memory = attrs.evolve(
+        everything,
+        chosen=layout.name if fitting is not None else None,
+        candidates=tuple(attrs.evolve(item, verdict="chosen" if item is fitting else item.verdict) for item in own),
+    )
+    if fitting is None:
+        others = [_named(item) for item in everything.candidates if item.fits]
+        draft.refuse(
+            incompatible(
+                "memory-strategy-too-big",
+                {"strategy": draft.strategy_name, "model": facts.parameter_count},
+                needed=gib(own[-1].total),
+                breakdown=_breakdown(own[-1]),
+                budget=gib(everything.budget_bytes),
+                headroom=f"{policy.headroom:.0%}",
+                fix=f"These fit: {', '.join(others)} (strategy='auto' picks the first)"
+                if others
+                else "No layout fits these devices: use more of them, or devices with more memory",
+            )
+        )

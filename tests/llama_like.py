@@ -1,0 +1,50 @@
+"""A Llama-shaped decoder for measuring (built under FakeTensorMode by `trainplan.measure_model`: no real memory)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+
+class Block(nn.Module):
+    """One decoder block: RMSNorm, attention (q, k, v, o projections, SDPA), RMSNorm, a SwiGLU MLP."""
+
+    def __init__(self, hidden: int, heads: int, ffn: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.RMSNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
+        self.out = nn.Linear(hidden, hidden, bias=False)
+        self.norm2 = nn.RMSNorm(hidden)
+        self.gate_up = nn.Linear(hidden, 2 * ffn, bias=False)
+        self.down = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, sequence, hidden = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(batch, sequence, 3, self.heads, -1).transpose(1, 3).unbind(2)
+        attended = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(attended.transpose(1, 2).reshape(batch, sequence, hidden))
+        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        result: torch.Tensor = x + self.down(functional.silu(gate) * up)
+        return result
+
+
+class Decoder(nn.Module):
+    def __init__(self, *, vocab: int, hidden: int, layers: int, heads: int, ffn: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(Block(hidden, heads, ffn) for _ in range(layers))
+        self.norm = nn.RMSNorm(hidden)
+        self.head = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        logits: torch.Tensor = self.head(self.norm(x))
+        return logits
+
+
+def llama_7b() -> Decoder:
+    return Decoder(vocab=32000, hidden=4096, layers=32, heads=32, ffn=11008)

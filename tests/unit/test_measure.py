@@ -1,0 +1,41 @@
+"""`measure_model`: one training step measured under FakeTensorMode (no real memory), and its facts planned."""
+
+from __future__ import annotations
+
+import torch
+
+import trainplan as tp
+from tests.llama_like import Decoder
+
+
+def _small() -> Decoder:
+    return Decoder(vocab=1000, hidden=128, layers=3, heads=4, ffn=344)
+
+
+def test_a_small_decoder_is_measured_by_category() -> None:
+    facts = tp.measure_model(_small, lambda: torch.randint(0, 1000, (2, 64)))
+    count = sum(parameter.numel() for parameter in _small().parameters())
+    assert facts.parameter_count == count
+    assert facts.parameter_bytes == facts.gradient_bytes == 4 * count  # fp32 weights and gradients
+    assert 8 * count <= facts.optimizer_bytes <= 8 * count + 1024  # AdamW: momentum and variance (+ step counters)
+    assert facts.layer_count == 3 and facts.batch_size == 2
+    assert facts.layer_input_bytes_per_sample == 64 * 128 * 4
+    assert facts.activation_bytes_per_sample > facts.layer_count * facts.layer_input_bytes_per_sample
+
+
+def test_measured_facts_plan_a_what_if() -> None:
+    facts = tp.measure_model(_small, lambda: torch.randint(0, 1000, (2, 64)))
+    env = tp.Environment(cuda_device_count=2, cuda_memory_bytes=(1 << 30, 1 << 30))
+    assert tp.resolve(tp.Request(model=facts), env).strategy.name == "ddp"
+
+
+def test_a_module_that_cannot_run_is_not_measurable() -> None:
+    def wrong_batch() -> torch.Tensor:
+        return torch.randn(2, 3)  # floats where the embedding wants token ids
+
+    try:
+        tp.measure_model(_small, wrong_batch)
+    except tp.NotMeasurable as error:
+        assert "by hand" in str(error)
+    else:
+        raise AssertionError("a wrong batch was measured")

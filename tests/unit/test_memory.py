@@ -1,0 +1,250 @@
+"""The memory-aware choice: the arithmetic reproduces the ZeRO paper, 'auto' takes the most preferred layout that
+fits, an explicit strategy is checked, and what cannot fit is refused with the arithmetic."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+
+import trainplan as tp
+import trainplan.cli
+from trainplan.resolve.memory import estimate
+from trainplan.rules.memory import MEMORY_LAYOUTS
+
+LAYOUTS = {layout.name: layout for layout in MEMORY_LAYOUTS}
+GB = 10**9
+
+
+def _model_states(parameters: float, devices: int, layout: str) -> float:
+    """Model states per device (GB) of mixed-precision Adam (K = 12) under `layout`, by the rows' arithmetic."""
+    count = int(parameters)
+    facts = tp.ModelFacts(
+        parameter_count=count,
+        parameter_bytes=2 * count,
+        gradient_bytes=2 * count,
+        optimizer_bytes=12 * count,
+        activation_bytes_per_sample=0,
+    )
+    item = estimate(LAYOUTS[layout], False, facts, 1, devices)
+    return (item.parameters + item.gradients + item.optimizer) / GB
+
+
+# Rajbhandari et al. 2020 (ZeRO), Table 1: per-device model states (GB), for Ψ and Nd; columns baseline, P_os,
+# P_os+g, P_os+g+p.
+ZERO_TABLE = {
+    (7.5e9, 4): (120, 52.5, 41.3, 30),
+    (7.5e9, 16): (120, 35.6, 21.6, 7.5),
+    (7.5e9, 64): (120, 31.4, 16.6, 1.88),
+    (7.5e9, 256): (120, 30.4, 15.4, 0.47),
+    (7.5e9, 1024): (120, 30.1, 15.1, 0.12),
+    (128e9, 4): (2048, 896, 704, 512),
+    (128e9, 16): (2048, 608, 368, 128),
+    (128e9, 64): (2048, 536, 284, 32),
+    (128e9, 256): (2048, 518, 263, 8),
+    (128e9, 1024): (2048, 513, 257, 2),
+    (1e12, 4): (16000, 7000, 5500, 4000),
+    (1e12, 16): (16000, 4750, 2875, 1000),
+    (1e12, 64): (16000, 4187, 2218, 250),
+    (1e12, 256): (16000, 4046, 2054, 62.5),
+    (1e12, 1024): (16000, 4011, 2013, 15.6),
+}
+
+
+@pytest.mark.parametrize(("parameters", "devices"), sorted(ZERO_TABLE))
+def test_the_rows_reproduce_the_zero_papers_table_within_one_percent(parameters: float, devices: int) -> None:
+    ours = [_model_states(parameters, devices, layout) for layout in ("ddp", "zero1", "zero2", "fsdp")]
+    for mine, published in zip(ours, ZERO_TABLE[parameters, devices], strict=True):
+        assert mine == pytest.approx(published, rel=0.01, abs=0.005)  # the paper prints at most two decimals
+
+
+def test_the_zero_papers_worked_example() -> None:
+    """7.5B parameters, K = 12, Nd = 64: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB (the paper's §5 figures)."""
+    figures = [round(_model_states(7.5e9, 64, layout), 1) for layout in ("ddp", "zero1", "zero2", "fsdp")]
+    assert figures == [120.0, 31.4, 16.6, 1.9]
+
+
+def _deepspeed_zero3_gpu(parameters: int, largest_layer: int, devices: int) -> int:
+    """DeepSpeed's `estimate_zero3_model_states_mem_needs` without offload (its formula, written out):
+    4·largest_layer + 18·Ψ / devices."""
+    return 4 * largest_layer + 18 * parameters // devices
+
+
+def _deepspeed_zero2_offload_gpu(parameters: int) -> int:
+    """DeepSpeed's `estimate_zero2_model_states_mem_needs` with cpu_offload: 2·Ψ on the GPU."""
+    return 2 * parameters
+
+
+def test_zero3_model_states_agree_with_deepspeeds_formula_to_its_extra_fp32_gradient() -> None:
+    """DeepSpeed counts 18 bytes a parameter at stage 3 (16 of the paper, and 2 for its fp32 gradient partition) and
+    4 bytes per largest-layer parameter; ours is the paper's 16 and a gathered layer and its gradient (2 + 2)."""
+    facts = tp.transformer_facts(parameters=7e9, layers=32, hidden=4096)
+    per_layer = facts.parameter_count // facts.layer_count
+    for devices in (8, 64, 512):
+        item = estimate(LAYOUTS["fsdp"], False, facts, 1, devices)
+        ours = item.parameters + item.gradients + item.optimizer + item.gathered
+        ratio = ours / _deepspeed_zero3_gpu(facts.parameter_count, per_layer, devices)
+        assert 16 / 18 - 0.01 < ratio < 1.0
+
+
+def test_zero2_offload_keeps_deepspeeds_two_bytes_a_parameter_on_the_device() -> None:
+    facts = tp.transformer_facts(parameters=7e9, layers=32, hidden=4096)
+    item = estimate(LAYOUTS["zero2_offload"], False, facts, 1, 8)
+    assert item.parameters + item.gradients + item.optimizer == _deepspeed_zero2_offload_gpu(facts.parameter_count)
+    assert item.host == -(-(facts.gradient_bytes) // 8) + -(-(facts.optimizer_bytes) // 8)
+
+
+def _gpus(count: int, gib: int, nodes: int = 1, **facts: object) -> tp.Environment:
+    return tp.Environment(cuda_device_count=count, cuda_memory_bytes=(gib << 30,) * count, **facts)  # type: ignore[arg-type]
+
+
+SEVEN_B = tp.transformer_facts(parameters=7e9, layers=32, hidden=4096)
+
+
+def test_7b_on_8_by_40gb_takes_fsdp_and_shows_why_ddp_does_not_fit() -> None:
+    plan = tp.resolve(tp.Request(model=SEVEN_B, precision="bf16-mixed"), _gpus(8, 40))
+    assert plan.strategy.name == "fsdp"
+    assert plan.memory is not None and plan.memory.chosen == "fsdp"
+    verdicts = {(item.layout, item.checkpointing): item.verdict for item in plan.memory.candidates}
+    assert verdicts["ddp", False].startswith("needs 121.3 GiB")
+    assert verdicts["fsdp", False] == "chosen"
+    assert "→ fsdp" in plan.explain()
+
+
+def test_a_small_model_stays_on_ddp_and_a_single_gpu_on_single_device() -> None:
+    small = tp.transformer_facts(parameters=1e8, layers=12, hidden=768, sequence=1024)
+    assert tp.resolve(tp.Request(model=small), _gpus(8, 40)).strategy.name == "ddp"
+    assert tp.resolve(tp.Request(model=small), _gpus(1, 40)).strategy.name == "single_device"
+
+
+def test_deepspeed_installed_makes_zero2_preferred_over_fsdp() -> None:
+    thirteen = tp.transformer_facts(parameters=3e9, layers=32, hidden=2560, sequence=2048)
+    env = attrs.evolve(_gpus(8, 40), packages={"deepspeed"})
+    plan = tp.resolve(tp.Request(model=thirteen, precision="bf16-mixed"), env)
+    assert plan.memory is not None
+    assert plan.memory.chosen in {"zero1", "zero2"}
+    assert plan.strategy.name.startswith("deepspeed_stage_")
+
+
+def test_two_nodes_take_hsdp_before_fsdp() -> None:
+    env = _gpus(8, 40).with_variables({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "NODE_RANK": "0"})
+    plan = tp.resolve(tp.Request(model=SEVEN_B, num_nodes=2, precision="bf16-mixed"), env)
+    assert plan.strategy.name == "fsdp"
+    assert plan.strategy.options == tp.FSDPOptions(sharding_strategy="HYBRID_SHARD")
+
+
+def test_a_long_sequence_takes_checkpointing_or_tensor_parallelism_when_fsdp_alone_does_not_fit() -> None:
+    long = tp.transformer_facts(parameters=7e9, layers=32, hidden=4096, sequence=8192, batch_size=2)
+    plan = tp.resolve(tp.Request(model=long, precision="bf16-mixed"), _gpus(8, 40))
+    assert plan.memory is not None
+    chosen = plan.memory.estimate
+    assert chosen is not None and chosen.total <= plan.memory.budget_bytes
+    assert plan.strategy.name == "model_parallel" and plan.mesh is not None and plan.mesh.sizes["tp"] > 1
+
+
+def test_without_checkpointing_or_offload_allowed_the_refusal_says_what_to_change() -> None:
+    policy = tp.MemoryPolicy(activation_checkpointing=False, offload=False)
+    with pytest.raises(tp.Incompatible) as refused:
+        tp.resolve(tp.Request(model=tp.transformer_facts(parameters=70e9), memory_policy=policy), _gpus(8, 40))
+    message = str(refused.value)
+    assert refused.value.rule == "memory-nothing-fits"
+    assert "the closest, tp8_fsdp" in message and "per device (parameters" in message
+    assert "use 48 such devices" in message and "allow MemoryPolicy(activation_checkpointing=True)" in message
+
+
+def test_70b_on_one_24gb_gpu_is_refused_naming_the_devices_it_needs() -> None:
+    env = _gpus(1, 24, host_memory_bytes=64 << 30)
+    with pytest.raises(tp.Incompatible, match=r"fits no layout on 1 device\(s\) of 24.0 GiB.*To fit it: use \d+ such"):
+        tp.resolve(tp.Request(model=tp.transformer_facts(parameters=70e9)), env)
+
+
+def test_an_explicit_strategy_that_does_not_fit_names_the_layouts_that_do() -> None:
+    with pytest.raises(tp.Incompatible) as refused:
+        tp.resolve(tp.Request(model=SEVEN_B, strategy="ddp"), _gpus(8, 40))
+    assert refused.value.rule == "memory-strategy-too-big"
+    assert "strategy 'ddp' will not fit: 10" in str(refused.value)  # with checkpointing: 105.x GiB
+    assert "These fit: fsdp," in str(refused.value)
+
+
+def test_an_explicit_strategy_that_fits_carries_its_estimate() -> None:
+    plan = tp.resolve(tp.Request(model=SEVEN_B, strategy="fsdp"), _gpus(8, 40))
+    assert plan.memory is not None and plan.memory.chosen == "fsdp"
+    assert [item.verdict for item in plan.memory.candidates] == ["chosen", "fits"]
+
+
+def test_an_explicit_mesh_is_checked_with_its_tensor_parallel_degree() -> None:
+    request = tp.Request(model=SEVEN_B, strategy="model_parallel", strategy_options=tp.ModelParallelOptions(tp=4))
+    plan = tp.resolve(request, _gpus(8, 40))
+    assert plan.memory is not None and plan.memory.chosen == "tp4_fsdp"
+    assert plan.memory.candidates[0].tensor_parallel == 4
+
+
+def test_without_the_devices_memory_the_model_is_noted_and_not_checked() -> None:
+    plan = tp.resolve(tp.Request(model=SEVEN_B), tp.Environment(cuda_device_count=8))
+    assert plan.memory is None and plan.strategy.name == "ddp"
+    assert "memory-unknown" in [note.code for note in plan.notes]
+
+
+def test_a_plan_with_its_memory_round_trips_through_json() -> None:
+    plan = tp.resolve(tp.Request(model=SEVEN_B, memory_policy=tp.MemoryPolicy(headroom=0.2)), _gpus(8, 40))
+    assert tp.Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (tp.Request(model=attrs.evolve(SEVEN_B, parameter_count=0)), "model.parameter_count"),
+        (tp.Request(model=attrs.evolve(SEVEN_B, optimizer_bytes=-1)), "model.optimizer_bytes"),
+        (tp.Request(model=attrs.evolve(SEVEN_B, batch_size=True)), "model.batch_size"),
+        (tp.Request(model=7e9), "model"),  # type: ignore[arg-type]
+        (tp.Request(memory_policy=tp.MemoryPolicy(headroom=1.0)), "memory_policy.headroom"),
+    ],
+)
+def test_wrong_facts_are_refused_by_name(request_: tp.Request, field: str) -> None:
+    with pytest.raises(tp.InvalidRequest) as refused:
+        tp.resolve(request_, _gpus(8, 40))
+    assert refused.value.field == field
+
+
+def test_zero_device_memory_is_a_wrong_fact() -> None:
+    with pytest.raises(tp.InvalidRequest, match="cuda_memory_bytes"):
+        tp.resolve(tp.Request(model=SEVEN_B), _gpus(8, 0))
+
+
+def test_trainplan_fit_answers_the_7b_question_with_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tp.cli.main(["fit", "--params", "7e9", "--layers", "32", "--hidden", "4096", "--gpus", "8x40GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "choice: fsdp FSDPOptions() on 8 GPU(s)" in out
+    assert "→ fsdp " in out and "needs 121.3 GiB > 36.0 GiB" in out
+
+
+def test_trainplan_fit_refuses_what_fits_nowhere_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        tp.cli.main(["fit", "--params", "70e9", "--gpus", "1x24GiB", "--host-memory", "64GiB"])
+    assert exited.value.code == 2
+    assert "fits no layout on 1 device(s) of 24.0 GiB" in capsys.readouterr().err
+
+
+def test_assumed_gpu_memory_feeds_the_plan_commands_memory_check(capsys: pytest.CaptureFixture[str]) -> None:
+    env = tp.cli._environment(
+        tp.cli._parser().parse_args(["plan", "--no-probe", "--assume", "gpu-memory=40GiB", "--assume", "cuda=8"])
+    )
+    assert env.cuda_memory_bytes == (40 << 30,) * 8
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("40GiB", 40 << 30), ("40G", 40 << 30), ("40GB", 40 * 10**9), ("512MiB", 512 << 20), ("7e9", 7 * 10**9)],
+)
+def test_sizes_are_read_as_people_write_them(text: str, size: int) -> None:
+    from trainplan.parse.memory import parse_bytes
+
+    assert parse_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "forty", "0GiB", "-1G", "1e99"])
+def test_what_is_no_size_is_none(text: str) -> None:
+    from trainplan.parse.memory import parse_bytes
+
+    assert parse_bytes(text) is None
