@@ -349,6 +349,11 @@ def with_launch_choices(script: Request, launched: Request) -> Request:
     return attrs.evolve(script, **taken, notes=(*script.notes, *notes))  # type: ignore[arg-type]
 
 
+def _schema_name(fact: str) -> str:
+    """The variable the launched workers' schema (`rules.LAUNCHED_WORKERS`) gives `fact` in."""
+    return next(source.names[0] for name, source in job_variables(LAUNCHED_WORKERS.schema) if name == fact)
+
+
 def heterogeneous_nodes(plan: Plan, world: int, local_world: str | None, launcher: str) -> ClusterEnvironmentError:
     """The error on every worker when the nodes' launchers met with different plans: this node planned
     `plan.world_size` processes in all, and the rendezvous formed a world of `world`."""
@@ -357,7 +362,7 @@ def heterogeneous_nodes(plan: Plan, world: int, local_world: str | None, launche
     layout = f"{plan.num_nodes} node(s) × {here} process(es) = {plan.world_size}"
     return ClusterEnvironmentError(
         cluster=launcher,
-        variable="WORLD_SIZE",
+        variable=_schema_name("world_size"),
         value=str(world),
         reason=f"this node's {launcher} planned {layout}, and the nodes met as a world of {world}: this node "
         f"starts {local_world or here}, the other node(s) {others} in all, so the nodes were launched with "
