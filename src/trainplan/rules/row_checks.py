@@ -465,7 +465,7 @@ class _Anything(dict[str, str]):
 _TEMPLATES: Mapping[str, Mapping[str, object]] = {
     "launch_hint": {"num_nodes": 2, "processes_per_node": 4, "world_size": 8},
     "reason": {"how": "detected", "values": _Anything(), "managers": "SLURM"},
-    "uneven_fix": {"num_nodes": 2},
+    "uneven_fix": {"num_nodes": 2, "per_node": 2, "world_size": 4},
     "unset_fix": {"cluster": "PBS", "address": "MASTER_ADDR", "port": "MASTER_PORT"},
     "note": {"port": 29500, "variable": "MASTER_PORT"},
 }
