@@ -130,6 +130,13 @@ def _failing_rank(job: Job) -> Run:
     return run_command(job, command, extra=extra)
 
 
+@scenario("failing-rank-kill-on-bad-exit", heavy=True)
+def _failing_rank_killed(job: Job) -> Run:
+    command = srun("--kill-on-bad-exit=1", "-N2", "--ntasks-per-node=2", *PROBE_COMMAND, job=job)
+    extra = {"PROBE_EXIT": "7", "PROBE_EXIT_RANK": "1", "PROBE_TIMEOUT": "120"}
+    return run_command(job, command, extra=extra)
+
+
 @scenario("srun-2-nodes-n4")
 def _srun_three_plus_one(job: Job) -> Run:
     return run_command(job, srun("-N2", "-n4", *PROBE_COMMAND, job=job), extra=LIGHTNING)
@@ -981,6 +988,21 @@ def test_a_failing_rank_fails_the_job_and_the_others_stop(scenarios: Pool) -> No
     for record in failed:
         if record["join_seconds"] > JOIN_TIMEOUT + 15:
             problems.append(f"a waiting rank stopped after {record['join_seconds']} s (join timeout {JOIN_TIMEOUT} s)")
+    check(problems, run)
+
+
+@pytest.mark.scenario("failing-rank-kill-on-bad-exit")
+def test_with_kill_on_bad_exit_a_failing_rank_stops_the_others(scenarios: Pool) -> None:
+    """`srun --kill-on-bad-exit=1`: SLURM ends the step's other tasks when rank 1 exits 7, so none waits out its join
+    timeout (120 s here: longer than the scenario's bound) and none trains on."""
+    run = scenarios.result("failing-rank-kill-on-bad-exit")
+    problems = problems_left(run)
+    if run.timed_out or run.returncode in (0, None):
+        problems.append(f"srun exited {run.returncode} (timed out: {run.timed_out}), expected a failure")
+    if [record["rank"] for record in run.of_kind("exit")] != [1]:
+        problems.append(f"exits: {run.of_kind('exit')}")
+    if run.of_kind("failed") or run.of_kind("world"):
+        problems.append("a rank reached its join's end: SLURM did not stop it")
     check(problems, run)
 
 

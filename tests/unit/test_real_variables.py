@@ -183,7 +183,7 @@ class TestNotTasks:
             assert isinstance(error, Incompatible) and error.rule == "slurm-batch-step"
             assert error.values == {}  # the job's mistake, not a field the request wrote
             assert str(error).startswith("This process is the batch script of SLURM job 5")
-            assert "srun python train.py" in str(error)
+            assert "srun --kill-on-bad-exit=1 python train.py" in str(error)
 
     def test_a_batch_script_of_one_task_plans_this_machine(self) -> None:
         batch = {**_JOB_1N, "SLURM_JOB_NAME": "wrap", "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}
