@@ -11,8 +11,9 @@ prints the typed refusal. Each scenario must end in one of two ways (the verdict
 And nothing is left behind: no process carrying the scenario's marker, no SLURM job with its comment.
 
 The scenarios run concurrently (tests/cluster/harness.py's Pool); each test reads its own. Lightning's verdict in
-the same processes (`PROBE_LIGHTNING=1`: the cluster environment Fabric's connector picks, and what it says) is
-asserted by `test_lightning` against LIGHTNING_TABLE, the table the README's text comes from
+the same processes (`PROBE_LIGHTNING=1`: each records its environment, in which Lightning's cluster detection, run
+afterwards in one process, gives the cluster environment Fabric's connector picks and what it says) is asserted by
+`test_lightning` against LIGHTNING_TABLE, the table the README's text comes from
 (`lightning_markdown()`).
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import re
 import shlex
 import socket
@@ -1131,12 +1133,43 @@ LIGHTNING_TABLE: dict[str, Verdict] = {
 }
 
 
+@pytest.fixture(scope="module")
+def lightning(scenarios: Pool) -> dict[str, list[dict[str, Any]]]:
+    """Lightning's verdict in every process of the Lightning scenarios (by scenario), from the environments the probes
+    recorded, in one process (importing lightning_fabric once, not in every probe: its detection reads the
+    environment alone). A scenario that fails is left out (its own test says why)."""
+    environments: list[dict[str, str]] = []
+    owners: list[str] = []
+    for name in LIGHTNING_TABLE:
+        try:
+            run = scenarios.result(name)
+        except Exception:  # reported by the scenario's own test
+            continue
+        for record in run.of_kind("environment"):
+            environments.append(record["variables"])
+            owners.append(name)
+    done = subprocess.run(
+        [PYTHON, PROBE, "--lightning"],
+        cwd=ROOT,
+        input=json.dumps(environments),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in LIGHTNING_TABLE}
+    for name, verdict in zip(owners, json.loads(done.stdout), strict=True):
+        found[name].append(verdict)
+    return found
+
+
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.scenario(name)) for name in LIGHTNING_TABLE])
-def test_lightning(scenarios: Pool, name: str) -> None:
+def test_lightning(scenarios: Pool, lightning: dict[str, list[dict[str, Any]]], name: str) -> None:
     """What Lightning 2.6's cluster detection gives in the scenario's processes, as LIGHTNING_TABLE says."""
     run = scenarios.result(name)
     expected = LIGHTNING_TABLE[name]
-    verdicts = run.of_kind("lightning")
+    verdicts = lightning[name]
     processes = len({record["pid"] for record in run.records if record["kind"] in ("plan", "refused")})
     problems = (
         []
