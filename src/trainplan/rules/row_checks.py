@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, get_args
 import attrs
 
 from trainplan.rules.clusters import (
+    PROCESS_TREE_FACTS,
     ClusterRule,
     DefaultPort,
     JobPort,
@@ -610,10 +611,11 @@ def _check_not_task(where: str, row: object) -> None:
                 reason="no such verdict",
                 allowed=get_args(TaskVerdict),
             )
-    if row.level not in ("info", "warning"):
-        raise InvalidRequest(
-            field=f"{where}.level", value=row.level, reason="no such level", allowed=("info", "warning")
-        )
+    for field, level in (("level", row.level), ("level_when_one", row.level_when_one)):
+        if level not in ("info", "warning") and (field == "level" or level is not None):
+            raise InvalidRequest(
+                field=f"{where}.{field}", value=level, reason="no such level", allowed=("info", "warning")
+            )
     if "refuse" in (row.when_one, row.when_many) and row.code not in REFUSALS:
         raise InvalidRequest(
             field=f"{where}.code",
@@ -681,6 +683,14 @@ def check_cluster(rule: ClusterRule, clusters: Mapping[ClusterKey, ClusterRule],
         raise InvalidRequest(field=f"{where}.not_tasks", value=not_tasks, reason="it is a tuple of NotATask rows")
     for index, row in enumerate(not_tasks):
         _check_not_task(f"{where}.not_tasks[{index}]", row)
+    fact: object = rule.started_by_fact
+    if fact != "" and fact not in PROCESS_TREE_FACTS:
+        raise InvalidRequest(
+            field=f"{where}.started_by_fact",
+            value=fact,
+            reason="it names a fact of the process tree the probe writes (or is empty)",
+            allowed=PROCESS_TREE_FACTS,
+        )
     shared: object = rule.same_job_as
     if not isinstance(shared, tuple) or any(other not in clusters or other == rule.name for other in shared):
         raise InvalidRequest(
