@@ -18,8 +18,11 @@ default 60); PROBE_SLEEP (s to sleep after the plan record, before joining: a jo
 PROBE_EXIT_RANK (that global rank exits with that code after its plan record, before joining); PROBE_JOIN_DELAY and
 PROBE_JOIN_DELAY_RANK (that global rank sleeps before joining); PROBE_JOB_TAG (recorded with every peer of the world
 the rank joins: two jobs must never share one); PROBE_OUT (a folder:
-each process also appends its records to `<folder>/<pid>.jsonl`); PROBE_LIGHTNING=1 (also record Lightning's verdict:
-which cluster environment Fabric's connector picks here, and what it says; imports torch and lightning_fabric).
+each process also appends its records to `<folder>/<pid>.jsonl`); PROBE_LIGHTNING=1 (also record this process's
+environment, in which `lightning_verdict` gives Lightning's verdict: which cluster environment Fabric's connector picks,
+and what it says. Lightning's detection reads the environment alone, so the suite runs it afterwards, in one process
+for every recorded environment (`python tests/cluster/probe.py --lightning < environments.json`), rather than
+importing torch and lightning_fabric in each probe).
 
 Records are single JSON lines on stdout tagged with MARKER, so interleaved launcher output cannot hide them.
 """
@@ -360,7 +363,7 @@ def main() -> int:
     except tp.TrainplanError as error:
         emit("refused", **_refusal(error, "resolve"), **facts)
         if lightning:
-            emit("lightning", **lightning_verdict())
+            emit("environment", variables=env)
         return EXIT_REFUSED
     if plan.world_size > 1:
         # The same request with a bounded join: the DDP family's timeout (the plan is otherwise the same).
@@ -379,7 +382,7 @@ def main() -> int:
         plan = bounded
     emit("plan", **_cluster_facts(plan), timeout=timeout, **facts)
     if lightning:
-        emit("lightning", **lightning_verdict())
+        emit("environment", variables=env)
     sleep = float(os.environ.get("PROBE_SLEEP") or 0)
     if sleep:
         time.sleep(sleep)
@@ -397,5 +400,23 @@ def main() -> int:
     return run_world(tp, plan)
 
 
+def lightning_verdicts(environments: list[dict[str, str]]) -> list[Json]:
+    """Lightning's verdict in each of `environments` (each set as this process's whole environment in turn)."""
+    saved = dict(os.environ)
+    verdicts = []
+    try:
+        for environment in environments:
+            os.environ.clear()
+            os.environ.update(environment)
+            verdicts.append(lightning_verdict())
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return verdicts
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--lightning"]:
+        print(json.dumps(lightning_verdicts(json.load(sys.stdin)), default=str))
+        sys.exit(0)
     sys.exit(main())

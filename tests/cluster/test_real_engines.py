@@ -11,8 +11,9 @@ prints the typed refusal. Each scenario must end in one of two ways (the verdict
 And nothing is left behind: no process carrying the scenario's marker, no SLURM job with its comment.
 
 The scenarios run concurrently (tests/cluster/harness.py's Pool); each test reads its own. Lightning's verdict in
-the same processes (`PROBE_LIGHTNING=1`: the cluster environment Fabric's connector picks, and what it says) is
-asserted by `test_lightning` against LIGHTNING_TABLE, the table the README's text comes from
+the same processes (`PROBE_LIGHTNING=1`: each records its environment, in which Lightning's cluster detection, run
+afterwards in one process, gives the cluster environment Fabric's connector picks and what it says) is asserted by
+`test_lightning` against LIGHTNING_TABLE, the table the README's text comes from
 (`lightning_markdown()`).
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
 import re
 import shlex
 import socket
@@ -127,6 +129,13 @@ def _torchrun_c10d(job: Job) -> Run:
 def _failing_rank(job: Job) -> Run:
     command = srun("-N2", "--ntasks-per-node=2", *PROBE_COMMAND, job=job)
     extra = {"PROBE_EXIT": "7", "PROBE_EXIT_RANK": "1", "PROBE_TIMEOUT": str(JOIN_TIMEOUT)}
+    return run_command(job, command, extra=extra)
+
+
+@scenario("failing-rank-kill-on-bad-exit", heavy=True)
+def _failing_rank_killed(job: Job) -> Run:
+    command = srun("--kill-on-bad-exit=1", "-N2", "--ntasks-per-node=2", *PROBE_COMMAND, job=job)
+    extra = {"PROBE_EXIT": "7", "PROBE_EXIT_RANK": "1", "PROBE_TIMEOUT": "120"}
     return run_command(job, command, extra=extra)
 
 
@@ -984,6 +993,21 @@ def test_a_failing_rank_fails_the_job_and_the_others_stop(scenarios: Pool) -> No
     check(problems, run)
 
 
+@pytest.mark.scenario("failing-rank-kill-on-bad-exit")
+def test_with_kill_on_bad_exit_a_failing_rank_stops_the_others(scenarios: Pool) -> None:
+    """`srun --kill-on-bad-exit=1`: SLURM ends the step's other tasks when rank 1 exits 7, so none waits out its join
+    timeout (120 s here: longer than the scenario's bound) and none trains on."""
+    run = scenarios.result("failing-rank-kill-on-bad-exit")
+    problems = problems_left(run)
+    if run.timed_out or run.returncode in (0, None):
+        problems.append(f"srun exited {run.returncode} (timed out: {run.timed_out}), expected a failure")
+    if [record["rank"] for record in run.of_kind("exit")] != [1]:
+        problems.append(f"exits: {run.of_kind('exit')}")
+    if run.of_kind("failed") or run.of_kind("world"):
+        problems.append("a rank reached its join's end: SLURM did not stop it")
+    check(problems, run)
+
+
 # -- Lightning 2.6 in the same processes -----------------------------------------------------------------------------
 
 
@@ -1109,12 +1133,43 @@ LIGHTNING_TABLE: dict[str, Verdict] = {
 }
 
 
+@pytest.fixture(scope="module")
+def lightning(scenarios: Pool) -> dict[str, list[dict[str, Any]]]:
+    """Lightning's verdict in every process of the Lightning scenarios (by scenario), from the environments the probes
+    recorded, in one process (importing lightning_fabric once, not in every probe: its detection reads the
+    environment alone). A scenario that fails is left out (its own test says why)."""
+    environments: list[dict[str, str]] = []
+    owners: list[str] = []
+    for name in LIGHTNING_TABLE:
+        try:
+            run = scenarios.result(name)
+        except Exception:  # reported by the scenario's own test
+            continue
+        for record in run.of_kind("environment"):
+            environments.append(record["variables"])
+            owners.append(name)
+    done = subprocess.run(
+        [PYTHON, PROBE, "--lightning"],
+        cwd=ROOT,
+        input=json.dumps(environments),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in LIGHTNING_TABLE}
+    for name, verdict in zip(owners, json.loads(done.stdout), strict=True):
+        found[name].append(verdict)
+    return found
+
+
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.scenario(name)) for name in LIGHTNING_TABLE])
-def test_lightning(scenarios: Pool, name: str) -> None:
+def test_lightning(scenarios: Pool, lightning: dict[str, list[dict[str, Any]]], name: str) -> None:
     """What Lightning 2.6's cluster detection gives in the scenario's processes, as LIGHTNING_TABLE says."""
     run = scenarios.result(name)
     expected = LIGHTNING_TABLE[name]
-    verdicts = run.of_kind("lightning")
+    verdicts = lightning[name]
     processes = len({record["pid"] for record in run.records if record["kind"] in ("plan", "refused")})
     problems = (
         []

@@ -485,6 +485,22 @@ class TestANewClusterIsOneRow:
             ({"default_port": DefaultPort(port=1, note="on {host}")}, "rules.clusters['pbs'].default_port.note"),
             ({"same_job_as": ("flux",)}, "rules.clusters['pbs'].same_job_as"),
             ({"same_job_as": ("pbs",)}, "rules.clusters['pbs'].same_job_as"),
+            ({"started_by_fact": "PBS_MOM"}, "rules.clusters['pbs'].started_by_fact"),
+            (
+                {
+                    "not_tasks": (
+                        NotATask(
+                            code="x",
+                            unset=frozenset(),
+                            tasks=("B",),
+                            when_one="alone",
+                            when_many="alone",
+                            level_when_one="loud",  # type: ignore[arg-type]  # the check under test
+                        ),
+                    )
+                },
+                "rules.clusters['pbs'].not_tasks[0].level_when_one",
+            ),
             (
                 {
                     "not_tasks": (

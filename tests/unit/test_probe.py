@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from typing import ClassVar
 
 import pytest
 
@@ -82,3 +84,72 @@ def test_probe_on_this_machine_neither_imports_torch_nor_initialises_cuda() -> N
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+_FACTS_SCRIPT = """import json, os
+from trainplan.effects.probing import process_tree_facts
+print("FACTS " + json.dumps(process_tree_facts(dict(os.environ))))
+"""
+
+
+def _facts_under(tmp_path: object, chain: str, **variables: str) -> dict[str, str]:
+    """process_tree_facts in a python process under a chain of real processes named like the launchers' daemons
+    (copies of bash named slurmstepd, orted, hydra_pmi_proxy: /proc names a process after its executable)."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    folder = Path(str(tmp_path))
+    for name in ("slurmstepd", "orted", "hydra_pmi_proxy"):
+        shutil.copy("/bin/bash", folder / name)
+    (folder / "facts.py").write_text(_FACTS_SCRIPT)
+    python = f"{sys.executable} {folder / 'facts.py'}"
+    (folder / "typed.txt").write_text(f"{python}\nexit\n")
+    command = chain.format(folder=folder, python=python)
+    environment = {**os.environ, **variables}
+    done = subprocess.run(
+        [str(folder / "slurmstepd"), "-c", command + "; true"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    found = [line for line in done.stdout.splitlines() if line.startswith("FACTS ")]
+    assert done.returncode == 0 and len(found) == 1, done.stdout + done.stderr
+    facts: dict[str, str] = json.loads(found[0][len("FACTS ") :])
+    return facts
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not os.path.exists("/bin/bash"), reason="reads /proc")
+class TestProcessTree:
+    """The facts the probe reads off the process tree, under real processes named as the engines' daemons are."""
+
+    STEP: ClassVar[dict[str, str]] = {
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    }
+
+    def test_a_rank_under_orted_under_slurmstepd_is_mpis_with_the_steps_nodes(self, tmp_path: object) -> None:
+        ompi = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}
+        facts = _facts_under(tmp_path, "{folder}/orted -c '{python}; true'", **self.STEP, **ompi)
+        assert facts == {"TRAINPLAN_MPI_DAEMON": "orted", "TRAINPLAN_MPI_NODES": "2"}
+
+    def test_a_hydra_rank_names_its_proxy(self, tmp_path: object) -> None:
+        pmi = {"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0"}
+        facts = _facts_under(tmp_path, "{folder}/hydra_pmi_proxy -c '{python}; true'", **self.STEP, **pmi)
+        assert facts["TRAINPLAN_MPI_DAEMON"] == "hydra_pmi_proxy" and facts["TRAINPLAN_MPI_PROXY"].isdigit()
+        assert facts["TRAINPLAN_MPI_NODES"] == "2"
+
+    def test_srun_started_ranks_with_mpis_variables_have_no_daemon(self, tmp_path: object) -> None:
+        # srun --mpi=pmi2: the rank is slurmstepd's own child.
+        assert _facts_under(tmp_path, "{python}", **self.STEP, PMI_RANK="0", PMI_SIZE="2") == {}
+
+    def test_a_script_typed_into_an_interactive_shell_of_a_step_is_marked(self, tmp_path: object) -> None:
+        facts = _facts_under(tmp_path, "bash --norc -i < {folder}/typed.txt", **self.STEP)
+        assert facts == {"TRAINPLAN_SLURM_SHELL": "bash"}
+
+    def test_a_shell_running_a_command_is_not_interactive(self, tmp_path: object) -> None:
+        # srun bash -c '...; python train.py': the tasks run the script themselves.
+        assert _facts_under(tmp_path, "bash -c 'cd /; {python}; true'", **self.STEP) == {}

@@ -88,6 +88,8 @@ class TestSrunTasks:
         [
             (4, "3,1", "SLURM put 3 tasks on tpnode1 and 1 task on tpnode2", "srun --nodes=2 --ntasks-per-node=2"),
             (3, "2,1", "SLURM put 2 tasks on tpnode1 and 1 task on tpnode2", "3 tasks do not split evenly"),
+            (3, "2,1", "the step asked for 3 tasks on 2 nodes without --ntasks-per-node", "no plan fits this step"),
+            (3, "2,1", "srun --nodes=2 --ntasks-per-node=2 (4 tasks)", "srun --nodes=1 --ntasks-per-node=3"),
         ],
     )
     def test_an_uneven_placement_is_refused_on_every_rank_with_the_nodes_named(
@@ -181,7 +183,7 @@ class TestNotTasks:
             assert isinstance(error, Incompatible) and error.rule == "slurm-batch-step"
             assert error.values == {}  # the job's mistake, not a field the request wrote
             assert str(error).startswith("This process is the batch script of SLURM job 5")
-            assert "srun python train.py" in str(error)
+            assert "srun --kill-on-bad-exit=1 python train.py" in str(error)
 
     def test_a_batch_script_of_one_task_plans_this_machine(self) -> None:
         batch = {**_JOB_1N, "SLURM_JOB_NAME": "wrap", "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}
@@ -455,7 +457,11 @@ class TestUnevenHydra:
         verdicts = [_verdict({**_hydra_two_plus_one(rank), **tree, "TRAINPLAN_MPI_PROXY": "77"}) for rank in range(3)]
         assert all(isinstance(verdict, ClusterEnvironmentError) for verdict in verdicts), verdicts
         assert {getattr(verdict, "variable", None) for verdict in verdicts} == {"MPI_LOCALNRANKS"}
-        assert all("-ppn" in str(verdict) for verdict in verdicts)
+        # What was asked, why it cannot work, what to write instead: an even layout over the same nodes.
+        for verdict in verdicts:
+            assert "MPI started 3 processes (PMI_SIZE=3) on 2 nodes" in str(verdict)
+            assert "a plan runs the same number on every node" in str(verdict)
+            assert "mpiexec -n 4 -ppn 2" in str(verdict)
 
     def test_without_a_node_count_the_lone_rank_marks_its_layout_inferred(self) -> None:
         # Hydra over ssh (no srun step): rank 2 can tell nothing; its plan says the nodes were inferred, and join

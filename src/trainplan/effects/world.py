@@ -208,25 +208,27 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
     # have read another layout and refused), then the store keeps the plan's timeout.
     meeting = delta if inferred is None else min(delta, datetime.timedelta(seconds=INFERRED_JOIN_SECONDS))
     on_this_machine = _is_loopback(address) or plan.num_nodes == 1
+    own_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"  # else torchrun's agent store serves
     store: Any = None
     try:
-        if on_this_machine and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        if on_this_machine and own_store:
             # The world meets on this machine (a loopback main address, or one node named by its host name, as in
             # every one-node SLURM job): the rendezvous store listens on loopback only, never on every interface
             # (torch's own store binds the wildcard address). Under torchrun's agent store, torchrun owns it.
             host = address if _is_loopback(address) else "127.0.0.1"
             store = _loopback_store(host, port, rank=rank, world_size=plan.world_size, timeout=meeting)
-        elif inferred is not None:
+        elif inferred is not None and own_store:
             from torch.distributed import TCPStore  # type: ignore[attr-defined]  # re-exported at runtime
 
             store = TCPStore(address.strip("[]"), port, plan.world_size, rank == 0, meeting)
     except (RuntimeError, TimeoutError, OSError) as error:
         if inferred is None or isinstance(error, JoinError):
             raise
+        said = (str(error).strip().splitlines() or [""])[0][:200]
         raise JoinError(
             f"The world of {plan.world_size} did not form at {address}:{port} within {INFERRED_JOIN_SECONDS} s "
-            f"({type(error).__name__}: {str(error).strip().splitlines()[0][:200]}): the other ranks read another "
-            f"layout and refused, or never started. {inferred.message}"
+            f"({type(error).__name__}: {said}): the other ranks read another layout and refused, or never started. "
+            f"{inferred.message}"
         ) from None
     if store is not None:
         store.set_timeout(delta)

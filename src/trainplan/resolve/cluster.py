@@ -290,6 +290,12 @@ def _passed_note(row: NotATask, variables: Mapping[str, str]) -> Note:
     return Note(code=row.code, level=level, message=row.message.format_map(_Values(variables, tasks=tasks)))
 
 
+def _even_fix(schema: JobVariables, world: int, nodes: int) -> str:
+    """The schema's fix for an uneven job: the same number of processes on each of `nodes`, enough for `world`."""
+    per_node = -(-world // max(nodes, 1))
+    return schema.uneven_fix.format(num_nodes=nodes, per_node=per_node, world_size=per_node * nodes)
+
+
 def _sets_world_size(schema: JobVariables, variables: Mapping[str, str]) -> bool:
     return schema.world_size is not None and any(name in variables for name in schema.world_size.names)
 
@@ -364,7 +370,7 @@ class _Job:
                 f"{schema.label} started {world} processes ({names['world_size']}={world}), {per_node} of them on "
                 f"this node: {world} does not split into nodes of {per_node}, so the nodes run different numbers of "
                 "processes, and a plan runs the same number on every node",
-                schema.uneven_fix.format(num_nodes="<nodes>"),
+                _even_fix(schema, world, -(-world // per_node)),
             )
         elif world is not None and per_node is not None and nodes is not None and world != per_node * nodes:
             raise job.error(
@@ -372,7 +378,7 @@ class _Job:
                 f"{schema.label} started {world} processes ({names['world_size']}={world}) on {nodes} nodes "
                 f"({names['num_nodes']}={nodes}), {per_node} of them on this node: the nodes run different numbers "
                 "of processes, and a plan runs the same number on every node",
-                schema.uneven_fix.format(num_nodes=nodes),
+                _even_fix(schema, world, nodes),
             )
         job.check_listed_nodes()
         for rank, count in _BELOW:  # checked where both come from variables
@@ -397,7 +403,7 @@ class _Job:
             f"{label} states no node count: {world // per_node} nodes inferred from {names['world_size']}={world} "
             f"and {names['processes_per_node']}={per_node} on this node. Should another node run a different number "
             f"of ranks, its ranks refuse their layout, and trainplan.join here stops waiting for the world after "
-            f"{INFERRED_JOIN_SECONDS} s; {self.schema.uneven_fix.format(num_nodes='<nodes>')}"
+            f"{INFERRED_JOIN_SECONDS} s; {_even_fix(self.schema, world, world // per_node)}"
         )
         return Note(code=NODES_INFERRED_NOTE, level="info", message=message)
 
@@ -492,18 +498,18 @@ class _Job:
         total = sum(count * repeat for count, repeat in groups)
         nodes = sum(repeat for _, repeat in groups)
         reason = (
-            f"{self.schema.label} put {placed} (without --ntasks-per-node it spreads the tasks as it likes), and a "
-            "plan runs the same number of processes on every node"
+            f"the step asked for {total} tasks on {nodes} nodes without --ntasks-per-node, and {self.schema.label} put "
+            f"{placed} (it fills a node's free CPUs first); a plan runs the same number of processes on every node, "
+            "so no plan fits this step"
         )
         if total % nodes == 0:
-            fix = (
-                f"Start the step with the same number on every node: srun --nodes={nodes} "
-                f"--ntasks-per-node={total // nodes}"
-            )
+            fix = f"Ask for the same number on every node: srun --nodes={nodes} --ntasks-per-node={total // nodes}"
         else:
+            even = -(-total // nodes)
             fix = (
-                f"Start the step with the same number on every node: srun --nodes={nodes} --ntasks-per-node=N "
-                f"({total} tasks do not split evenly over {nodes} nodes)"
+                f"Ask for the same number on every node ({total} tasks do not split evenly over {nodes} nodes): "
+                f"srun --nodes={nodes} --ntasks-per-node={even} ({even * nodes} tasks), or srun --nodes=1 "
+                f"--ntasks-per-node={total}"
             )
         return reason, fix
 

@@ -159,7 +159,8 @@ class JobVariables:
     node_list: JobVariable | None = None  # the nodes in order, where the cluster names them (for messages)
     detail_unit: str = ""  # what the world size counts, in messages ("pods")
     # Where world size, processes per node and nodes all come from variables and the world is not their product, the
-    # nodes run different numbers of processes: refused on every rank with this fix ({num_nodes}: the node count).
+    # nodes run different numbers of processes: refused on every rank with this fix ({num_nodes}: the node count;
+    # {per_node} and {world_size}: an even layout over those nodes that holds the job's processes).
     uneven_fix: str = "Start the same number of processes on every node"
     # Where no variable gives the main address and the job spans nodes, the refusal's fix: how to give it.
     main_address_fix: str = (
@@ -305,7 +306,8 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                     main_address=(_set_by_torchrun("MASTER_ADDR", "host"),),
                     main_port=_set_by_torchrun("MASTER_PORT", "port"),
                     uneven_fix=(
-                        "Start every node with the same --nproc-per-node (torchrun --nnodes={num_nodes} on each)"
+                        "Start every node with the same --nproc-per-node: torchrun --nnodes={num_nodes} "
+                        "--nproc-per-node={per_node} on each"
                     ),
                 ),
             ),
@@ -347,7 +349,10 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                     job_id=_optional("SLURM_JOB_ID", format="job_number"),
                     step_id=_optional("SLURM_STEP_ID", format="job_number"),
                     node_list=_SLURM_NODES,
-                    uneven_fix="Start the step with the same number of tasks on every node: srun --ntasks-per-node=N",
+                    uneven_fix=(
+                        "Start the step with the same number of tasks on every node: srun --nodes={num_nodes} "
+                        "--ntasks-per-node={per_node}"
+                    ),
                 ),
             ),
             launch_hint=(
@@ -370,10 +375,11 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                     when_many="alone",
                     level="warning",
                     message=(
-                        "this is the shell of SLURM allocation {SLURM_JOB_ID} (salloc), not one of its tasks (neither "
-                        "SLURM_STEP_ID nor SLURM_PROCID is set): SLURM started no process here, so trainplan plans "
-                        "this machine alone and starts the processes itself; to run on the allocation's "
-                        "{tasks} task(s), start the script with srun"
+                        "this is the shell of SLURM allocation {SLURM_JOB_ID} (salloc), not one of its tasks "
+                        "(neither SLURM_STEP_ID nor SLURM_PROCID is set): SLURM started no other copy of this "
+                        "process, so a world of the allocation's tasks would never form; trainplan plans this "
+                        "machine alone and starts the processes itself. To train on the allocation's {tasks} "
+                        "task(s), start the script with srun: srun python train.py"
                     ),
                 ),
                 NotATask(
@@ -474,7 +480,10 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                     main_port=_MAIN_PORT,
                     job_id=_optional("OMPI_MCA_ess_base_jobid", format="job_number"),  # one per mpirun
                     job_id_shift=16,  # the job family: what differs between two mpiruns
-                    uneven_fix="Map the same number of ranks to every node (mpirun --map-by ppr:N:node)",
+                    uneven_fix=(
+                        "Map the same number of ranks to every node: mpirun -np {world_size} --map-by "
+                        "ppr:{per_node}:node"
+                    ),
                     main_address_fix=(
                         "Export MASTER_ADDR=<the host of rank 0> and a free MASTER_PORT to every process: mpirun -x "
                         "MASTER_ADDR=$(hostname) -x MASTER_PORT=<port>, run on rank 0's node (where mpirun places it "
@@ -497,7 +506,7 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                     # (one per node and job), which names the job when it runs on one node.
                     job_id=_optional(MPI_PROXY_FACT, format="job_number"),
                     job_id_is_the_nodes=True,
-                    uneven_fix="Start the same number of ranks on every node (mpiexec -ppn N)",
+                    uneven_fix="Start the same number of ranks on every node: mpiexec -n {world_size} -ppn {per_node}",
                     main_address_fix=(
                         "Export MASTER_ADDR=<the host of rank 0> and a free MASTER_PORT to every process: mpiexec "
                         "-genv MASTER_ADDR $(hostname) -genv MASTER_PORT <port>, run on rank 0's node (where mpiexec "

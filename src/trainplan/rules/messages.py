@@ -172,7 +172,8 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
             "it would join never forms"
         ),
         fix=(
-            "Start the script with srun inside the batch script (srun python train.py), or ask for one node and "
+            "Start the script with srun inside the batch script (srun --kill-on-bad-exit=1 python train.py), or ask "
+            "for one node and "
             "one task (#SBATCH --nodes=1 --ntasks=1) and let trainplan start the processes (trainplan launch "
             "train.py)"
         ),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, get_args
 import attrs
 
 from trainplan.rules.clusters import (
+    PROCESS_TREE_FACTS,
     ClusterRule,
     DefaultPort,
     JobPort,
@@ -445,7 +446,7 @@ class _Anything(dict[str, str]):
 _TEMPLATES: Mapping[str, Mapping[str, object]] = {
     "launch_hint": {"num_nodes": 2, "processes_per_node": 4, "world_size": 8},
     "reason": {"how": "detected", "values": _Anything(), "managers": "SLURM"},
-    "uneven_fix": {"num_nodes": 2},
+    "uneven_fix": {"num_nodes": 2, "per_node": 2, "world_size": 4},
     "unset_fix": {"cluster": "PBS", "address": "MASTER_ADDR", "port": "MASTER_PORT"},
     "note": {"port": 29500, "variable": "MASTER_PORT"},
 }
@@ -585,8 +586,9 @@ def _check_not_task(where: str, row: object) -> None:
     for field in ("when_one", "when_many"):
         if getattr(row, field) not in get_args(TaskVerdict):
             raise no_such("verdict", f"{where}.{field}", getattr(row, field), get_args(TaskVerdict))
-    if row.level not in ("info", "warning"):
-        raise no_such("level", f"{where}.level", row.level, ("info", "warning"))
+    for field, level in (("level", row.level), ("level_when_one", row.level_when_one)):
+        if level not in ("info", "warning") and (field == "level" or level is not None):
+            raise no_such("level", f"{where}.{field}", level, ("info", "warning"))
     if "refuse" in (row.when_one, row.when_many) and row.code not in REFUSALS:
         raise InvalidRequest(
             field=f"{where}.code",
@@ -654,6 +656,14 @@ def check_cluster(rule: ClusterRule, clusters: Mapping[ClusterKey, ClusterRule],
         raise InvalidRequest(field=f"{where}.not_tasks", value=not_tasks, reason="it is a tuple of NotATask rows")
     for index, row in enumerate(not_tasks):
         _check_not_task(f"{where}.not_tasks[{index}]", row)
+    fact: object = rule.started_by_fact
+    if fact != "" and fact not in PROCESS_TREE_FACTS:
+        raise InvalidRequest(
+            field=f"{where}.started_by_fact",
+            value=fact,
+            reason="it names a fact of the process tree the probe writes (or is empty)",
+            allowed=PROCESS_TREE_FACTS,
+        )
     shared: object = rule.same_job_as
     if not isinstance(shared, tuple) or any(other not in clusters or other == rule.name for other in shared):
         raise InvalidRequest(
