@@ -64,10 +64,13 @@ def _outcome(command: list[str], variables: dict[str, str], phase: str, cwd: str
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         return "hung"
-    if process.returncode == 124:
-        return "hung"
-    recovered = output.count("RECOVERED") == 2 and "2.0" in output
-    return "recovered" if process.returncode == 0 and recovered else "failed"
+    recovered = process.returncode == 0 and output.count("RECOVERED") == 2 and "4.0" in output
+    outcome = "hung" if process.returncode == 124 else "recovered" if recovered else "failed"
+    logs = os.environ.get("BENCH_RESTARTS_LOGS")  # a folder to keep the output of every run that did not recover
+    if logs and outcome != "recovered":
+        kept = Path(logs) / f"{phase}-{outcome}-{process.pid}.txt"
+        kept.write_text(f"{command}\nexit {process.returncode}\n{output}")
+    return outcome
 
 
 def measure(runs: int = RUNS) -> dict[tuple[str, str], Counter[str]]:

@@ -1,7 +1,8 @@
 """A plain env:// world whose rank 1 fails (exit 3) in the first attempt only, at the moment RESTART_PHASE names:
 `start-up` (at once, while rank 0 is inside init_process_group), `mid-run` (after one all_reduce, while rank 0
 waits in the next) or `end` (after destroy_process_group). The second attempt runs to the end and each rank says
-RECOVERED with the reduced value. Run by `benchmarks/bench_restarts.py` and `tests/processes/test_restarts.py`."""
+RECOVERED with the reduced value (4.0: two all_reduces of ones over two ranks). Run by
+`benchmarks/bench_restarts.py` and `tests/processes/test_restarts.py`."""
 
 from __future__ import annotations
 
