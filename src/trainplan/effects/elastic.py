@@ -614,6 +614,26 @@ def _common_variables(plan: Plan, meeting: _Meeting, port: int) -> dict[str, str
     return variables
 
 
+FRESH_STORE_VARIABLE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+"""torch's switch (read by its c10d rendezvous handler) that gives each attempt a store of its own: rank 0 of the
+workers hosts it, on a port chosen afresh for each round of the rendezvous."""
+
+
+def _fresh_store_per_attempt(options: EngineOptions, meeting: _Meeting, given: Mapping[str, str]) -> dict[str, str]:
+    """A restarted world meets in a store of its own (`FRESH_STORE_VARIABLE`), when restarts are allowed under a c10d
+    rendezvous and neither the caller nor this environment set the switch.
+
+    The engine otherwise shares one store across attempts, and a restarted rank reads the keys its failed attempt
+    left (gloo's listening addresses): it connects to a port nobody listens on any more (`connectFullMesh ... refused`)
+    or waits for a peer that already left. Measured with `benchmarks/bench_restarts.py`. A static rendezvous (several
+    nodes, or a fixed port) has no such switch in torch: its attempts keep sharing the store."""
+    if options.max_restarts < 1 or meeting.backend == "static":
+        return {}
+    if FRESH_STORE_VARIABLE in given or FRESH_STORE_VARIABLE in os.environ:
+        return {}
+    return {FRESH_STORE_VARIABLE: "1"}
+
+
 def _engine_arguments(plan: Plan, meeting: _Meeting, options: EngineOptions, log_dir: str) -> list[str]:
     """torchrun's command line for this plan (parsed by torchrun's own parser)."""
     words = [
@@ -846,6 +866,7 @@ def _run_engine(
     deadline: threading.Timer | None = None
     code = left = 0
     common = {**variables, **_common_variables(plan, meeting, port), **lifeline.variables}
+    common.update(_fresh_store_per_attempt(options, meeting, variables))
     with _own_signals() as signals:
         try:
             with _environment(common), watch:

@@ -1,0 +1,107 @@
+"""How often `--max-restarts 1` recovers a 2-worker CPU world whose rank 1 fails once, for `trainplan launch` and
+plain `torchrun`: `python -m benchmarks.bench_restarts [RUNS]` (default 5 runs per case; slow: a run that hangs
+costs its whole limit).
+
+Rank 1 fails (exit 3) in the first attempt only, at one of three moments (`tests/scripts/restart_phases.py`); the
+second attempt runs the same script to the end:
+
+- `start-up`: at once, while rank 0 is inside `init_process_group`;
+- `mid-run`: after one all_reduce, while rank 0 waits in the next collective;
+- `end`: after the work and `destroy_process_group`, as the script ends.
+
+A run recovered when it exits 0 and both ranks of the second attempt report the reduced value; it failed when it
+exits otherwise; it hung when it is still running after `LIMIT` seconds (`trainplan launch --timeout` ends it
+with 124; torchrun, which has no such option, is killed). Not part of `python -m benchmarks`: the rates go to
+the README's Reliability section.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from trainplan.effects.elastic import FRESH_STORE_VARIABLE
+
+RUNS = 5
+LIMIT = 60
+CASES = ("start-up", "mid-run", "end")
+SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "scripts" / "restart_phases.py"
+
+
+def _commands(script: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Each launcher's command line, and what it adds to the environment: `trainplan launch` as it runs (a store
+    of its own for each attempt), as it ran before (torch's one shared store), and plain torchrun."""
+    ours = [sys.executable, "-m", "trainplan.cli", "launch", "--quiet", "--accelerator", "cpu", "--devices", "2"]
+    ours += ["--max-restarts", "1", "--timeout", str(LIMIT), str(script)]
+    theirs = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    theirs += ["--max-restarts", "1", str(script)]
+    return {
+        "trainplan launch": (ours, {}),
+        "trainplan launch, one shared store (before)": (ours, {FRESH_STORE_VARIABLE: "0"}),
+        "torchrun": (theirs, {}),
+    }
+
+
+def _outcome(command: list[str], variables: dict[str, str], phase: str, cwd: str) -> str:
+    environment = {key: value for key, value in os.environ.items() if key != FRESH_STORE_VARIABLE}
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env={**environment, **variables, "RESTART_PHASE": phase},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=LIMIT + 15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return "hung"
+    recovered = process.returncode == 0 and output.count("RECOVERED") == 2 and "4.0" in output
+    outcome = "hung" if process.returncode == 124 else "recovered" if recovered else "failed"
+    logs = os.environ.get("BENCH_RESTARTS_LOGS")  # a folder to keep the output of every run that did not recover
+    if logs and outcome != "recovered":
+        kept = Path(logs) / f"{phase}-{outcome}-{process.pid}.txt"
+        kept.write_text(f"{command}\nexit {process.returncode}\n{output}")
+    return outcome
+
+
+def measure(runs: int = RUNS) -> dict[tuple[str, str], Counter[str]]:
+    """Per (launcher, phase): how many of `runs` recovered, failed or hung (the launchers alternate)."""
+    results: dict[tuple[str, str], Counter[str]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        commands = _commands(SCRIPT)
+        for phase in CASES:
+            for _ in range(runs):
+                for launcher, (command, variables) in commands.items():
+                    outcome = _outcome(command, variables, phase, scratch)
+                    results.setdefault((launcher, phase), Counter())[outcome] += 1
+                    print(f"{launcher:16} {phase:9} {outcome}", file=sys.stderr, flush=True)
+    return results
+
+
+def table(results: dict[tuple[str, str], Counter[str]]) -> str:
+    lines = ["| failure of rank 1 | launcher | recovered | failed | hung |", "|---|---|---|---|---|"]
+    for (launcher, phase), counts in results.items():
+        total = sum(counts.values())
+        lines.append(
+            f"| {phase} | {launcher} | {counts['recovered']}/{total} | {counts['failed']}/{total} | "
+            f"{counts['hung']}/{total} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    runs = int(sys.argv[1]) if sys.argv[1:] else RUNS
+    print(table(measure(runs)))
+
+
+if __name__ == "__main__":
+    main()
