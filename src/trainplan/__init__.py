@@ -242,12 +242,16 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
             outer = outer_plan.request
             request = attrs.evolve(outer, devices="auto", num_nodes="auto", cluster="auto", select_usable_gpus=False)
     elif env is None:
+        import os
+
         from trainplan.effects.launching import worker_plan
         from trainplan.mapping.workers import with_launch_choices
+        from trainplan.rules import LAUNCH_CHOICES_VARIABLE
 
         launched = worker_plan()
         if launched is not None:  # a script's own Request in a launched worker: the launch fills what it leaves
-            request = with_launch_choices(request, launched.request)
+            written = frozenset(filter(None, os.environ.get(LAUNCH_CHOICES_VARIABLE, "").split(",")))
+            request = with_launch_choices(request, launched.request, written, rules)
     request = Request() if request is None else request
     if env is None:
         # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.

@@ -45,6 +45,7 @@ from trainplan.rules import ACCELERATORS as ACCELERATOR_RULES
 from trainplan.rules import (
     BUILTIN_RULES,
     COUNTED_THROUGH,
+    LAUNCH_CHOICES_VARIABLE,
     MAX_CPU_COUNT,
     MAX_DEVICES_PER_NODE,
     TORCHRUN_PROCESSES,
@@ -127,6 +128,11 @@ def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
     _add_environment_flags(launch)
     _add_rules_flag(launch)
     _add_launch_flags(launch)
+    launch.add_argument(
+        "--json",
+        action="store_true",
+        help="a refusal as a JSON record on stdout (the workers' own output stays theirs)",
+    )
     probe_command = commands.add_parser("probe", help="print the facts trainplan reads from this machine")
     _add_environment_flags(probe_command)
     probe_command.add_argument("--json", action="store_true", help="print the facts as JSON")
@@ -390,7 +396,7 @@ def _fail(message: str) -> NoReturn:
 
 def _refuse(error: TrainplanError, json_wanted: bool) -> NoReturn:
     """A refused command: one line on stderr, or under `--json` the error record on stdout; exit code 2 either way."""
-    if json_wanted:
+    if json_wanted and sys.stdout is not None:
         print(json.dumps(error_record(error, code=EXIT_USAGE), indent=2))
     else:
         print(f"trainplan: error: {error}", file=sys.stderr)
@@ -711,8 +717,22 @@ def _run_launch(arguments: argparse.Namespace) -> int:
         options=options,
         quiet=arguments.quiet,
         exit_on_signal_while_waiting=True,
-        variables=_given_variables(arguments),  # the plan was made from them: the workers get them too
+        # The plan was made from the given variables: the workers get them too, and which request fields the flags
+        # wrote (a default value included), so that a script's own Request takes those.
+        variables={**_given_variables(arguments), LAUNCH_CHOICES_VARIABLE: ",".join(_written_fields(arguments))},
     )
+
+
+def _written_fields(arguments: argparse.Namespace) -> list[str]:
+    """The request fields whose flags this command line wrote before the script (`--precision 32-true` too)."""
+    words: list[str] = list(getattr(arguments, "words", []))
+    flags = words[: len(words) - len(arguments.script)] if arguments.script else words
+    return [
+        row.name
+        for row in REQUEST_FIELD_ROWS
+        if row.flag is not None
+        and any(word == row.flag.option or word.startswith(row.flag.option + "=") for word in flags)
+    ]
 
 
 def _translate_torchrun_spellings(arguments: argparse.Namespace) -> None:
@@ -795,6 +815,9 @@ def _meeting_variables(arguments: argparse.Namespace) -> dict[str, str]:
 
 
 def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
+    if arguments.emit and (arguments.json or arguments.check):
+        given = "--json" if arguments.json else "--check"
+        raise CliError(f"{given} and --emit {arguments.emit} print different things: give one of them")
     env = _environment(arguments)
     if arguments.check:
         problems: list[TrainplanError]
@@ -924,6 +947,9 @@ def _run_gpus(arguments: argparse.Namespace) -> int:
         raise CliError("--timeout must be a finite, positive number of seconds")
     statuses = gpu_statuses(timeout=arguments.timeout)
     usable = [status for status in statuses if status.usable]
+    short = wanted is not None and len(usable) < wanted
+    if arguments.json and short:  # one JSON document on stdout: the refusal's record
+        _fail(f"asked for {wanted} usable GPU(s), but {len(usable)} of {len(statuses)} visible are usable")
     if arguments.json:
         print(json.dumps(versioned({"gpus": [plain(attrs.asdict(status)) for status in statuses]}), indent=2))
     elif not statuses:
@@ -934,7 +960,7 @@ def _run_gpus(arguments: argparse.Namespace) -> int:
             used = "" if status.memory_used is None else f", {status.memory_used / 2**30:.1f} GiB used"
             verdict = "usable" if status.usable else f"busy: {status.reason}"
             print(f"{status.index}  {status.name or status.uuid}  ({memory}{used})  {verdict}  [{status.checked_by}]")
-    if wanted is not None and len(usable) < wanted:
+    if short:
         _fail(f"asked for {wanted} usable GPU(s), but {len(usable)} of {len(statuses)} visible are usable")
     return 0
 
@@ -1001,21 +1027,28 @@ def _main(argv: Sequence[str] | None) -> int:
     if "--" in arguments_list and arguments_list[:1] != ["launch"]:  # launch reads its script itself
         split = arguments_list.index("--")
         arguments_list, command = arguments_list[:split], arguments_list[split + 1 :]
-    json_wanted = "--json" in arguments_list and arguments_list[:1] != ["launch"]
+    # Before the words are parsed, `--json` anywhere asks for records (for launch: before its `--`); once they are,
+    # the parsed flag says (a launched script's own `--json` is the script's).
+    words = arguments_list[: arguments_list.index("--")] if "--" in arguments_list else arguments_list
+    wanted = {"json": "--json" in words}
     try:
-        return _command(arguments_list, command, json_wanted)
+        return _command(arguments_list, command, wanted)
     except TrainplanError as error:
-        _refuse(error, json_wanted)
+        _refuse(error, wanted["json"])
 
 
-def _command(arguments_list: list[str], command: list[str], json_wanted: bool) -> int:
+def _command(arguments_list: list[str], command: list[str], wanted: dict[str, bool]) -> int:
     if arguments_list and not arguments_list[0].startswith("-") and arguments_list[0] not in SUBCOMMANDS:
         guess = did_you_mean(arguments_list[0], SUBCOMMANDS)
         hint = f"did you mean `trainplan {guess}`? " if guess else ""
         _fail(f"unknown command {arguments_list[0]!r}; {hint}commands: {', '.join(SUBCOMMANDS)}")
     if not arguments_list or (arguments_list[0] not in SUBCOMMANDS and arguments_list[0] not in TOP_LEVEL_FLAGS):
         arguments_list.insert(0, "plan")
-    arguments = _parser(json_wanted).parse_args(arguments_list)
+    arguments = _parser(wanted["json"]).parse_args(arguments_list)
+    arguments.words = arguments_list  # what was written, as written (`launch` passes on the flags it was given)
+    wanted["json"] = bool(getattr(arguments, "json", False))
+    if sys.stdout is None and arguments.command != "launch":  # started with stdout closed (`>&-`): say so
+        raise CliError("stdout is closed: nothing could be written (give the command somewhere to write)")
     if arguments.command == "probe":
         return _run_probe(arguments)
     if arguments.command == "matrix":

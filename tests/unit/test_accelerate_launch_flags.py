@@ -137,3 +137,20 @@ def test_the_accelerator_objects_carry_no_stray_default_nor_deprecated_argument(
         warnings.filterwarnings("error", message=".*deprecated.*")
         plugin = tp.accelerator_arguments(fsdp)["fsdp_plugin"]
     assert plugin.reshard_after_forward.name == "SHARD_GRAD_OP"
+
+
+@pytest.mark.parametrize(
+    ("devices", "visible", "pinned"),
+    [
+        (4, "4,5,6,7", None),  # a count: the GPUs the scheduler made visible stay
+        ([1, 3], "4,5,6,7", "5,7"),  # a selection: physical GPUs, as accelerate launch pins them as written
+        ([0, 2], None, "0,2"),
+    ],
+)
+def test_gpu_ids_name_physical_gpus_and_only_for_a_selection(
+    devices: Any, visible: str | None, pinned: str | None
+) -> None:
+    variables = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    env = Environment(cuda_device_count=4, cpu_count=8, variables=variables)
+    flags = accelerate_launch_flags(resolve(Request(accelerator="cuda", devices=devices), env))
+    assert (flags[flags.index("--gpu_ids") + 1] if "--gpu_ids" in flags else None) == pinned

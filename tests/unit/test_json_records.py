@@ -131,3 +131,48 @@ def test_dir_of_the_package_lists_the_public_names_only() -> None:
     assert names == sorted(trainplan.__all__)
     for leaked in ("Iterator", "TYPE_CHECKING", "annotations", "importlib", "_LAZY"):
         assert leaked not in dir(trainplan)
+
+
+def test_gpus_short_under_json_is_one_document(capsys: pytest.CaptureFixture[str]) -> None:
+    code, record, _ = run(capsys, "gpus", "4097", "--json", "--timeout", "5")  # more than any machine has
+    assert code == 2 and "error" in record and "gpus" not in record  # json.loads read exactly one document
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        (("plan", "--no-probe", "--json", "--emit", "torchrun", "--", "x.py"), "--json and --emit torchrun"),
+        (("launch", "--json", "--devices", "x", "x.py"), "devices='x' is not accepted"),
+    ],
+)
+def test_what_cannot_be_printed_together_or_run_is_a_record(
+    capsys: pytest.CaptureFixture[str], arguments: tuple[str, ...], words: str
+) -> None:
+    code, record, _ = run(capsys, *arguments)
+    assert code == 2 and words in record["error"]["message"]
+
+
+def test_a_closed_stdout_is_said_on_stderr_with_exit_2() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import child_environment
+
+    for arguments in (["plan", "--json"], ["env"], ["matrix"]):
+        result = subprocess.run(  # `trainplan ... >&-`: the command starts with no stdout at all
+            [sys.executable, "-m", "trainplan.cli", *arguments],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_environment(),
+            timeout=60,
+            check=False,
+            preexec_fn=lambda: os.close(1),
+        )
+        assert result.returncode == 2 and "stdout is closed" in result.stderr, arguments
+
+
+def test_check_and_emit_together_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["plan", "--no-probe", "--check", "--emit", "slurm", "--", "x.py"])
+    assert exit.value.code == 2 and "--check and --emit slurm" in capsys.readouterr().err

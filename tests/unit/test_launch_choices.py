@@ -82,3 +82,30 @@ def test_the_banner_names_what_the_script_is_given() -> None:
     assert line is not None and "precision='bf16-mixed'" in line and "timeout_seconds=5" in line
     assert "a field it sets otherwise keeps its own, with a warning" in line
     assert launch_choices_line(Request(devices=2)) is None
+
+
+def test_a_flag_written_at_its_default_is_a_choice_too() -> None:
+    from trainplan.mapping.workers import launch_choices_line
+
+    launched = Request(accelerator="cpu", devices=2)  # `--precision 32-true --metrics-store device` written
+    written = frozenset({"precision", "metrics_store"})
+    script = with_launch_choices(Request(precision="bf16-mixed", metrics_store="cpu"), launched, written)
+    assert (script.precision, script.metrics_store) == ("bf16-mixed", "cpu"), "the script's own values run"
+    assert [note.code for note in script.notes] == ["launch-choice-overridden"] * 2
+    line = launch_choices_line(launched, written)
+    assert line is not None and "precision='32-true'" in line and "metrics_store='device'" in line
+
+
+def test_the_written_fields_are_read_from_the_flags_before_the_script() -> None:
+    from trainplan.cli import _parser, _written_fields
+
+    words = ["launch", "--precision=32-true", "--metrics-store", "device", "x.py", "--strategy", "fsdp"]
+    arguments = _parser().parse_args(words)
+    arguments.words = words
+    assert _written_fields(arguments) == ["precision", "metrics_store"], "the script's own --strategy is its own"
+
+
+def test_a_spawn_strategy_runs_as_the_launchs_with_its_options() -> None:
+    script = with_launch_choices(Request(strategy="ddp_spawn"), LAUNCHED)
+    assert script.strategy == "ddp" and script.strategy_options == LAUNCHED.strategy_options
+    assert not script.notes, "ddp_spawn runs as ddp under a launcher: the same choice as the launch's"

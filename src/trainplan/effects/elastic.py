@@ -65,12 +65,13 @@ from trainplan.effects.launching import (
 from trainplan.effects.lifeline import Lifeline
 from trainplan.effects.rules_loading import handed_to_workers
 from trainplan.mapping.workers import (
+    heterogeneous_nodes,
     launch_choices_line,
     launcher_rule,
     started_by_another_launcher,
     torchrun_variables,
 )
-from trainplan.rules import RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX
+from trainplan.rules import LAUNCH_CHOICES_VARIABLE, RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX
 from trainplan.spec.plan import Plan
 
 if TYPE_CHECKING:
@@ -581,6 +582,14 @@ def _meeting(plan: Plan, options: EngineOptions) -> _Meeting:
     return _Meeting(backend, endpoint, run_id, cluster.node_rank or 0, local)  # a plan it launches knows its node
 
 
+class _Mismatched(Exception):
+    """Raised from the engine's start of the workers when the nodes' plans disagree: the launch ends, refused."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _node(plan: Plan, meeting: _Meeting) -> str:
     """This node as the banner names it: its rank, or under c10d (which assigns ranks as nodes arrive) not yet."""
     if meeting.backend == "c10d" and plan.num_nodes > 1:
@@ -781,7 +790,9 @@ def launch_script(
         meeting = _meeting(plan, options)
         if not quiet:
             say(_summary(plan, meeting, options))
-            choices = launch_choices_line(plan.request)
+            choices = launch_choices_line(
+                plan.request, frozenset(filter(None, given.get(LAUNCH_CHOICES_VARIABLE, "").split(",")))
+            )
             if choices is not None:
                 say(choices)
         code = _run_engine(
@@ -854,6 +865,11 @@ def _run_engine(
             group = next(iter(envs.values()), {}).get("GROUP_RANK", str(meeting.node_rank))
             say(f"the {plan.num_nodes} nodes met; starting node {group}'s {plan.processes_per_node} worker(s)")
         attempts[0] += 1
+        first = next(iter(envs.values()), {})
+        world = first.get("WORLD_SIZE")
+        if world is not None and world.isdigit() and int(world) != plan.world_size:
+            # The nodes met with different plans (different --devices): refused here, before any worker starts.
+            raise _Mismatched(heterogeneous_nodes(plan, int(world), first.get("LOCAL_WORLD_SIZE"), "trainplan launch"))
 
     specs = _logs_specs(
         log_dir=log_dir, redirects=redirects, tee=tee, ranks_filter=ranks_filter, out=out, err=err, on_start=on_start
@@ -901,6 +917,9 @@ def _run_engine(
                 try:
                     with _loopback_stores(plan.num_nodes == 1 and not options.rdzv_endpoint):
                         launch_agent(config, entrypoint, list(entry_arguments))
+                except _Mismatched as mismatch:
+                    say(f"error: {mismatch.error}")
+                    code = 2
                 except ChildFailedError as failure:
                     rank, first = failure.get_first_failure()
                     code = first.exitcode if first.exitcode > 0 else 128 - first.exitcode

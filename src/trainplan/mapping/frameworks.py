@@ -407,7 +407,11 @@ def accelerate_arguments(plan: Plan, rules: Rules = BUILTIN_RULES) -> Accelerate
     if spelling.accelerate_cpu:
         flags.append("--cpu")
     elif spelling.accelerate_gpu_ids:
-        flags += ["--gpu_ids", ",".join(str(index) for index in plan.devices)]
+        # accelerate launch makes --gpu_ids the workers' CUDA_VISIBLE_DEVICES as written: for the first n GPUs (a
+        # count) nothing is pinned, so the GPUs a scheduler made visible stay; a selection names physical GPUs.
+        if plan.devices != tuple(range(len(plan.devices))):
+            physical = plan.physical_devices or tuple(str(index) for index in plan.devices)
+            flags += ["--gpu_ids", ",".join(physical)]
         several = family_recipe(plan).accelerate_multi_gpu or (plan.mesh is not None and fsdp is None)
         if plan.world_size > 1 and several:
             flags.append("--multi_gpu")

@@ -318,21 +318,29 @@ def _launch_choices() -> dict[str, str]:
     }
 
 
-def with_launch_choices(script: Request, launched: Request) -> Request:
+def with_launch_choices(
+    script: Request, launched: Request, chosen: frozenset[str] = frozenset(), rules: Rules = BUILTIN_RULES
+) -> Request:
     """A script's own `Request` inside a worker of trainplan's launchers: the launch's choices (strategy,
     precision, options, backend, ...) fill the fields the script leaves at their defaults; a field the script
-    sets otherwise keeps the script's value, with a `launch-choice-overridden` warning note naming both. Options
-    travel with their strategy only: a script that names another strategy keeps its own options."""
+    sets otherwise keeps the script's value, with a `launch-choice-overridden` warning note naming both.
+
+    The launch's choices are the fields of `launched` away from their defaults, and the fields in `chosen` (those
+    its flags wrote, a default value included). A script's field counts as left when it equals its default (a
+    `Request` does not record what was written). Options travel with their strategy: the script's strategy, or
+    the script-mode counterpart a launcher runs it as (`ddp_spawn` runs as `ddp`), must be the launch's."""
     default = Request()
     taken: dict[str, object] = {}
     notes: list[Note] = []
     for field, flag in _launch_choices().items():
         mine, theirs = getattr(script, field), getattr(launched, field)
-        if theirs == getattr(default, field) or mine == theirs:
+        if (theirs == getattr(default, field) and field not in chosen) or mine == theirs:
             continue
-        if field == "strategy_options" and taken.get("strategy", script.strategy) != launched.strategy:
+        if field == "strategy_options" and _runs_as(taken.get("strategy", script.strategy), rules) != _runs_as(
+            launched.strategy, rules
+        ):
             continue
-        if mine == getattr(default, field):
+        if mine == getattr(default, field) or (field == "strategy" and _runs_as(mine, rules) == theirs):
             taken[field] = theirs
             continue
         notes.append(
@@ -347,6 +355,11 @@ def with_launch_choices(script: Request, launched: Request) -> Request:
     if not taken and not notes:
         return script
     return attrs.evolve(script, **taken, notes=(*script.notes, *notes))  # type: ignore[arg-type]
+
+
+def _runs_as(strategy: object, rules: Rules) -> object:
+    """The strategy a launcher that re-runs the script runs `strategy` as (its script-mode counterpart)."""
+    return next((after for before, after in rules.script_strategy_for.items() if before == strategy), strategy)
 
 
 def _schema_name(fact: str) -> str:
@@ -371,19 +384,19 @@ def heterogeneous_nodes(plan: Plan, world: int, local_world: str | None, launche
     )
 
 
-def launch_choices_line(request: Request) -> str | None:
-    """The launch banner's line for what a script's own `Request` is given (None when the launch chose nothing
-    beyond the layout)."""
+def launch_choices_line(request: Request, chosen: frozenset[str] = frozenset()) -> str | None:
+    """The launch banner's line for what a script's own `Request` is given: the fields away from their defaults
+    and those in `chosen` (written as flags); None when the launch chose nothing beyond the layout."""
     default = Request()
-    chosen = [
+    given = [
         f"{field}={getattr(request, field)!r}"
         for field in _launch_choices()
-        if getattr(request, field) != getattr(default, field)
+        if getattr(request, field) != getattr(default, field) or field in chosen
     ]
-    if not chosen:
+    if not given:
         return None
     return (
-        f"a script's own Request takes {', '.join(chosen)} where it leaves them at their defaults (a field it sets "
+        f"a script's own Request takes {', '.join(given)} where it leaves them at their defaults (a field it sets "
         "otherwise keeps its own, with a warning)"
     )
 

@@ -39,6 +39,10 @@ REQUEST_VARIABLE: Final[str] = "TRAINPLAN_REQUEST"
 """Set by emitted jobs (torchrun line, sbatch script) when the request chose more than the layout (a precision, a
 strategy, its options): `trainplan.resolve()` with no arguments resolves that request inside the job."""
 
+LAUNCH_CHOICES_VARIABLE: Final[str] = "TRAINPLAN_LAUNCH_CHOICES"
+"""Set by `trainplan launch` for its workers: the request fields its flags wrote (comma-separated), so that a
+script's own `Request` takes a flag given at its default value too (`mapping.workers.with_launch_choices`)."""
+
 RULES_VARIABLE: Final[str] = "TRAINPLAN_RULES"
 """Set by emitted jobs whose plan was made from a downstream rule set: its reference ("package.module:NAME").
 `trainplan.resolve()` with no request resolves the carried request with it when the job's script has it (imported,
