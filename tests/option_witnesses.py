@@ -58,7 +58,7 @@ def candidates(row: OptionRow) -> tuple[object, ...]:
     if isinstance(check, WholeNumber):
         return tuple(value for value in (77, check.minimum, check.maximum) if value != row.default)
     assert isinstance(check, ParallelDegree)
-    return tuple(value for value in (2, 1, "auto") if value != row.default)
+    return tuple(value for value in (2, 1, "auto") if value != row.default and (check.takes_auto or value != "auto"))
 
 
 @attrs.frozen

@@ -11,8 +11,10 @@
 
 A `model_parallel` plan also gets its device mesh: `rt.mesh` is torch's `DeviceMesh`, built with
 `init_device_mesh` and the plan's dimension names (`pp, dp_replicate, dp_shard, cp, tp`) when the runtime starts
-(every rank builds it: its groups are collectives), and `rt.submesh("tp")`, `rt.fsdp_mesh` and
-`rt.data_parallel_mesh` hand out the sub-meshes a parallelize function needs.
+(every rank builds it: its groups are collectives); it answers the names Lightning and torchtitan index theirs by
+too (`rt.mesh["tensor_parallel"]`, `rt.mesh["dp_shard_cp"]`, `rt.mesh["batch"]`, ...: `rules.MESH_ALIASES`).
+`rt.submesh("tp")`, `rt.fsdp_mesh`, `rt.data_parallel_mesh` and `rt.expert_mesh` (`pp, dp_replicate, efsdp, ep`)
+hand out the meshes a parallelize function needs.
 
 Every decision comes from the plan and `mapping.frameworks` (the precision recipe, the family's wrapper);
 this module only builds the torch objects. The torch constructors sit behind `ModelWrappers`, a small seam
@@ -41,7 +43,7 @@ from trainplan.mapping.frameworks import (
     option_keywords,
     precision_recipe,
 )
-from trainplan.rules import HOST_DEVICE, Rules
+from trainplan.rules import HOST_DEVICE, MESH_ALIASES, Rules
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import data_parallel
 from trainplan.spec.errors import InvalidRequest, TrainplanError
@@ -91,6 +93,10 @@ class ModelWrappers(Protocol):
     def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str) -> DeviceMesh:
         """The dimensions `names` of `mesh` as one dimension called `name` (a collective: it makes a group)."""
 
+    def unflatten(self, mesh: DeviceMesh, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
+        """A 1-D `mesh` split into `names` of sizes `shape` (torch's `DeviceMesh._unflatten(0, ...)`, as torchtitan
+        builds its meshes; a collective)."""
+
     def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
         """FSDP2's `fully_shard(model, mesh=mesh)`: sharded over a 1-D mesh, or replicated × sharded over a 2-D one."""
 
@@ -134,11 +140,32 @@ class TorchWrappers:
         # torch 2.13 has no public name for it yet; torchtitan and Accelerate flatten their meshes the same way.
         return mesh[names]._flatten(name)
 
+    def unflatten(self, mesh: DeviceMesh, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
+        return mesh._unflatten(0, shape, names)
+
     def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
         from torch.distributed.fsdp import fully_shard
 
         sharded: Any = fully_shard(model, mesh=mesh)  # the model itself, its class extended with FSDPModule
         return model if sharded is None else sharded
+
+
+def build_meshes(wrappers: ModelWrappers, device_type: str, layout: MeshLayout) -> dict[str, DeviceMesh]:
+    """The meshes a runtime hands out for `layout`, built with torch's own `DeviceMesh` on every rank (a
+    collective): "mesh", the dense mesh (`pp, dp_replicate, dp_shard, cp, tp`) answering the peers' names too
+    (`rules.MESH_ALIASES`, each a `_flatten` of the dimensions it stands for, kept as "alias NAME"); "data_parallel"
+    (`dp`), "sharded" (what
+    FSDP2 takes) and "expert" (`pp, dp_replicate, efsdp, ep`, unflattened from the whole world as torchtitan does).
+    Any process group of the world may build more than one layout's meshes (a test compares several in one world)."""
+    mesh = wrappers.device_mesh(device_type, layout.shape, layout.dimensions)
+    built = {"mesh": mesh, "data_parallel": wrappers.flatten(mesh, ("dp_replicate", "dp_shard"), "dp")}
+    for alias, dimensions in MESH_ALIASES.items():
+        built[f"alias {alias}"] = wrappers.flatten(mesh, dimensions, alias)
+    shard = "dp_shard_cp" if layout.size("cp") > 1 else "dp_shard"  # context ranks shard parameters too
+    built["sharded"] = mesh[("dp_replicate", shard)] if layout.size("dp_replicate") > 1 else mesh[shard]
+    world = wrappers.flatten(mesh, layout.dimensions, "world")
+    built["expert"] = wrappers.unflatten(world, layout.expert.shape, layout.expert.dimensions)
+    return built
 
 
 class Runtime:
@@ -205,14 +232,7 @@ class Runtime:
             # A world of one: joining made no process group (there is no one to meet), and a mesh needs one.
             distributed.init_process_group(self.plan.process_group_backend, store=HashStore(), rank=0, world_size=1)
             self._mesh_group = True
-        mesh = self._wrappers.device_mesh(self.device.type, layout.shape, layout.dimensions)
-        self._meshes["mesh"] = mesh
-        self._meshes["data_parallel"] = self._wrappers.flatten(mesh, ("dp_replicate", "dp_shard"), "dp")
-        shard = "dp_shard"
-        if layout.size("cp") > 1:  # context-parallel ranks shard the parameters too (torchtitan's dp_shard_cp)
-            shard = "dp_shard_cp"
-            self._wrappers.flatten(mesh, ("dp_shard", "cp"), shard)
-        self._meshes["sharded"] = mesh[("dp_replicate", shard)] if layout.size("dp_replicate") > 1 else mesh[shard]
+        self._meshes.update(build_meshes(self._wrappers, self.device.type, layout))
 
     @property
     def mesh(self) -> DeviceMesh:
@@ -248,6 +268,14 @@ class Runtime:
         (average a loss or a metric over its group, `rt.data_parallel_mesh.get_group()`)."""
         self._mesh("rt.data_parallel_mesh")
         return self._meshes["data_parallel"]
+
+    @property
+    def expert_mesh(self) -> DeviceMesh:
+        """The expert mesh, torchtitan's sparse mesh: `pp, dp_replicate, efsdp, ep` over the same ranks, the
+        `dp_shard × cp × tp` ranks regrouped as `efsdp × ep` (`rt.expert_mesh["ep"]` splits the experts, the
+        experts' FSDP2 shards over `rt.expert_mesh["efsdp"]`); this rank sits at `plan.mesh.expert.coordinates`."""
+        self._mesh("rt.expert_mesh")
+        return self._meshes["expert"]
 
     def _mesh(self, what: str) -> DeviceMesh:
         self._check_joined(what)

@@ -27,6 +27,7 @@ from trainplan.rules import (
     is_rules_reference,
     option_checks,
 )
+from trainplan.rules.mesh import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import layout_violations
 from trainplan.spec.errors import InvalidRequest, PlanFormatError
 from trainplan.spec.mesh import MeshLayout
@@ -77,7 +78,7 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
         "physical_devices": list(plan.physical_devices),
         "mesh": None
         if plan.mesh is None
-        else {"dimensions": list(plan.mesh.dimensions), "shape": list(plan.mesh.shape)},
+        else {"dimensions": list(plan.mesh.dimensions), "shape": list(plan.mesh.shape), "ep": plan.mesh.ep},
         "memory": memory_plan_to_dict(plan.memory),
         **({} if plan.rules is None else {"rules": plan.rules}),
     }
@@ -153,7 +154,10 @@ def _mesh_from(read: Reader) -> MeshLayout | None:
             path=f"{mesh.path}.shape",
             reason=f"one size from 1 to {_MAX_DEGREE} per dimension of {list(MESH_DIMENSIONS)}",
         )
-    return MeshLayout(shape=tuple(shape))
+    ep = mesh.field("ep", int) if "ep" in mesh.data else 1
+    if not 1 <= ep <= _MAX_DEGREE:
+        raise PlanFormatError(path=f"{mesh.path}.ep", reason=f"an expert-parallel degree from 1 to {_MAX_DEGREE}")
+    return MeshLayout(shape=tuple(shape), ep=ep)
 
 
 _MAX_DEGREE = 2**31 - 1
@@ -369,8 +373,12 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
         return
     if mesh is None:
         raise bad("mesh", f"strategy {plan.strategy.name!r} plans a device mesh, and the plan has none")
-    if options.degrees != mesh.sizes or any(getattr(options, size.argument) is not None for size in LIGHTNING_SIZES):
-        raise bad("strategy.options", f"the options in force are the mesh's degrees, {mesh.sizes}")
+    if (
+        options.degrees != mesh.sizes
+        or options.ep != mesh.ep
+        or any(getattr(options, size.argument) is not None for size in LIGHTNING_SIZES)
+    ):
+        raise bad("strategy.options", f"the options in force are the mesh's degrees, {mesh.sizes}, ep={mesh.ep}")
     asked = plan.request.strategy_options
     if isinstance(asked, ModelParallelOptions):
         # The degrees written (a default of 1 may be the mesh's rest) and Lightning's sizes (None: not used).
@@ -378,7 +386,8 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
         spellings.update({size.argument: size.dimension for size in LIGHTNING_SIZES})
         for spelling, name in spellings.items():
             degree = getattr(asked, spelling)
-            if isinstance(degree, int) and degree != mesh.size(name):
+            torchtitan_auto = degree == -1 and MESH_RULES[name].minus_one_is_auto  # dp_shard=-1: 'auto'
+            if isinstance(degree, int) and degree != mesh.size(name) and not torchtitan_auto:
                 raise bad(
                     f"request.strategy_options.{spelling}",
                     f"the request asked for {spelling}={degree}, but the mesh has {name}={mesh.size(name)}",
@@ -390,6 +399,7 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
         accelerator=plan.accelerator,
         backend=plan.process_group_backend,
         precision=plan.precision,
+        ep=mesh.ep,
     ):
         where = "" if violation.dimension is None else f" ({violation.dimension}={violation.degree})"
         raise bad("mesh", f"it breaks the rule {violation.rule}{where}: {violation.detail}")

@@ -100,9 +100,13 @@ from trainplan.rules.legacy import (
 )
 from trainplan.rules.lookup import lookup
 from trainplan.rules.mesh import (
+    EXPERT_MESH,
+    EXPERT_REGION,
     LIGHTNING_SIZES,
+    MESH_ALIASES,
     MESH_BACKENDS,
     MESH_DIMENSIONS,
+    ExpertDimensionRule,
     LightningSize,
     MeshDimensionRule,
 )
@@ -212,6 +216,8 @@ __all__ = [
     "DEFAULT_PROCESS_GROUP_TIMEOUT",
     "DEVICE_TYPES_WITHOUT_FLOAT64",
     "DIFFERENCES",
+    "EXPERT_MESH",
+    "EXPERT_REGION",
     "FAMILIES",
     "FAMILY_RECIPES",
     "FORKSERVER_PRELOAD",
@@ -243,6 +249,7 @@ __all__ = [
     "MAX_NODES",
     "MAX_PROCESS_GROUP_TIMEOUT",
     "MAX_WORLD_SIZE",
+    "MESH_ALIASES",
     "MESH_BACKENDS",
     "MESH_DIMENSIONS",
     "MPI_DAEMON_FACT",
@@ -297,6 +304,7 @@ __all__ = [
     "DtypeName",
     "Encoding",
     "EnvironmentCount",
+    "ExpertDimensionRule",
     "FamilyRecipe",
     "FamilyRule",
     "FrameworkAccelerator",

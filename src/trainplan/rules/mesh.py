@@ -17,7 +17,9 @@ from trainplan.spec.names import (
     AcceleratorKey,
     BackendKey,
     BackendName,
+    ExpertDimension,
     MeshDimension,
+    MeshName,
     PrecisionKey,
 )
 
@@ -36,6 +38,7 @@ class MeshDimensionRule:
     instead: Mapping[PrecisionKey, PrecisionKey]  # what to suggest for each refused precision
     lightning_size: str | None  # the ModelParallelStrategy size this degree multiplies into; None: Lightning has none
     accelerate_size: str | None  # Accelerate's ParallelismConfig field; None: Accelerate has none
+    minus_one_is_auto: bool = False  # -1 is read as "auto" (with a note), as torchtitan's ParallelDims reads it
 
     __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
 
@@ -101,6 +104,8 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
             instead={},
             lightning_size="data_parallel_size",
             accelerate_size="dp_shard_size",
+            # torchtitan's ParallelDims: "dp_shard must -1 or >=1", -1 taking world // (the other degrees).
+            minus_one_is_auto=True,
         ),
         MeshDimensionRule(
             name="cp",
@@ -144,6 +149,50 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
 }
 """The mesh's dimensions in its fixed order, outermost first (the order of `names.MeshDimension`)."""
 
+
+@attrs.frozen(kw_only=True)
+class ExpertDimensionRule:
+    """A dimension of the expert mesh that is not the dense mesh's (`pp` and `dp_replicate` are shared). Neither
+    Lightning's nor Accelerate's mesh has one (the `ep` option row refuses them by name)."""
+
+    name: ExpertDimension
+    title: str  # what its groups are called in drawings
+
+
+EXPERT_REGION: Final[tuple[MeshDimension, ...]] = ("dp_shard", "cp", "tp")
+"""The dense dimensions whose ranks the expert mesh regroups as `efsdp × ep` (torchtitan's "sparse region"): ep is
+borrowed from them, so it divides their product and adds nothing to the world size. The pipeline stages and the
+replicas stay as they are: each stage holds its own experts, and each replica a whole copy of them."""
+
+EXPERT_MESH: Final[Mapping[ExpertDimension, ExpertDimensionRule]] = {
+    rule.name: rule
+    for rule in (
+        # The ranks of one expert-parallel position across the region: FSDP2 shards the experts' parameters over
+        # them (dp_shard · cp · tp / ep of them; torchtitan keeps it even at size 1, for mixed precision).
+        ExpertDimensionRule(name="efsdp", title="expert shard"),
+        # Each rank holds 1/ep of the experts and tokens travel to their expert (all-to-all): neighbouring ranks.
+        ExpertDimensionRule(name="ep", title="expert-parallel"),
+    )
+}
+"""The expert mesh's own dimensions, outermost first (after the dense mesh's `pp` and `dp_replicate`)."""
+
+MESH_ALIASES: Final[Mapping[MeshName, tuple[MeshDimension, ...]]] = {
+    # torchtitan's ParallelDims: `batch` for data loading, `fsdp` (and, before it, `dp_shard_cp`) for FSDP over the
+    # shards and the context ranks, `loss` (and `dp_cp`) for the all-reduce of the loss over every data rank.
+    "batch": ("dp_replicate", "dp_shard"),
+    "fsdp": ("dp_shard", "cp"),
+    "dp_shard_cp": ("dp_shard", "cp"),
+    "loss": ("dp_replicate", "dp_shard", "cp"),
+    "dp_cp": ("dp_replicate", "dp_shard", "cp"),
+    # Lightning's ModelParallelStrategy: a 2-D mesh (data_parallel, tensor_parallel).
+    "data_parallel": ("dp_replicate", "dp_shard"),
+    "tensor_parallel": ("tp",),
+}
+"""The names peers index their meshes by, as the dense dimensions they flatten (torch's `DeviceMesh._flatten`):
+`rt.mesh[name]` answers each, so a parallelize function written for Lightning or torchtitan runs unchanged (and
+`dp`, trainplan's own `rt.data_parallel_mesh`). The expert mesh's `efsdp` and `ep` are `rt.expert_mesh`'s
+(torchtitan's sparse mesh holds them apart too)."""
+
 MESH_BACKENDS: Final[Mapping[AcceleratorKey, BackendName]] = {"cuda": "nccl", "cpu": "gloo"}
 """The backend a device mesh runs over on each accelerator: the ones torch's FSDP2 and DTensor are built and tested
 on (NCCL on CUDA; gloo on CPU, which also makes every layout testable without a GPU)."""
@@ -174,6 +223,11 @@ LIGHTNING_SIZES: Final[tuple[LightningSize, ...]] = (
 # back refuses it).
 
 
+def expert_region(degrees: Mapping[MeshDimension, int]) -> int:
+    """How many ranks the expert mesh regroups (`dp_shard · cp · tp`): what `ep` must divide."""
+    return math.prod(degrees[name] for name in EXPERT_REGION)
+
+
 def data_parallel(layout: MeshLayout, rank: int) -> tuple[int, int]:
     """`rank`'s data-parallel replica and their number: which batches it reads (its sampler's rank and replicas).
     Ranks that differ only along tensor, context or pipeline dimensions read the same batches."""
@@ -194,7 +248,8 @@ class MeshViolation:
     dimension: MeshDimension | None
     degree: int
     detail: str
-    needed: int = 0  # mesh-inside-node: the processes one group needs on a node; mesh-pipeline-nodes: a stage's
+    needed: int = 0  # mesh-inside-node: the processes one group needs on a node; mesh-pipeline-nodes: a stage's;
+    # mesh-expert: the region ep must divide
 
 
 def strides(degrees: Mapping[MeshDimension, int]) -> dict[MeshDimension, int]:
@@ -231,11 +286,14 @@ def layout_violations(
     accelerator: AcceleratorKey,
     backend: BackendKey | None,
     precision: PrecisionKey,
+    ep: int = 1,
 ) -> Iterator[MeshViolation]:
-    """Every mesh rule `degrees` break on this world, in the order the rules are checked; nothing when it fits.
+    """Every mesh rule `degrees` (and the expert degree `ep`) break on this world, in the order the rules are
+    checked; nothing when it fits.
 
-    The product is the world size; a dimension that stays inside a node (`tp`, `cp`) has groups that fit a node
-    (its degree times the inner degrees divides the node's processes); a stage-aligned dimension (`pp`) cuts the
+    The product is the world size; `ep` divides the expert region (`EXPERT_REGION`'s degrees multiplied); a
+    dimension that stays inside a node (`tp`, `cp`) has groups that fit a node (its degree times the inner degrees
+    divides the node's processes); a stage-aligned dimension (`pp`) cuts the
     world into blocks that hold whole nodes or fit whole into one; a degree above 1 runs only on its accelerators
     and precisions; the mesh's collectives run over the accelerator's mesh backend.
     """
@@ -244,6 +302,9 @@ def layout_violations(
     if product != world:
         yield MeshViolation(rule="mesh-product", dimension=None, degree=product, detail=f"world size {world}")
         return
+    region = expert_region(degrees)
+    if region % ep:
+        yield MeshViolation(rule="mesh-expert", dimension=None, degree=ep, needed=region, detail="")
     yield from node_violations(degrees, processes_per_node)
     apart = strides(degrees)
     for name in MESH_DIMENSION_NAMES:

@@ -29,7 +29,7 @@ RefusalId = Literal[
     "accelerate-strategy", "lightning-mesh", "lightning-precision", "fabric-parallelize", "accelerate-mesh",
     # device meshes
     "mesh-product", "mesh-remainder", "mesh-autos", "mesh-spellings", "mesh-inside-node", "mesh-pipeline-nodes",
-    "mesh-accelerator", "mesh-backend", "mesh-precision",
+    "mesh-accelerator", "mesh-backend", "mesh-precision", "mesh-expert",
     # memory
     "memory-nothing-fits", "memory-strategy-too-big",
 ]
@@ -371,6 +371,13 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
     "mesh-precision": Rule(
         reason="{took}{dimension}={degree} does not run with precision={precision!r}: {why}",
         fix="Use precision={instead!r}, or {dimension}=1",
+    ),
+    "mesh-expert": Rule(
+        reason=(
+            "ep={ep} splits the experts over ranks borrowed from {region_names} = {region} ({region_spelled}), as "
+            "torchtitan's ParallelDims does, and {ep} does not divide {region}"
+        ),
+        fix="Use ep={choices} (a divisor of {region})",
     ),
     "lightning-mesh": Rule(
         reason=("Lightning's ModelParallelStrategy has one data-parallel and one tensor-parallel dimension, so {lost}"),

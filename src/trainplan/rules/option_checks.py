@@ -117,14 +117,19 @@ def check_value(row: OptionRow, value: object, field: str | None = None) -> None
             raise InvalidRequest(field=where, value=value, reason=check.above, fix=check.fix)
     else:
         unused = value is None and check.optional
-        auto = value == "auto" and isinstance(value, str)
+        auto = check.takes_auto and (
+            (value == "auto" and isinstance(value, str))
+            or (check.minus_one_is_auto and not isinstance(value, bool) and value == -1)
+        )
         ranks = not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= check.maximum
         if not (unused or auto or ranks):
             raise InvalidRequest(
                 field=where,
                 value=value,
-                reason=f"a parallel degree is a whole number of ranks from 1 to {check.maximum}, or 'auto'",
-                fix=f"Write e.g. {row.name}=2, or {row.name}='auto' to take what the other degrees leave",
+                reason=f"a parallel degree is a whole number of ranks from 1 to {check.maximum}"
+                + (", or 'auto'" if check.takes_auto else ""),
+                fix=f"Write e.g. {row.name}=2"
+                + (f", or {row.name}='auto' to take what the other degrees leave" if check.takes_auto else ""),
             )
 
 
@@ -252,8 +257,8 @@ def _check_spelling(
             reason=f"it is not how {target} spells an option",
             allowed=(f"a tuple of {keyword.__name__}s", *(kind.__name__ for kind in others)),
         )
-    elif isinstance(spelling, ThroughMesh) and spelling.dimension not in MESH_DIMENSIONS:
-        raise no_such("mesh dimension", f"{where}.dimension", spelling.dimension, MESH_DIMENSIONS)
+    elif isinstance(spelling, ThroughMesh) and spelling.dimension not in (*MESH_DIMENSIONS, "ep"):
+        raise no_such("mesh dimension", f"{where}.dimension", spelling.dimension, (*MESH_DIMENSIONS, "ep"))
     elif isinstance(spelling, Carried):
         unknown = [name for name in spelling.by if name not in names or name == row.name]
         if unknown or not spelling.by:

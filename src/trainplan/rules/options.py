@@ -19,6 +19,7 @@ import attrs
 
 from trainplan.rules.job import MAX_WORLD_SIZE
 from trainplan.rules.mesh import LIGHTNING_SIZES
+from trainplan.rules.mesh import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.messages import RefusalId
 from trainplan.rules.strategies import OPTION_TYPES
 from trainplan.spec.frozen import freeze_nested_maps
@@ -104,10 +105,13 @@ class WholeNumber:
 
 @attrs.frozen
 class ParallelDegree:
-    """A whole number of ranks from 1 to torch's rank limit, or "auto" (and None: not used, where `optional`)."""
+    """A whole number of ranks from 1 to torch's rank limit, or "auto" (and None: not used, where `optional`; -1,
+    read as "auto", where `minus_one_is_auto`)."""
 
     optional: bool = False
     maximum: int = MAX_WORLD_SIZE
+    minus_one_is_auto: bool = False
+    takes_auto: bool = True  # False: a degree that cannot take what the others leave (ep borrows, it adds nothing)
 
 
 OptionCheck: TypeAlias = TrueOrFalse | OneOf | WholeNumber | ParallelDegree
@@ -147,9 +151,10 @@ class ProcessGroupTimeout:
 @attrs.frozen
 class ThroughMesh:
     """The option is a degree of the plan's device mesh (`plan.mesh`, resolved from every degree): each target takes
-    the mesh as the mesh's rows say (`rt.mesh`, Lightning's sizes, Accelerate's `ParallelismConfig`)."""
+    the mesh as the mesh's rows say (`rt.mesh`, Lightning's sizes, Accelerate's `ParallelismConfig`); `ep` is the
+    expert mesh's (`rt.expert_mesh`)."""
 
-    dimension: MeshDimension
+    dimension: MeshDimension | Literal["ep"]
 
 
 @attrs.frozen
@@ -427,12 +432,29 @@ BUILTIN_OPTIONS: Final[tuple[OptionRow, ...]] = (
         _row(
             ModelParallelOptions,
             name,
-            ParallelDegree(),
+            ParallelDegree(minus_one_is_auto=MESH_RULES[name].minus_one_is_auto),
             torch=ThroughMesh(name),
             lightning=ThroughMesh(name),
             accelerate=ThroughMesh(name),
         )
         for name in MESH_DIMENSIONS
+    ),
+    _row(
+        ModelParallelOptions,
+        "ep",
+        # ep borrows ranks the dense degrees count, so it has no rest to take: a number, never 'auto'.
+        ParallelDegree(takes_auto=False),
+        torch=ThroughMesh("ep"),
+        # Neither framework's mesh has an expert dimension (Lightning: data_parallel × tensor_parallel; Accelerate
+        # 1.16's ParallelismConfig: dp_replicate, dp_shard, tp, cp, sp).
+        lightning=Refused(
+            "Lightning's ModelParallelStrategy builds a 2-D mesh (data_parallel × tensor_parallel) with no expert "
+            "dimension; run the plan's meshes through trainplan.runtime (rt.expert_mesh)"
+        ),
+        accelerate=Refused(
+            "Accelerate's ParallelismConfig has no expert-parallel size (dp_replicate, dp_shard, tp, cp, sp); run "
+            "the plan's meshes through trainplan.runtime (rt.expert_mesh)"
+        ),
     ),
     # Lightning's spelling of two degrees, read as them (`resolve.mesh`); the plan holds the degrees only.
     *(
