@@ -27,7 +27,7 @@ def reports() -> list[dict[str, Any]]:
     return [json.loads(json.dumps(report)) for report in found]
 
 
-@pytest.mark.parametrize("layout", ["own", "dp_shard_4_ep_4"])
+@pytest.mark.parametrize("layout", ["own", "dp_shard_4_ep_4", "pp_2_dp_shard_2"])
 def test_dense_and_expert_meshes_are_the_ones_torch_builds_by_hand(reports: list[dict[str, Any]], layout: str) -> None:
     for rank, report in enumerate(reports):
         assert report["rank"] == rank
@@ -93,3 +93,29 @@ def test_four_experts_over_ep_4_match_one_process(reports: list[dict[str, Any]])
             assert reference is not None
             assert grad == pytest.approx(reference.flatten().tolist(), rel=1e-5, abs=1e-6), f"rank {rank}: {name}"
     assert sorted(held) == list(range(layouts_world.EXPERTS))
+
+
+def test_a_two_stage_pipeline_under_torchs_1f1b_has_one_process_loss_and_gradients(
+    reports: list[dict[str, Any]],
+) -> None:
+    inputs, targets = mesh_world.data()
+    for shard in range(2):
+        reference = mesh_world.model()
+        loss = torch.nn.functional.mse_loss(reference(inputs[shard::2]), targets[shard::2])
+        loss.backward()  # type: ignore[no-untyped-call]
+        first, last = reports[shard]["pipeline"], reports[shard + 2]["pipeline"]  # pp is outermost: ranks 2 apart
+        assert (first["stage"], last["stage"]) == (0, 1)
+        assert first["schedule"] == last["schedule"] == "Schedule1F1B"
+        assert first["pp_group"] == last["pp_group"] == [shard, shard + 2]
+        assert first["loss"] is None and last["loss"] == pytest.approx(loss.item(), rel=1e-5)
+        expected = {name: p.grad for name, p in reference.named_parameters()}
+        seen = {
+            **{k: v for k, v in first["grads"].items()},
+            **{str(int(k[0]) + 2) + k[1:]: v for k, v in last["grads"].items()},
+        }
+        assert seen.keys() == expected.keys()
+        for name, grad in seen.items():
+            reference_grad = expected[name]
+            assert reference_grad is not None
+            assert grad == pytest.approx(reference_grad.flatten().tolist(), rel=1e-5, abs=1e-6), name
+    assert all("stage_indices=(0,)" in report["own_pipeline"] for report in reports), "pp=1: every rank is stage 0"

@@ -14,7 +14,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 import trainplan as tp
 from tests.scripts import mesh_world
-from trainplan.effects.runtime import TorchWrappers, build_meshes
+from trainplan.effects.runtime import PipelineStages, TorchWrappers, build_meshes
 from trainplan.rules import MESH_ALIASES
 from trainplan.spec.mesh import MeshLayout
 
@@ -144,6 +144,50 @@ def _moe_step(expert_mesh: DeviceMesh, rank: int) -> dict[str, object]:
     return {"loss": (total / size).item(), "grads": grads, "experts": sorted(local)}
 
 
+PIPELINE_MICROBATCHES = 4
+
+
+def pipeline_layout() -> MeshLayout:
+    """pp=2 × dp_shard=2 with 1F1B over 4 microbatches, as the planner plans it."""
+    options = tp.ModelParallelOptions(pp=2, dp_shard=2, pp_schedule="1F1B", pp_microbatches=PIPELINE_MICROBATCHES)
+    request = tp.Request(accelerator="cpu", devices=4, strategy="model_parallel", strategy_options=options)
+    plan = tp.resolve(request, tp.Environment(cpu_count=4))
+    assert plan.mesh is not None
+    return plan.mesh
+
+
+def stage_module(index: int) -> torch.nn.Module:
+    """mesh_world's model cut in two stages: Linear + ReLU, then the last Linear."""
+    layers = list(mesh_world.model().children())
+    return torch.nn.Sequential(*layers[:2]) if index == 0 else torch.nn.Sequential(*layers[2:])
+
+
+def _pipeline_step(layout: MeshLayout, built: dict[str, DeviceMesh], rank: int) -> dict[str, object]:
+    """One step of the 2-stage model under torch's own schedule class, as `rt.pipeline` hands it out."""
+    from torch.distributed.pipelining import PipelineStage
+
+    stages = PipelineStages(layout, built["mesh"]["pp"].get_group(), rank)
+    (index,) = stages.stage_indices
+    module = stage_module(index)
+    stage = PipelineStage(module, index, stages.num_stages, torch.device("cpu"), group=stages.group)
+    schedule = stages.schedule_class(stage, n_microbatches=stages.microbatches, loss_fn=torch.nn.functional.mse_loss)
+    shard = layout.coordinates(rank)[layout.dimensions.index("dp_shard")]
+    inputs, targets = mesh_world.data()
+    losses: list[torch.Tensor] = []
+    if index == 0:
+        schedule.step(inputs[shard::2])
+    else:
+        schedule.step(target=targets[shard::2], losses=losses)
+    grads = {name: p.grad.flatten().tolist() for name, p in module.named_parameters() if p.grad is not None}
+    return {
+        "stage": index,
+        "schedule": type(schedule).__name__,
+        "pp_group": list(distributed.get_process_group_ranks(stages.group)),
+        "loss": (sum(losses) / len(losses)).item() if losses else None,  # type: ignore[union-attr]
+        "grads": grads,
+    }
+
+
 def report() -> dict[str, object]:
     with tp.runtime() as rt:
         layout = rt.plan.mesh
@@ -157,4 +201,9 @@ def report() -> dict[str, object]:
         result["lightning"] = _step(rt, lightning_parallelize)
         result["torchtitan"] = _step(rt, torchtitan_parallelize)
         result["moe"] = _moe_step(built["expert"], rt.rank)
+        staged = pipeline_layout()
+        staged_meshes = build_meshes(TorchWrappers(), "cpu", staged)
+        result["pp_2_dp_shard_2"] = _meshes_report(staged, staged_meshes, rt.rank)
+        result["pipeline"] = _pipeline_step(staged, staged_meshes, rt.rank)
+        result["own_pipeline"] = repr(rt.pipeline)
     return result

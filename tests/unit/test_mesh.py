@@ -268,7 +268,8 @@ class TestThePlan:
         plan = mesh_plan(cuda(4, variables=TWO_NODES), devices=4, num_nodes=2, strategy_options=MESH(pp=2, tp=2))
         data = json.loads(json.dumps(plan.to_dict()))
         dimensions = ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
-        assert data["mesh"] == {"dimensions": dimensions, "shape": [2, 1, 2, 1, 2], "ep": 1}
+        pipeline = {"schedule": "1F1B", "microbatches": 2, "virtual_stages": 1}  # one microbatch per stage
+        assert data["mesh"] == {"dimensions": dimensions, "shape": [2, 1, 2, 1, 2], "ep": 1, "pipeline": pipeline}
         assert Plan.from_dict(data) == plan
 
     @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ from trainplan.mapping.frameworks import (
 )
 from trainplan.rules import HOST_DEVICE, MESH_ALIASES, Rules
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
-from trainplan.rules.mesh import data_parallel
+from trainplan.rules.mesh import data_parallel, stage_indices
 from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
@@ -168,6 +168,37 @@ def build_meshes(wrappers: ModelWrappers, device_type: str, layout: MeshLayout) 
     return built
 
 
+class PipelineStages:
+    """What torch's `torch.distributed.pipelining` needs for this rank's part of the plan's pipeline: the stages it
+    holds (`stage_indices`, of `num_stages`), the pp process group, the schedule class (torch's own, by the plan's
+    schedule name) and the microbatches a step splits into. Build each `PipelineStage(module, index, num_stages,
+    device, group=stages.group)` and the schedule as `stages.schedule_class(stages, n_microbatches=...)`."""
+
+    def __init__(self, layout: MeshLayout, pp_group: Any, rank: int) -> None:
+        from torch.distributed.pipelining.schedules import get_schedule_class
+
+        pipeline, pp = layout.pipeline, layout.size("pp")
+        self.pp_rank: int = layout.coordinates(rank)[layout.dimensions.index("pp")]
+        """This rank's place along the pipeline (its coordinate on `pp`)."""
+        self.stage_indices: tuple[int, ...] = stage_indices(
+            pipeline.schedule, self.pp_rank, pp, pipeline.virtual_stages
+        )
+        """The stages this rank holds, as the schedule places them."""
+        self.num_stages: int = pp * pipeline.virtual_stages
+        self.group: Any = pp_group
+        """The pipeline's process group (`rt.submesh("pp").get_group()`)."""
+        self.schedule_class: type = get_schedule_class(pipeline.schedule)
+        """torch's schedule class (`Schedule1F1B`, `ScheduleGPipe`, ...)."""
+        self.microbatches: int = pipeline.microbatches
+        self.schedule_name = pipeline.schedule
+
+    def __repr__(self) -> str:
+        return (
+            f"PipelineStages(schedule={self.schedule_name!r}, stage_indices={self.stage_indices}, "
+            f"num_stages={self.num_stages}, microbatches={self.microbatches})"
+        )
+
+
 class Runtime:
     """This process's view of its plan, joined: its ranks, its device, and the torch objects of its loop."""
 
@@ -268,6 +299,14 @@ class Runtime:
         (average a loss or a metric over its group, `rt.data_parallel_mesh.get_group()`)."""
         self._mesh("rt.data_parallel_mesh")
         return self._meshes["data_parallel"]
+
+    @property
+    def pipeline(self) -> PipelineStages:
+        """This rank's part of the plan's pipeline (`PipelineStages`): its stage index or indices, the pp group
+        and torch's schedule class."""
+        mesh = self._mesh("rt.pipeline")
+        assert self.plan.mesh is not None
+        return PipelineStages(self.plan.mesh, mesh["pp"].get_group(), self.rank)
 
     @property
     def expert_mesh(self) -> DeviceMesh:

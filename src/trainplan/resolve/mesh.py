@@ -16,11 +16,25 @@ from typing import Any
 import attrs
 
 from trainplan.resolve.refusal import incompatible
-from trainplan.rules import DEFAULT_PRECISION, EXPERT_REGION, LIGHTNING_SIZES, MESH_BACKENDS, RefusalId
+from trainplan.rules import (
+    DEFAULT_PRECISION,
+    EXPERT_REGION,
+    LIGHTNING_SIZES,
+    MESH_BACKENDS,
+    PIPELINE_SCHEDULE_RULES,
+    RefusalId,
+)
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
-from trainplan.rules.mesh import MeshViolation, expert_region, layout_violations, node_violations, strides
+from trainplan.rules.mesh import (
+    MeshViolation,
+    expert_region,
+    layout_violations,
+    node_violations,
+    pipeline_violation,
+    strides,
+)
 from trainplan.spec.errors import Incompatible
-from trainplan.spec.mesh import MeshLayout
+from trainplan.spec.mesh import MeshLayout, PipelineLayout
 from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorKey, BackendKey, MeshDimension, PrecisionKey
 from trainplan.spec.notes import Note
 from trainplan.spec.options import Degree, ModelParallelOptions
@@ -161,11 +175,49 @@ def _choose_mesh(
             f"; ep={options.ep} splits the experts over {options.ep} of the {region} ranks of "
             f"{' × '.join(EXPERT_REGION)} (efsdp={region // options.ep})"
         )
+    pipeline = _pipeline(options, degrees["pp"])
     changes: dict[str, Any] = {size.argument: None for size in LIGHTNING_SIZES}
     changes.update((name, degree) for name, degree in degrees.items())
     resolved = attrs.evolve(options, **changes)
-    layout = MeshLayout(shape=tuple(degrees.values()), ep=options.ep)
+    layout = MeshLayout(shape=tuple(degrees.values()), ep=options.ep, pipeline=pipeline)
     return MeshChoice(layout=layout, options=resolved, reason=reason, notes=notes)
+
+
+def _pipeline(options: ModelParallelOptions, pp: int) -> PipelineLayout:
+    """The pipeline record, its microbatches made whole (one per stage unless written), checked against the
+    schedule's row (`rules.PIPELINE_SCHEDULE_RULES`)."""
+    row = PIPELINE_SCHEDULE_RULES[options.pp_schedule]
+    virtual = row.virtual_stages[0] if options.pp_virtual_stages is None else options.pp_virtual_stages
+    microbatches = pp * virtual if options.pp_microbatches is None else options.pp_microbatches
+    broken = pipeline_violation(options.pp_schedule, pp, virtual, microbatches)
+    if broken is not None:
+        rule, why = broken
+        least, _ = row.virtual_stages
+        other = next(
+            name
+            for name, candidate in PIPELINE_SCHEDULE_RULES.items()
+            if pipeline_violation(name, pp, virtual, microbatches) is None or candidate.virtual_stages[0] == virtual
+        )
+        rounds = max(1, microbatches // pp)
+        fit = pp * virtual if row.microbatches == "at_least_stages" else microbatches - microbatches % rounds or pp
+        raise incompatible(
+            rule,
+            {
+                "strategy_options.pp_schedule": options.pp_schedule,
+                "strategy_options.pp_virtual_stages": virtual,
+                "strategy_options.pp_microbatches": microbatches,
+            },
+            schedule=options.pp_schedule,
+            virtual_stages=virtual,
+            microbatches=microbatches,
+            stages=pp * virtual,
+            pp=pp,
+            why=why,
+            fit_virtual=least,
+            other=other,
+            fit_microbatches=fit,
+        )
+    return PipelineLayout(schedule=options.pp_schedule, microbatches=microbatches, virtual_stages=virtual)
 
 
 def _torchtitan_autos(options: ModelParallelOptions) -> tuple[ModelParallelOptions, tuple[Note, ...]]:

@@ -20,6 +20,7 @@ from trainplan.spec.names import (
     ExpertDimension,
     MeshDimension,
     MeshName,
+    PipelineSchedule,
     PrecisionKey,
 )
 
@@ -175,6 +176,98 @@ EXPERT_MESH: Final[Mapping[ExpertDimension, ExpertDimensionRule]] = {
     )
 }
 """The expert mesh's own dimensions, outermost first (after the dense mesh's `pp` and `dp_replicate`)."""
+
+
+@attrs.frozen(kw_only=True)
+class PipelineScheduleRule:
+    """One of torch's pipeline schedules (`torch.distributed.pipelining`), and what it asks of a layout."""
+
+    name: PipelineSchedule
+    stage_style: Literal["single", "loop", "v"]  # which stages a rank holds (torchtitan's stage_ids_this_rank)
+    virtual_stages: tuple[int, int | None]  # the stages per rank it takes: at least, at most (None: no limit)
+    why_virtual: str  # why, in a refusal
+    microbatches: Literal["any", "at_least_stages", "multiple_of_rounds"]  # torch's check on their number
+    why_microbatches: str
+
+
+PIPELINE_SCHEDULE_RULES: Final[Mapping[PipelineSchedule, PipelineScheduleRule]] = {
+    rule.name: rule
+    for rule in (
+        PipelineScheduleRule(
+            name="1F1B",
+            stage_style="single",
+            virtual_stages=(1, 1),
+            why_virtual="1F1B runs one stage per rank (torch's PipelineScheduleSingle)",
+            microbatches="at_least_stages",
+            # torch's Schedule1F1B: "Number of microbatches must be greater than or equal to the number of stages".
+            why_microbatches="1F1B keeps every stage busy with one microbatch in flight each, so torch's "
+            "Schedule1F1B needs at least as many microbatches as stages",
+        ),
+        PipelineScheduleRule(
+            name="GPipe",
+            stage_style="single",
+            virtual_stages=(1, 1),
+            why_virtual="GPipe runs one stage per rank (torch's PipelineScheduleSingle)",
+            microbatches="any",
+            why_microbatches="",
+        ),
+        PipelineScheduleRule(
+            name="Interleaved1F1B",
+            stage_style="loop",
+            virtual_stages=(2, None),
+            why_virtual="an interleaved schedule loops over several stages per rank (rank r holds r, r + pp, ...)",
+            microbatches="multiple_of_rounds",
+            why_microbatches="torch's ScheduleInterleaved1F1B runs microbatches in rounds of pp and needs their "
+            "number to be a multiple of the rounds",
+        ),
+        PipelineScheduleRule(
+            name="ZBVZeroBubble",
+            stage_style="v",
+            virtual_stages=(2, 2),
+            why_virtual="torch's ScheduleZBVZeroBubble places exactly 2 stages per rank in a V (rank r holds r and "
+            "2·pp - 1 - r)",
+            microbatches="any",
+            why_microbatches="",
+        ),
+        PipelineScheduleRule(
+            name="InterleavedZeroBubble",
+            stage_style="loop",
+            virtual_stages=(2, None),
+            why_virtual="an interleaved schedule loops over several stages per rank (rank r holds r, r + pp, ...)",
+            microbatches="multiple_of_rounds",
+            why_microbatches="torch's ScheduleInterleavedZeroBubble runs microbatches in rounds of pp and needs "
+            "their number to be a multiple of the rounds",
+        ),
+    )
+}
+"""torch's pipeline schedules that trainplan plans, by name."""
+
+
+def pipeline_violation(
+    schedule: PipelineSchedule, pp: int, virtual_stages: int, microbatches: int
+) -> tuple[RefusalId, str] | None:
+    """The first rule of `schedule` this pipeline breaks (its refusal id and why), or None."""
+    rule = PIPELINE_SCHEDULE_RULES[schedule]
+    least, most = rule.virtual_stages
+    if virtual_stages < least or (most is not None and virtual_stages > most):
+        return "pipeline-virtual-stages", rule.why_virtual
+    stages = pp * virtual_stages
+    if rule.microbatches == "at_least_stages" and microbatches < stages:
+        return "pipeline-microbatches", rule.why_microbatches
+    rounds = max(1, microbatches // pp)
+    if rule.microbatches == "multiple_of_rounds" and microbatches % rounds:
+        return "pipeline-microbatches", rule.why_microbatches
+    return None
+
+
+def stage_indices(schedule: PipelineSchedule, pp_rank: int, pp: int, virtual_stages: int) -> tuple[int, ...]:
+    """The stages the rank at `pp_rank` of `pp` holds, as torch's schedules (and torchtitan's
+    `stage_ids_this_rank`) place them: one stage (`single`), r, r + pp, ... (`loop`), or r and 2·pp - 1 - r (`v`)."""
+    style = PIPELINE_SCHEDULE_RULES[schedule].stage_style
+    if style == "v":
+        return (pp_rank, 2 * pp - 1 - pp_rank)
+    return tuple(pp_rank + index * pp for index in range(virtual_stages))
+
 
 MESH_ALIASES: Final[Mapping[MeshName, tuple[MeshDimension, ...]]] = {
     # torchtitan's ParallelDims: `batch` for data loading, `fsdp` (and, before it, `dp_shard_cp`) for FSDP over the

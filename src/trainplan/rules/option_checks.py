@@ -26,6 +26,7 @@ from trainplan.rules.options import (
     ProcessGroupTimeout,
     Refused,
     ThroughMesh,
+    ThroughPipeline,
     TrueOrFalse,
     WholeNumber,
     spellings,
@@ -108,6 +109,8 @@ def check_value(row: OptionRow, value: object, field: str | None = None) -> None
         if (isinstance(value, bool) and not flags) or value not in check.values:
             raise InvalidRequest(field=where, value=value, reason=check.reason, allowed=check.values)
     elif isinstance(check, WholeNumber):
+        if value is None and check.optional:
+            return
         if isinstance(value, bool) or not isinstance(value, int) or value < check.minimum:
             whole = "a positive integer" if check.minimum == 1 else f"a whole number from {check.minimum}"
             raise InvalidRequest(
@@ -223,7 +226,13 @@ def check_added_row(row: OptionRow, rows: OptionRows, where: str) -> None:
 def _check_spelling(
     row: OptionRow,
     target: OptionTarget,
-    spelling: tuple[Keyword | HandlerField, ...] | ProcessGroupTimeout | ThroughMesh | Carried | Refused | None,
+    spelling: tuple[Keyword | HandlerField, ...]
+    | ProcessGroupTimeout
+    | ThroughMesh
+    | ThroughPipeline
+    | Carried
+    | Refused
+    | None,
     reached: bool,
     names: list[str],
     where: str,

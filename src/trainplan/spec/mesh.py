@@ -16,7 +16,7 @@ import attrs
 
 from trainplan.spec.errors import MeshDimensionError, MeshQueryError, MeshRankError, shown
 from trainplan.spec.frozen import freeze_sequence
-from trainplan.spec.names import EXPERT_DIMENSIONS, MESH_DIMENSIONS, ExpertDimension, MeshDimension
+from trainplan.spec.names import EXPERT_DIMENSIONS, MESH_DIMENSIONS, ExpertDimension, MeshDimension, PipelineSchedule
 
 
 def _freeze_dimensions(value: tuple[MeshDimension, ...] | list[MeshDimension]) -> tuple[MeshDimension, ...]:
@@ -25,6 +25,17 @@ def _freeze_dimensions(value: tuple[MeshDimension, ...] | list[MeshDimension]) -
 
 def _freeze_shape(value: tuple[int, ...] | list[int]) -> tuple[int, ...]:
     return freeze_sequence(value)  # type: ignore[return-value]
+
+
+@attrs.frozen(kw_only=True)
+class PipelineLayout:
+    """How the `pp` dimension runs: torch's schedule, the microbatches one step splits into, and the stages each
+    rank holds (`virtual_stages`; the model is cut into `pp × virtual_stages` stages). Which stages a rank holds
+    is `rules.mesh.stage_indices`'s to say (the schedule's style)."""
+
+    schedule: PipelineSchedule = "1F1B"
+    microbatches: int = 1
+    virtual_stages: int = 1
 
 
 @attrs.frozen(kw_only=True)
@@ -41,6 +52,8 @@ class MeshLayout:
     """Expert parallelism (torchtitan's `ep`): the experts split over this many ranks, borrowed from the
     `dp_shard × cp × tp` ranks rather than multiplied into the world (it divides their product; `rules.mesh` says
     so)."""
+    pipeline: PipelineLayout = PipelineLayout()
+    """How the pipeline stages run (schedule, microbatches, stages per rank)."""
 
     @property
     def world_size(self) -> int:
@@ -207,4 +220,4 @@ def spelled(degrees: Mapping[MeshDimension, int]) -> str:
 # The rules a layout must keep, in the order they are checked.
 
 
-__all__ = ["ExpertLayout", "MeshLayout"]
+__all__ = ["ExpertLayout", "MeshLayout", "PipelineLayout"]

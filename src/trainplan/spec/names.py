@@ -145,6 +145,9 @@ ExpertDimension = Literal["pp", "dp_replicate", "efsdp", "ep"]
 as the dense mesh, then the ranks of `dp_shard × cp × tp` regrouped as `efsdp × ep`: the experts are split over
 `ep` ranks and sharded (FSDP2) over the `efsdp` ranks left."""
 
+PipelineSchedule = Literal["1F1B", "GPipe", "Interleaved1F1B", "ZBVZeroBubble", "InterleavedZeroBubble"]
+"""A pipeline schedule, by torch's own name (`torch.distributed.pipelining.schedules.get_schedule_class`)."""
+
 MeshName = Literal[
     "pp", "dp_replicate", "dp_shard", "cp", "tp", "ep", "efsdp",
     "dp", "batch", "fsdp", "dp_shard_cp", "dp_cp", "loss", "data_parallel", "tensor_parallel",
@@ -179,6 +182,7 @@ NOTE_LEVELS: Final[tuple[NoteLevel, ...]] = get_args(NoteLevel)
 MESH_DIMENSIONS: Final[tuple[MeshDimension, ...]] = get_args(MeshDimension)
 EXPERT_DIMENSIONS: Final[tuple[ExpertDimension, ...]] = get_args(ExpertDimension)
 MESH_NAMES: Final[tuple[MeshName, ...]] = get_args(MeshName)
+PIPELINE_SCHEDULES: Final[tuple[PipelineSchedule, ...]] = get_args(PipelineSchedule)
 
 AcceleratorKey: TypeAlias = AcceleratorName | CustomName
 """An accelerator in a rule set: a built-in one or a downstream one (`Rules.extend(accelerators=...)`)."""

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 import attrs
 
-from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
+from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension, PipelineSchedule
 
 _Options = TypeVar("_Options")
 
@@ -201,6 +201,13 @@ class ModelParallelOptions:
     """Expert parallelism (torchtitan's `ep`): a mixture-of-experts layer's experts are split over this many ranks.
     It is borrowed from `dp_shard × cp × tp`, not multiplied into the world: it divides that product, and the
     expert mesh (`pp × dp_replicate × efsdp × ep`) regroups those ranks, `efsdp` sharding the experts."""
+    pp_microbatches: int | None = None
+    """The microbatches one step splits into; None: one per stage (`pp × pp_virtual_stages`)."""
+    pp_virtual_stages: int | None = None
+    """The stages each pipeline rank holds: 1 for 1F1B and GPipe, 2 or more for the interleaved schedules, 2 for
+    ZBVZeroBubble; None: the fewest the schedule takes."""
+    pp_schedule: PipelineSchedule = "1F1B"
+    """torch's pipeline schedule for the `pp` stages (`torch.distributed.pipelining`, by its own name)."""
     data_parallel_size: Degree | None = None
     """Lightning's spelling of the data-parallel size (→ `dp_shard`); None: not used."""
     tensor_parallel_size: Degree | None = None
