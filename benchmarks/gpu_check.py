@@ -10,6 +10,8 @@ table. Without a GPU it says so and exits 0; with one it exits 1 if any check fa
    floor (stack, one tolist) and beside one `.item()` per key (K device synchronisations).
 4. With 2 GPUs or more: a 2-GPU `tp.launch` world over NCCL whose metric store reduces CPU-stored and device
    keys, checked against the known sums.
+5. With 2 GPUs or more: `model_parallel` meshes over NCCL: ep=2 (the expert mesh, `rt.expert_mesh`, its ep group
+   all-reducing), and cp=2 (context parallelism runs on CUDA only: `rt.mesh["dp_shard_cp"]` and its group).
 """
 
 from __future__ import annotations
@@ -207,6 +209,49 @@ def check_nccl() -> list[Result]:
     ]
 
 
+def _mesh_worker() -> dict[str, Any]:
+    import torch
+
+    import trainplan as tp
+
+    with tp.runtime() as rt:
+        ep_group = rt.expert_mesh.get_group("ep")
+        value = torch.tensor(float(rt.rank + 1), device=rt.device)
+        torch.distributed.all_reduce(value, group=ep_group)
+        layout = rt.plan.mesh
+        assert layout is not None
+        names = {"ep": list(torch.distributed.get_process_group_ranks(ep_group))}
+        if layout.size("cp") > 1:
+            names["dp_shard_cp"] = list(torch.distributed.get_process_group_ranks(rt.mesh["dp_shard_cp"].get_group()))
+        return {"sum": value.item(), "groups": names, "backend": str(torch.distributed.get_backend())}
+
+
+def check_meshes_on_nccl() -> list[Result]:
+    import trainplan as tp
+
+    count = len(_gpus())
+    if count < 2:
+        return [("model_parallel meshes over NCCL (ep=2, cp=2)", "skipped", f"needs 2 GPUs; this machine has {count}")]
+    results: list[Result] = []
+    for options, expected in (
+        (tp.ModelParallelOptions(ep=2), {"ep": [0, 1]}),
+        (tp.ModelParallelOptions(dp_shard=1, cp=2), {"ep": [0], "dp_shard_cp": [0, 1]}),
+    ):
+        request = tp.Request(accelerator="cuda", devices=2, strategy="model_parallel", strategy_options=options)
+        reports = tp.launch_with(tp.resolve(request), _mesh_worker, timeout=240)
+        expected_by_rank = [
+            {name: [rank] if members == [0] else members for name, members in expected.items()} for rank in range(2)
+        ]
+        right = all(
+            report["groups"] == expected_by_rank[rank]
+            and report["backend"] == "nccl"
+            and report["sum"] == float(sum(member + 1 for member in expected_by_rank[rank]["ep"]))
+            for rank, report in enumerate(reports)
+        )
+        results.append((f"model_parallel {options!r} over NCCL", "ok" if right else "FAILED", str(reports)))
+    return results
+
+
 def main() -> int:
     try:
         import torch  # noqa: F401  (the checks need it: a setup without it is broken, not GPU-less)
@@ -228,7 +273,7 @@ def main() -> int:
         print(f"no GPU: nothing to check here ({reason}). Run this on a machine with NVIDIA GPUs.")
         return 0
     results: list[Result] = []
-    for check in (check_usable, check_busy, check_metrics_on_cuda, check_nccl):
+    for check in (check_usable, check_busy, check_metrics_on_cuda, check_nccl, check_meshes_on_nccl):
         try:
             results += check()
         except Exception as error:

@@ -32,6 +32,7 @@ from trainplan.rules import (
     Refused,
     Rules,
     ThroughMesh,
+    ThroughPipeline,
     TrueOrFalse,
     WholeNumber,
     spellings,
@@ -58,7 +59,7 @@ def candidates(row: OptionRow) -> tuple[object, ...]:
     if isinstance(check, WholeNumber):
         return tuple(value for value in (77, check.minimum, check.maximum) if value != row.default)
     assert isinstance(check, ParallelDegree)
-    return tuple(value for value in (2, 1, "auto") if value != row.default)
+    return tuple(value for value in (2, 1, "auto") if value != row.default and (check.takes_auto or value != "auto"))
 
 
 @attrs.frozen
@@ -139,9 +140,17 @@ def witness(row: OptionRow, rules: Rules) -> Witness | None:
                 plan, base = resolve(request, env, rules), resolve(baseline, env, rules)
             except TrainplanError:
                 continue
-            if all(mapped(plan, target, rules) != mapped(base, target, rules) for target in _reached(row)):
+            if all(_sees(row, mapped(plan, target, rules), mapped(base, target, rules)) for target in _reached(row)):
                 return Witness(row, value, request, baseline, accelerator, env)
     return None
+
+
+def _sees(row: OptionRow, seen: object, before: object) -> bool:
+    """A target sees the option: it makes something else of the plan, or refuses it by name (an option that only
+    means something beside another, a pipeline schedule's stages per rank, is refused there by its own name even
+    where the baseline is refused for the other)."""
+    named = isinstance(seen, tuple) and f"strategy_options.{row.name}=" in str(seen[2])
+    return seen != before or named
 
 
 def spelled_keys(row: OptionRow, target: OptionTarget, rows: tuple[OptionRow, ...]) -> tuple[str, ...]:
@@ -155,7 +164,7 @@ def spelled_keys(row: OptionRow, target: OptionTarget, rows: tuple[OptionRow, ..
         return tuple(key for name in spelling.by for key in spelled_keys(named[name], target, rows))
     if isinstance(spelling, ProcessGroupTimeout):  # Accelerate's InitProcessGroupKwargs; torch's joined group
         return ("InitProcessGroupKwargs.timeout",) if target == "accelerate" else ("timeout",)
-    if isinstance(spelling, ThroughMesh):
+    if isinstance(spelling, (ThroughMesh, ThroughPipeline)):  # the pipeline record is the mesh's
         return ("mesh",)
     assert isinstance(spelling, Refused) or spelling is None
     return ()

@@ -621,7 +621,7 @@ def _strategy_options(items: list[str]) -> dict[str, object] | None:
             raise CliError(f"--strategy-option {item!r}: write KEY=VALUE, e.g. --strategy-option stage=3")
         lowered = text.strip().lower()
         value: object = text.strip()
-        number = whole_number(lowered)
+        number = whole_number(lowered, signed=True)  # dp_shard=-1: torchtitan's "auto"
         if lowered in ("true", "false"):
             value = lowered == "true"
         elif number is not None:

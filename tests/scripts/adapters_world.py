@@ -160,8 +160,13 @@ def _objects(target: str, plan: tp.Plan, world: Any, found: Witness) -> dict[str
         if wrapper == "mesh":
             if found.accelerator != "cpu":
                 return "a CUDA plan's mesh: this machine has no GPU (its degrees are checked from the plan)"
-            mesh = Runtime(plan, world).mesh
-            return {"DeviceMesh": _mesh(dict(zip(mesh.mesh_dim_names or (), mesh.shape, strict=True)), None)}
+            runtime = Runtime(plan, world)
+            mesh, expert, stages = runtime.mesh, runtime.expert_mesh, runtime.pipeline
+            sizes: dict[str, object] = dict(zip(mesh.mesh_dim_names or (), mesh.shape, strict=True))
+            # ep is the expert mesh's, the pipeline options torch's schedule's: read off the objects torch built.
+            sizes["expert"] = dict(zip(expert.mesh_dim_names or (), expert.shape, strict=True))
+            sizes["pipeline"] = (stages.schedule_class.__name__, stages.microbatches, stages.num_stages)
+            return {"DeviceMesh": _mesh(sizes, None)}
         if found.accelerator == "cpu":  # the runtime's own DDP, and the one Fabric's strategy builds
             import lightning_fabric
 

@@ -35,6 +35,7 @@ from trainplan.mapping.frameworks import (
     lightning_arguments,
 )
 from trainplan.resolve import resolve
+from trainplan.rules import MESH_ALIASES
 from trainplan.rules.mesh import data_parallel
 
 MESH = ModelParallelOptions
@@ -266,7 +267,9 @@ class TestThePlan:
     def test_json_round_trip(self) -> None:
         plan = mesh_plan(cuda(4, variables=TWO_NODES), devices=4, num_nodes=2, strategy_options=MESH(pp=2, tp=2))
         data = json.loads(json.dumps(plan.to_dict()))
-        assert data["mesh"] == {"dimensions": ["pp", "dp_replicate", "dp_shard", "cp", "tp"], "shape": [2, 1, 2, 1, 2]}
+        dimensions = ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
+        pipeline = {"schedule": "1F1B", "microbatches": 2, "virtual_stages": 1}  # one microbatch per stage
+        assert data["mesh"] == {"dimensions": dimensions, "shape": [2, 1, 2, 1, 2], "ep": 1, "pipeline": pipeline}
         assert Plan.from_dict(data) == plan
 
     @pytest.mark.parametrize(
@@ -439,6 +442,10 @@ class MeshWrappers:
         self.calls.append(("flatten", (names, name)))
         return FakeMesh((name,))
 
+    def unflatten(self, mesh: Any, shape: tuple[int, ...], names: tuple[str, ...]) -> Any:
+        self.calls.append(("unflatten", (shape, names)))
+        return FakeMesh(names)
+
     def fully_shard(self, model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
         self.calls.append(("fully_shard", mesh.mesh_dim_names))
         return model
@@ -461,11 +468,16 @@ class TestRuntime:
     def test_the_mesh_is_built_with_the_plans_names_and_shape(self) -> None:
         plan = mesh_plan(cuda(8), devices=8, strategy_options=MESH(dp_replicate=2, cp=2, tp=2))
         rt, fakes = runtime_for(plan, rank=5)
+        dimensions = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
         assert fakes.calls == [
-            ("device_mesh", ("cuda", (1, 2, 1, 2, 2), ("pp", "dp_replicate", "dp_shard", "cp", "tp"))),
+            ("device_mesh", ("cuda", (1, 2, 1, 2, 2), dimensions)),
             ("flatten", (("dp_replicate", "dp_shard"), "dp")),
-            ("flatten", (("dp_shard", "cp"), "dp_shard_cp")),
+            *(("flatten", (flattened, alias)) for alias, flattened in MESH_ALIASES.items()),
+            ("flatten", (dimensions, "world")),
+            ("unflatten", ((1, 2, 4, 1), ("pp", "dp_replicate", "efsdp", "ep"))),
         ]
+        assert MESH_ALIASES["dp_shard_cp"] == ("dp_shard", "cp")
+        assert rt.expert_mesh.mesh_dim_names == ("pp", "dp_replicate", "efsdp", "ep")
         assert rt.fsdp_mesh.mesh_dim_names == ("dp_replicate", "dp_shard_cp")
         assert rt.data_parallel_mesh.mesh_dim_names == ("dp",)
         assert rt.submesh("tp", "pp").mesh_dim_names == ("pp", "tp"), "in the mesh's order"

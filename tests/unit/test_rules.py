@@ -432,6 +432,31 @@ CASES: dict[str, Case] = {
         "mesh-pipeline-nodes",
         ("pp=3 makes stages of 2 processes on 2 nodes of 3", "Use pp=2 or 6", "e.g. pp=2, dp_shard=3"),
     ),
+    "mesh expert degree not dividing the region": (
+        {"accelerator": "cpu", "devices": 4, "strategy_options": ModelParallelOptions(dp_shard=2, tp=2, ep=3)},
+        cpu(),
+        Incompatible,
+        "mesh-expert",
+        ("ep=3 splits the experts", "= 4 (dp_shard=2 × cp=1 × tp=2)", "Use ep=4 or 2"),
+    ),
+    "pipeline 1F1B with fewer microbatches than stages": (
+        {"accelerator": "cpu", "devices": 4, "strategy_options": ModelParallelOptions(pp=4, pp_microbatches=2)},
+        cpu(),
+        Incompatible,
+        "pipeline-microbatches",
+        ("2 microbatch(es) over 4 stage(s)", "Schedule1F1B", "Use pp_microbatches=4"),
+    ),
+    "pipeline interleaved with one stage per rank": (
+        {
+            "accelerator": "cpu",
+            "devices": 4,
+            "strategy_options": ModelParallelOptions(pp=2, pp_schedule="Interleaved1F1B", pp_virtual_stages=1),
+        },
+        cpu(),
+        Incompatible,
+        "pipeline-virtual-stages",
+        ("pp_virtual_stages=1", "several stages per rank", "Use pp_virtual_stages=2"),
+    ),
     "mesh context parallel on cpu": (
         {"accelerator": "cpu", "devices": 4, "strategy_options": ModelParallelOptions(cp=2)},
         cpu(),

@@ -75,6 +75,9 @@ class FakeWrappers:
     def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str) -> DeviceMesh:
         raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
 
+    def unflatten(self, mesh: DeviceMesh, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
+        raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
+
     def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
         raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
 

@@ -11,8 +11,10 @@
 
 A `model_parallel` plan also gets its device mesh: `rt.mesh` is torch's `DeviceMesh`, built with
 `init_device_mesh` and the plan's dimension names (`pp, dp_replicate, dp_shard, cp, tp`) when the runtime starts
-(every rank builds it: its groups are collectives), and `rt.submesh("tp")`, `rt.fsdp_mesh` and
-`rt.data_parallel_mesh` hand out the sub-meshes a parallelize function needs.
+(every rank builds it: its groups are collectives); it answers the names Lightning and torchtitan index theirs by
+too (`rt.mesh["tensor_parallel"]`, `rt.mesh["dp_shard_cp"]`, `rt.mesh["batch"]`, ...: `rules.MESH_ALIASES`).
+`rt.submesh("tp")`, `rt.fsdp_mesh`, `rt.data_parallel_mesh` and `rt.expert_mesh` (`pp, dp_replicate, efsdp, ep`)
+hand out the meshes a parallelize function needs.
 
 Every decision comes from the plan and `mapping.frameworks` (the precision recipe, the family's wrapper);
 this module only builds the torch objects. The torch constructors sit behind `ModelWrappers`, a small seam
@@ -41,9 +43,9 @@ from trainplan.mapping.frameworks import (
     option_keywords,
     precision_recipe,
 )
-from trainplan.rules import HOST_DEVICE, Rules
+from trainplan.rules import HOST_DEVICE, MESH_ALIASES, Rules
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
-from trainplan.rules.mesh import data_parallel
+from trainplan.rules.mesh import data_parallel, stage_indices
 from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
@@ -91,6 +93,10 @@ class ModelWrappers(Protocol):
     def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str) -> DeviceMesh:
         """The dimensions `names` of `mesh` as one dimension called `name` (a collective: it makes a group)."""
 
+    def unflatten(self, mesh: DeviceMesh, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
+        """A 1-D `mesh` split into `names` of sizes `shape` (torch's `DeviceMesh._unflatten(0, ...)`, as torchtitan
+        builds its meshes; a collective)."""
+
     def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
         """FSDP2's `fully_shard(model, mesh=mesh)`: sharded over a 1-D mesh, or replicated × sharded over a 2-D one."""
 
@@ -134,11 +140,63 @@ class TorchWrappers:
         # torch 2.13 has no public name for it yet; torchtitan and Accelerate flatten their meshes the same way.
         return mesh[names]._flatten(name)
 
+    def unflatten(self, mesh: DeviceMesh, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
+        return mesh._unflatten(0, shape, names)
+
     def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
         from torch.distributed.fsdp import fully_shard
 
         sharded: Any = fully_shard(model, mesh=mesh)  # the model itself, its class extended with FSDPModule
         return model if sharded is None else sharded
+
+
+def build_meshes(wrappers: ModelWrappers, device_type: str, layout: MeshLayout) -> dict[str, DeviceMesh]:
+    """The meshes a runtime hands out for `layout`, built with torch's own `DeviceMesh` on every rank (a
+    collective): "mesh", the dense mesh (`pp, dp_replicate, dp_shard, cp, tp`) answering the peers' names too
+    (`rules.MESH_ALIASES`, each a `_flatten` of the dimensions it stands for, kept as "alias NAME"); "data_parallel"
+    (`dp`), "sharded" (what
+    FSDP2 takes) and "expert" (`pp, dp_replicate, efsdp, ep`, unflattened from the whole world as torchtitan does).
+    Any process group of the world may build more than one layout's meshes (a test compares several in one world)."""
+    mesh = wrappers.device_mesh(device_type, layout.shape, layout.dimensions)
+    built = {"mesh": mesh, "data_parallel": wrappers.flatten(mesh, ("dp_replicate", "dp_shard"), "dp")}
+    for alias, dimensions in MESH_ALIASES.items():
+        built[f"alias {alias}"] = wrappers.flatten(mesh, dimensions, alias)
+    shard = "dp_shard_cp" if layout.size("cp") > 1 else "dp_shard"  # context ranks shard parameters too
+    built["sharded"] = mesh[("dp_replicate", shard)] if layout.size("dp_replicate") > 1 else mesh[shard]
+    world = wrappers.flatten(mesh, layout.dimensions, "world")
+    built["expert"] = wrappers.unflatten(world, layout.expert.shape, layout.expert.dimensions)
+    return built
+
+
+class PipelineStages:
+    """What torch's `torch.distributed.pipelining` needs for this rank's part of the plan's pipeline: the stages it
+    holds (`stage_indices`, of `num_stages`), the pp process group, the schedule class (torch's own, by the plan's
+    schedule name) and the microbatches a step splits into. Build each `PipelineStage(module, index, num_stages,
+    device, group=stages.group)` and the schedule as `stages.schedule_class(stages, n_microbatches=...)`."""
+
+    def __init__(self, layout: MeshLayout, pp_group: Any, rank: int) -> None:
+        from torch.distributed.pipelining.schedules import get_schedule_class
+
+        pipeline, pp = layout.pipeline, layout.size("pp")
+        self.pp_rank: int = layout.coordinates(rank)[layout.dimensions.index("pp")]
+        """This rank's place along the pipeline (its coordinate on `pp`)."""
+        self.stage_indices: tuple[int, ...] = stage_indices(
+            pipeline.schedule, self.pp_rank, pp, pipeline.virtual_stages
+        )
+        """The stages this rank holds, as the schedule places them."""
+        self.num_stages: int = pp * pipeline.virtual_stages
+        self.group: Any = pp_group
+        """The pipeline's process group (`rt.submesh("pp").get_group()`)."""
+        self.schedule_class: type = get_schedule_class(pipeline.schedule)
+        """torch's schedule class (`Schedule1F1B`, `ScheduleGPipe`, ...)."""
+        self.microbatches: int = pipeline.microbatches
+        self.schedule_name = pipeline.schedule
+
+    def __repr__(self) -> str:
+        return (
+            f"PipelineStages(schedule={self.schedule_name!r}, stage_indices={self.stage_indices}, "
+            f"num_stages={self.num_stages}, microbatches={self.microbatches})"
+        )
 
 
 class Runtime:
@@ -205,14 +263,7 @@ class Runtime:
             # A world of one: joining made no process group (there is no one to meet), and a mesh needs one.
             distributed.init_process_group(self.plan.process_group_backend, store=HashStore(), rank=0, world_size=1)
             self._mesh_group = True
-        mesh = self._wrappers.device_mesh(self.device.type, layout.shape, layout.dimensions)
-        self._meshes["mesh"] = mesh
-        self._meshes["data_parallel"] = self._wrappers.flatten(mesh, ("dp_replicate", "dp_shard"), "dp")
-        shard = "dp_shard"
-        if layout.size("cp") > 1:  # context-parallel ranks shard the parameters too (torchtitan's dp_shard_cp)
-            shard = "dp_shard_cp"
-            self._wrappers.flatten(mesh, ("dp_shard", "cp"), shard)
-        self._meshes["sharded"] = mesh[("dp_replicate", shard)] if layout.size("dp_replicate") > 1 else mesh[shard]
+        self._meshes.update(build_meshes(self._wrappers, self.device.type, layout))
 
     @property
     def mesh(self) -> DeviceMesh:
@@ -248,6 +299,22 @@ class Runtime:
         (average a loss or a metric over its group, `rt.data_parallel_mesh.get_group()`)."""
         self._mesh("rt.data_parallel_mesh")
         return self._meshes["data_parallel"]
+
+    @property
+    def pipeline(self) -> PipelineStages:
+        """This rank's part of the plan's pipeline (`PipelineStages`): its stage index or indices, the pp group
+        and torch's schedule class."""
+        mesh = self._mesh("rt.pipeline")
+        assert self.plan.mesh is not None
+        return PipelineStages(self.plan.mesh, mesh["pp"].get_group(), self.rank)
+
+    @property
+    def expert_mesh(self) -> DeviceMesh:
+        """The expert mesh, torchtitan's sparse mesh: `pp, dp_replicate, efsdp, ep` over the same ranks, the
+        `dp_shard × cp × tp` ranks regrouped as `efsdp × ep` (`rt.expert_mesh["ep"]` splits the experts, the
+        experts' FSDP2 shards over `rt.expert_mesh["efsdp"]`); this rank sits at `plan.mesh.expert.coordinates`."""
+        self._mesh("rt.expert_mesh")
+        return self._meshes["expert"]
 
     def _mesh(self, what: str) -> DeviceMesh:
         self._check_joined(what)

@@ -27,9 +27,10 @@ from trainplan.rules import (
     is_rules_reference,
     option_checks,
 )
-from trainplan.rules.mesh import layout_violations
+from trainplan.rules.mesh import MESH_DIMENSIONS as MESH_RULES
+from trainplan.rules.mesh import layout_violations, pipeline_violation
 from trainplan.spec.errors import InvalidRequest, PlanFormatError
-from trainplan.spec.mesh import MeshLayout
+from trainplan.spec.mesh import MeshLayout, PipelineLayout
 from trainplan.spec.names import (
     ACCELERATORS,
     BACKENDS,
@@ -39,6 +40,7 @@ from trainplan.spec.names import (
     LAUNCHERS,
     MESH_DIMENSIONS,
     METRICS_STORES,
+    PIPELINE_SCHEDULES,
     PRECISIONS,
     STRATEGY_FAMILIES,
     STRATEGY_NAMES,
@@ -77,7 +79,12 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
         "physical_devices": list(plan.physical_devices),
         "mesh": None
         if plan.mesh is None
-        else {"dimensions": list(plan.mesh.dimensions), "shape": list(plan.mesh.shape)},
+        else {
+            "dimensions": list(plan.mesh.dimensions),
+            "shape": list(plan.mesh.shape),
+            "ep": plan.mesh.ep,
+            "pipeline": attrs.asdict(plan.mesh.pipeline),
+        },
         "memory": memory_plan_to_dict(plan.memory),
         **({} if plan.rules is None else {"rules": plan.rules}),
     }
@@ -153,7 +160,21 @@ def _mesh_from(read: Reader) -> MeshLayout | None:
             path=f"{mesh.path}.shape",
             reason=f"one size from 1 to {_MAX_DEGREE} per dimension of {list(MESH_DIMENSIONS)}",
         )
-    return MeshLayout(shape=tuple(shape))
+    ep = mesh.field("ep", int) if "ep" in mesh.data else 1
+    if not 1 <= ep <= _MAX_DEGREE:
+        raise PlanFormatError(path=f"{mesh.path}.ep", reason=f"an expert-parallel degree from 1 to {_MAX_DEGREE}")
+    pipeline = PipelineLayout()
+    if "pipeline" in mesh.data:
+        stages = mesh.child("pipeline")
+        schedule = stages.field("schedule", str)
+        if schedule not in PIPELINE_SCHEDULES:
+            raise PlanFormatError(path=f"{stages.path}.schedule", reason=f"one of {list(PIPELINE_SCHEDULES)}")
+        counts = {key: stages.field(key, int) for key in ("microbatches", "virtual_stages")}
+        for key, count in counts.items():
+            if not 1 <= count <= _MAX_DEGREE:
+                raise PlanFormatError(path=f"{stages.path}.{key}", reason=f"a whole number from 1 to {_MAX_DEGREE}")
+        pipeline = PipelineLayout(schedule=schedule, **counts)
+    return MeshLayout(shape=tuple(shape), ep=ep, pipeline=pipeline)
 
 
 _MAX_DEGREE = 2**31 - 1
@@ -369,8 +390,16 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
         return
     if mesh is None:
         raise bad("mesh", f"strategy {plan.strategy.name!r} plans a device mesh, and the plan has none")
-    if options.degrees != mesh.sizes or any(getattr(options, size.argument) is not None for size in LIGHTNING_SIZES):
-        raise bad("strategy.options", f"the options in force are the mesh's degrees, {mesh.sizes}")
+    pipeline = mesh.pipeline
+    if (
+        options.degrees != mesh.sizes
+        or options.ep != mesh.ep
+        or options.pp_schedule != pipeline.schedule
+        or options.pp_virtual_stages not in (None, pipeline.virtual_stages)
+        or options.pp_microbatches not in (None, pipeline.microbatches)
+        or any(getattr(options, size.argument) is not None for size in LIGHTNING_SIZES)
+    ):
+        raise bad("strategy.options", f"the options in force are the mesh's degrees, {mesh.sizes}, ep={mesh.ep}")
     asked = plan.request.strategy_options
     if isinstance(asked, ModelParallelOptions):
         # The degrees written (a default of 1 may be the mesh's rest) and Lightning's sizes (None: not used).
@@ -378,7 +407,8 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
         spellings.update({size.argument: size.dimension for size in LIGHTNING_SIZES})
         for spelling, name in spellings.items():
             degree = getattr(asked, spelling)
-            if isinstance(degree, int) and degree != mesh.size(name):
+            torchtitan_auto = degree == -1 and MESH_RULES[name].minus_one_is_auto  # dp_shard=-1: 'auto'
+            if isinstance(degree, int) and degree != mesh.size(name) and not torchtitan_auto:
                 raise bad(
                     f"request.strategy_options.{spelling}",
                     f"the request asked for {spelling}={degree}, but the mesh has {name}={mesh.size(name)}",
@@ -390,9 +420,13 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
         accelerator=plan.accelerator,
         backend=plan.process_group_backend,
         precision=plan.precision,
+        ep=mesh.ep,
     ):
         where = "" if violation.dimension is None else f" ({violation.dimension}={violation.degree})"
         raise bad("mesh", f"it breaks the rule {violation.rule}{where}: {violation.detail}")
+    broken = pipeline_violation(pipeline.schedule, mesh.size("pp"), pipeline.virtual_stages, pipeline.microbatches)
+    if broken is not None:
+        raise bad("mesh.pipeline", f"it breaks the rule {broken[0]}: {broken[1]}")
 
 
 def request_from_json_text(text: str, *, source: str = "request") -> Request:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainplan.rules.memory import MEMORY_ORDER
+from trainplan.rules.mesh import EXPERT_MESH
 
 if TYPE_CHECKING:
     from trainplan.spec.memory import MemoryPlan
@@ -124,6 +125,25 @@ def _draw_mesh(plan: Plan, mesh: MeshLayout) -> list[str]:
     if coordinates is not None:
         place = ", ".join(f"{name} {index}" for name, index in coordinates.items())
         lines.append(f"this rank: {plan.cluster.global_rank} at {place}")
+    if mesh.ep > 1:
+        lines.extend(_draw_expert_mesh(mesh))
+    return lines
+
+
+def _draw_expert_mesh(mesh: MeshLayout) -> list[str]:
+    """The expert mesh's own groups (the first few of each), as torchtitan's sparse mesh lays them out."""
+    expert = mesh.expert
+    lines = [f"expert mesh: {' × '.join(f'{name} {size}' for name, size in expert.sizes.items())}"]
+    for name, rule in EXPERT_MESH.items():
+        groups: list[tuple[int, ...]] = []
+        for rank in range(mesh.world_size):
+            group = expert.group(rank, name)
+            if group not in groups:
+                groups.append(group)
+            if len(groups) == _DRAWN_GROUPS:
+                break
+        drawn = " ".join("{" + ",".join(map(str, group[:_DRAWN_MEMBERS])) + "}" for group in groups)
+        lines.append(f"  {name.ljust(5)}  {drawn}   ({rule.title} groups)")
     return lines
 
 

@@ -16,11 +16,25 @@ from typing import Any
 import attrs
 
 from trainplan.resolve.refusal import incompatible
-from trainplan.rules import DEFAULT_PRECISION, LIGHTNING_SIZES, MESH_BACKENDS, RefusalId
+from trainplan.rules import (
+    DEFAULT_PRECISION,
+    EXPERT_REGION,
+    LIGHTNING_SIZES,
+    MESH_BACKENDS,
+    PIPELINE_SCHEDULE_RULES,
+    RefusalId,
+)
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
-from trainplan.rules.mesh import MeshViolation, layout_violations, node_violations, strides
+from trainplan.rules.mesh import (
+    MeshViolation,
+    expert_region,
+    layout_violations,
+    node_violations,
+    pipeline_violation,
+    strides,
+)
 from trainplan.spec.errors import Incompatible
-from trainplan.spec.mesh import MeshLayout
+from trainplan.spec.mesh import MeshLayout, PipelineLayout
 from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorKey, BackendKey, MeshDimension, PrecisionKey
 from trainplan.spec.notes import Note
 from trainplan.spec.options import Degree, ModelParallelOptions
@@ -133,6 +147,7 @@ def _choose_mesh(
         names=names,
         strategy=strategy,
     )
+    options, notes = _torchtitan_autos(options)
     asked = _asked(options, lightning, world)
     autos = [name for name in MESH_DIMENSIONS if asked[name] == "auto"]
     degrees = _whole_degrees(asked, autos, world, backend)
@@ -145,18 +160,83 @@ def _choose_mesh(
             accelerator=accelerator,
             backend=backend,
             precision=precision,
+            ep=options.ep,
         )
     )
     if refusals:
         return refusals
     reason = _reason(asked, degrees, autos, world)
-    notes: tuple[Note, ...] = ()
     if lightning is not None:
-        reason, notes = _lightning_reading(lightning, degrees, world)
+        reason, lightning_notes = _lightning_reading(lightning, degrees, world)
+        notes += lightning_notes
+    if options.ep > 1:
+        region = expert_region(degrees)
+        reason += (
+            f"; ep={options.ep} splits the experts over {options.ep} of the {region} ranks of "
+            f"{' × '.join(EXPERT_REGION)} (efsdp={region // options.ep})"
+        )
+    pipeline = _pipeline(options, degrees["pp"])
     changes: dict[str, Any] = {size.argument: None for size in LIGHTNING_SIZES}
     changes.update((name, degree) for name, degree in degrees.items())
     resolved = attrs.evolve(options, **changes)
-    return MeshChoice(layout=MeshLayout(shape=tuple(degrees.values())), options=resolved, reason=reason, notes=notes)
+    layout = MeshLayout(shape=tuple(degrees.values()), ep=options.ep, pipeline=pipeline)
+    return MeshChoice(layout=layout, options=resolved, reason=reason, notes=notes)
+
+
+def _pipeline(options: ModelParallelOptions, pp: int) -> PipelineLayout:
+    """The pipeline record, its microbatches made whole (one per stage unless written), checked against the
+    schedule's row (`rules.PIPELINE_SCHEDULE_RULES`)."""
+    row = PIPELINE_SCHEDULE_RULES[options.pp_schedule]
+    virtual = row.virtual_stages[0] if options.pp_virtual_stages is None else options.pp_virtual_stages
+    microbatches = pp * virtual if options.pp_microbatches is None else options.pp_microbatches
+    broken = pipeline_violation(options.pp_schedule, pp, virtual, microbatches)
+    if broken is not None:
+        rule, why = broken
+        least, _ = row.virtual_stages
+        other = next(
+            name
+            for name, candidate in PIPELINE_SCHEDULE_RULES.items()
+            if pipeline_violation(name, pp, virtual, microbatches) is None or candidate.virtual_stages[0] == virtual
+        )
+        rounds = max(1, microbatches // pp)
+        fit = pp * virtual if row.microbatches == "at_least_stages" else microbatches - microbatches % rounds or pp
+        raise incompatible(
+            rule,
+            {
+                "strategy_options.pp_schedule": options.pp_schedule,
+                "strategy_options.pp_virtual_stages": virtual,
+                "strategy_options.pp_microbatches": microbatches,
+            },
+            schedule=options.pp_schedule,
+            virtual_stages=virtual,
+            microbatches=microbatches,
+            stages=pp * virtual,
+            pp=pp,
+            why=why,
+            fit_virtual=least,
+            other=other,
+            fit_microbatches=fit,
+        )
+    return PipelineLayout(schedule=options.pp_schedule, microbatches=microbatches, virtual_stages=virtual)
+
+
+def _torchtitan_autos(options: ModelParallelOptions) -> tuple[ModelParallelOptions, tuple[Note, ...]]:
+    """A degree written -1 where its row reads -1 as 'auto' (torchtitan's `dp_shard=-1`), as 'auto', with a note."""
+    minus_ones = [
+        name for name in MESH_DIMENSIONS if MESH_RULES[name].minus_one_is_auto and options.degrees[name] == -1
+    ]
+    if not minus_ones:
+        return options, ()
+    notes = tuple(
+        Note(
+            code="torchtitan-auto",
+            level="info",
+            message=f"{name}=-1 is torchtitan's spelling of {name}='auto': it takes what the other degrees leave",
+        )
+        for name in minus_ones
+    )
+    changes: dict[str, Any] = {name: "auto" for name in minus_ones}
+    return attrs.evolve(options, **changes), notes
 
 
 def _whole_degrees(
@@ -298,6 +378,18 @@ def _refusal(
     backend: BackendKey | None,
 ) -> Incompatible:
     name = violation.dimension
+    if violation.rule == "mesh-expert":
+        region = violation.needed
+        offered = [d for d in _nearest(_divisors(region), violation.degree) if d > 1][:3] or [1]
+        return incompatible(
+            violation.rule,
+            {"strategy_options.ep": violation.degree},
+            ep=violation.degree,
+            region=region,
+            region_names=" · ".join(EXPERT_REGION),
+            region_spelled=" × ".join(f"{other}={degrees[other]}" for other in EXPERT_REGION),
+            choices=_choices("ep", offered).removeprefix("ep="),
+        )
     if name is None:  # mesh-backend: the only rule about the whole mesh once the product is right
         allowed = MESH_BACKENDS[world.accelerator]
         return incompatible(

@@ -17,7 +17,10 @@ from trainplan.spec.names import (
     AcceleratorKey,
     BackendKey,
     BackendName,
+    ExpertDimension,
     MeshDimension,
+    MeshName,
+    PipelineSchedule,
     PrecisionKey,
 )
 
@@ -36,6 +39,7 @@ class MeshDimensionRule:
     instead: Mapping[PrecisionKey, PrecisionKey]  # what to suggest for each refused precision
     lightning_size: str | None  # the ModelParallelStrategy size this degree multiplies into; None: Lightning has none
     accelerate_size: str | None  # Accelerate's ParallelismConfig field; None: Accelerate has none
+    minus_one_is_auto: bool = False  # -1 is read as "auto" (with a note), as torchtitan's ParallelDims reads it
 
     __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
 
@@ -101,6 +105,8 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
             instead={},
             lightning_size="data_parallel_size",
             accelerate_size="dp_shard_size",
+            # torchtitan's ParallelDims: "dp_shard must -1 or >=1", -1 taking world // (the other degrees).
+            minus_one_is_auto=True,
         ),
         MeshDimensionRule(
             name="cp",
@@ -144,6 +150,142 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
 }
 """The mesh's dimensions in its fixed order, outermost first (the order of `names.MeshDimension`)."""
 
+
+@attrs.frozen(kw_only=True)
+class ExpertDimensionRule:
+    """A dimension of the expert mesh that is not the dense mesh's (`pp` and `dp_replicate` are shared). Neither
+    Lightning's nor Accelerate's mesh has one (the `ep` option row refuses them by name)."""
+
+    name: ExpertDimension
+    title: str  # what its groups are called in drawings
+
+
+EXPERT_REGION: Final[tuple[MeshDimension, ...]] = ("dp_shard", "cp", "tp")
+"""The dense dimensions whose ranks the expert mesh regroups as `efsdp × ep` (torchtitan's "sparse region"): ep is
+borrowed from them, so it divides their product and adds nothing to the world size. The pipeline stages and the
+replicas stay as they are: each stage holds its own experts, and each replica a whole copy of them."""
+
+EXPERT_MESH: Final[Mapping[ExpertDimension, ExpertDimensionRule]] = {
+    rule.name: rule
+    for rule in (
+        # The ranks of one expert-parallel position across the region: FSDP2 shards the experts' parameters over
+        # them (dp_shard · cp · tp / ep of them; torchtitan keeps it even at size 1, for mixed precision).
+        ExpertDimensionRule(name="efsdp", title="expert shard"),
+        # Each rank holds 1/ep of the experts and tokens travel to their expert (all-to-all): neighbouring ranks.
+        ExpertDimensionRule(name="ep", title="expert-parallel"),
+    )
+}
+"""The expert mesh's own dimensions, outermost first (after the dense mesh's `pp` and `dp_replicate`)."""
+
+
+@attrs.frozen(kw_only=True)
+class PipelineScheduleRule:
+    """One of torch's pipeline schedules (`torch.distributed.pipelining`), and what it asks of a layout."""
+
+    name: PipelineSchedule
+    stage_style: Literal["single", "loop", "v"]  # which stages a rank holds (torchtitan's stage_ids_this_rank)
+    virtual_stages: tuple[int, int | None]  # the stages per rank it takes: at least, at most (None: no limit)
+    why_virtual: str  # why, in a refusal
+    microbatches: Literal["any", "at_least_stages", "multiple_of_rounds"]  # torch's check on their number
+    why_microbatches: str
+
+
+PIPELINE_SCHEDULE_RULES: Final[Mapping[PipelineSchedule, PipelineScheduleRule]] = {
+    rule.name: rule
+    for rule in (
+        PipelineScheduleRule(
+            name="1F1B",
+            stage_style="single",
+            virtual_stages=(1, 1),
+            why_virtual="1F1B runs one stage per rank (torch's PipelineScheduleSingle)",
+            microbatches="at_least_stages",
+            # torch's Schedule1F1B: "Number of microbatches must be greater than or equal to the number of stages".
+            why_microbatches="1F1B keeps every stage busy with one microbatch in flight each, so torch's "
+            "Schedule1F1B needs at least as many microbatches as stages",
+        ),
+        PipelineScheduleRule(
+            name="GPipe",
+            stage_style="single",
+            virtual_stages=(1, 1),
+            why_virtual="GPipe runs one stage per rank (torch's PipelineScheduleSingle)",
+            microbatches="any",
+            why_microbatches="",
+        ),
+        PipelineScheduleRule(
+            name="Interleaved1F1B",
+            stage_style="loop",
+            virtual_stages=(2, None),
+            why_virtual="an interleaved schedule loops over several stages per rank (rank r holds r, r + pp, ...)",
+            microbatches="multiple_of_rounds",
+            why_microbatches="torch's ScheduleInterleaved1F1B runs microbatches in rounds of pp and needs their "
+            "number to be a multiple of the rounds",
+        ),
+        PipelineScheduleRule(
+            name="ZBVZeroBubble",
+            stage_style="v",
+            virtual_stages=(2, 2),
+            why_virtual="torch's ScheduleZBVZeroBubble places exactly 2 stages per rank in a V (rank r holds r and "
+            "2·pp - 1 - r)",
+            microbatches="any",
+            why_microbatches="",
+        ),
+        PipelineScheduleRule(
+            name="InterleavedZeroBubble",
+            stage_style="loop",
+            virtual_stages=(2, None),
+            why_virtual="an interleaved schedule loops over several stages per rank (rank r holds r, r + pp, ...)",
+            microbatches="multiple_of_rounds",
+            why_microbatches="torch's ScheduleInterleavedZeroBubble runs microbatches in rounds of pp and needs "
+            "their number to be a multiple of the rounds",
+        ),
+    )
+}
+"""torch's pipeline schedules that trainplan plans, by name."""
+
+
+def pipeline_violation(
+    schedule: PipelineSchedule, pp: int, virtual_stages: int, microbatches: int
+) -> tuple[RefusalId, str] | None:
+    """The first rule of `schedule` this pipeline breaks (its refusal id and why), or None."""
+    rule = PIPELINE_SCHEDULE_RULES[schedule]
+    least, most = rule.virtual_stages
+    if virtual_stages < least or (most is not None and virtual_stages > most):
+        return "pipeline-virtual-stages", rule.why_virtual
+    stages = pp * virtual_stages
+    if rule.microbatches == "at_least_stages" and microbatches < stages:
+        return "pipeline-microbatches", rule.why_microbatches
+    rounds = max(1, microbatches // pp)
+    if rule.microbatches == "multiple_of_rounds" and microbatches % rounds:
+        return "pipeline-microbatches", rule.why_microbatches
+    return None
+
+
+def stage_indices(schedule: PipelineSchedule, pp_rank: int, pp: int, virtual_stages: int) -> tuple[int, ...]:
+    """The stages the rank at `pp_rank` of `pp` holds, as torch's schedules (and torchtitan's
+    `stage_ids_this_rank`) place them: one stage (`single`), r, r + pp, ... (`loop`), or r and 2·pp - 1 - r (`v`)."""
+    style = PIPELINE_SCHEDULE_RULES[schedule].stage_style
+    if style == "v":
+        return (pp_rank, 2 * pp - 1 - pp_rank)
+    return tuple(pp_rank + index * pp for index in range(virtual_stages))
+
+
+MESH_ALIASES: Final[Mapping[MeshName, tuple[MeshDimension, ...]]] = {
+    # torchtitan's ParallelDims: `batch` for data loading, `fsdp` (and, before it, `dp_shard_cp`) for FSDP over the
+    # shards and the context ranks, `loss` (and `dp_cp`) for the all-reduce of the loss over every data rank.
+    "batch": ("dp_replicate", "dp_shard"),
+    "fsdp": ("dp_shard", "cp"),
+    "dp_shard_cp": ("dp_shard", "cp"),
+    "loss": ("dp_replicate", "dp_shard", "cp"),
+    "dp_cp": ("dp_replicate", "dp_shard", "cp"),
+    # Lightning's ModelParallelStrategy: a 2-D mesh (data_parallel, tensor_parallel).
+    "data_parallel": ("dp_replicate", "dp_shard"),
+    "tensor_parallel": ("tp",),
+}
+"""The names peers index their meshes by, as the dense dimensions they flatten (torch's `DeviceMesh._flatten`):
+`rt.mesh[name]` answers each, so a parallelize function written for Lightning or torchtitan runs unchanged (and
+`dp`, trainplan's own `rt.data_parallel_mesh`). The expert mesh's `efsdp` and `ep` are `rt.expert_mesh`'s
+(torchtitan's sparse mesh holds them apart too)."""
+
 MESH_BACKENDS: Final[Mapping[AcceleratorKey, BackendName]] = {"cuda": "nccl", "cpu": "gloo"}
 """The backend a device mesh runs over on each accelerator: the ones torch's FSDP2 and DTensor are built and tested
 on (NCCL on CUDA; gloo on CPU, which also makes every layout testable without a GPU)."""
@@ -174,6 +316,11 @@ LIGHTNING_SIZES: Final[tuple[LightningSize, ...]] = (
 # back refuses it).
 
 
+def expert_region(degrees: Mapping[MeshDimension, int]) -> int:
+    """How many ranks the expert mesh regroups (`dp_shard · cp · tp`): what `ep` must divide."""
+    return math.prod(degrees[name] for name in EXPERT_REGION)
+
+
 def data_parallel(layout: MeshLayout, rank: int) -> tuple[int, int]:
     """`rank`'s data-parallel replica and their number: which batches it reads (its sampler's rank and replicas).
     Ranks that differ only along tensor, context or pipeline dimensions read the same batches."""
@@ -194,7 +341,8 @@ class MeshViolation:
     dimension: MeshDimension | None
     degree: int
     detail: str
-    needed: int = 0  # mesh-inside-node: the processes one group needs on a node; mesh-pipeline-nodes: a stage's
+    needed: int = 0  # mesh-inside-node: the processes one group needs on a node; mesh-pipeline-nodes: a stage's;
+    # mesh-expert: the region ep must divide
 
 
 def strides(degrees: Mapping[MeshDimension, int]) -> dict[MeshDimension, int]:
@@ -231,11 +379,14 @@ def layout_violations(
     accelerator: AcceleratorKey,
     backend: BackendKey | None,
     precision: PrecisionKey,
+    ep: int = 1,
 ) -> Iterator[MeshViolation]:
-    """Every mesh rule `degrees` break on this world, in the order the rules are checked; nothing when it fits.
+    """Every mesh rule `degrees` (and the expert degree `ep`) break on this world, in the order the rules are
+    checked; nothing when it fits.
 
-    The product is the world size; a dimension that stays inside a node (`tp`, `cp`) has groups that fit a node
-    (its degree times the inner degrees divides the node's processes); a stage-aligned dimension (`pp`) cuts the
+    The product is the world size; `ep` divides the expert region (`EXPERT_REGION`'s degrees multiplied); a
+    dimension that stays inside a node (`tp`, `cp`) has groups that fit a node (its degree times the inner degrees
+    divides the node's processes); a stage-aligned dimension (`pp`) cuts the
     world into blocks that hold whole nodes or fit whole into one; a degree above 1 runs only on its accelerators
     and precisions; the mesh's collectives run over the accelerator's mesh backend.
     """
@@ -244,6 +395,9 @@ def layout_violations(
     if product != world:
         yield MeshViolation(rule="mesh-product", dimension=None, degree=product, detail=f"world size {world}")
         return
+    region = expert_region(degrees)
+    if region % ep:
+        yield MeshViolation(rule="mesh-expert", dimension=None, degree=ep, needed=region, detail="")
     yield from node_violations(degrees, processes_per_node)
     apart = strides(degrees)
     for name in MESH_DIMENSION_NAMES:

@@ -29,7 +29,8 @@ RefusalId = Literal[
     "accelerate-strategy", "lightning-mesh", "lightning-precision", "fabric-parallelize", "accelerate-mesh",
     # device meshes
     "mesh-product", "mesh-remainder", "mesh-autos", "mesh-spellings", "mesh-inside-node", "mesh-pipeline-nodes",
-    "mesh-accelerator", "mesh-backend", "mesh-precision",
+    "mesh-accelerator", "mesh-backend", "mesh-precision", "mesh-expert", "pipeline-virtual-stages",
+    "pipeline-microbatches",
     # memory
     "memory-nothing-fits", "memory-strategy-too-big",
 ]
@@ -371,6 +372,24 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
     "mesh-precision": Rule(
         reason="{took}{dimension}={degree} does not run with precision={precision!r}: {why}",
         fix="Use precision={instead!r}, or {dimension}=1",
+    ),
+    "mesh-expert": Rule(
+        reason=(
+            "ep={ep} splits the experts over ranks borrowed from {region_names} = {region} ({region_spelled}), as "
+            "torchtitan's ParallelDims does, and {ep} does not divide {region}"
+        ),
+        fix="Use ep={choices} (a divisor of {region})",
+    ),
+    "pipeline-virtual-stages": Rule(
+        reason="pp_schedule={schedule!r} with pp_virtual_stages={virtual_stages}: {why}",
+        fix="Use pp_virtual_stages={fit_virtual}, or pp_schedule={other!r}",
+    ),
+    "pipeline-microbatches": Rule(
+        reason=(
+            "pp_schedule={schedule!r} with {microbatches} microbatch(es) over {stages} stage(s) (pp={pp} × "
+            "pp_virtual_stages={virtual_stages}): {why}"
+        ),
+        fix="Use pp_microbatches={fit_microbatches}, or leave it unset (one per stage)",
     ),
     "lightning-mesh": Rule(
         reason=("Lightning's ModelParallelStrategy has one data-parallel and one tensor-parallel dimension, so {lost}"),

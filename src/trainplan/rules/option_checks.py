@@ -26,6 +26,7 @@ from trainplan.rules.options import (
     ProcessGroupTimeout,
     Refused,
     ThroughMesh,
+    ThroughPipeline,
     TrueOrFalse,
     WholeNumber,
     spellings,
@@ -108,6 +109,8 @@ def check_value(row: OptionRow, value: object, field: str | None = None) -> None
         if (isinstance(value, bool) and not flags) or value not in check.values:
             raise InvalidRequest(field=where, value=value, reason=check.reason, allowed=check.values)
     elif isinstance(check, WholeNumber):
+        if value is None and check.optional:
+            return
         if isinstance(value, bool) or not isinstance(value, int) or value < check.minimum:
             whole = "a positive integer" if check.minimum == 1 else f"a whole number from {check.minimum}"
             raise InvalidRequest(
@@ -117,14 +120,19 @@ def check_value(row: OptionRow, value: object, field: str | None = None) -> None
             raise InvalidRequest(field=where, value=value, reason=check.above, fix=check.fix)
     else:
         unused = value is None and check.optional
-        auto = value == "auto" and isinstance(value, str)
+        auto = check.takes_auto and (
+            (value == "auto" and isinstance(value, str))
+            or (check.minus_one_is_auto and not isinstance(value, bool) and value == -1)
+        )
         ranks = not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= check.maximum
         if not (unused or auto or ranks):
             raise InvalidRequest(
                 field=where,
                 value=value,
-                reason=f"a parallel degree is a whole number of ranks from 1 to {check.maximum}, or 'auto'",
-                fix=f"Write e.g. {row.name}=2, or {row.name}='auto' to take what the other degrees leave",
+                reason=f"a parallel degree is a whole number of ranks from 1 to {check.maximum}"
+                + (", or 'auto'" if check.takes_auto else ""),
+                fix=f"Write e.g. {row.name}=2"
+                + (f", or {row.name}='auto' to take what the other degrees leave" if check.takes_auto else ""),
             )
 
 
@@ -218,7 +226,13 @@ def check_added_row(row: OptionRow, rows: OptionRows, where: str) -> None:
 def _check_spelling(
     row: OptionRow,
     target: OptionTarget,
-    spelling: tuple[Keyword | HandlerField, ...] | ProcessGroupTimeout | ThroughMesh | Carried | Refused | None,
+    spelling: tuple[Keyword | HandlerField, ...]
+    | ProcessGroupTimeout
+    | ThroughMesh
+    | ThroughPipeline
+    | Carried
+    | Refused
+    | None,
     reached: bool,
     names: list[str],
     where: str,
@@ -252,8 +266,8 @@ def _check_spelling(
             reason=f"it is not how {target} spells an option",
             allowed=(f"a tuple of {keyword.__name__}s", *(kind.__name__ for kind in others)),
         )
-    elif isinstance(spelling, ThroughMesh) and spelling.dimension not in MESH_DIMENSIONS:
-        raise no_such("mesh dimension", f"{where}.dimension", spelling.dimension, MESH_DIMENSIONS)
+    elif isinstance(spelling, ThroughMesh) and spelling.dimension not in (*MESH_DIMENSIONS, "ep"):
+        raise no_such("mesh dimension", f"{where}.dimension", spelling.dimension, (*MESH_DIMENSIONS, "ep"))
     elif isinstance(spelling, Carried):
         unknown = [name for name in spelling.by if name not in names or name == row.name]
         if unknown or not spelling.by:

@@ -19,10 +19,11 @@ import attrs
 
 from trainplan.rules.job import MAX_WORLD_SIZE
 from trainplan.rules.mesh import LIGHTNING_SIZES
+from trainplan.rules.mesh import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.messages import RefusalId
 from trainplan.rules.strategies import OPTION_TYPES
 from trainplan.spec.frozen import freeze_nested_maps
-from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension, StrategyFamily
+from trainplan.spec.names import MESH_DIMENSIONS, PIPELINE_SCHEDULES, MeshDimension, StrategyFamily
 from trainplan.spec.options import (
     DEEPSPEED_STAGES,
     OFFLOAD_DEVICES,
@@ -100,14 +101,18 @@ class WholeNumber:
     maximum: int
     above: str  # why not above the maximum
     fix: str
+    optional: bool = False  # None is taken too (the option's own default stands for a number the plan works out)
 
 
 @attrs.frozen
 class ParallelDegree:
-    """A whole number of ranks from 1 to torch's rank limit, or "auto" (and None: not used, where `optional`)."""
+    """A whole number of ranks from 1 to torch's rank limit, or "auto" (and None: not used, where `optional`; -1,
+    read as "auto", where `minus_one_is_auto`)."""
 
     optional: bool = False
     maximum: int = MAX_WORLD_SIZE
+    minus_one_is_auto: bool = False
+    takes_auto: bool = True  # False: a degree that cannot take what the others leave (ep borrows, it adds nothing)
 
 
 OptionCheck: TypeAlias = TrueOrFalse | OneOf | WholeNumber | ParallelDegree
@@ -147,9 +152,16 @@ class ProcessGroupTimeout:
 @attrs.frozen
 class ThroughMesh:
     """The option is a degree of the plan's device mesh (`plan.mesh`, resolved from every degree): each target takes
-    the mesh as the mesh's rows say (`rt.mesh`, Lightning's sizes, Accelerate's `ParallelismConfig`)."""
+    the mesh as the mesh's rows say (`rt.mesh`, Lightning's sizes, Accelerate's `ParallelismConfig`); `ep` is the
+    expert mesh's (`rt.expert_mesh`)."""
 
-    dimension: MeshDimension
+    dimension: MeshDimension | Literal["ep"]
+
+
+@attrs.frozen
+class ThroughPipeline:
+    """The option is part of the plan's pipeline (`plan.mesh.pipeline`, checked against the schedule's row): the
+    runtime's `rt.pipeline` hands it to torch's `torch.distributed.pipelining` schedule."""
 
 
 @attrs.frozen
@@ -169,14 +181,21 @@ class Refused:
 
 
 Spelling: TypeAlias = (
-    tuple[Keyword, ...] | tuple[HandlerField, ...] | ProcessGroupTimeout | ThroughMesh | Carried | Refused | None
+    tuple[Keyword, ...]
+    | tuple[HandlerField, ...]
+    | ProcessGroupTimeout
+    | ThroughMesh
+    | ThroughPipeline
+    | Carried
+    | Refused
+    | None
 )
 """How a target spells an option (keywords: Accelerate's are handler fields); None: the family never runs there.
 Each target has its own kinds (`SPELLING_KINDS`; `OptionRow`'s fields say them to a type checker too)."""
 
 
 SPELLING_KINDS: Final[Mapping[OptionTarget, tuple[type, ...]]] = {
-    "torch": (Keyword, ProcessGroupTimeout, ThroughMesh, Carried, Refused),
+    "torch": (Keyword, ProcessGroupTimeout, ThroughMesh, ThroughPipeline, Carried, Refused),
     "lightning": (Keyword, ThroughMesh, Carried, Refused),
     "accelerate": (HandlerField, ProcessGroupTimeout, ThroughMesh, Carried, Refused),
     "deepspeed_config": (Keyword, Carried, Refused),
@@ -203,7 +222,7 @@ class OptionRow:
     name: str
     default: object
     check: TrueOrFalse | OneOf | WholeNumber | ParallelDegree
-    torch: tuple[Keyword, ...] | ProcessGroupTimeout | ThroughMesh | Carried | Refused | None
+    torch: tuple[Keyword, ...] | ProcessGroupTimeout | ThroughMesh | ThroughPipeline | Carried | Refused | None
     """The runtime's torch wrapper (DDP's, FSDP's keywords), or how the plan applies it."""
     lightning: tuple[Keyword, ...] | ThroughMesh | Carried | Refused | None
     """The Lightning/Fabric strategy's constructor keywords."""
@@ -218,7 +237,14 @@ def spellings(
     row: OptionRow,
 ) -> dict[
     OptionTarget,
-    tuple[Keyword, ...] | tuple[HandlerField, ...] | ProcessGroupTimeout | ThroughMesh | Carried | Refused | None,
+    tuple[Keyword, ...]
+    | tuple[HandlerField, ...]
+    | ProcessGroupTimeout
+    | ThroughMesh
+    | ThroughPipeline
+    | Carried
+    | Refused
+    | None,
 ]:
     """Each target's spelling of the row's option, in `OPTION_TARGETS`' order."""
     return {
@@ -255,7 +281,7 @@ def _row(
     name: str,
     check: TrueOrFalse | OneOf | WholeNumber | ParallelDegree,
     *,
-    torch: tuple[Keyword, ...] | ProcessGroupTimeout | ThroughMesh | Carried | Refused | None = None,
+    torch: tuple[Keyword, ...] | ProcessGroupTimeout | ThroughMesh | ThroughPipeline | Carried | Refused | None = None,
     lightning: tuple[Keyword, ...] | ThroughMesh | Carried | Refused | None = None,
     accelerate: tuple[HandlerField, ...] | ProcessGroupTimeout | ThroughMesh | Carried | Refused | None = None,
     deepspeed_config: tuple[Keyword, ...] | Carried | Refused | None = None,
@@ -427,12 +453,70 @@ BUILTIN_OPTIONS: Final[tuple[OptionRow, ...]] = (
         _row(
             ModelParallelOptions,
             name,
-            ParallelDegree(),
+            ParallelDegree(minus_one_is_auto=MESH_RULES[name].minus_one_is_auto),
             torch=ThroughMesh(name),
             lightning=ThroughMesh(name),
             accelerate=ThroughMesh(name),
         )
         for name in MESH_DIMENSIONS
+    ),
+    _row(
+        ModelParallelOptions,
+        "ep",
+        # ep borrows ranks the dense degrees count, so it has no rest to take: a number, never 'auto'.
+        ParallelDegree(takes_auto=False),
+        torch=ThroughMesh("ep"),
+        # Neither framework's mesh has an expert dimension (Lightning: data_parallel × tensor_parallel; Accelerate
+        # 1.16's ParallelismConfig: dp_replicate, dp_shard, tp, cp, sp).
+        lightning=Refused(
+            "Lightning's ModelParallelStrategy builds a 2-D mesh (data_parallel × tensor_parallel) with no expert "
+            "dimension; run the plan's meshes through trainplan.runtime (rt.expert_mesh)"
+        ),
+        accelerate=Refused(
+            "Accelerate's ParallelismConfig has no expert-parallel size (dp_replicate, dp_shard, tp, cp, sp); run "
+            "the plan's meshes through trainplan.runtime (rt.expert_mesh)"
+        ),
+    ),
+    *(
+        _row(
+            ModelParallelOptions,
+            name,
+            check,
+            torch=ThroughPipeline(),
+            # Neither framework runs pipeline stages: Lightning's mesh is data_parallel × tensor_parallel, and
+            # Accelerate's ParallelismConfig has no pp.
+            lightning=Refused(
+                "Lightning's ModelParallelStrategy has no pipeline dimension; run the plan's pipeline through "
+                "trainplan.runtime (rt.pipeline)"
+            ),
+            accelerate=Refused(
+                "Accelerate's ParallelismConfig has no pipeline dimension; run the plan's pipeline through "
+                "trainplan.runtime (rt.pipeline)"
+            ),
+        )
+        for name, check in (
+            (
+                "pp_microbatches",
+                WholeNumber(
+                    minimum=1,
+                    maximum=MAX_WORLD_SIZE,
+                    above="more microbatches than torch's rank limit are not a pipeline",
+                    fix="Write e.g. pp_microbatches=8, or leave it unset (one per stage)",
+                    optional=True,
+                ),
+            ),
+            (
+                "pp_virtual_stages",
+                WholeNumber(
+                    minimum=1,
+                    maximum=MAX_WORLD_SIZE,
+                    above="more stages per rank than torch's rank limit are not a pipeline",
+                    fix="Write e.g. pp_virtual_stages=2 for an interleaved schedule",
+                    optional=True,
+                ),
+            ),
+            ("pp_schedule", OneOf(PIPELINE_SCHEDULES, "the pipeline schedules of torch.distributed.pipelining")),
+        )
     ),
     # Lightning's spelling of two degrees, read as them (`resolve.mesh`); the plan holds the degrees only.
     *(

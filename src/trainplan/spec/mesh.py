@@ -16,7 +16,7 @@ import attrs
 
 from trainplan.spec.errors import MeshDimensionError, MeshQueryError, MeshRankError, shown
 from trainplan.spec.frozen import freeze_sequence
-from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
+from trainplan.spec.names import EXPERT_DIMENSIONS, MESH_DIMENSIONS, ExpertDimension, MeshDimension, PipelineSchedule
 
 
 def _freeze_dimensions(value: tuple[MeshDimension, ...] | list[MeshDimension]) -> tuple[MeshDimension, ...]:
@@ -25,6 +25,17 @@ def _freeze_dimensions(value: tuple[MeshDimension, ...] | list[MeshDimension]) -
 
 def _freeze_shape(value: tuple[int, ...] | list[int]) -> tuple[int, ...]:
     return freeze_sequence(value)  # type: ignore[return-value]
+
+
+@attrs.frozen(kw_only=True)
+class PipelineLayout:
+    """How the `pp` dimension runs: torch's schedule, the microbatches one step splits into, and the stages each
+    rank holds (`virtual_stages`; the model is cut into `pp × virtual_stages` stages). Which stages a rank holds
+    is `rules.mesh.stage_indices`'s to say (the schedule's style)."""
+
+    schedule: PipelineSchedule = "1F1B"
+    microbatches: int = 1
+    virtual_stages: int = 1
 
 
 @attrs.frozen(kw_only=True)
@@ -37,6 +48,12 @@ class MeshLayout:
 
     dimensions: tuple[MeshDimension, ...] = attrs.field(default=MESH_DIMENSIONS, converter=_freeze_dimensions)
     shape: tuple[int, ...] = attrs.field(converter=_freeze_shape)
+    ep: int = 1
+    """Expert parallelism (torchtitan's `ep`): the experts split over this many ranks, borrowed from the
+    `dp_shard × cp × tp` ranks rather than multiplied into the world (it divides their product; `rules.mesh` says
+    so)."""
+    pipeline: PipelineLayout = PipelineLayout()
+    """How the pipeline stages run (schedule, microbatches, stages per rank)."""
 
     @property
     def world_size(self) -> int:
@@ -55,39 +72,25 @@ class MeshLayout:
     def coordinates(self, rank: int) -> tuple[int, ...]:
         """Where `rank` sits: one index per dimension, in the mesh's order."""
         self._check_rank(rank)
-        position: list[int] = []
-        for size in reversed(self.shape):
-            rank, index = divmod(rank, size)
-            position.append(index)
-        return tuple(reversed(position))
+        return _coordinates(self.shape, rank)
 
     def rank_at(self, coordinates: tuple[int, ...]) -> int:
         """The rank at `coordinates` (the inverse of `coordinates`)."""
-        given: object = coordinates
-        if (
-            not isinstance(given, (tuple, list))
-            or len(given) != len(self.shape)
-            or any(isinstance(index, bool) or not isinstance(index, int) for index in given)
-            or any(not 0 <= index < size for index, size in zip(given, self.shape, strict=True))
-        ):
-            raise MeshRankError(
-                f"coordinates {shown(coordinates)} are not in the mesh {self.describe()}: write one whole number per "
-                f"dimension ({len(self.shape)} of them), each from 0 to its size - 1"
-            )
-        rank = 0
-        for index, size in zip(coordinates, self.shape, strict=True):
-            rank = rank * size + index
-        return rank
+        return _rank_at(self.shape, coordinates, self.describe())
 
     def group(self, rank: int, dimension: MeshDimension) -> tuple[int, ...]:
         """The ranks in `rank`'s group along `dimension` (its own included), in order."""
         axis = self._index(dimension)
-        position = list(self.coordinates(rank))
-        members = []
-        for index in range(self.shape[axis]):
-            position[axis] = index
-            members.append(self.rank_at(tuple(position)))
-        return tuple(members)
+        self._check_rank(rank)
+        return _group(self.shape, axis, rank)
+
+    @property
+    def expert(self) -> ExpertLayout:
+        """The expert mesh (torchtitan's sparse mesh) over the same ranks: `pp × dp_replicate × efsdp × ep`, where
+        `efsdp = dp_shard · cp · tp / ep`. With `ep` 1 it still exists (efsdp is the whole dense shard region)."""
+        pp, replicate, shard, context, tensor = self.shape
+        region = shard * context * tensor
+        return ExpertLayout(shape=(pp, replicate, region // self.ep if region % self.ep == 0 else region, self.ep))
 
     def groups(
         self, dimension: MeshDimension, limit: int | None = None, *, members: int | None = None
@@ -117,8 +120,10 @@ class MeshLayout:
         return tuple(found)
 
     def describe(self) -> str:
-        """`pp 1 × dp_replicate 1 × dp_shard 2 × cp 1 × tp 2`: every dimension, in order."""
-        return " × ".join(f"{name} {size}" for name, size in zip(self.dimensions, self.shape, strict=True))
+        """`pp 1 × dp_replicate 1 × dp_shard 2 × cp 1 × tp 2`: every dimension, in order (and `, ep 2` when the
+        experts are split)."""
+        dense = " × ".join(f"{name} {size}" for name, size in zip(self.dimensions, self.shape, strict=True))
+        return dense if self.ep == 1 else f"{dense}, ep {self.ep}"
 
     def _index(self, dimension: MeshDimension) -> int:
         if dimension not in self.dimensions:
@@ -127,15 +132,82 @@ class MeshLayout:
         return self.dimensions.index(dimension)
 
     def _check_rank(self, rank: int) -> None:
-        given: object = rank
-        if isinstance(given, bool) or not isinstance(given, int):
-            raise MeshRankError(
-                f"rank {shown(rank)} is not a rank: a rank is a whole number, from 0 to {self.world_size - 1} here"
+        _checked_rank(rank, self.world_size)
+
+
+@attrs.frozen(kw_only=True)
+class ExpertLayout:
+    """The expert mesh: `pp, dp_replicate, efsdp, ep` over the same ranks as the dense mesh, row-major as torch's
+    `init_device_mesh` (and torchtitan's `_unflatten` of the world) lays them out: an `ep` group is `ep` neighbouring
+    ranks of one dense shard region, an `efsdp` group the ranks `ep` apart."""
+
+    dimensions: tuple[ExpertDimension, ...] = EXPERT_DIMENSIONS
+    shape: tuple[int, ...] = attrs.field(converter=_freeze_shape)
+
+    @property
+    def sizes(self) -> dict[ExpertDimension, int]:
+        """Each dimension's size, in the mesh's order."""
+        return dict(zip(self.dimensions, self.shape, strict=True))
+
+    def coordinates(self, rank: int) -> tuple[int, ...]:
+        """Where `rank` sits in the expert mesh: one index per dimension."""
+        _checked_rank(rank, math.prod(self.shape))
+        return _coordinates(self.shape, rank)
+
+    def group(self, rank: int, dimension: ExpertDimension) -> tuple[int, ...]:
+        """The ranks in `rank`'s group along `dimension` of the expert mesh (its own included), in order."""
+        if dimension not in self.dimensions:
+            names = ", ".join(repr(name) for name in self.dimensions)
+            raise MeshDimensionError(
+                f"{shown(dimension)} is not a dimension of the expert mesh; its dimensions are {names}"
             )
-        if not 0 <= given < self.world_size:
-            raise MeshRankError(
-                f"rank {rank} is outside the mesh's {self.world_size} ranks; use 0 to {self.world_size - 1}"
-            )
+        _checked_rank(rank, math.prod(self.shape))
+        return _group(self.shape, self.dimensions.index(dimension), rank)
+
+
+def _coordinates(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    position: list[int] = []
+    for size in reversed(shape):
+        rank, index = divmod(rank, size)
+        position.append(index)
+    return tuple(reversed(position))
+
+
+def _rank_at(shape: tuple[int, ...], coordinates: tuple[int, ...], described: str) -> int:
+    given: object = coordinates
+    if (
+        not isinstance(given, (tuple, list))
+        or len(given) != len(shape)
+        or any(isinstance(index, bool) or not isinstance(index, int) for index in given)
+        or any(not 0 <= index < size for index, size in zip(given, shape, strict=True))
+    ):
+        raise MeshRankError(
+            f"coordinates {shown(coordinates)} are not in the mesh {described}: write one whole number per "
+            f"dimension ({len(shape)} of them), each from 0 to its size - 1"
+        )
+    rank = 0
+    for index, size in zip(coordinates, shape, strict=True):
+        rank = rank * size + index
+    return rank
+
+
+def _group(shape: tuple[int, ...], axis: int, rank: int) -> tuple[int, ...]:
+    position = list(_coordinates(shape, rank))
+    members = []
+    for index in range(shape[axis]):
+        position[axis] = index
+        members.append(_rank_at(shape, tuple(position), ""))
+    return tuple(members)
+
+
+def _checked_rank(rank: int, world_size: int) -> None:
+    given: object = rank
+    if isinstance(given, bool) or not isinstance(given, int):
+        raise MeshRankError(
+            f"rank {shown(rank)} is not a rank: a rank is a whole number, from 0 to {world_size - 1} here"
+        )
+    if not 0 <= given < world_size:
+        raise MeshRankError(f"rank {rank} is outside the mesh's {world_size} ranks; use 0 to {world_size - 1}")
 
 
 def spelled(degrees: Mapping[MeshDimension, int]) -> str:
@@ -148,4 +220,4 @@ def spelled(degrees: Mapping[MeshDimension, int]) -> str:
 # The rules a layout must keep, in the order they are checked.
 
 
-__all__ = ["MeshLayout"]
+__all__ = ["ExpertLayout", "MeshLayout", "PipelineLayout"]

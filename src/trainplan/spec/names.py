@@ -140,6 +140,22 @@ pipeline stages, data-parallel replicas, data-parallel shards (FSDP2), context (
 The outer dimensions talk least (a pipeline passes activations once per micro-batch), the inner ones most (tensor
 parallelism reduces inside every layer), so the inner ones sit on the ranks that share a node."""
 
+ExpertDimension = Literal["pp", "dp_replicate", "efsdp", "ep"]
+"""A dimension of the expert mesh (torchtitan's sparse mesh), outermost first: the same pipeline stages and replicas
+as the dense mesh, then the ranks of `dp_shard × cp × tp` regrouped as `efsdp × ep`: the experts are split over
+`ep` ranks and sharded (FSDP2) over the `efsdp` ranks left."""
+
+PipelineSchedule = Literal["1F1B", "GPipe", "Interleaved1F1B", "ZBVZeroBubble", "InterleavedZeroBubble"]
+"""A pipeline schedule, by torch's own name (`torch.distributed.pipelining.schedules.get_schedule_class`)."""
+
+MeshName = Literal[
+    "pp", "dp_replicate", "dp_shard", "cp", "tp", "ep", "efsdp",
+    "dp", "batch", "fsdp", "dp_shard_cp", "dp_cp", "loss", "data_parallel", "tensor_parallel",
+]  # fmt: skip
+"""Every name `rt.mesh` answers to: its own five dimensions, the expert mesh's two, and the names peers flatten or
+rename them to (torchtitan's `batch`, `fsdp`, `dp_shard_cp`, `dp_cp`/`loss`; Lightning's `data_parallel`,
+`tensor_parallel`; `dp`)."""
+
 ACCELERATORS: Final[tuple[AcceleratorName, ...]] = get_args(AcceleratorName)
 ACCELERATOR_FLAGS: Final[tuple[AcceleratorFlag, ...]] = ("auto", *ACCELERATORS[:2], "gpu", *ACCELERATORS[2:], "tpu")
 STRATEGY_NAMES: Final[tuple[StrategyName, ...]] = get_args(StrategyName)
@@ -164,6 +180,9 @@ NAMED_EMIT_FORMATS: Final[tuple[EmitFormat, ...]] = ("slurm", "kubeflow")
 none."""
 NOTE_LEVELS: Final[tuple[NoteLevel, ...]] = get_args(NoteLevel)
 MESH_DIMENSIONS: Final[tuple[MeshDimension, ...]] = get_args(MeshDimension)
+EXPERT_DIMENSIONS: Final[tuple[ExpertDimension, ...]] = get_args(ExpertDimension)
+MESH_NAMES: Final[tuple[MeshName, ...]] = get_args(MeshName)
+PIPELINE_SCHEDULES: Final[tuple[PipelineSchedule, ...]] = get_args(PipelineSchedule)
 
 AcceleratorKey: TypeAlias = AcceleratorName | CustomName
 """An accelerator in a rule set: a built-in one or a downstream one (`Rules.extend(accelerators=...)`)."""

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 import attrs
 
-from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
+from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension, PipelineSchedule
 
 _Options = TypeVar("_Options")
 
@@ -178,6 +178,8 @@ class ModelParallelOptions:
     The degrees multiply to the world size. At most one is `"auto"` and takes what the others leave; by default
     `dp_shard` does (FSDP over every process), and it yields to a degree written `"auto"` explicitly. The mesh's
     dimensions are always `pp, dp_replicate, dp_shard, cp, tp`, outermost first (see `names.MeshDimension`).
+    `dp_shard=-1` is torchtitan's spelling of `"auto"`, read as it with a note. `ep` splits experts over ranks the
+    dense degrees already count (torchtitan's semantics), so it is not a factor of the world size.
 
     Lightning's spelling (`ModelParallelStrategy(data_parallel_size=..., tensor_parallel_size=...)`) is accepted
     in `data_parallel_size` and `tensor_parallel_size` and mapped to `dp_shard` and `tp` with a note; it cannot be
@@ -195,6 +197,17 @@ class ModelParallelOptions:
     tp: Degree = 1
     """Tensor parallelism: each layer's weights are split over these ranks (the innermost dimension, inside a
     node)."""
+    ep: int = 1
+    """Expert parallelism (torchtitan's `ep`): a mixture-of-experts layer's experts are split over this many ranks.
+    It is borrowed from `dp_shard × cp × tp`, not multiplied into the world: it divides that product, and the
+    expert mesh (`pp × dp_replicate × efsdp × ep`) regroups those ranks, `efsdp` sharding the experts."""
+    pp_microbatches: int | None = None
+    """The microbatches one step splits into; None: one per stage (`pp × pp_virtual_stages`)."""
+    pp_virtual_stages: int | None = None
+    """The stages each pipeline rank holds: 1 for 1F1B and GPipe, 2 or more for the interleaved schedules, 2 for
+    ZBVZeroBubble; None: the fewest the schedule takes."""
+    pp_schedule: PipelineSchedule = "1F1B"
+    """torch's pipeline schedule for the `pp` stages (`torch.distributed.pipelining`, by its own name)."""
     data_parallel_size: Degree | None = None
     """Lightning's spelling of the data-parallel size (→ `dp_shard`); None: not used."""
     tensor_parallel_size: Degree | None = None

@@ -1,0 +1,121 @@
+"""The layouts mixture-of-experts training uses, in one real 4-process CPU world over gloo (dp_shard=2 × tp=2 with
+ep=2, and dp_shard=4 with ep=4 built in the same world): every rank's dense and expert coordinates and group members
+equal what torch's `init_device_mesh` builds by hand and what the plan says; `rt.mesh` answers Lightning's and
+torchtitan's names; parallelize functions written for either run unchanged; a tiny mixture of 4 experts split over
+ep=4 has the loss and gradients of one process."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+
+import trainplan as tp
+from tests.scripts import layouts_world, mesh_world
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture(scope="module")
+def reports() -> list[dict[str, Any]]:
+    options = tp.ModelParallelOptions(dp_shard=2, tp=2, ep=2)
+    plan = tp.resolve(tp.Request(accelerator="cpu", devices=4, strategy="model_parallel", strategy_options=options))
+    assert plan.mesh is not None and (plan.mesh.shape, plan.mesh.ep) == ((1, 1, 2, 1, 2), 2)
+    found = tp.launch_with(plan, layouts_world.report, timeout=240)
+    return [json.loads(json.dumps(report)) for report in found]
+
+
+@pytest.mark.parametrize("layout", ["own", "dp_shard_4_ep_4", "pp_2_dp_shard_2"])
+def test_dense_and_expert_meshes_are_the_ones_torch_builds_by_hand(reports: list[dict[str, Any]], layout: str) -> None:
+    for rank, report in enumerate(reports):
+        assert report["rank"] == rank
+        for mesh in ("dense", "expert"):
+            seen = report[layout][mesh]
+            assert seen["coordinate"] == seen["by_hand"] == seen["plan"], f"rank {rank}, {layout} {mesh} mesh"
+            assert seen["groups"] == seen["groups_by_hand"] == seen["plan_groups"], f"rank {rank}, {layout} {mesh}"
+        assert report[layout]["expert"]["names"] == ["pp", "dp_replicate", "efsdp", "ep"]
+
+
+def test_expert_groups_follow_torchtitan(reports: list[dict[str, Any]]) -> None:
+    """ep groups are neighbouring ranks of the dp_shard × cp × tp region; efsdp the ranks ep apart."""
+    for rank, report in enumerate(reports):
+        assert report["own"]["expert"]["groups"]["ep"] == [rank - rank % 2, rank - rank % 2 + 1]
+        assert report["own"]["expert"]["groups"]["efsdp"] == [rank % 2, rank % 2 + 2]
+        assert report["dp_shard_4_ep_4"]["expert"]["groups"]["ep"] == [0, 1, 2, 3]
+        assert report["dp_shard_4_ep_4"]["expert"]["groups"]["efsdp"] == [rank]
+
+
+def test_rt_mesh_answers_the_peers_names(reports: list[dict[str, Any]]) -> None:
+    for rank, report in enumerate(reports):
+        shard_group, tensor_group = [rank % 2, rank % 2 + 2], [rank - rank % 2, rank - rank % 2 + 1]
+        expected = {name: shard_group for name in ("batch", "fsdp", "dp_shard_cp", "loss", "dp_cp")}
+        expected.update(data_parallel=shard_group, tensor_parallel=tensor_group)
+        assert report["peer_names"] == expected
+        assert report["own"]["aliases"] == expected
+
+
+@pytest.mark.parametrize("written_for", ["lightning", "torchtitan"])
+def test_a_peers_parallelize_function_runs_unchanged(reports: list[dict[str, Any]], written_for: str) -> None:
+    inputs, targets = mesh_world.data()
+    reference = mesh_world.model()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.5)
+    losses = [torch.nn.functional.mse_loss(reference(inputs[shard::2]), targets[shard::2]) for shard in range(2)]
+    (sum(losses) / 2).backward()  # type: ignore[union-attr]
+    optimizer.step()
+    for rank, report in enumerate(reports):
+        assert report[written_for]["loss"] == pytest.approx(losses[rank // 2].item(), rel=1e-5)
+        for name, parameter in reference.named_parameters():
+            assert report[written_for]["parameters"][name] == pytest.approx(
+                parameter.detach().flatten().tolist(), rel=1e-4, abs=1e-6
+            )
+
+
+def test_four_experts_over_ep_4_match_one_process(reports: list[dict[str, Any]]) -> None:
+    router, experts = layouts_world.moe_parts()
+    inputs, targets = layouts_world.moe_data()
+    output = layouts_world.moe_output(router, dict(enumerate(experts)), inputs)
+    loss = torch.nn.functional.mse_loss(output, targets)
+    loss.backward()  # type: ignore[no-untyped-call]
+    expected = {f"router.{name}": p for name, p in router.named_parameters()}
+    expected.update(
+        {f"experts.{index}.{name}": p for index, expert in enumerate(experts) for name, p in expert.named_parameters()}
+    )
+    held: list[int] = []
+    for rank, report in enumerate(reports):
+        moe = report["moe"]
+        assert moe["experts"] == [rank], "each of the 4 ranks holds one expert"
+        held += moe["experts"]
+        assert moe["loss"] == pytest.approx(loss.item(), rel=1e-5)
+        for name, grad in moe["grads"].items():
+            reference = expected[name].grad
+            assert reference is not None
+            assert grad == pytest.approx(reference.flatten().tolist(), rel=1e-5, abs=1e-6), f"rank {rank}: {name}"
+    assert sorted(held) == list(range(layouts_world.EXPERTS))
+
+
+def test_a_two_stage_pipeline_under_torchs_1f1b_has_one_process_loss_and_gradients(
+    reports: list[dict[str, Any]],
+) -> None:
+    inputs, targets = mesh_world.data()
+    for shard in range(2):
+        reference = mesh_world.model()
+        loss = torch.nn.functional.mse_loss(reference(inputs[shard::2]), targets[shard::2])
+        loss.backward()  # type: ignore[no-untyped-call]
+        first, last = reports[shard]["pipeline"], reports[shard + 2]["pipeline"]  # pp is outermost: ranks 2 apart
+        assert (first["stage"], last["stage"]) == (0, 1)
+        assert first["schedule"] == last["schedule"] == "Schedule1F1B"
+        assert first["pp_group"] == last["pp_group"] == [shard, shard + 2]
+        assert first["loss"] is None and last["loss"] == pytest.approx(loss.item(), rel=1e-5)
+        expected = {name: p.grad for name, p in reference.named_parameters()}
+        seen = {
+            **{k: v for k, v in first["grads"].items()},
+            **{str(int(k[0]) + 2) + k[1:]: v for k, v in last["grads"].items()},
+        }
+        assert seen.keys() == expected.keys()
+        for name, grad in seen.items():
+            reference_grad = expected[name]
+            assert reference_grad is not None
+            assert grad == pytest.approx(reference_grad.flatten().tolist(), rel=1e-5, abs=1e-6), name
+    assert all("stage_indices=(0,)" in report["own_pipeline"] for report in reports), "pp=1: every rank is stage 0"

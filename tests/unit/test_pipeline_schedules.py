@@ -1,0 +1,78 @@
+"""The pipeline record (`ModelParallelOptions.pp_schedule`, `pp_microbatches`, `pp_virtual_stages`): torch's
+schedules by their own names, each with the rules torch's classes enforce, planned into `plan.mesh.pipeline`; the
+stages a rank holds as torch's schedules place them."""
+
+from __future__ import annotations
+
+import pytest
+from torch.distributed.pipelining.schedules import get_schedule_class
+
+from trainplan import Environment, Incompatible, ModelParallelOptions, Plan, Request
+from trainplan.resolve import resolve
+from trainplan.rules import PIPELINE_SCHEDULE_RULES
+from trainplan.rules.mesh import stage_indices
+from trainplan.spec.names import PIPELINE_SCHEDULES
+
+
+def pipeline_plan(**options: object) -> Plan:
+    request = Request(
+        accelerator="cpu",
+        devices=4,
+        strategy="model_parallel",
+        strategy_options=ModelParallelOptions(pp=2, **options),  # type: ignore[arg-type]
+    )
+    return resolve(request, Environment(cpu_count=4))
+
+
+def test_every_schedule_is_torchs_own_and_has_a_row() -> None:
+    assert set(PIPELINE_SCHEDULE_RULES) == set(PIPELINE_SCHEDULES)
+    for name in PIPELINE_SCHEDULES:
+        assert get_schedule_class(name).__name__ == f"Schedule{name}"
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({}, ("1F1B", 2, 1)),
+        ({"pp_microbatches": 4}, ("1F1B", 4, 1)),
+        ({"pp_schedule": "GPipe", "pp_microbatches": 1}, ("GPipe", 1, 1)),
+        ({"pp_schedule": "Interleaved1F1B"}, ("Interleaved1F1B", 4, 2)),
+        (
+            {"pp_schedule": "InterleavedZeroBubble", "pp_virtual_stages": 3, "pp_microbatches": 8},
+            ("InterleavedZeroBubble", 8, 3),
+        ),
+        ({"pp_schedule": "ZBVZeroBubble"}, ("ZBVZeroBubble", 4, 2)),
+    ],
+)
+def test_a_pipeline_is_planned_with_its_microbatches_and_stages(
+    options: dict[str, object], expected: tuple[str, int, int]
+) -> None:
+    plan = pipeline_plan(**options)
+    assert plan.mesh is not None
+    pipeline = plan.mesh.pipeline
+    assert (pipeline.schedule, pipeline.microbatches, pipeline.virtual_stages) == expected
+    assert Plan.from_dict(plan.to_dict()) == plan
+
+
+@pytest.mark.parametrize(
+    ("options", "rule", "words"),
+    [
+        ({"pp_microbatches": 1}, "pipeline-microbatches", "Use pp_microbatches=2"),
+        ({"pp_schedule": "Interleaved1F1B", "pp_virtual_stages": 1}, "pipeline-virtual-stages", "pp_virtual_stages=2"),
+        ({"pp_schedule": "ZBVZeroBubble", "pp_virtual_stages": 3}, "pipeline-virtual-stages", "exactly 2 stages"),
+        ({"pp_schedule": "GPipe", "pp_virtual_stages": 2}, "pipeline-virtual-stages", "one stage per rank"),
+        ({"pp_schedule": "Interleaved1F1B", "pp_microbatches": 5}, "pipeline-microbatches", "Use pp_microbatches=4"),
+    ],
+)
+def test_a_pipeline_torch_would_refuse_is_refused_with_the_numbers(
+    options: dict[str, object], rule: str, words: str
+) -> None:
+    with pytest.raises(Incompatible) as refused:
+        pipeline_plan(**options)
+    assert refused.value.rule == rule and words in str(refused.value)
+
+
+def test_the_stages_a_rank_holds_follow_the_schedules_style() -> None:
+    assert [stage_indices("1F1B", rank, 4, 1) for rank in range(4)] == [(0,), (1,), (2,), (3,)]
+    assert [stage_indices("Interleaved1F1B", rank, 2, 3) for rank in range(2)] == [(0, 2, 4), (1, 3, 5)]
+    assert [stage_indices("ZBVZeroBubble", rank, 2, 2) for rank in range(2)] == [(0, 3), (1, 2)]
