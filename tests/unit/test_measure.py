@@ -39,3 +39,12 @@ def test_a_module_that_cannot_run_is_not_measurable() -> None:
         assert "by hand" in str(error)
     else:
         raise AssertionError("a wrong batch was measured")
+
+
+def test_the_root_unit_and_the_optimizer_steps_buffers_are_measured() -> None:
+    facts = tp.measure_model(_small, lambda: torch.randint(0, 1000, (2, 64)))
+    model = _small()
+    outside = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in model.layers.parameters())
+    assert facts.root_bytes == 4 * outside  # the embedding, the last norm and the head
+    assert facts.largest_layer_bytes == 4 * sum(p.numel() for p in model.layers[0].parameters())
+    assert facts.optimizer_step_bytes >= facts.parameter_bytes  # a foreach AdamW's intermediates

@@ -88,6 +88,7 @@ def _breakdown(item: MemoryEstimate) -> str:
         ("activations", item.activations),
         ("gathered layers", item.gathered),
         ("temporaries", item.temporaries),
+        ("optimizer step", item.step),
     )
     return ", ".join(f"{name} {gib(count)}" for name, count in parts if count)
 
