@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from trainplan.effects.extras import require_torch
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.memory import ModelFacts
+from trainplan.spec.names import HOST_DEVICE
 
 if TYPE_CHECKING:
     import torch
@@ -26,7 +27,7 @@ def measure_model(
     *,
     optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer] | None = None,
     loss: Callable[[Any], torch.Tensor] | None = None,
-    device: str = "cpu",
+    device: str = HOST_DEVICE,
 ) -> ModelFacts:
     """The facts of one training step of `module_factory()` on `batch()` (built under FakeTensorMode: write the
     factories so they create their tensors inside, e.g. `lambda: torch.randint(0, 32000, (1, 4096))`).
