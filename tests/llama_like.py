@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional
+from torch.utils.checkpoint import checkpoint
 
 
 class Block(nn.Module):
@@ -31,8 +32,11 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, *, vocab: int, hidden: int, layers: int, heads: int, ffn: int) -> None:
+    def __init__(
+        self, *, vocab: int, hidden: int, layers: int, heads: int, ffn: int, checkpointing: bool = False
+    ) -> None:
         super().__init__()
+        self.checkpointing = checkpointing
         self.embed = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(Block(hidden, heads, ffn) for _ in range(layers))
         self.norm = nn.RMSNorm(hidden)
@@ -41,10 +45,15 @@ class Decoder(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
         for layer in self.layers:
-            x = layer(x)
+            x = checkpoint(layer, x, use_reentrant=False) if self.checkpointing else layer(x)
         logits: torch.Tensor = self.head(self.norm(x))
         return logits
 
 
 def llama_7b() -> Decoder:
     return Decoder(vocab=32000, hidden=4096, layers=32, heads=32, ffn=11008)
+
+
+def small(checkpointing: bool = False) -> Decoder:
+    """A 21M-parameter decoder for measuring real worlds on CPU."""
+    return Decoder(vocab=8000, hidden=512, layers=4, heads=8, ffn=1376, checkpointing=checkpointing)

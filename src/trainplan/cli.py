@@ -53,6 +53,7 @@ from trainplan.rules import (
     Rules,
 )
 from trainplan.rules import LAUNCHERS as LAUNCHER_RULES
+from trainplan.rules.memory import WHAT_IF_PRECISION
 from trainplan.spec.environment import Environment
 from trainplan.spec.errors import InvalidRequest, TrainplanError, Unavailable, did_you_mean
 from trainplan.spec.memory import MemoryPolicy
@@ -356,7 +357,9 @@ def _add_fit_flags(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--hidden", type=int, default=None, help="hidden size (default: Llama's for --params)")
     model.add_argument("--sequence", type=int, default=4096, help="tokens per sample (default 4096)")
     model.add_argument("--batch-size", type=int, default=1, help="samples per GPU in one step (default 1)")
-    model.add_argument("--precision", default="bf16-mixed", help="the training precision (default bf16-mixed)")
+    model.add_argument(
+        "--precision", default=WHAT_IF_PRECISION, help=f"the training precision (default {WHAT_IF_PRECISION})"
+    )
     hardware = parser.add_argument_group("the GPUs (default: this machine's, probed)")
     hardware.add_argument("--gpus", default=None, metavar="NxSIZE", help="GPUs per node and their memory: 8x40GiB")
     hardware.add_argument("--nodes", type=int, default=1, help="nodes of that many GPUs (default 1)")
@@ -912,7 +915,7 @@ def _run_fit(arguments: argparse.Namespace) -> int:
         offload=not arguments.no_offload,
     )
     request = Request.from_config(
-        {"accelerator": "cuda", "strategy": arguments.strategy, "num_nodes": arguments.nodes, "precision": precision}
+        {"strategy": arguments.strategy, "num_nodes": arguments.nodes, "precision": precision}
     )
     env = _fit_environment(arguments)
     if arguments.nodes > 1 and not env.variables.get("MASTER_ADDR"):

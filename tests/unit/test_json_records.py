@@ -53,6 +53,7 @@ def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, Any, 
                 "--json",
             ),
         ),
+        ("plan", ("fit", "--params", "7e9", "--gpus", "8x40GiB", "--json")),  # its memory table
         ("probe", ("probe", "--no-probe", "--json")),
         ("migrate", ("migrate", "--gpus", "2", "--accelerator", "ddp", "--json")),
         ("gpus", ("gpus", "--json")),

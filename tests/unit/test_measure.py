@@ -39,3 +39,26 @@ def test_a_module_that_cannot_run_is_not_measurable() -> None:
         assert "by hand" in str(error)
     else:
         raise AssertionError("a wrong batch was measured")
+
+
+def test_the_root_unit_and_the_optimizer_steps_buffers_are_measured() -> None:
+    facts = tp.measure_model(_small, lambda: torch.randint(0, 1000, (2, 64)))
+    model = _small()
+    outside = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in model.layers.parameters())
+    assert facts.root_bytes == 4 * outside  # the embedding, the last norm and the head
+    assert facts.largest_layer_bytes == 4 * sum(p.numel() for p in model.layers[0].parameters())
+    assert facts.optimizer_step_bytes >= facts.parameter_bytes  # a foreach AdamW's intermediates
+
+
+def test_a_llama_shaped_7b_is_measured_without_allocating_it() -> None:
+    """6.7B parameters with AdamW hold 108 GB in one training step; measuring them must not hold even 2 GiB."""
+    import resource
+
+    from tests.llama_like import llama_7b
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    facts = tp.measure_model(llama_7b, lambda: torch.randint(0, 32000, (1, 512)))
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    assert facts.parameter_count == 6_738_415_616 and facts.layer_count == 32
+    assert facts.parameter_bytes + facts.gradient_bytes + facts.optimizer_bytes > 100 * 10**9
+    assert grown < 2 << 30, f"measuring grew the process by {grown / 2**30:.1f} GiB"

@@ -27,6 +27,7 @@ from trainplan import (
     Unavailable,
 )
 from trainplan.resolve import check, place_metric, resolve
+from trainplan.resolve.memory import transformer_facts
 from trainplan.rules import (
     FORK_STRATEGY_FOR,
     LAUNCHERS,
@@ -530,6 +531,21 @@ CASES: dict[str, Case] = {
     "garbage string": ({"devices": "two"}, cuda(2), InvalidRequest, None, ("neither a number",)),
     "nodes zero": ({"num_nodes": 0}, cpu(), InvalidRequest, None, ("at least 1",)),
     "precision 8": ({"precision": 8}, cpu(), InvalidRequest, None, ("64, 32 and 16",)),
+    # memory
+    "70b on one 24gb gpu": (
+        {"model": transformer_facts(parameters=70e9)},
+        cuda(1, cuda_memory_bytes=(24 << 30,), host_memory_bytes=64 << 30),
+        Incompatible,
+        "memory-nothing-fits",
+        ("fits no layout on 1 device(s) of 24.0 GiB", "To fit it: use 19 such devices"),
+    ),
+    "7b under ddp on 40gb": (
+        {"model": transformer_facts(parameters=7e9, layers=32, hidden=4096), "strategy": "ddp"},
+        cuda(8, cuda_memory_bytes=(40 << 30,) * 8),
+        Incompatible,
+        "memory-strategy-too-big",
+        ("strategy 'ddp' will not fit", "These fit: fsdp"),
+    ),
 }
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from trainplan.effects.extras import require_torch
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.memory import ModelFacts
+from trainplan.spec.names import HOST_DEVICE
 
 if TYPE_CHECKING:
     import torch
@@ -26,7 +27,7 @@ def measure_model(
     *,
     optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer] | None = None,
     loss: Callable[[Any], torch.Tensor] | None = None,
-    device: str = "cpu",
+    device: str = HOST_DEVICE,
 ) -> ModelFacts:
     """The facts of one training step of `module_factory()` on `batch()` (built under FakeTensorMode: write the
     factories so they create their tensors inside, e.g. `lambda: torch.randint(0, 32000, (1, 4096))`).
@@ -75,6 +76,7 @@ def measure_model(
     samples = int(arguments[0].shape[0]) if arguments and arguments[0].dim() else 1
     parameters = list(model.parameters())
     largest = max((_module_bytes(layer) for layer in layers), default=_module_bytes(model))
+    in_layers = sum(_module_bytes(layer) for layer in layers)
     return ModelFacts(
         parameter_count=sum(parameter.numel() for parameter in parameters),
         parameter_bytes=_category(after, "PARAM") + _category(after, "BUFFER"),
@@ -84,7 +86,10 @@ def measure_model(
         layer_count=max(len(layers), 1),
         layer_input_bytes_per_sample=-(-(layer_input[0] if layer_input else 0) // samples),
         largest_layer_bytes=largest,
+        root_bytes=_module_bytes(model) - in_layers if layers else 0,
         temporary_bytes=_category(peak, "TEMP"),
+        # the step's own buffers: the optimizer's peak over the states it keeps
+        optimizer_step_bytes=max(_category(peak, "OPT") - _category(after, "OPT"), 0),
         batch_size=samples,
         dtype=str(parameters[0].dtype).removeprefix("torch.") if parameters else "float32",
     )

@@ -148,7 +148,7 @@ def _draw_expert_mesh(mesh: MeshLayout) -> list[str]:
 
 
 _GIB = 1 << 30
-_COLUMNS = ("params", "grads", "optim", "activ", "gather", "temp", "total", "host")
+_COLUMNS = ("params", "grads", "optim", "activ", "gather", "temp", "step", "total", "host")
 
 
 def memory_table(memory: MemoryPlan) -> list[str]:
@@ -157,7 +157,8 @@ def memory_table(memory: MemoryPlan) -> list[str]:
     host = "" if memory.host_bytes is None else f", host {memory.host_bytes / _GIB:.1f} GiB a node"
     lines = [
         f"memory per device (GiB): {memory.device_bytes / _GIB:.1f} a device, budget {memory.budget_bytes / _GIB:.1f} "
-        f"after {policy.headroom:.0%} headroom{host}",
+        f"after {policy.headroom:.0%} headroom{host}; total = params + grads + optim + the larger of "
+        "(activ + gather + temp) and step",
         "  " + "layout".ljust(24) + "".join(column.rjust(8) for column in _COLUMNS) + "  verdict",
     ]
     for item in memory.candidates:
@@ -169,6 +170,7 @@ def memory_table(memory: MemoryPlan) -> list[str]:
             item.activations,
             item.gathered,
             item.temporaries,
+            item.step,
             item.total,
             item.host,
         )

@@ -13,6 +13,7 @@ from trainplan.rules.memory import (
     ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN,
     BYTES_PER_PARAMETER,
     WHAT_IF_PRECISION,
+    WHAT_IF_VOCABULARY,
     MemoryLayout,
     Placement,
 )
@@ -71,7 +72,8 @@ def estimate(
             (facts.optimizer_bytes, layout.optimizer),
         )
     ]
-    per_layer_parameters = facts.largest_layer_bytes if layout.parameters != "whole" else 0
+    sharded = layout.parameters != "whole"
+    gathered = layout.gathered_layers * facts.largest_layer_bytes + facts.root_bytes if sharded else 0
     if checkpointing:
         saved = facts.layer_count * facts.layer_input_bytes_per_sample + facts.activation_bytes_per_layer
     else:
@@ -86,8 +88,9 @@ def estimate(
         gradients=split[1][0],
         optimizer=split[2][0],
         activations=-(-facts.batch_size * saved // degree),
-        gathered=-(-layout.gathered_layers * per_layer_parameters // degree),
-        temporaries=facts.temporary_bytes,
+        gathered=-(-gathered // degree),
+        temporaries=facts.temporary_bytes + layout.gradient_buckets * split[1][0],
+        step=_share(-(-facts.optimizer_step_bytes // degree), layout.optimizer, data_parallel, node_shards)[0],
         host=sum(host for _, host in split),
         fits=False,
         verdict="",
@@ -204,13 +207,16 @@ def transformer_facts(
     sequence: int = 4096,
     batch_size: int = 1,
     precision: PrecisionKey = WHAT_IF_PRECISION,
+    vocabulary: int = WHAT_IF_VOCABULARY,
 ) -> ModelFacts:
     """The facts of a Llama-like decoder's training step with Adam, from its shape (a what-if, no module needed).
 
     Weights, gradients and optimizer states per parameter come from `rules.memory.BYTES_PER_PARAMETER` (16-bit mixed
     precision: the ZeRO paper's 2 + 2 + 12 bytes); a layer's activations are 34·s·h bytes per sample (Korthikanti et
     al. 2022, with flash attention) and its input 2·s·h. Without `hidden` and `layers`, Llama's proportions are
-    assumed: 12·L·h² parameters with L = h / 128 (7B: h 4096, L 32)."""
+    assumed: 12·L·h² parameters with L = h / 128 (7B: h 4096, L 32). The embedding and the head (2 · vocabulary · h
+    parameters, within the count) are the root unit a sharded layout keeps gathered; the optimizer's step takes one
+    more copy of the parameters in fp32 (a foreach AdamW's intermediates)."""
     count = int(parameters)
     if count < 1 or precision not in BYTES_PER_PARAMETER:
         raise InvalidRequest(
@@ -225,6 +231,7 @@ def transformer_facts(
     if layers is None:
         layers = max(1, hidden // 128)
     weights, gradients, states = BYTES_PER_PARAMETER[precision]
+    root = min(2 * vocabulary * hidden, count // 2)
     activation_scale = 1 if weights <= 2 else 2  # 32-bit activations take twice the 16-bit bytes
     per_layer = ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN * sequence * hidden * activation_scale
     return ModelFacts(
@@ -235,8 +242,10 @@ def transformer_facts(
         activation_bytes_per_sample=per_layer * layers,
         layer_count=layers,
         layer_input_bytes_per_sample=2 * activation_scale * sequence * hidden,
-        largest_layer_bytes=weights * (count // layers),
+        largest_layer_bytes=weights * ((count - root) // layers),
+        root_bytes=weights * root,
         temporary_bytes=0,
+        optimizer_step_bytes=4 * count,
         batch_size=batch_size,
         dtype="bfloat16" if weights == 2 else "float32" if weights == 4 else "float64",
     )

@@ -48,6 +48,8 @@ class MemoryLayout:
     tensor_parallel: int = 1
     gathered_layers: int = 0
     """Layer-sized buffers a sharded layout holds at once (a layer's gathered parameters and unsharded gradients)."""
+    gradient_buckets: int = 0
+    """Copies of the gradients a layout's reducer keeps beside them (DDP's buckets: 1)."""
     min_processes: int = 2
     max_processes: int | None = None
     min_nodes: int = 1
@@ -86,6 +88,7 @@ MEMORY_LAYOUTS: Final[tuple[MemoryLayout, ...]] = (
         parameters="whole",
         gradients="whole",
         optimizer="whole",
+        gradient_buckets=1,  # torch's Reducer copies gradients into its buckets (gradient_as_bucket_view=False)
         description="DDP: every rank a full replica",
     ),
     MemoryLayout(
@@ -190,6 +193,9 @@ MEMORY_ORDER: Final = MemoryOrder(
 MEMORY_POLICY: Final = MemoryPolicy()
 """The policy of a request that names none: 10% of each device left free; checkpointing and offload allowed."""
 
+WHAT_IF_VOCABULARY: Final = 32000
+"""The vocabulary `transformer_facts` assumes unless told (Llama's): its embedding and head are the root unit."""
+
 MIXED_PRECISION_ADAM: Final = (2, 2, 12)
 """Bytes per parameter of (weights, gradients, optimizer states) under 16-bit mixed precision with Adam: the ZeRO
 paper's 2Ψ + 2Ψ + KΨ, K = 12 (fp32 master weights, momentum and variance)."""
@@ -223,6 +229,7 @@ __all__ = [
     "MEMORY_ORDER",
     "MEMORY_POLICY",
     "WHAT_IF_PRECISION",
+    "WHAT_IF_VOCABULARY",
     "MemoryLayout",
     "MemoryOrder",
     "Placement",

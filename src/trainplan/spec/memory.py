@@ -35,8 +35,14 @@ class ModelFacts:
     """One block's input per sample: what activation checkpointing keeps of each block."""
     largest_layer_bytes: int = 0
     """The parameters of the largest block: what a sharded layout gathers at once."""
+    root_bytes: int = 0
+    """Parameters outside the repeated blocks (embeddings, the output head): a sharded layout gathers them for the
+    whole forward and backward (FSDP's root unit)."""
     temporary_bytes: int = 0
-    """Other peak memory of the step (buffers, the loss, workspace), per device."""
+    """Other peak memory of the forward and backward (buffers, the loss, workspace), per device."""
+    optimizer_step_bytes: int = 0
+    """What the optimizer's step allocates for itself (a foreach AdamW's intermediates: about one copy of the
+    parameters), sharded as the optimizer's states are."""
     batch_size: int = 1
     """Samples per device in one step (the activations scale with it)."""
     dtype: str = "bfloat16"
@@ -76,8 +82,11 @@ class MemoryEstimate:
     optimizer: int
     activations: int
     gathered: int
-    """Parameters and gradients of whole layers gathered at once by a sharded layout."""
+    """Parameters and gradients of whole layers gathered at once by a sharded layout (and its root unit)."""
     temporaries: int
+    """The forward's and backward's other peak memory, DDP's gradient buckets included."""
+    step: int
+    """What the optimizer's step allocates for itself, on this device."""
     host: int
     """Bytes moved to host memory per process (offload)."""
     fits: bool
@@ -86,8 +95,10 @@ class MemoryEstimate:
 
     @property
     def total(self) -> int:
-        """The predicted peak per device."""
-        return self.parameters + self.gradients + self.optimizer + self.activations + self.gathered + self.temporaries
+        """The predicted peak per device: the larger of the forward-backward's peak (everything but the step's own
+        buffers) and the optimizer step's (the model states and those buffers; the activations are freed by then)."""
+        states = self.parameters + self.gradients + self.optimizer
+        return states + max(self.activations + self.gathered + self.temporaries, self.step)
 
 
 @attrs.frozen(kw_only=True)

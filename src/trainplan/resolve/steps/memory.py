@@ -88,6 +88,7 @@ def _breakdown(item: MemoryEstimate) -> str:
         ("activations", item.activations),
         ("gathered layers", item.gathered),
         ("temporaries", item.temporaries),
+        ("optimizer step", item.step),
     )
     return ", ".join(f"{name} {gib(count)}" for name, count in parts if count)
 
@@ -124,15 +125,18 @@ def _named(item: MemoryEstimate) -> str:
     return f"{item.layout}{' + activation checkpointing' if item.checkpointing else ''}"
 
 
+_FSDP_DEFAULTS = FSDPOptions()
+"""The FSDP options of a layout row that writes none (full shard)."""
+
+
 def layout_of(draft: Draft) -> MemoryLayout | None:
     """The layout row of the plan's explicit strategy and options (model_parallel: its mesh's tp), if one says it."""
     options, name = draft.options, draft.strategy_name
     for layout in draft.rules.memory_layouts:
         if layout.strategy != name:
             continue
-        if isinstance(options, FSDPOptions) and options.sharding_strategy != (
-            layout.options.sharding_strategy if isinstance(layout.options, FSDPOptions) else "FULL_SHARD"
-        ):
+        written = layout.options if isinstance(layout.options, FSDPOptions) else _FSDP_DEFAULTS
+        if isinstance(options, FSDPOptions) and options.sharding_strategy != written.sharding_strategy:
             continue
         if isinstance(options, ModelParallelOptions) and draft.mesh is not None:
             return attrs.evolve(layout, name=f"tp{draft.mesh.sizes['tp']}_fsdp", tensor_parallel=draft.mesh.sizes["tp"])
