@@ -45,6 +45,7 @@ from trainplan.rules import ACCELERATORS as ACCELERATOR_RULES
 from trainplan.rules import (
     BUILTIN_RULES,
     COUNTED_THROUGH,
+    HOST_DEVICE,
     LAUNCH_CHOICES_VARIABLE,
     MAX_CPU_COUNT,
     MAX_DEVICES_PER_NODE,
@@ -188,7 +189,7 @@ COMMAND_HELP: dict[str, tuple[str, tuple[str, ...]]] = {
         "or without activation checkpointing and offload), and show the arithmetic per device.",
         (
             "trainplan fit --params 7e9 --gpus 8x40GiB",
-            "trainplan fit --params 1.3e9 --gpus 2x24GiB --strategy ddp --json",
+            "trainplan fit --params 1.3e9 --gpus 2x24GiB --strategy fsdp --json",
         ),
     ),
     "launch": (
@@ -776,7 +777,7 @@ def _nproc_per_node(arguments: argparse.Namespace, given: str) -> tuple[str, str
     if word == "auto":  # torchrun's auto: every device of the accelerator, or one process per CPU without one
         env = _environment(arguments)
         trial = _resolved(Request.from_config({"accelerator": arguments.accelerator}), env, _rules(arguments))
-        if trial.device_type == "cpu":
+        if trial.device_type == HOST_DEVICE:
             count = str(env.cpu_count)
             return (
                 count,
