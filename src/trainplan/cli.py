@@ -40,7 +40,7 @@ from trainplan.render.records import error_record, plain, problems_record, versi
 from trainplan.render.report import render_report, report_to_dict
 from trainplan.render.spelling import flag_spelling, python_spelling
 from trainplan.resolve import check, resolve
-from trainplan.resolve.memory import transformer_facts
+from trainplan.resolve.memory import MAX_SHAPE, transformer_facts
 from trainplan.rules import ACCELERATORS as ACCELERATOR_RULES
 from trainplan.rules import (
     BUILTIN_RULES,
@@ -898,9 +898,17 @@ def _fit_environment(arguments: argparse.Namespace) -> Environment:
 
 def _run_fit(arguments: argparse.Namespace) -> int:
     parameters = parse_bytes(arguments.params)  # a count written as a size: 7e9, 7000000000
-    if parameters is None:
-        raise CliError(f"--params {arguments.params}: write the parameter count, e.g. --params 7e9")
+    if parameters is None or parameters > MAX_SHAPE:
+        raise CliError(f"--params {arguments.params}: write the parameter count, e.g. --params 7e9 (at most 1e15)")
     precision = Request.from_config({"precision": arguments.precision}).precision
+    for flag, value in (
+        ("--layers", arguments.layers),
+        ("--hidden", arguments.hidden),
+        ("--sequence", arguments.sequence),
+        ("--batch-size", arguments.batch_size),
+    ):
+        if value is not None and not 1 <= value <= MAX_SHAPE:
+            raise CliError(f"{flag} {value}: write a whole number from 1 to {MAX_SHAPE:.0e}")
     facts = transformer_facts(
         parameters=parameters,
         layers=arguments.layers,

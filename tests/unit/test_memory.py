@@ -248,3 +248,31 @@ def test_what_is_no_size_is_none(text: str) -> None:
     from trainplan.parse.memory import parse_bytes
 
     assert parse_bytes(text) is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--params", "1e400"], "--params 1e400: write the parameter count"),
+        (["--params", "1e16"], "at most 1e15"),
+        (["--params", "7e9", "--layers", "0"], "--layers 0: write a whole number"),
+        (["--params", "7e9", "--hidden", "-1"], "--hidden -1: write a whole number"),
+        (["--params", "7e9", "--sequence", "99999999999999999999"], "--sequence 99999999999999999999"),
+    ],
+)
+def test_fit_refuses_absurd_shapes_by_their_flag(
+    capsys: pytest.CaptureFixture[str], flags: list[str], words: str
+) -> None:
+    from trainplan.cli import main
+
+    with pytest.raises(SystemExit) as exit:
+        main(["fit", *flags, "--gpus", "8x40GiB"])
+    assert exit.value.code == 2 and words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field", ["layers", "hidden", "sequence", "batch_size"])
+def test_transformer_facts_refuses_a_shape_below_one_typed(field: str) -> None:
+    import trainplan as tp
+
+    with pytest.raises(tp.InvalidRequest, match=f"{field}=0 is not accepted"):
+        tp.transformer_facts(parameters=7e9, **{field: 0})

@@ -323,7 +323,11 @@ CASES: dict[str, Case] = {
         cpu(variables={key: value for key, value in SLURM_2x4.items() if key != "SLURM_STEP_ID"}),
         Incompatible,
         "slurm-batch-step",
-        ("batch script of SLURM job 1234567", "not one of the job's 8 tasks", "srun --kill-on-bad-exit=1 python train.py"),
+        (
+            "batch script of SLURM job 1234567",
+            "not one of the job's 8 tasks",
+            "srun --kill-on-bad-exit=1 python train.py",
+        ),
     ),
     "job with fewer gpus than processes": (
         {},

@@ -39,7 +39,10 @@ def parse_bytes(text: str) -> int | None:
     number, unit, binary, byte = match.groups()
     power = _UNITS[unit.lower()]
     base = 1000 if (byte and not binary and unit) else 1024
-    size = int(float(number) * base**power)
+    value = float(number) * base**power
+    if not value < MAX_BYTES + 1:  # beyond any machine, or beyond a float (1e400 reads as inf)
+        return None
+    size = int(value)
     return size if 0 < size <= MAX_BYTES else None
 
 

@@ -199,6 +199,10 @@ def _narrowest(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rule
     return high * hardware.processes_per_node
 
 
+MAX_SHAPE = 10**15
+"""The largest count a what-if model's shape takes (parameters, layers, hidden, sequence, batch): beyond any model."""
+
+
 def transformer_facts(
     *,
     parameters: float,
@@ -217,6 +221,24 @@ def transformer_facts(
     assumed: 12·L·h² parameters with L = h / 128 (7B: h 4096, L 32). The embedding and the head (2 · vocabulary · h
     parameters, within the count) are the root unit a sharded layout keeps gathered; the optimizer's step takes one
     more copy of the parameters in fp32 (a foreach AdamW's intermediates)."""
+    for name, value, limit in (
+        ("parameters", parameters, MAX_SHAPE),
+        ("layers", layers, MAX_SHAPE),
+        ("hidden", hidden, MAX_SHAPE),
+        ("sequence", sequence, MAX_SHAPE),
+        ("batch_size", batch_size, MAX_SHAPE),
+    ):
+        if value is not None and not (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and 1 <= value <= limit
+        ):
+            raise InvalidRequest(
+                field=name,
+                value=value,
+                reason=f"a model's {name} is a whole number from 1 to {limit:.0e}",
+                fix=f"Write e.g. transformer_facts(parameters=7e9, {name}=...) with a positive {name}"
+                if name != "parameters"
+                else "Write e.g. transformer_facts(parameters=7e9)",
+            )
     count = int(parameters)
     if count < 1 or precision not in BYTES_PER_PARAMETER:
         raise InvalidRequest(
