@@ -275,4 +275,4 @@ def test_transformer_facts_refuses_a_shape_below_one_typed(field: str) -> None:
     import trainplan as tp
 
     with pytest.raises(tp.InvalidRequest, match=f"{field}=0 is not accepted"):
-        tp.transformer_facts(parameters=7e9, **{field: 0})
+        tp.transformer_facts(parameters=7e9, **{field: 0})  # type: ignore[arg-type]

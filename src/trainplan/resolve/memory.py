@@ -221,13 +221,15 @@ def transformer_facts(
     assumed: 12·L·h² parameters with L = h / 128 (7B: h 4096, L 32). The embedding and the head (2 · vocabulary · h
     parameters, within the count) are the root unit a sharded layout keeps gathered; the optimizer's step takes one
     more copy of the parameters in fp32 (a foreach AdamW's intermediates)."""
-    for name, value, limit in (
-        ("parameters", parameters, MAX_SHAPE),
-        ("layers", layers, MAX_SHAPE),
-        ("hidden", hidden, MAX_SHAPE),
-        ("sequence", sequence, MAX_SHAPE),
-        ("batch_size", batch_size, MAX_SHAPE),
-    ):
+    shape: tuple[tuple[str, object], ...] = (  # objects: a caller without a type checker may pass anything
+        ("parameters", parameters),
+        ("layers", layers),
+        ("hidden", hidden),
+        ("sequence", sequence),
+        ("batch_size", batch_size),
+    )
+    for name, value in shape:
+        limit = MAX_SHAPE
         if value is not None and not (
             isinstance(value, (int, float)) and not isinstance(value, bool) and 1 <= value <= limit
         ):
