@@ -59,15 +59,23 @@ def run_script(
             runpy.run_path(program, run_name="__main__")
     except SystemExit:
         raise
-    except BaseException:
-        # Shown on the rank's stderr, as the interpreter shows an uncaught exception; the engine then records it
-        # (its error file) and the worker exits 1.
-        traceback.print_exc()
+    except BaseException as error:
+        # Shown on the rank's stderr, as the interpreter shows an uncaught exception (from the script's own frames
+        # on, not this module's and runpy's); the engine then records it (its error file) and the worker exits 1.
+        frames = error.__traceback__
+        while frames is not None and frames.tb_next is not None and _ours(frames.tb_frame.f_code.co_filename):
+            frames = frames.tb_next
+        traceback.print_exception(type(error), error, frames)
         raise
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 stream.flush()
+
+
+def _ours(filename: str) -> bool:
+    """Whether a traceback frame is of this module or of runpy (which ran the script), not the script's."""
+    return filename == __file__ or filename.endswith(("runpy.py", "<frozen runpy>"))
 
 
 def _unbuffered() -> None:
