@@ -135,8 +135,8 @@ def test_import_trainplan_builds_nothing_until_a_name_is_used() -> None:
     ("argv", "unloaded"),
     [
         ([], ("trainplan.effects.elastic", "trainplan.effects.launching", "trainplan.effects.report", "dotenv")),
-        (["matrix"], ("trainplan.effects.elastic", "trainplan.effects.probing", "trainplan.render.emit")),
-        (["migrate", "--gpus", "2"], ("trainplan.effects.elastic", "trainplan.effects.probing")),
+        (["matrix"], ("trainplan.effects.elastic", "trainplan.effects.report", "trainplan.render.emit")),
+        (["migrate", "--gpus", "2"], ("trainplan.effects.elastic", "trainplan.render.matrix")),
     ],
 )
 def test_the_cli_imports_only_the_subcommand_it_runs(argv: list[str], unloaded: tuple[str, ...]) -> None:

@@ -227,3 +227,15 @@ class TestProbeAgain:
         plan = trainplan.resolve(request)  # a second call, in a SLURM job of 2 nodes now
         assert (plan.num_nodes, plan.world_size, plan.launcher) == (2, 4, "external")
         assert plan.cluster.kind == "slurm"
+
+
+def test_the_variables_probe_reads_from_its_own_copy_are_relevant_ones() -> None:
+    """probe() reads CUDA_VISIBLE_DEVICES and the launcher variables of the process-tree facts from the relevant
+    variables it copied (not from the environment again): each must be one of them."""
+    from trainplan.rules import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
+
+    read = ["CUDA_VISIBLE_DEVICES", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID", "SLURM_STEP_ID"]
+    read += ["SLURM_STEP_NUM_NODES", "SLURM_STEP_TASKS_PER_NODE"]
+    assert [
+        name for name in read if name not in RELEVANT_VARIABLES and not name.startswith(RELEVANT_VARIABLE_PREFIXES)
+    ] == []

@@ -223,7 +223,7 @@ def probe(
         interactive=is_interactive(),
         start_methods=static.start_methods,
         packages=static.packages,
-        variables=_with_proxy(variables, environ),
+        variables=_with_proxy(variables, variables),  # the launcher variables it reads are relevant ones
     )
     last = _last_environment[0] if _last_environment else None
     if last is not None and last[0] == facts:
@@ -246,6 +246,8 @@ class _Facts(NamedTuple):
     start_methods: tuple[StartMethod, ...]
     packages: frozenset[str]
     variables: dict[str, str]
+    cuda_memory_bytes: tuple[int, ...]
+    host_memory_bytes: int | None
 
 
 _last_environment: list[tuple[_Facts, Environment]] = []
