@@ -9,7 +9,7 @@ import os
 import platform
 import sys
 
-from benchmarks import bench_gpus, bench_launch, bench_launch_script, bench_metrics, bench_resolve, plots
+from benchmarks import bench_cli, bench_gpus, bench_launch, bench_launch_script, bench_metrics, bench_resolve, plots
 from benchmarks.common import table
 
 
@@ -22,10 +22,12 @@ def main() -> None:
         raise SystemExit("usage: python -m benchmarks [resolve]")
     metric_curves = bench_metrics.curves()
     launch_curves = bench_launch.spawn_curves()
-    rows = bench_resolve.run() + bench_gpus.run() + bench_launch.run(launch_curves)
+    rows = bench_cli.run() + bench_resolve.run() + bench_gpus.run() + bench_launch.run(launch_curves)
     rows += bench_launch_script.run() + bench_metrics.run(metric_curves)
     print(f"Measured {datetime.date.today().isoformat()} on {_machine()}.\n")
     print(table(rows))
+    print()
+    print(bench_cli.importtime_report())
     for path in plots.write(metric_curves, launch_curves):
         print(f"\nwrote {path}")
 

@@ -6,104 +6,26 @@
 `resolve(request, env=None)` probes this machine when no environment is given; the core function
 `trainplan.resolve.resolve(request, env)` always takes it explicitly. Importing trainplan never
 imports torch.
+
+`import trainplan` imports nothing of trainplan but this module: every public name loads when it is first read
+(module `__getattr__`, `_LAZY`), so a tool that only resolves never builds the launchers' classes, and the CLI's
+`trainplan plan` never imports the elastic launcher. The imports under TYPE_CHECKING are what a type checker sees.
 """
 
 from __future__ import annotations
 
 import importlib
-import warnings as _warnings
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import sys
+import types
 
 from trainplan._version import __version__
-from trainplan.parse.fields import request_from_config as _request_from_config
-from trainplan.parse.legacy import from_legacy as _from_legacy
-from trainplan.parse.plan_json import plan_from_dict as _plan_from_dict
-from trainplan.parse.plan_json import plan_to_dict as _plan_to_dict
-from trainplan.render.explain import explain as _explain
-from trainplan.resolve import check as _check
-from trainplan.resolve import place_metric
-from trainplan.resolve import resolve as _resolve
-from trainplan.resolve.memory import transformer_facts
-from trainplan.rules import (
-    BUILTIN_RULES,
-    AcceleratorRule,
-    AutoStrategyRule,
-    BackendRule,
-    ClusterRule,
-    DefaultPort,
-    FamilyRule,
-    FrameworkAccelerator,
-    JobPort,
-    JobVariable,
-    JobVariables,
-    NotATask,
-    PrecisionRecipe,
-    PrecisionRule,
-    Rules,
-    StrategyRule,
-)
-from trainplan.spec import (
-    AcceleratorFlag,
-    AcceleratorName,
-    BackendName,
-    ClusterEnvironmentError,
-    ClusterFlag,
-    ClusterInfo,
-    ClusterName,
-    DDPOptions,
-    DeepSpeedOptions,
-    Environment,
-    FSDPOptions,
-    GpuFacts,
-    GpuStatus,
-    Incompatible,
-    InvalidRequest,
-    LauncherName,
-    MemoryEstimate,
-    MemoryPlan,
-    MemoryPolicy,
-    MeshDimension,
-    MeshDimensionError,
-    MeshLayout,
-    MeshQueryError,
-    MeshRankError,
-    MetricPlacement,
-    MetricSlot,
-    MetricsStore,
-    MissingRule,
-    ModelFacts,
-    ModelParallelOptions,
-    Note,
-    Plan,
-    PlanFormatError,
-    PrecisionFlag,
-    PrecisionName,
-    Request,
-    StrategyChoice,
-    StrategyFamily,
-    StrategyFlag,
-    StrategyName,
-    StrategyOptions,
-    TrainplanError,
-    TrainplanWarning,
-    Unavailable,
-)
 from trainplan.spec.entry import EntryPoints as _EntryPoints
 from trainplan.spec.entry import install as _install
-from trainplan.spec.names import AcceleratorKey, BackendKey, ClusterKey, CustomName, PrecisionKey, StrategyKey
 
-_install(
-    _EntryPoints(
-        request_from_config=_request_from_config,
-        request_from_legacy=_from_legacy,
-        plan_to_dict=_plan_to_dict,
-        plan_from_dict=_plan_from_dict,
-        explain=_explain,
-    )
-)
-
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads any TYPE_CHECKING as True)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from trainplan.effects.adapters import (
         accelerate_launch_flags,
         accelerate_parallelism_config,
@@ -137,14 +59,82 @@ if TYPE_CHECKING:
     from trainplan.effects.probing import probe
     from trainplan.effects.runtime import NotWrappable, Runtime, runtime
     from trainplan.effects.world import JoinError, World, WorldMismatch, join
+    from trainplan.resolve import place_metric
+    from trainplan.resolve.memory import transformer_facts
+    from trainplan.rules import (
+        BUILTIN_RULES,
+        AcceleratorRule,
+        AutoStrategyRule,
+        BackendRule,
+        ClusterRule,
+        DefaultPort,
+        FamilyRule,
+        FrameworkAccelerator,
+        JobPort,
+        JobVariable,
+        JobVariables,
+        NotATask,
+        PrecisionRecipe,
+        PrecisionRule,
+        Rules,
+        StrategyRule,
+    )
+    from trainplan.spec import (
+        AcceleratorFlag,
+        AcceleratorName,
+        BackendName,
+        ClusterEnvironmentError,
+        ClusterFlag,
+        ClusterInfo,
+        ClusterName,
+        DDPOptions,
+        DeepSpeedOptions,
+        Environment,
+        FSDPOptions,
+        GpuFacts,
+        GpuStatus,
+        Incompatible,
+        InvalidRequest,
+        LauncherName,
+        MemoryEstimate,
+        MemoryPlan,
+        MemoryPolicy,
+        MeshDimension,
+        MeshDimensionError,
+        MeshLayout,
+        MeshQueryError,
+        MeshRankError,
+        MetricPlacement,
+        MetricSlot,
+        MetricsStore,
+        MissingRule,
+        ModelFacts,
+        ModelParallelOptions,
+        Note,
+        Plan,
+        PlanFormatError,
+        PrecisionFlag,
+        PrecisionName,
+        Request,
+        StrategyChoice,
+        StrategyFamily,
+        StrategyFlag,
+        StrategyName,
+        StrategyOptions,
+        TrainplanError,
+        TrainplanWarning,
+        Unavailable,
+    )
+    from trainplan.spec.names import AcceleratorKey, BackendKey, ClusterKey, CustomName, PrecisionKey, StrategyKey
 
 
-# The effects layer loads on first use: `import trainplan` stays light (no subprocess, socket or
-# multiprocessing machinery until something launches or probes).
-_LAZY = {
-    "probe": "trainplan.effects.probing",
-    "measure_model": "trainplan.effects.measure",
-    "NotMeasurable": "trainplan.effects.measure",
+_LAZY: dict[str, str] = {
+    "accelerate_launch_flags": "trainplan.effects.adapters",
+    "accelerate_parallelism_config": "trainplan.effects.adapters",
+    "accelerator_arguments": "trainplan.effects.adapters",
+    "fabric_arguments": "trainplan.effects.adapters",
+    "lightning_trainer_arguments": "trainplan.effects.adapters",
+    "MissingExtra": "trainplan.effects.extras",
     "find_usable_cuda_devices": "trainplan.effects.gpus",
     "gpu_statuses": "trainplan.effects.gpus",
     "LaunchError": "trainplan.effects.launching",
@@ -154,29 +144,95 @@ _LAZY = {
     "WorkerFailed": "trainplan.effects.launching",
     "launch": "trainplan.effects.launching",
     "launch_with": "trainplan.effects.launching",
+    "NotMeasurable": "trainplan.effects.measure",
+    "measure_model": "trainplan.effects.measure",
     "InvalidMetric": "trainplan.effects.metrics",
     "MetricError": "trainplan.effects.metrics",
     "MetricKeyMismatch": "trainplan.effects.metrics",
     "MetricNaN": "trainplan.effects.metrics",
     "MetricOverflow": "trainplan.effects.metrics",
     "MetricStore": "trainplan.effects.metrics",
-    "metric_store": "trainplan.effects.metrics",
-    "PlainValue": "trainplan.effects.metrics",
     "NotInWorld": "trainplan.effects.metrics",
+    "PlainValue": "trainplan.effects.metrics",
+    "metric_store": "trainplan.effects.metrics",
+    "probe": "trainplan.effects.probing",
+    "NotWrappable": "trainplan.effects.runtime",
+    "Runtime": "trainplan.effects.runtime",
+    "runtime": "trainplan.effects.runtime",
     "JoinError": "trainplan.effects.world",
     "World": "trainplan.effects.world",
     "WorldMismatch": "trainplan.effects.world",
     "join": "trainplan.effects.world",
-    "Runtime": "trainplan.effects.runtime",
-    "NotWrappable": "trainplan.effects.runtime",
-    "runtime": "trainplan.effects.runtime",
-    "MissingExtra": "trainplan.effects.extras",
-    "accelerate_launch_flags": "trainplan.effects.adapters",
-    "accelerate_parallelism_config": "trainplan.effects.adapters",
-    "accelerator_arguments": "trainplan.effects.adapters",
-    "fabric_arguments": "trainplan.effects.adapters",
-    "lightning_trainer_arguments": "trainplan.effects.adapters",
+    "place_metric": "trainplan.resolve",
+    "transformer_facts": "trainplan.resolve.memory",
+    "AcceleratorRule": "trainplan.rules",
+    "AutoStrategyRule": "trainplan.rules",
+    "BUILTIN_RULES": "trainplan.rules",
+    "BackendRule": "trainplan.rules",
+    "ClusterRule": "trainplan.rules",
+    "DefaultPort": "trainplan.rules",
+    "FamilyRule": "trainplan.rules",
+    "FrameworkAccelerator": "trainplan.rules",
+    "JobPort": "trainplan.rules",
+    "JobVariable": "trainplan.rules",
+    "JobVariables": "trainplan.rules",
+    "NotATask": "trainplan.rules",
+    "PrecisionRecipe": "trainplan.rules",
+    "PrecisionRule": "trainplan.rules",
+    "Rules": "trainplan.rules",
+    "StrategyRule": "trainplan.rules",
+    "AcceleratorFlag": "trainplan.spec",
+    "AcceleratorName": "trainplan.spec",
+    "BackendName": "trainplan.spec",
+    "ClusterEnvironmentError": "trainplan.spec",
+    "ClusterFlag": "trainplan.spec",
+    "ClusterInfo": "trainplan.spec",
+    "ClusterName": "trainplan.spec",
+    "DDPOptions": "trainplan.spec",
+    "DeepSpeedOptions": "trainplan.spec",
+    "Environment": "trainplan.spec",
+    "FSDPOptions": "trainplan.spec",
+    "GpuFacts": "trainplan.spec",
+    "GpuStatus": "trainplan.spec",
+    "Incompatible": "trainplan.spec",
+    "InvalidRequest": "trainplan.spec",
+    "LauncherName": "trainplan.spec",
+    "MemoryEstimate": "trainplan.spec",
+    "MemoryPlan": "trainplan.spec",
+    "MemoryPolicy": "trainplan.spec",
+    "MeshDimension": "trainplan.spec",
+    "MeshDimensionError": "trainplan.spec",
+    "MeshLayout": "trainplan.spec",
+    "MeshQueryError": "trainplan.spec",
+    "MeshRankError": "trainplan.spec",
+    "MetricPlacement": "trainplan.spec",
+    "MetricSlot": "trainplan.spec",
+    "MetricsStore": "trainplan.spec",
+    "MissingRule": "trainplan.spec",
+    "ModelFacts": "trainplan.spec",
+    "ModelParallelOptions": "trainplan.spec",
+    "Note": "trainplan.spec",
+    "Plan": "trainplan.spec",
+    "PlanFormatError": "trainplan.spec",
+    "PrecisionFlag": "trainplan.spec",
+    "PrecisionName": "trainplan.spec",
+    "Request": "trainplan.spec",
+    "StrategyChoice": "trainplan.spec",
+    "StrategyFamily": "trainplan.spec",
+    "StrategyFlag": "trainplan.spec",
+    "StrategyName": "trainplan.spec",
+    "StrategyOptions": "trainplan.spec",
+    "TrainplanError": "trainplan.spec",
+    "TrainplanWarning": "trainplan.spec",
+    "Unavailable": "trainplan.spec",
+    "AcceleratorKey": "trainplan.spec.names",
+    "BackendKey": "trainplan.spec.names",
+    "ClusterKey": "trainplan.spec.names",
+    "CustomName": "trainplan.spec.names",
+    "PrecisionKey": "trainplan.spec.names",
+    "StrategyKey": "trainplan.spec.names",
 }
+"""Each public name → the module that defines it, imported when the name is first read."""
 
 
 def __getattr__(name: str) -> object:
@@ -193,7 +249,41 @@ def __dir__() -> list[str]:
     return sorted({*__all__, *(name for name in globals() if name.startswith("__") and name.endswith("__"))})
 
 
-def resolve(request: Request | None = None, env: Environment | None = None, rules: Rules = BUILTIN_RULES) -> Plan:
+class _Face(types.ModuleType):
+    """This module's type: importing the subpackage `trainplan.resolve` (which happens on first use now, not at
+    `import trainplan`) must not replace the face's `resolve` function with the subpackage, as the import system
+    sets a package's attribute to each submodule it loads. The subpackage stays reachable as
+    `sys.modules["trainplan.resolve"]` and through `from trainplan.resolve import ...`."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "resolve" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Face
+
+
+def _load_entry_points() -> _EntryPoints:
+    """The records' entry points (`trainplan.spec.entry`), imported when a record first needs one."""
+    from trainplan.parse.fields import request_from_config
+    from trainplan.parse.legacy import from_legacy
+    from trainplan.parse.plan_json import plan_from_dict, plan_to_dict
+    from trainplan.render.explain import explain
+
+    return _EntryPoints(
+        request_from_config=request_from_config,
+        request_from_legacy=from_legacy,
+        plan_to_dict=plan_to_dict,
+        plan_from_dict=plan_from_dict,
+        explain=explain,
+    )
+
+
+_install(_load_entry_points)
+
+
+def resolve(request: Request | None = None, env: Environment | None = None, rules: Rules | None = None) -> Plan:
     """The plan for `request` (default: everything "auto") on `env` (default: this machine, probed).
 
     Inside a process a launcher started (torchrun, srun, mpirun, jsrun, `trainplan launch`, `launch`),
@@ -206,10 +296,10 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
     it was emitted with (TRAINPLAN_RULES: `rules`, or that rule set when the script has imported it; a variable
     never imports a module); `env` may then add what
     probe() cannot see, such as a downstream accelerator's device count. `rules` is the rule set to decide from
-    (`Rules.extend`).
+    (`Rules.extend`; None: `BUILTIN_RULES`).
     """
-    from trainplan.effects.probing import probe
-
+    probe, resolve_core, BUILTIN_RULES, Request, TrainplanWarning, warn = _resolving()
+    rules = BUILTIN_RULES if rules is None else rules
     if request is None:
         import os
 
@@ -256,18 +346,46 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
     if env is None:
         # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.
         env = probe(usable_gpus=getattr(request, "select_usable_gpus", False) is True, rules=rules)
-    plan = _resolve(request, env, rules)
+    plan = resolve_core(request, env, rules)
     for note in plan.notes:
         if note.level == "warning":  # said where it is seen, not only kept in the plan (filter TrainplanWarning)
-            _warnings.warn(TrainplanWarning(f"{note.code}: {note.message}", note.code), stacklevel=2)
+            warn(TrainplanWarning(f"{note.code}: {note.message}", note.code), stacklevel=2)
     return plan
+
+
+def _resolving() -> _Resolving:
+    """What `resolve` calls, imported on its first call and then kept (a framework may call it every step)."""
+    if _resolving_parts:
+        return _resolving_parts[0]
+    from warnings import warn
+
+    from trainplan.effects.probing import probe
+    from trainplan.resolve import resolve as resolve_core
+    from trainplan.rules import BUILTIN_RULES
+    from trainplan.spec import Request, TrainplanWarning
+
+    _resolving_parts.append((probe, resolve_core, BUILTIN_RULES, Request, TrainplanWarning, warn))
+    return _resolving_parts[0]
+
+
+if TYPE_CHECKING:
+    _Resolving = tuple[
+        Callable[..., Environment],
+        Callable[[Request, Environment, Rules], Plan],
+        Rules,
+        type[Request],
+        type[TrainplanWarning],
+        Callable[..., None],
+    ]
+_resolving_parts: list[_Resolving] = []
 
 
 def _carried_rules(reference: str, given: Rules) -> Rules:
     """The rule set an emitted job names (TRAINPLAN_RULES): `given` when it is that one, else the one this process
     has loaded (never imported: a variable names a rule set, the script passes or imports it)."""
     from trainplan.effects.rules_loading import loaded_rules
-    from trainplan.rules import RULES_VARIABLE
+    from trainplan.rules import BUILTIN_RULES, RULES_VARIABLE
+    from trainplan.spec import InvalidRequest
 
     if given is not BUILTIN_RULES:
         if given.reference != reference:
@@ -283,12 +401,17 @@ def _carried_rules(reference: str, given: Rules) -> Rules:
 
 
 def check(
-    request: Request | None = None, env: Environment | None = None, rules: Rules = BUILTIN_RULES
+    request: Request | None = None, env: Environment | None = None, rules: Rules | None = None
 ) -> Iterator[TrainplanError]:
-    """Every problem with `request` on `env` (default: this machine) under `rules`; empty when it resolves."""
+    """Every problem with `request` on `env` (default: this machine) under `rules` (None: `BUILTIN_RULES`); empty
+    when it resolves."""
     from trainplan.effects.probing import probe
+    from trainplan.resolve import check as check_core
+    from trainplan.rules import BUILTIN_RULES
+    from trainplan.spec import Request
 
-    return _check(Request() if request is None else request, probe(rules=rules) if env is None else env, rules)
+    rules = BUILTIN_RULES if rules is None else rules
+    return check_core(Request() if request is None else request, probe(rules=rules) if env is None else env, rules)
 
 
 __all__ = [

@@ -20,27 +20,17 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
-import dotenv.parser
 
 from trainplan._version import __version__
-from trainplan.effects.elastic import EngineOptions, launch_script
-from trainplan.effects.extras import require_torch
-from trainplan.effects.gpus import gpu_statuses
+
+# What only some subcommands run is imported in their functions: `trainplan plan` never imports the elastic
+# launcher, the bug report, the emitters, the memory model or python-dotenv.
 from trainplan.effects.probing import probe
-from trainplan.effects.report import bug_report
-from trainplan.mapping.workers import script_request
 from trainplan.parse.fields import REQUEST_FIELD_ROWS
 from trainplan.parse.legacy import LEGACY_FLAGS, MODERN_FLAGS
-from trainplan.parse.memory import parse_bytes
-from trainplan.parse.plan_json import request_to_dict
-from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun
 from trainplan.render.explain import memory_table
-from trainplan.render.matrix import matrix_record, render_matrix
 from trainplan.render.records import error_record, plain, problems_record, versioned
-from trainplan.render.report import render_report, report_to_dict
-from trainplan.render.spelling import flag_spelling, python_spelling
 from trainplan.resolve import check, resolve
-from trainplan.resolve.memory import MAX_SHAPE, transformer_facts
 from trainplan.rules import ACCELERATORS as ACCELERATOR_RULES
 from trainplan.rules import (
     BUILTIN_RULES,
@@ -467,6 +457,8 @@ def _assume(env: Environment, assumption: str, downstream: tuple[str, ...] = ())
 
 
 def _assumed_size(fact: str, value: str | None) -> int:
+    from trainplan.parse.memory import parse_bytes
+
     size = None if value is None else parse_bytes(value)
     if size is None:
         raise CliError(f"--assume {fact}={value}: write a size, e.g. --assume {fact}=40GiB")
@@ -519,6 +511,8 @@ def _package(value: str | None) -> str:
 
 
 def _read_env_file(path: Path) -> dict[str, str]:
+    import dotenv.parser
+
     try:
         if not path.exists():
             raise CliError(f"--env-file {path}: cannot read it (no such file)")
@@ -641,6 +635,9 @@ def _strategy_options(items: list[str]) -> dict[str, object] | None:
 
 
 def _run_migrate(arguments: argparse.Namespace) -> int:
+    from trainplan.parse.plan_json import request_to_dict
+    from trainplan.render.spelling import flag_spelling, python_spelling
+
     flags = {
         flag: getattr(arguments, flag)
         for flag in LEGACY_FLAGS + MODERN_FLAGS
@@ -663,6 +660,9 @@ def _run_migrate(arguments: argparse.Namespace) -> int:
 
 
 def _run_launch(arguments: argparse.Namespace) -> int:
+    from trainplan.effects.elastic import EngineOptions, launch_script
+    from trainplan.mapping.workers import script_request
+
     command = list(arguments.script)
     if command[:1] == ["--"]:
         command = command[1:]
@@ -854,18 +854,26 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
     request = _request(arguments)
     rules = _rules(arguments)
     if arguments.emit:
+        from trainplan.mapping.workers import script_request
+
         # The emitted job runs a script on every worker, whatever this session is.
         request, env = script_request(request, rules), attrs.evolve(env, interactive=False)
     plan = _resolved(request, env, rules)
     if arguments.emit == "torchrun":
+        from trainplan.render.emit import emit_torchrun
+
         print(emit_torchrun(plan, command))
     elif arguments.emit == "slurm":
+        from trainplan.render.emit import emit_slurm
+
         print(emit_slurm(plan, command, rules=rules, name=name))
     elif arguments.emit == "kubeflow":
         if arguments.image is None:
             raise CliError(
                 "--emit kubeflow needs --image: the container image that holds the script, torch and trainplan"
             )
+        from trainplan.render.emit import emit_kubeflow
+
         print(emit_kubeflow(plan, command, image=arguments.image, name=name, rules=rules))
     elif arguments.json:
         print(json.dumps(plan.to_dict(), indent=2))
@@ -875,6 +883,8 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
 
 
 def _size(flag: str, text: str) -> int:
+    from trainplan.parse.memory import parse_bytes
+
     size = parse_bytes(text)
     if size is None:
         raise CliError(f"{flag} {text}: write a size such as 40GiB, 80GB or 512MiB")
@@ -897,6 +907,9 @@ def _fit_environment(arguments: argparse.Namespace) -> Environment:
 
 
 def _run_fit(arguments: argparse.Namespace) -> int:
+    from trainplan.parse.memory import parse_bytes
+    from trainplan.resolve.memory import MAX_SHAPE, transformer_facts
+
     parameters = parse_bytes(arguments.params)  # a count written as a size: 7e9, 7000000000
     if parameters is None or parameters > MAX_SHAPE:
         raise CliError(f"--params {arguments.params}: write the parameter count, e.g. --params 7e9 (at most 1e15)")
@@ -949,6 +962,8 @@ def _run_fit(arguments: argparse.Namespace) -> int:
 
 
 def _run_gpus(arguments: argparse.Namespace) -> int:
+    from trainplan.effects.gpus import gpu_statuses
+
     wanted: int | None = None
     if arguments.count is not None:
         counted = whole_number(str(arguments.count))
@@ -978,6 +993,9 @@ def _run_gpus(arguments: argparse.Namespace) -> int:
 
 
 def _run_env(arguments: argparse.Namespace) -> int:
+    from trainplan.effects.report import bug_report
+    from trainplan.render.report import render_report, report_to_dict
+
     report = bug_report()
     print(json.dumps(versioned(report_to_dict(report)), indent=2) if arguments.json else render_report(report))
     return 0
@@ -1064,6 +1082,8 @@ def _command(arguments_list: list[str], command: list[str], wanted: dict[str, bo
     if arguments.command == "probe":
         return _run_probe(arguments)
     if arguments.command == "matrix":
+        from trainplan.render.matrix import matrix_record, render_matrix
+
         rules = _rules(arguments)
         print(json.dumps(versioned(matrix_record(rules)), indent=2) if arguments.json else render_matrix(rules))
         return 0
@@ -1079,6 +1099,8 @@ def _command(arguments_list: list[str], command: list[str], wanted: dict[str, bo
         print(_completion(arguments.shell))
         return 0
     if arguments.command == "launch":
+        from trainplan.effects.extras import require_torch
+
         require_torch("trainplan launch")  # its workers join a torch process group; the planning commands need none
         return _run_launch(arguments)
     if command and not arguments.emit:

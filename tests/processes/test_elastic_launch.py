@@ -208,3 +208,72 @@ def test_nodes_launched_with_different_devices_are_refused_on_every_node() -> No
         assert f"Launch every node with the same --devices (here {devices})" in stderr
     assert not any("WORLD" in stdout for stdout, _ in outputs), "no worker started"
     assert ranks == {"0", "1"}, "each node names the rank the rendezvous gave it"
+
+
+SERVED_WORLD = """\
+import json, os, sys
+import torch
+from torch import distributed
+
+distributed.init_process_group("gloo")
+value = torch.ones(1)
+distributed.all_reduce(value)
+state = {
+    "sum": value.item(),
+    "argv": sys.argv[1:],
+    "path0": sys.path[0],
+    "cuda": torch.cuda.is_initialized(),
+    "launcher_modules": sorted(m for m in sys.modules if m in ("trainplan.cli", "trainplan.effects.elastic")),
+    "own_session": os.getsid(0) == os.getpid(),
+    "safe_path": os.environ.get("PYTHONSAFEPATH"),
+    "given": os.environ.get("TRAINPLAN_TEST_GIVEN"),
+    "rank": os.environ["RANK"],
+    "main": __name__,
+}
+print("REPORT " + json.dumps(state))
+distributed.destroy_process_group()
+if sys.argv[1:] == ["fail"] and os.environ["RANK"] == "1":
+    raise ValueError("rank one refuses")
+"""
+
+
+@pytest.mark.timeout(300)  # two launches
+def test_a_script_forked_from_the_preloaded_server_runs_as_a_fresh_interpreter_would(tmp_path: Path) -> None:
+    """The workers are forked from a forkserver that imported torch: each still runs the script as `__main__` with
+    its arguments and its directory first on sys.path, in a session of its own, with the launch's environment,
+    no CUDA state and none of the launcher's modules; an uncaught exception is shown on the rank's stderr and
+    ends the run with exit code 1, as `python script.py` would."""
+    script = tmp_path / "served_world.py"
+    script.write_text(SERVED_WORLD)
+    command = [*TRAINPLAN, "launch", "--quiet", "--accelerator", "cpu", "--devices", "2", str(script), "a", "-b"]
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        env={**child_environment(), "TRAINPLAN_TEST_GIVEN": "yes"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    reports = sorted(_reports(result.stdout), key=lambda report: report["rank"])
+    assert [report["rank"] for report in reports] == ["0", "1"]
+    for report in reports:
+        assert report["sum"] == 2.0 and report["argv"] == ["a", "-b"] and report["main"] == "__main__"
+        assert report["path0"] == str(tmp_path)
+        assert report["cuda"] is False and report["launcher_modules"] == []
+        assert report["own_session"] is True and report["safe_path"] is None and report["given"] == "yes"
+    failed = subprocess.run(
+        [*command[:-2], "fail"],
+        cwd=ROOT,
+        env=child_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "[rank 1] ValueError: rank one refuses" in failed.stderr
+    shown = [line for line in failed.stderr.splitlines() if line.startswith("[rank 1] ")]
+    assert not [line for line in shown if "served_script" in line or "runpy" in line]  # the script's frames alone
+    assert "worker rank 1 failed (exit code 1)" in failed.stderr

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import trainplan
 
 PACKAGE = Path(trainplan.__file__).parent
@@ -109,5 +111,42 @@ def test_public_functions_are_not_shadowed_by_their_modules() -> None:
 
 def test_import_trainplan_leaves_the_effects_unloaded() -> None:
     code = "import sys, trainplan\nassert 'trainplan.effects.launching' not in sys.modules\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_import_trainplan_builds_nothing_until_a_name_is_used() -> None:
+    """`import trainplan` loads the face alone (and the records' entry-point seam): no record, rule set or attrs."""
+    code = (
+        "import sys, trainplan\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('trainplan'))\n"
+        "assert loaded == ['trainplan', 'trainplan._version', 'trainplan.spec', 'trainplan.spec.entry'], loaded\n"
+        "assert 'attrs' not in sys.modules and 'attr' not in sys.modules\n"
+        "assert trainplan.Request().accelerator == 'auto' and trainplan.Plan.__name__ == 'Plan'\n"
+        "assert callable(trainplan.resolve) and trainplan.BUILTIN_RULES.strategies\n"
+        "import trainplan.resolve\n"  # the subpackage, imported after the face: the face's function stays
+        "assert callable(trainplan.resolve) and trainplan.resolve.__module__ == 'trainplan'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "unloaded"),
+    [
+        ([], ("trainplan.effects.elastic", "trainplan.effects.launching", "trainplan.effects.report", "dotenv")),
+        (["matrix"], ("trainplan.effects.elastic", "trainplan.effects.report", "trainplan.render.emit")),
+        (["migrate", "--gpus", "2"], ("trainplan.effects.elastic", "trainplan.render.matrix")),
+    ],
+)
+def test_the_cli_imports_only_the_subcommand_it_runs(argv: list[str], unloaded: tuple[str, ...]) -> None:
+    code = (
+        "import contextlib, io, sys\n"
+        "from trainplan.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    assert main({argv!r}) == 0\n"
+        f"loaded = sorted(set({unloaded!r}) & set(sys.modules))\n"
+        "assert loaded == [], loaded\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
     assert result.returncode == 0, result.stderr

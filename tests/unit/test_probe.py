@@ -153,3 +153,89 @@ class TestProcessTree:
     def test_a_shell_running_a_command_is_not_interactive(self, tmp_path: object) -> None:
         # srun bash -c '...; python train.py': the tasks run the script themselves.
         assert _facts_under(tmp_path, "bash -c 'cd /; {python}; true'", **self.STEP) == {}
+
+
+class TestProbeAgain:
+    """A second probe in the same process reads the environment's variables again (only the facts that cannot change
+    within a process, the driver's GPUs, the packages and the start methods, are read once), and it stays correct
+    however the variables changed between the two calls."""
+
+    def test_a_variable_set_between_two_calls_is_seen(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delenv("SLURM_NTASKS", raising=False)
+        first = probe()
+        monkeypatch.setenv("SLURM_NTASKS", "4")
+        second = probe()
+        assert "SLURM_NTASKS" not in first.variables
+        assert second.variables["SLURM_NTASKS"] == "4"
+
+    def test_a_changed_or_removed_variable_is_seen(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+        assert probe().variables["CUDA_VISIBLE_DEVICES"] == ""
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+        assert probe().variables["CUDA_VISIBLE_DEVICES"] == "-1"
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+        assert "CUDA_VISIBLE_DEVICES" not in probe().variables
+
+    def test_a_renamed_variable_with_the_same_count_of_names_is_seen(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        # The names are rescanned when the set of names changes, not only its size.
+        monkeypatch.setenv("TRAINPLAN_TEST_PLACEHOLDER", "1")
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+        before = probe()
+        monkeypatch.delenv("TRAINPLAN_TEST_PLACEHOLDER")
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        after = probe()
+        assert "WORLD_SIZE" not in before.variables
+        assert after.variables["WORLD_SIZE"] == "2"
+
+    def test_a_given_mapping_changed_in_place_is_read_again(self) -> None:
+        environ = {"RANK": "0", "HOME": "/root"}
+        assert dict(probe(environ=environ, nvml=FakeInventory(None)).variables) == {"RANK": "0"}
+        environ["RANK"] = "1"
+        environ["LOCAL_RANK"] = "1"
+        assert dict(probe(environ=environ, nvml=FakeInventory(None)).variables) == {"RANK": "1", "LOCAL_RANK": "1"}
+
+    def test_the_same_facts_give_an_equal_environment_and_other_facts_another(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.delenv("MASTER_PORT", raising=False)
+        first, again = probe(), probe()
+        assert first == again
+        monkeypatch.setenv("MASTER_PORT", "29555")
+        changed = probe()
+        assert changed != first
+        assert changed.variables["MASTER_PORT"] == "29555"
+
+    def test_a_resolve_without_an_environment_sees_the_new_variables(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import trainplan
+
+        monkeypatch.delenv("TRAINPLAN_REQUEST", raising=False)
+        request = trainplan.Request(accelerator="cpu", devices=2, strategy="ddp")
+        for name in [name for name in os.environ if name.startswith(("SLURM_", "OMPI_", "PMI_", "LSB_"))]:
+            monkeypatch.delenv(name)
+        assert trainplan.resolve(request).num_nodes == 1
+        monkeypatch.setenv("SLURM_JOB_ID", "5")
+        monkeypatch.setenv("SLURM_NTASKS", "4")
+        monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "2")
+        monkeypatch.setenv("SLURM_NNODES", "2")
+        monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+        monkeypatch.setenv("SLURM_NODEID", "0")
+        monkeypatch.setenv("SLURM_PROCID", "0")
+        monkeypatch.setenv("SLURM_LOCALID", "0")
+        monkeypatch.setenv("SLURM_NODELIST", "node[0-1]")
+        monkeypatch.setenv("SLURM_JOB_NAME", "train")
+        monkeypatch.setenv("SLURM_STEP_ID", "0")
+        plan = trainplan.resolve(request)  # a second call, in a SLURM job of 2 nodes now
+        assert (plan.num_nodes, plan.world_size, plan.launcher) == (2, 4, "external")
+        assert plan.cluster.kind == "slurm"
+
+
+def test_the_variables_probe_reads_from_its_own_copy_are_relevant_ones() -> None:
+    """probe() reads CUDA_VISIBLE_DEVICES and the launcher variables of the process-tree facts from the relevant
+    variables it copied (not from the environment again): each must be one of them."""
+    from trainplan.rules import RELEVANT_VARIABLE_PREFIXES, RELEVANT_VARIABLES
+
+    read = ["CUDA_VISIBLE_DEVICES", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID", "SLURM_STEP_ID"]
+    read += ["SLURM_STEP_NUM_NODES", "SLURM_STEP_TASKS_PER_NODE"]
+    assert [
+        name for name in read if name not in RELEVANT_VARIABLES and not name.startswith(RELEVANT_VARIABLE_PREFIXES)
+    ] == []

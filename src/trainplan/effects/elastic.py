@@ -55,6 +55,8 @@ from trainplan.effects.launching import (
     LaunchError,
     _check_startable,
     _check_times,
+    _forkserver_context,
+    _multiprocessing_directory,
     _ScriptWorker,
     _signal_name,
     _sigterm_stops_workers,
@@ -64,6 +66,7 @@ from trainplan.effects.launching import (
 )
 from trainplan.effects.lifeline import Lifeline
 from trainplan.effects.rules_loading import handed_to_workers
+from trainplan.effects.served_script import run_script
 from trainplan.mapping.workers import (
     heterogeneous_nodes,
     launch_choices_line,
@@ -783,11 +786,21 @@ def launch_script(
         code = _run_as_this_rank(plan, command, timeout=timeout, grace=grace_period, out=out, err=err, variables=given)
     else:
         _check_startable(plan)
-        _import_engine()
-        redirects = _parse_streams("redirects", options.redirects)
-        tee = _parse_streams("tee", options.tee)
-        ranks_filter = _parse_ranks_filter(options.local_ranks_filter)
-        meeting = _meeting(plan, options)
+        # If this process is killed outright, the lifeline kills the workers and removes the temporary log directory.
+        # Made first, so that the forkserver (started next, its torch import overlapping this process's own) carries
+        # its mark, and each worker it forks with it.
+        lifeline = Lifeline()
+        server = _start_server(command, lifeline)
+        try:
+            _import_engine()
+            redirects = _parse_streams("redirects", options.redirects)
+            tee = _parse_streams("tee", options.tee)
+            ranks_filter = _parse_ranks_filter(options.local_ranks_filter)
+            meeting = _meeting(plan, options)
+        except BaseException:
+            _stop_server(server)
+            lifeline.release()
+            raise
         if not quiet:
             say(_summary(plan, meeting, options))
             choices = launch_choices_line(
@@ -810,6 +823,8 @@ def launch_script(
             watch_wait=exit_on_signal_while_waiting and meeting.backend == "static",
             variables=given,
             rendezvous=rendezvous,
+            lifeline=lifeline,
+            server=server,
         )
     for sink in (out, err):
         if sink.failure is not None:
@@ -836,7 +851,11 @@ def _run_engine(
     watch_wait: bool,
     variables: Mapping[str, str],
     rendezvous: Mapping[str, str],
+    lifeline: Lifeline,
+    server: Mapping[str, str] | None,
 ) -> int:
+    """The engine's run; `lifeline` is the launch's (released here), `server` the environment the launch's
+    forkserver started with (`_start_server`; None: the engine starts each worker as a process of its own)."""
     _import_engine()
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing import SignalException
@@ -874,9 +893,10 @@ def _run_engine(
     specs = _logs_specs(
         log_dir=log_dir, redirects=redirects, tee=tee, ranks_filter=ranks_filter, out=out, err=err, on_start=on_start
     )
-    # If this process is killed outright, the lifeline kills the workers and removes the temporary log directory.
-    # Started before the children are counted: its watcher is a child of ours that the reaping must leave alone.
-    lifeline = Lifeline(cleanup=() if keep_files else (log_dir,))
+    # The lifeline (started before the children are counted: its watcher is a child of ours that the reaping must
+    # leave alone) removes the temporary log directory too.
+    if not keep_files:
+        lifeline.remove(log_dir)
     before = _children()
     subreaper = _set_subreaper(True)
     deadline: threading.Timer | None = None
@@ -895,7 +915,11 @@ def _run_engine(
                 # read as abbreviations of its flags, so they are added to the worker's command line afterwards.
                 arguments = torchrun.get_args_parser().parse_args([*words, command.program])
                 config, entrypoint, entry_arguments = torchrun.config_from_args(arguments)
-                entry_arguments = [*entry_arguments, *command.arguments]
+                worker_arguments: list[Any] = [*entry_arguments, *command.arguments]
+                if server is not None:  # forked from the server that imported torch, not started afresh
+                    config.start_method = "forkserver"
+                    entrypoint = run_script
+                    worker_arguments = [command.program, command.module, command.arguments, dict(os.environ), server]
                 config.logs_specs = specs
                 config.signals_to_handle = ENGINE_SIGNALS
                 config.shutdown_timeout = max(0, math.ceil(grace))
@@ -916,7 +940,7 @@ def _run_engine(
                     say(f"{_node(plan, meeting)} is waiting for the other {others} node(s) at {meeting.endpoint}")
                 try:
                     with _loopback_stores(plan.num_nodes == 1 and not options.rdzv_endpoint):
-                        launch_agent(config, entrypoint, list(entry_arguments))
+                        launch_agent(config, entrypoint, worker_arguments)
                 except _Mismatched as mismatch:
                     say(f"error: {mismatch.error}")
                     code = 2
@@ -958,6 +982,7 @@ def _run_engine(
             if deadline is not None:
                 deadline.cancel()
             specs.finish()
+            _stop_server(server)
             try:
                 # After a signal or the deadline the engine has had its grace period already: kill what is left.
                 left = _reap_descendants(before, 0.0 if code == 124 or code > 128 else grace, signals.hurry)
@@ -1028,6 +1053,51 @@ def _loopback_stores(one_node: bool) -> Iterator[None]:
     finally:
         for module, value in saved:
             module.TCPStore = value  # type: ignore[attr-defined]
+
+
+def _start_server(command: Command, lifeline: Lifeline) -> dict[str, str] | None:
+    """Start the forkserver the workers of a Python script (or module) are forked from: a fresh interpreter (none of
+    this process's state, no CUDA) that imports torch once, while this process imports it too, so that no worker
+    starts an interpreter and imports torch of its own (torch's engine forks them through its multiprocessing
+    context, `start_method="forkserver"`, with `served_script.run_script` as the entry point). Returns the
+    environment it started with (each worker takes the launch's environment over it), or None where the engine
+    starts each worker as a process instead: --no-python programs and -c code, and where no forkserver can run
+    (not Linux, or its socket path too long for AF_UNIX)."""
+    import multiprocessing
+
+    if not command.python or not sys.platform.startswith("linux"):
+        return None
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return None
+    environment = {**os.environ, **lifeline.variables}
+    try:
+        with _environment(lifeline.variables):
+            _forkserver_context(fresh=True)  # a server of an earlier launch has another environment: a new one
+    except OSError:
+        return None
+    from multiprocessing import forkserver
+
+    pid: Any = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    lifeline.watch(pid if isinstance(pid, int) else None)
+    lifeline.remove(_multiprocessing_directory())  # its socket's directory: this process removes it at exit
+    return {**environment, "PYTHONSAFEPATH": "1"}  # `_forkserver_context` starts it with PYTHONSAFEPATH set
+
+
+def _stop_server(server: Mapping[str, str] | None) -> None:
+    """Stop the launch's forkserver (nothing of a launch outlives it); its workers have ended or been stopped."""
+    if server is None:
+        return
+    from multiprocessing import forkserver
+
+    running: Any = getattr(forkserver, "_forkserver", None)
+    pid = getattr(running, "_forkserver_pid", None)
+    if isinstance(pid, int):
+        # Killed, not asked: it holds nothing but the preloaded modules, and a server with torch imported takes
+        # most of a second to tear its interpreter down. Then multiprocessing forgets it (its socket, its pipe).
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError, ChildProcessError):
+            running._stop()
 
 
 def _rendezvous_failure(error: BaseException) -> bool:

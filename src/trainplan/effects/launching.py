@@ -389,15 +389,21 @@ def _temporary_environment(variables: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _forkserver_context() -> Any:
+def _forkserver_context(*, fresh: bool = False) -> Any:
     """multiprocessing's forkserver context, its server running with torch imported (`FORKSERVER_PRELOAD`).
 
     The server is a fresh interpreter (nothing of the caller's state, CUDA's above all), started once per
     caller and reused by every later launch; PYTHONSAFEPATH keeps its `python -c` bootstrap from importing
-    modules out of the working directory. Preloads the caller asked for itself are kept.
+    modules out of the working directory. Preloads the caller asked for itself are kept. `fresh`: a server
+    running already is stopped first, so that the new one starts with the caller's environment of now (what
+    `trainplan launch`'s workers inherit: the engine sets only each rank's own variables over it).
     """
     from multiprocessing import forkserver
 
+    if fresh:
+        server: Any = getattr(forkserver, "_forkserver", None)
+        if server is not None and getattr(server, "_forkserver_pid", None) is not None:
+            server._stop()
     context: Any = multiprocessing.get_context("forkserver")
     asked = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or [])
     context.set_forkserver_preload([*asked, *(name for name in FORKSERVER_PRELOAD if name not in asked)])

@@ -12,7 +12,7 @@ import importlib.util
 import os
 import platform
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import KeysView, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -47,17 +47,41 @@ class ProbeError(TrainplanError, RuntimeError):
 def relevant_variables(environ: Mapping[str, str], rules: Rules = BUILTIN_RULES) -> dict[str, str]:
     """The environment variables that matter to a plan (see `rules.RELEVANT_VARIABLES`), and those the clusters of
     `rules` name (a downstream cluster manager's, `Rules.extend(clusters=...)`)."""
-    # Keys first, values only for the few that matter: os.environ decodes every value it yields.
+    # Values are read on every call (a variable can change between two); which names matter is decided once per
+    # set of names (`_relevant_names`).
+    return {key: environ[key] for key in _relevant_names(environ, rules)}
+
+
+_last_scan: list[tuple[object, set[object], tuple[str, ...]]] = []
+"""The last names scan: (the rule set, the environment's set of names then, the names that matter of them)."""
+
+
+def _relevant_names(environ: Mapping[str, str], rules: Rules) -> tuple[str, ...]:
+    """The names of `environ` that matter under `rules`. Which names matter depends only on the set of names (and the
+    rule set), so the scan is redone only when that set changed since the last call: compared as raw keys (for
+    `os.environ`, its undecoded dict of bytes, compared in C), since iterating `os.environ` decodes every name."""
+    raw = _raw_names(environ)
+    last = _last_scan[0] if _last_scan else None
+    if raw is not None and last is not None and last[0] is rules and raw == last[1]:
+        return last[2]
     given: object = rules
     named = rules.cluster_variables if isinstance(given, Rules) else frozenset()  # else: resolve names the type
-    found = {
-        key: environ[key]
+    names = tuple(
+        key
         for key in environ
-        if key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES) or key in named
-    }
-    for fact in PROCESS_TREE_FACTS:
-        found.pop(fact, None)  # facts of the process tree, never taken from a variable
-    return found
+        if (key in RELEVANT_VARIABLES or key.startswith(RELEVANT_VARIABLE_PREFIXES) or key in named)
+        and key not in PROCESS_TREE_FACTS  # facts of the process tree, never taken from a variable
+    )
+    if raw is not None:
+        _last_scan[:] = [(rules, set(raw), names)]
+    return names
+
+
+def _raw_names(environ: Mapping[str, str]) -> KeysView[object] | None:
+    """A live view of `environ`'s names that compares without decoding: `os.environ`'s own dict (bytes names on
+    POSIX), a dict's keys; None for another mapping (scanned every call)."""
+    data = getattr(environ, "_data", None) if isinstance(environ, os._Environ) else environ
+    return data.keys() if type(data) is dict else None
 
 
 _HYDRA_PROXY = b"hydra_pmi_proxy"
@@ -176,8 +200,9 @@ def probe(
     environ = os.environ if environ is None else environ
     static = _static_facts()
     gpus = static.gpus if nvml is None else (nvml.gpus() or [])
+    variables = relevant_variables(environ, rules)  # CUDA_VISIBLE_DEVICES is one of them (`rules.RELEVANT_VARIABLES`)
     try:
-        visible = visible_gpus(environ.get("CUDA_VISIBLE_DEVICES"), gpus)
+        visible = visible_gpus(variables.get("CUDA_VISIBLE_DEVICES"), gpus)
     except AmbiguousDevice as error:
         raise ProbeError(f"{error}. Write a longer UUID prefix, or device indices, in CUDA_VISIBLE_DEVICES.") from None
     usable: tuple[int, ...] | None = None
@@ -186,7 +211,7 @@ def probe(
 
         statuses = gpu_statuses(timeout=usable_timeout, nvml=nvml, environ=environ)
         usable = tuple(status.index for status in statuses if status.usable and status.index < len(visible))
-    return Environment(
+    facts = _Facts(
         cuda_device_count=len(visible),
         cuda_memory_bytes=_memory_of(visible),
         host_memory_bytes=_host_memory(),
@@ -198,8 +223,35 @@ def probe(
         interactive=is_interactive(),
         start_methods=static.start_methods,
         packages=static.packages,
-        variables=_with_proxy(relevant_variables(environ, rules), environ),
+        variables=_with_proxy(variables, variables),  # the launcher variables it reads are relevant ones
     )
+    last = _last_environment[0] if _last_environment else None
+    if last is not None and last[0] == facts:
+        return last[1]  # the same facts as the last call's: the same (immutable) value, hashed already
+    env = Environment(**facts._asdict())
+    _last_environment[:] = [(facts, env)]
+    return env
+
+
+class _Facts(NamedTuple):
+    """One probe's facts, as `Environment`'s fields: compared with the last call's before a record is built."""
+
+    cuda_device_count: int
+    cuda_initialized: bool
+    usable_cuda_devices: tuple[int, ...] | None
+    mps_available: bool
+    xla_device_count: int
+    cpu_count: int
+    interactive: bool
+    start_methods: tuple[StartMethod, ...]
+    packages: frozenset[str]
+    variables: dict[str, str]
+    cuda_memory_bytes: tuple[int, ...]
+    host_memory_bytes: int | None
+
+
+_last_environment: list[tuple[_Facts, Environment]] = []
+"""The last probe's facts and the environment built from them (building one checks and converts every field)."""
 
 
 def process_variables(environ: Mapping[str, str] | None = None, rules: Rules = BUILTIN_RULES) -> dict[str, str]:

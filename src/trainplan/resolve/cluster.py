@@ -10,7 +10,6 @@ host list) are one small parser per format, whichever cluster uses them.
 from __future__ import annotations
 
 import functools
-import ipaddress
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -132,6 +131,8 @@ def is_loopback_host(host: str) -> bool:
     machine can reach."""
     if host.lower() in ("localhost", "localhost.localdomain"):
         return True
+    import ipaddress
+
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:

@@ -125,7 +125,23 @@ _ENVIRONMENT_VALUES = operator.attrgetter(*(field.name for field in attrs.fields
 def _types(request: Request, env: Environment) -> tuple[object, ...]:
     """The types of a request's and an environment's values, and of the items of those that hold several: part of
     the memo's key, because equal values of different types resolve differently (`devices=True` is refused while
-    `devices=1` is not, yet `True == 1` and both hash alike)."""
+    `devices=1` is not, yet `True == 1` and both hash alike).
+
+    Kept for the last (request, environment) pair, by identity: both are immutable, so the same two objects have the
+    same types (a framework resolving again passes the same two, and `probe()` returns the same environment while
+    the facts are unchanged); this is most of a memoised call's cost."""
+    last = _last_types[0] if _last_types else None
+    if last is not None and last[0] is request and last[1] is env:
+        return last[2]
+    types = _types_of(request, env)
+    _last_types[:] = [(request, env, types)]
+    return types
+
+
+_last_types: list[tuple[Request, Environment, tuple[object, ...]]] = []
+
+
+def _types_of(request: Request, env: Environment) -> tuple[object, ...]:
     devices: object = request.devices
     options: object = request.strategy_options
     usable: object = env.usable_cuda_devices

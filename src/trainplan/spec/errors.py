@@ -7,7 +7,6 @@ subclasses of `TrainplanError` for probing, launching and reducing.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 
 
@@ -15,6 +14,8 @@ def did_you_mean(value: object, allowed: Iterable[object]) -> str | None:
     """The closest allowed name to a misspelt one, or None when nothing is close (or it is the value itself)."""
     if not isinstance(value, str) or len(value) > 64:
         return None
+    import difflib  # on a refusal only: not a cost of every `import trainplan`
+
     names = {str(name).lower(): str(name) for name in allowed}
     matches = difflib.get_close_matches(value.lower(), list(names), n=1, cutoff=0.6)
     if not matches or names[matches[0]] == value:
