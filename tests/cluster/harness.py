@@ -95,6 +95,9 @@ LAYOUT_FAILURE = "Unable to layout tasks on given cpus"
 """srun's words when task/affinity cannot place a step on the CPUs it was given (tests/cluster/engines.sh: a node
 declares more CPUs than this host has); nothing of the step ran, and the scenario is started again."""
 ATTEMPTS = 4
+SLURM_POLL = 0.5
+"""Seconds between two `scontrol show job` of a batch job being waited for (each is a process and a slurmctld call:
+a batch scenario runs for 20-50 s, and a dozen of them run beside the CPU-bound probes)."""
 SLURM_TIME_LIMIT = "5"
 """Minutes: SLURM's own bound on every job the suite submits, should the suite's cleanup fail."""
 
@@ -395,7 +398,7 @@ class Job:
                 facts["JobState"] = f"{facts.get('JobState')} (still, after {timeout:g} s: cancelled)"
                 self.abort()
                 break
-            time.sleep(0.25)
+            time.sleep(SLURM_POLL)
         self.slurm[job_id] = facts
         return facts
 
