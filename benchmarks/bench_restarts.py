@@ -25,34 +25,25 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from trainplan.effects.elastic import FRESH_STORE_VARIABLE
-
 RUNS = 5
 LIMIT = 60
 CASES = ("start-up", "mid-run", "end")
 SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "scripts" / "restart_phases.py"
 
 
-def _commands(script: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Each launcher's command line, and what it adds to the environment: `trainplan launch` as it runs (a store
-    of its own for each attempt), as it ran before (torch's one shared store), and plain torchrun."""
+def _commands(script: Path) -> list[tuple[str, list[str]]]:
     ours = [sys.executable, "-m", "trainplan.cli", "launch", "--quiet", "--accelerator", "cpu", "--devices", "2"]
     ours += ["--max-restarts", "1", "--timeout", str(LIMIT), str(script)]
     theirs = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     theirs += ["--max-restarts", "1", str(script)]
-    return {
-        "trainplan launch": (ours, {}),
-        "trainplan launch, one shared store (before)": (ours, {FRESH_STORE_VARIABLE: "0"}),
-        "torchrun": (theirs, {}),
-    }
+    return [("trainplan launch", ours), ("torchrun", theirs)]
 
 
-def _outcome(command: list[str], variables: dict[str, str], phase: str, cwd: str) -> str:
-    environment = {key: value for key, value in os.environ.items() if key != FRESH_STORE_VARIABLE}
+def _outcome(command: list[str], phase: str, cwd: str) -> str:
     process = subprocess.Popen(
         command,
         cwd=cwd,
-        env={**environment, **variables, "RESTART_PHASE": phase},
+        env={**os.environ, "RESTART_PHASE": phase},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -80,8 +71,8 @@ def measure(runs: int = RUNS) -> dict[tuple[str, str], Counter[str]]:
         commands = _commands(SCRIPT)
         for phase in CASES:
             for _ in range(runs):
-                for launcher, (command, variables) in commands.items():
-                    outcome = _outcome(command, variables, phase, scratch)
+                for launcher, command in commands:
+                    outcome = _outcome(command, phase, scratch)
                     results.setdefault((launcher, phase), Counter())[outcome] += 1
                     print(f"{launcher:16} {phase:9} {outcome}", file=sys.stderr, flush=True)
     return results
