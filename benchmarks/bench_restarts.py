@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -39,11 +40,29 @@ def _commands(script: Path) -> list[tuple[str, list[str]]]:
     return [("trainplan launch", ours), ("torchrun", theirs)]
 
 
+def _kill_marked(mark: str) -> None:
+    """Kill every process whose environment carries `mark`: the workers of a hung run, which torch's engine starts
+    in sessions of their own (so killing the launcher's process group leaves them, holding its output pipe)."""
+    needle = f"{MARK_VARIABLE}={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+MARK_VARIABLE = "BENCH_RESTARTS_RUN"
+
+
 def _outcome(command: list[str], phase: str, cwd: str) -> str:
+    mark = uuid.uuid4().hex
     process = subprocess.Popen(
         command,
         cwd=cwd,
-        env={**os.environ, "RESTART_PHASE": phase},
+        env={**os.environ, "RESTART_PHASE": phase, MARK_VARIABLE: mark},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -53,8 +72,10 @@ def _outcome(command: list[str], phase: str, cwd: str) -> str:
         output, _ = process.communicate(timeout=LIMIT + 15)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
+        _kill_marked(mark)
         process.communicate()
         return "hung"
+    _kill_marked(mark)  # anything the run left behind, so it cannot slow the next one
     recovered = process.returncode == 0 and output.count("RECOVERED") == 2 and "4.0" in output
     outcome = "hung" if process.returncode == 124 else "recovered" if recovered else "failed"
     logs = os.environ.get("BENCH_RESTARTS_LOGS")  # a folder to keep the output of every run that did not recover
