@@ -22,10 +22,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections import Counter
 from pathlib import Path
-
-from trainplan.effects.elastic import FRESH_STORE_VARIABLE
 
 RUNS = 5
 LIMIT = 60
@@ -33,26 +32,37 @@ CASES = ("start-up", "mid-run", "end")
 SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "scripts" / "restart_phases.py"
 
 
-def _commands(script: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Each launcher's command line, and what it adds to the environment: `trainplan launch` as it runs (a store
-    of its own for each attempt), as it ran before (torch's one shared store), and plain torchrun."""
+def _commands(script: Path) -> list[tuple[str, list[str]]]:
     ours = [sys.executable, "-m", "trainplan.cli", "launch", "--quiet", "--accelerator", "cpu", "--devices", "2"]
     ours += ["--max-restarts", "1", "--timeout", str(LIMIT), str(script)]
     theirs = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     theirs += ["--max-restarts", "1", str(script)]
-    return {
-        "trainplan launch": (ours, {}),
-        "trainplan launch, one shared store (before)": (ours, {FRESH_STORE_VARIABLE: "0"}),
-        "torchrun": (theirs, {}),
-    }
+    return [("trainplan launch", ours), ("torchrun", theirs)]
 
 
-def _outcome(command: list[str], variables: dict[str, str], phase: str, cwd: str) -> str:
-    environment = {key: value for key, value in os.environ.items() if key != FRESH_STORE_VARIABLE}
+def _kill_marked(mark: str) -> None:
+    """Kill every process whose environment carries `mark`: the workers of a hung run, which torch's engine starts
+    in sessions of their own (so killing the launcher's process group leaves them, holding its output pipe)."""
+    needle = f"{MARK_VARIABLE}={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+MARK_VARIABLE = "BENCH_RESTARTS_RUN"
+
+
+def _outcome(command: list[str], phase: str, cwd: str) -> str:
+    mark = uuid.uuid4().hex
     process = subprocess.Popen(
         command,
         cwd=cwd,
-        env={**environment, **variables, "RESTART_PHASE": phase},
+        env={**os.environ, "RESTART_PHASE": phase, MARK_VARIABLE: mark},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -62,8 +72,10 @@ def _outcome(command: list[str], variables: dict[str, str], phase: str, cwd: str
         output, _ = process.communicate(timeout=LIMIT + 15)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
+        _kill_marked(mark)
         process.communicate()
         return "hung"
+    _kill_marked(mark)  # anything the run left behind, so it cannot slow the next one
     recovered = process.returncode == 0 and output.count("RECOVERED") == 2 and "4.0" in output
     outcome = "hung" if process.returncode == 124 else "recovered" if recovered else "failed"
     logs = os.environ.get("BENCH_RESTARTS_LOGS")  # a folder to keep the output of every run that did not recover
@@ -80,8 +92,8 @@ def measure(runs: int = RUNS) -> dict[tuple[str, str], Counter[str]]:
         commands = _commands(SCRIPT)
         for phase in CASES:
             for _ in range(runs):
-                for launcher, (command, variables) in commands.items():
-                    outcome = _outcome(command, variables, phase, scratch)
+                for launcher, command in commands:
+                    outcome = _outcome(command, phase, scratch)
                     results.setdefault((launcher, phase), Counter())[outcome] += 1
                     print(f"{launcher:16} {phase:9} {outcome}", file=sys.stderr, flush=True)
     return results

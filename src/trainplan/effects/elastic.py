@@ -626,26 +626,6 @@ def _common_variables(plan: Plan, meeting: _Meeting, port: int) -> dict[str, str
     return variables
 
 
-FRESH_STORE_VARIABLE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-"""torch's switch (read by its c10d rendezvous handler) that gives each attempt a store of its own: rank 0 of the
-workers hosts it, on a port chosen afresh for each round of the rendezvous."""
-
-
-def _fresh_store_per_attempt(options: EngineOptions, meeting: _Meeting, given: Mapping[str, str]) -> dict[str, str]:
-    """A restarted world meets in a store of its own (`FRESH_STORE_VARIABLE`), when restarts are allowed under a c10d
-    rendezvous and neither the caller nor this environment set the switch.
-
-    The engine otherwise shares one store across attempts, and a restarted rank reads the keys its failed attempt
-    left (gloo's listening addresses): it connects to a port nobody listens on any more (`connectFullMesh ... refused`)
-    or waits for a peer that already left. Measured with `benchmarks/bench_restarts.py`. A static rendezvous (several
-    nodes, or a fixed port) has no such switch in torch: its attempts keep sharing the store."""
-    if options.max_restarts < 1 or meeting.backend == "static":
-        return {}
-    if FRESH_STORE_VARIABLE in given or FRESH_STORE_VARIABLE in os.environ:
-        return {}
-    return {FRESH_STORE_VARIABLE: "1"}
-
-
 def _engine_arguments(plan: Plan, meeting: _Meeting, options: EngineOptions, log_dir: str) -> list[str]:
     """torchrun's command line for this plan (parsed by torchrun's own parser)."""
     words = [
@@ -902,7 +882,6 @@ def _run_engine(
     deadline: threading.Timer | None = None
     code = left = 0
     common = {**variables, **_common_variables(plan, meeting, port), **lifeline.variables}
-    common.update(_fresh_store_per_attempt(options, meeting, variables))
     with _own_signals() as signals:
         try:
             with _environment(common), watch:
@@ -939,7 +918,10 @@ def _run_engine(
                     others = plan.num_nodes - 1
                     say(f"{_node(plan, meeting)} is waiting for the other {others} node(s) at {meeting.endpoint}")
                 try:
-                    with _loopback_stores(plan.num_nodes == 1 and not options.rdzv_endpoint):
+                    with (
+                        _loopback_stores(plan.num_nodes == 1 and not options.rdzv_endpoint),
+                        _fresh_store_per_round(options.max_restarts > 0),
+                    ):
                         launch_agent(config, entrypoint, worker_arguments)
                 except _Mismatched as mismatch:
                     say(f"error: {mismatch.error}")
@@ -1098,6 +1080,36 @@ def _stop_server(server: Mapping[str, str] | None) -> None:
             os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(OSError, ChildProcessError):
             running._stop()
+
+
+@contextlib.contextmanager
+def _fresh_store_per_round(restarts: bool) -> Iterator[None]:
+    """While the elastic engine runs a world that may restart: each round of its c10d rendezvous (each attempt) opens
+    a new agent store, on a port of its own, for the workers to meet at.
+
+    torch's engine opens that store once and shares it across attempts, so a restarted rank reads the keys its failed
+    attempt left (gloo's listening addresses): it connects to a port nobody listens on any more (`connectFullMesh ...
+    refused`) or waits for a peer that already left. Forgetting the round's store before the next round makes the
+    engine open a new one (through `_loopback_stores` on one node: still on 127.0.0.1); the workers stay its clients.
+    Measured with `benchmarks/bench_restarts.py`. A static rendezvous (several nodes named by rank, a fixed port)
+    keeps torch's one store."""
+    if not restarts:
+        yield
+        return
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+
+    original = DynamicRendezvousHandler.next_rendezvous
+
+    def next_rendezvous(self: Any) -> Any:
+        self._bootstrap_store_info = None  # the previous round's store and its address: a new one is opened
+        self._shared_tcp_store_server = None
+        return original(self)
+
+    DynamicRendezvousHandler.next_rendezvous = next_rendezvous  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DynamicRendezvousHandler.next_rendezvous = original  # type: ignore[method-assign]
 
 
 def _rendezvous_failure(error: BaseException) -> bool:
