@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.downstream_rules import HCCL, NPU, RULES
 from tests.helpers import cpu, cuda, plan_for
 from trainplan import Environment, Incompatible, Request
 from trainplan.resolve import resolve
@@ -76,3 +77,31 @@ def test_the_refusals_texts(
     with pytest.raises(Incompatible) as refused:
         resolve(Request(**request_fields), env)  # type: ignore[arg-type]
     assert (refused.value.rule, refused.value.reason, refused.value.fix) == (rule, reason, fix)
+
+
+def test_a_downstream_row_that_gives_no_reason_still_refuses_with_one() -> None:
+    """A backend or precision row need not say why it does not run on each accelerator: the refusal then says it
+    plainly, and a precision row with no `instead` there offers the rule set's default precision."""
+    with pytest.raises(Incompatible) as refused:
+        resolve(Request(strategy="xla", process_group_backend=HCCL), Environment(xla_device_count=2), RULES)
+    assert refused.value.reason == (
+        "process_group_backend='hccl' cannot serve accelerator 'xla': it does not support this device"
+    )
+    with pytest.raises(Incompatible) as refused:
+        resolve(Request(accelerator=NPU, precision="64-true"), Environment().with_device_counts({NPU: 8}), RULES)
+    assert (refused.value.reason, refused.value.fix) == (
+        "precision='64-true' is not available on accelerator 'npu': it is not supported there",
+        "Use precision='32-true'",
+    )
+
+
+def test_a_refusal_of_an_id_without_a_row_names_the_table() -> None:
+    from typing import cast
+
+    from trainplan.resolve.refusal import incompatible
+    from trainplan.rules import RefusalId
+    from trainplan.spec.errors import MissingRule
+
+    with pytest.raises(MissingRule) as missing:
+        incompatible(cast(RefusalId, "no-such-refusal"), {})
+    assert (missing.value.table, missing.value.key) == ("RULES", "no-such-refusal")
