@@ -128,9 +128,14 @@ def score(found: Iterable[tuple[str, int | None]], patterns: Sequence[str], equi
 
 def refresh_copies() -> None:
     """mutmut copies src/ into mutants/ once and re-mutates only the files it mutates: drop the copies of the other
-    files that src/ has changed since, so that the next run copies them again."""
+    files that src/ has changed since, and any copy a stopped run left empty, so that the next run writes them
+    again."""
     for copy in (ROOT / "mutants" / "src").rglob("*.py"):
         source = ROOT / copy.relative_to(ROOT / "mutants")
+        if source.exists() and copy.stat().st_size == 0 < source.stat().st_size:  # a run stopped while writing it
+            copy.unlink()
+            copy.with_name(copy.name + ".meta").unlink(missing_ok=True)
+            continue
         package = source.relative_to(ROOT / "src").parts[1:2]
         if package and package[0] in PACKAGES:
             continue
