@@ -614,7 +614,7 @@ def _summary(plan: Plan, meeting: _Meeting, options: EngineOptions) -> str:
     )
 
 
-def _common_variables(plan: Plan, meeting: _Meeting, port: int) -> dict[str, str]:
+def _common_variables(plan: Plan, meeting: _Meeting, port: int, server: int | None = None) -> dict[str, str]:
     """What every worker of this node shares (the engine adds each one's ranks, MASTER_ADDR and MASTER_PORT)."""
     variables = _specs(plan, port=port, launcher="trainplan launch")[0].environment()
     for per_worker in ("RANK", "LOCAL_RANK", "ROLE_RANK", "MASTER_PORT", "MASTER_ADDR", "GROUP_RANK"):
@@ -622,7 +622,7 @@ def _common_variables(plan: Plan, meeting: _Meeting, port: int) -> dict[str, str
     if meeting.backend != "static" and plan.num_nodes > 1:
         variables.pop("NODE_RANK", None)  # the rendezvous assigns node ranks (GROUP_RANK) as nodes arrive
     variables["PYTHONUNBUFFERED"] = "1"
-    variables.update(handed_to_workers(plan))  # the rule set `--rules` named, for the workers this process starts
+    variables.update(handed_to_workers(plan, server))  # the rule set `--rules` named, for the workers started here
     return variables
 
 
@@ -881,7 +881,7 @@ def _run_engine(
     subreaper = _set_subreaper(True)
     deadline: threading.Timer | None = None
     code = left = 0
-    common = {**variables, **_common_variables(plan, meeting, port), **lifeline.variables}
+    common = {**variables, **_common_variables(plan, meeting, port, _server_pid(server)), **lifeline.variables}
     with _own_signals() as signals:
         try:
             with _environment(common), watch:
@@ -1035,6 +1035,16 @@ def _loopback_stores(one_node: bool) -> Iterator[None]:
     finally:
         for module, value in saved:
             module.TCPStore = value  # type: ignore[attr-defined]
+
+
+def _server_pid(server: Mapping[str, str] | None) -> int | None:
+    """The pid of the forkserver this launch started (`_start_server`), or None when it serves no workers."""
+    if server is None:
+        return None
+    from multiprocessing import forkserver
+
+    pid: Any = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    return pid if isinstance(pid, int) else None
 
 
 def _start_server(command: Command, lifeline: Lifeline) -> dict[str, str] | None:

@@ -120,28 +120,31 @@ def read_plan_text(text: str, *, rules: Rules | None = None, named_by: str = "th
     return plan_from_json_text(text, loaded_rules(plan.rules, named_by=named_by))
 
 
-def handed_to_workers(plan: Plan) -> dict[str, str]:
+def handed_to_workers(plan: Plan, server: int | None = None) -> dict[str, str]:
     """The variable through which `trainplan launch` hands the workers it starts the rule set its caller named
-    (`--rules`, loaded in this process): this process's pid and the reference. Empty for trainplan's own rules."""
+    (`--rules`, loaded in this process): the pids that start them (this process, and `server`, the forkserver it
+    started, whose children the served workers are) and the reference. Empty for trainplan's own rules."""
     if plan.rules is None or plan.rules == UNNAMED_RULES:
         return {}
     loaded_rules(plan.rules)  # this launcher has it: its caller named it
-    return {LAUNCHER_RULES_VARIABLE: f"{os.getpid()} {plan.rules}"}
+    starters = ",".join(str(pid) for pid in (os.getpid(), server) if pid is not None)
+    return {LAUNCHER_RULES_VARIABLE: f"{starters} {plan.rules}"}
 
 
 def handed_rules(environ: Mapping[str, str]) -> Rules | None:
     """Inside a worker: the rule set its launcher handed it (`handed_to_workers`), imported, or None.
 
-    Safe because the variable is honoured only in a direct child of the process that wrote it: `trainplan launch`
-    writes it for the reference its own caller named with `--rules`, and starts its workers itself. The same value
+    Safe because the variable is honoured only in a direct child of the processes it names: `trainplan launch`
+    writes it for the reference its own caller named with `--rules`, naming itself and the forkserver it started,
+    which start its workers. The same value
     inherited further (a worker's own subprocesses, a shell or a job that kept the environment) names a pid that
     is not the parent's, and is ignored: the rule set is then compared against what is loaded, never imported.
     The module is searched for as the launcher searched for it: `sys.path`, then the current directory."""
     value = environ.get(LAUNCHER_RULES_VARIABLE)
     if value is None:
         return None
-    pid, _, reference = value.partition(" ")
-    if pid != str(os.getppid()):
+    starters, _, reference = value.partition(" ")
+    if str(os.getppid()) not in starters.split(","):
         return None
     return load_rules(reference, from_working_directory=True)
 
