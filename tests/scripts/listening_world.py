@@ -34,6 +34,19 @@ def listening_addresses(port: int) -> list[str]:
     return sorted(found)
 
 
+def launcher_pid() -> int:
+    """The process that launched this one: the parent, or, for a worker forked by the launch's forkserver (whose
+    command line names multiprocessing's forkserver), the server's parent."""
+    parent = os.getppid()
+    try:
+        command = Path(f"/proc/{parent}/cmdline").read_bytes()
+        if b"forkserver" in command:
+            return int(Path(f"/proc/{parent}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return parent
+
+
 def listening_of(pid: int) -> list[str]:
     """The local addresses (address:port) of the TCP sockets process `pid` listens on (its fds' socket inodes, looked
     up in /proc/net/tcp and /proc/net/tcp6), sorted."""
@@ -81,7 +94,7 @@ def main() -> dict[str, object]:
         value = torch.tensor([float(world.rank + 1)])
         distributed.all_reduce(value)
         listening = listening_addresses(port) if world.rank == 0 else []
-        parent = listening_of(os.getppid()) if world.rank == 0 else []  # the launcher's stores, where it has any
+        parent = listening_of(launcher_pid()) if world.rank == 0 else []  # the launcher's stores, where it has any
         distributed.barrier()  # rank 0 has read the table while every rank was still in the world
         return {
             "rank": world.rank,

@@ -56,6 +56,7 @@ from trainplan.effects.launching import (
     _check_startable,
     _check_times,
     _forkserver_context,
+    _interrupts_deferred,
     _multiprocessing_directory,
     _ScriptWorker,
     _signal_name,
@@ -770,9 +771,16 @@ def launch_script(
         # Made first, so that the forkserver (started next, its torch import overlapping this process's own) carries
         # its mark, and each worker it forks with it.
         lifeline = Lifeline()
-        server = _start_server(command, lifeline)
+        server: dict[str, str] | None = None
         try:
-            _import_engine()
+            # Signals are held while the server starts and torch's engine is imported (multiprocessing blocks signals
+            # around its spawn, and an interrupt inside those imports can be lost), then delivered here: a Ctrl-C in
+            # between is never lost, and the run's own handlers take over from there.
+            with _interrupts_deferred():
+                server = _start_server(command, lifeline)
+                _import_engine()
+                from torch.distributed import run as _torchrun  # noqa: F401  # what `_run_engine` imports next
+                from torch.distributed.launcher import api as _launcher_api  # noqa: F401
             redirects = _parse_streams("redirects", options.redirects)
             tee = _parse_streams("tee", options.tee)
             ranks_filter = _parse_ranks_filter(options.local_ranks_filter)
