@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "cli-reference.md"
-WIDTH = 100  # usage lines are wrapped at this width whatever the terminal
+WIDTH = 88  # usage lines are wrapped at this width whatever the terminal
 
 
 def render() -> str:

@@ -15,8 +15,9 @@ docs/NAME.md). A template is Markdown with directive lines:
 
 Every part of every section must be used exactly once, so nothing is lost or copied twice: a section added to the
 README since these templates were written stops the script, naming it. After the move, the generated blocks (the
-compatibility matrix, the policy sentences) are written again from the rules, and a link to a heading (`](#...)`)
-that now lives on another page points to that page.
+compatibility matrix, the policy sentences) are written again from the rules, the few words that pointed
+elsewhere in the one long README are said again for where the text now lives (`EDITS`), and a link to a heading
+(`](#...)`) that now lives on another page points to that page.
 """
 
 from __future__ import annotations
@@ -39,6 +40,27 @@ SPLITS: dict[str, tuple[str, ...]] = {
     "How a request is resolved": ("mpirun and mpiexec start their daemons",),
     "Scaling out: one script, every launcher": ("- **Inside a started job, `auto` adopts the job.**",),
 }
+
+# Words that pointed elsewhere in the one long README, said again for where the text now lives: (page, old, new).
+EDITS: tuple[tuple[str, str, str], ...] = (
+    (
+        "README.md",
+        "# the compatibility tables below, from the rule data",
+        "# the compatibility tables, from the rule data",
+    ),
+    ("README.md", "# a copy-paste block for bug reports (below)", "# a copy-paste block for bug reports"),
+    (
+        "README.md",
+        "What-if facts come from `--assume` (below) and",
+        "What-if facts come from `--assume` (every fact it takes: docs/cli.md) and",
+    ),
+    (
+        "README.md",
+        "Every block in this README runs as shown on a CPU-only machine:",
+        "Every block in this README and on the documentation's pages runs as shown on a CPU-only machine:",
+    ),
+    ("mesh.md", "This block is run by the README\ntest:", "This block is run by the documentation's\ntest:"),
+)
 
 HEADING = re.compile(r"^(?P<hashes>#{2,6}) (?P<title>.+?)\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
@@ -216,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{name!r} part {n}" for name, n in missing)
             + " (add an @readme line to a template in tools/pages/)"
         )
+    for name, old, new in EDITS:
+        target = ROOT / "README.md" if name == "README.md" else DOCS / name
+        if pages[target].count(old) != 1:
+            raise SystemExit(f"split_readme: {name} no longer says {old!r} once (EDITS in tools/split_readme.py)")
+        pages[target] = pages[target].replace(old, new)
     DOCS.mkdir(exist_ok=True)
     for path, text in relink(pages).items():
         path.write_text(text)

@@ -82,6 +82,7 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     assert (site / "benchmarks" / "figures" / "metric_compute.svg").is_file(), "the benchmark figures are served"
     api = (site / "api" / "index.html").read_text()
     assert 'id="trainplan.Request"' in api and 'id="trainplan.launch"' in api, "the API reference is rendered"
+    assert "The plan for <code>request</code> (default: everything" in api, "tp.resolve, the function, has its entry"
     started = (site / "getting-started" / "index.html").read_text()
     assert "Quickstart: the library" in started, "the getting-started page includes the README's quickstarts"
 
@@ -104,7 +105,8 @@ def test_the_navigation_lists_every_page_once() -> None:
 def test_the_api_reference_has_every_public_name() -> None:
     import trainplan
 
-    listed = set(re.findall(r"^::: trainplan\.(\w+)$", (DOCS / "api.md").read_text(), flags=re.MULTILINE))
+    text = (DOCS / "api.md").read_text()
+    listed = set(re.findall(r"^(?:::: |<!-- api: )trainplan\.(\w+)(?: -->)?$", text, flags=re.MULTILINE))
     public = set(trainplan.__all__) - {"__version__"}
     assert listed == public, f"missing: {sorted(public - listed)}; not public: {sorted(listed - public)}"
 
