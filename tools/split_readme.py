@@ -26,6 +26,7 @@ import argparse
 import re
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,6 +215,33 @@ def relink(pages: dict[Path, str]) -> dict[Path, str]:
     return out
 
 
+def split(source: str, templates: Mapping[str, str], edits: Iterable[tuple[str, str, str]] = EDITS) -> dict[Path, str]:
+    """Every page's text, by its path under the repository (README.md, docs/NAME.md), from the whole README and
+    the templates by their names; SystemExit names what does not fit."""
+    intro, found = sections(source)
+    used: set[tuple[str, int]] = set()
+    pages: dict[Path, str] = {}
+    for name, template in sorted(templates.items()):
+        pages[_target(name)] = regenerate(fill(template, intro, found, used))
+    wanted = {("intro", 1)} | {(name, n) for name, section in found.items() for n in range(1, len(parts(section)) + 1)}
+    missing = sorted(wanted - used)
+    if missing:
+        raise SystemExit(
+            "split_readme: README text placed on no page: "
+            + ", ".join(f"{name!r} part {n}" for name, n in missing)
+            + " (add an @readme line to a template in tools/pages/)"
+        )
+    for name, old, new in edits:
+        if pages[_target(name)].count(old) != 1:
+            raise SystemExit(f"split_readme: {name} no longer says {old!r} once (EDITS in tools/split_readme.py)")
+        pages[_target(name)] = pages[_target(name)].replace(old, new)
+    return relink(pages)
+
+
+def _target(template_name: str) -> Path:
+    return Path("README.md") if template_name == "README.md" else Path("docs") / template_name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=None, help="the whole README (default: main's README.md)")
@@ -224,29 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         source = subprocess.run(
             ["git", "show", "main:README.md"], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout
-    intro, found = sections(source)
-    used: set[tuple[str, int]] = set()
-    pages: dict[Path, str] = {}
-    for template in sorted(TEMPLATES.glob("*.md")):
-        target = ROOT / "README.md" if template.name == "README.md" else DOCS / template.name
-        pages[target] = regenerate(fill(template.read_text(), intro, found, used))
-    wanted = {("intro", 1)} | {(name, n) for name, section in found.items() for n in range(1, len(parts(section)) + 1)}
-    missing = sorted(wanted - used)
-    if missing:
-        raise SystemExit(
-            "split_readme: README text placed on no page: "
-            + ", ".join(f"{name!r} part {n}" for name, n in missing)
-            + " (add an @readme line to a template in tools/pages/)"
-        )
-    for name, old, new in EDITS:
-        target = ROOT / "README.md" if name == "README.md" else DOCS / name
-        if pages[target].count(old) != 1:
-            raise SystemExit(f"split_readme: {name} no longer says {old!r} once (EDITS in tools/split_readme.py)")
-        pages[target] = pages[target].replace(old, new)
+    pages = split(source, {template.name: template.read_text() for template in TEMPLATES.glob("*.md")})
     DOCS.mkdir(exist_ok=True)
-    for path, text in relink(pages).items():
-        path.write_text(text)
-    readme_lines = len(pages[ROOT / "README.md"].splitlines())
+    for path, text in pages.items():
+        (ROOT / path).write_text(text)
+    readme_lines = len(pages[Path("README.md")].splitlines())
     print(f"split_readme: wrote README.md ({readme_lines} lines) and {len(pages) - 1} pages")
     return 0
 

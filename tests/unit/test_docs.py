@@ -16,10 +16,10 @@ import attrs
 import pytest
 import yaml
 from sybil import Document, Example
-from tools import cli_reference
 
 from tests.downstream_rules import RULES as DOWNSTREAM_RULES
 from tests.readme_examples import ELSEWHERE, Session, parse
+from tools import cli_reference
 from trainplan import BUILTIN_RULES, Rules
 from trainplan.render.matrix import render_matrix, render_policies
 
