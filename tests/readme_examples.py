@@ -180,6 +180,8 @@ class Session:
         report: list[str] = []
         with self.inside():
             runner.run(test, out=report.append, clear_globs=False)
+        # doctest ran on a copy of the namespace: what the session defined is the document's, as a python block's is.
+        namespace.update({name: value for name, value in test.globs.items() if name != "__builtins__"})
         self.outputs_checked += len(test.examples)
         assert test.examples and runner.failures == 0, f"line {block.first_line}: " + "".join(report)
 

@@ -110,6 +110,15 @@ def test_the_runner_passes_what_it_should(tmp_path: Path) -> None:
         this line is never checked: make is not run
         ```
 
+        ```pycon
+        >>> answer = 41
+        ```
+
+        ```python
+        answer + 1  # a session's names are the document's
+        # 42
+        ```
+
         ```text
         not code
         ```
@@ -122,4 +131,4 @@ def test_the_runner_passes_what_it_should(tmp_path: Path) -> None:
     session.prepare(document, tmp_path)
     for example in document:
         example.evaluate()
-    assert (session.outputs_checked, session.commands_run) == (6, 3)
+    assert (session.outputs_checked, session.commands_run) == (8, 3)
