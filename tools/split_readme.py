@@ -61,6 +61,8 @@ EDITS: tuple[tuple[str, str, str], ...] = (
         "Every block in this README and on the documentation's pages runs as shown on a CPU-only machine:",
     ),
     ("mesh.md", "This block is run by the README\ntest:", "This block is run by the documentation's\ntest:"),
+    # The README's earlier blocks imported trainplan; the page's first block does.
+    ("memory.md", "```python\nllama_7b = ", "```python\nimport trainplan as tp\n\nllama_7b = "),
 )
 
 HEADING = re.compile(r"^(?P<hashes>#{2,6}) (?P<title>.+?)\s*$")
