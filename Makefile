@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Test processes at once: most process tests wait on their workers more than they compute.
 TEST_PROCESSES ?= 3
 
-.PHONY: demo test lint typecheck layers unit bench clean mutate mutate-score
+.PHONY: demo test lint typecheck layers unit docs bench clean mutate mutate-score
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: this machine holds the 2.13.0 CPU build locally; a bare `torch` would pull a CUDA build.
 	# trainplan itself needs no torch; its `torch` extra (launch, metrics, runtime) and the tests do.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[torch,dev,lightning]"
+	$(BIN)/python -m pip install --quiet -e ".[torch,dev,lightning,docs]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,11 +23,11 @@ demo: $(STAMP)
 	$(BIN)/trainplan plan --assume cuda=8 --strategy ddp --devices 0,2,5 --precision bf16-mixed
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks typings
-	$(BIN)/ruff format --check src tests benchmarks typings
+	$(BIN)/ruff check src tests benchmarks typings tools
+	$(BIN)/ruff format --check src tests benchmarks typings tools
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict src tests typings benchmarks
+	$(BIN)/mypy --strict src tests typings benchmarks tools
 	$(BIN)/mypy --strict tests/typing/check_public_types.py
 
 layers: $(STAMP)
@@ -35,6 +35,10 @@ layers: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -n $(TEST_PROCESSES) --dist loadfile
+
+# The documentation site, into site/ (tests/unit/test_docs.py builds it the same way, warnings as errors).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 test: lint typecheck layers unit
 
@@ -56,4 +60,4 @@ mutate-score: $(STAMP)
 	$(BIN)/python -m tests.mutation score $(MUTANTS)
 
 clean:
-	rm -rf mutants $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf mutants $(VENV) site .mypy_cache .pytest_cache .ruff_cache .hypothesis

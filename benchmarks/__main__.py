@@ -1,5 +1,5 @@
 """`python -m benchmarks`: every benchmark in one run, printed as one markdown table of ratios, and the curves
-written as figures (benchmarks/figures/*.svg, shown in the README). `python -m benchmarks resolve`: the resolve
+written as figures (benchmarks/figures/*.svg, shown in docs/benchmarks.md). `python -m benchmarks resolve`: the resolve
 rows alone."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ second attempt runs the same script to the end:
 A run recovered when it exits 0 and both ranks of the second attempt report the reduced value; it failed when it
 exits otherwise; it hung when it is still running after `LIMIT` seconds (`trainplan launch --timeout` ends it
 with 124; torchrun, which has no such option, is killed). Not part of `python -m benchmarks`: the rates go to
-the README's Reliability section.
+docs/reliability.md (the Reliability page).
 """
 
 from __future__ import annotations

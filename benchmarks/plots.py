@@ -1,4 +1,4 @@
-"""The curves of `make bench` as SVG figures (matplotlib, from the `bench` extra), which the README shows:
+"""The curves of `make bench` as SVG figures (matplotlib, from the `bench` extra), which docs/benchmarks.md shows:
 compute cost against keys, and launch cost against workers, trainplan beside the anchors."""
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """Runs a Markdown file's examples as a reader would, through Sybil: every Python block and every shell line.
 
-How a block is read (the README follows these rules; `tests/unit/test_readme.py` runs it):
+How a block is read (the README and every page of the documentation site, docs/*.md, follow these rules;
+`tests/unit/test_readme.py` runs the README's, `tests/unit/test_docs.py` every page's):
 
 - ```python blocks run in document order in one namespace, like a notebook session, inside a scratch folder,
   on a machine made CPU-only (CUDA_VISIBLE_DEVICES=""). A full-line comment right under an expression statement
   is that expression's repr, compared as doctest does with ELLIPSIS (`...` matches anything).
-- A block after `<!-- file: NAME -->` is that file: every such block is written into the scratch folder before
-  any example runs (so any command may use it), and a Python file is run as `python NAME` there: it must exit
+- A block after `<!-- file: NAME -->` is that file: every such block, of this document and of the others it
+  is read with (the README and the pages share their files), is written into the scratch folder before any
+  example runs (so any command may use it), and a Python file is run as `python NAME` there: it must exit
   0, and the comment after a `print(...)` on the same line is a line it must print. A Python block with an
   `if __name__ == "__main__":` guard must be a file (a session has no `__main__` to guard).
 - ```sh blocks: each line is a command, its `# comment` dropped, run in the scratch folder; it must exit 0, or N
@@ -56,6 +58,25 @@ SKIPPED = {
 MARKER = re.compile(r"^<!--\s*(?P<body>.*?)\s*-->$")
 EXITS = re.compile(r"\bexits (\d+)\b")
 SHELL_SYNTAX = re.compile(r"[|;&<>`$()*?\[\]{}]")
+ROOT = Path(__file__).resolve().parents[1]
+
+ELSEWHERE: dict[str, tuple[Path, str]] = {
+    # The blocks other tests run, by the marker above them (the README's and the pages' alike).
+    # The same script under torchrun, trainplan launch and tp.launch, each rank's line checked.
+    "scaling-out:script": (ROOT / "tests/processes/test_one_world.py", '_readme_block("<!-- scaling-out:script -->")'),
+    "scaling-out:commands": (
+        ROOT / "tests/processes/test_one_world.py",
+        '_readme_block("<!-- scaling-out:commands -->")',
+    ),
+    # The loop is tests/scripts/readme_loop.py (test_the_documented_loop_is_the_tested_script), run in one and two
+    # processes there.
+    "loop:start": (ROOT / "tests/processes/test_runtime_world.py", "readme_loop.train"),
+    # The parallelize function is tests/scripts/mesh_world.py's (test_the_documented_parallelize_is_the_tested_one),
+    # run in 4 processes by tests/processes/test_mesh_world.py.
+    "mesh:parallelize": (ROOT / "tests/unit/test_docs.py", "def test_the_documented_parallelize_is_the_tested_one"),
+    # The CLI reference's examples are each subcommand's --help examples, run by that test.
+    "cli-help:examples": (ROOT / "tests/unit/test_cli_help.py", "def test_every_example_runs_as_written"),
+}
 
 
 @dataclass(frozen=True)
@@ -81,14 +102,20 @@ class Session:
     """What the examples of one document share: the scratch folder, and the blocks other tests run."""
 
     elsewhere: Mapping[str, tuple[Path, str]]
+    name: str = "README"
     folder: Path | None = None
     elsewhere_lines: set[str] = field(default_factory=set)
     outputs_checked: int = 0
     commands_run: int = 0
 
-    def prepare(self, document: Document, folder: Path) -> None:
-        """Write every file block into `folder`, and note the command lines that other tests run."""
+    def prepare(self, document: Document, folder: Path, shared: Iterable[Document] = ()) -> None:
+        """Write every file block (of `document`, then of the `shared` documents it is read with) into `folder`,
+        and note the command lines that other tests run."""
         self.folder = folder
+        for other in shared:
+            for _, region in other.regions:
+                if isinstance(region.parsed, Block) and region.parsed.file is not None:
+                    (folder / region.parsed.file).write_text(region.parsed.source)
         for _, region in document.regions:
             block = region.parsed
             if not isinstance(block, Block):
@@ -148,11 +175,13 @@ class Session:
 
     def _run_doctest(self, block: Block, namespace: dict[str, object]) -> None:
         """A ```pycon block: an interactive session, checked by doctest (ELLIPSIS on) in the session's namespace."""
-        test = doctest.DocTestParser().get_doctest(block.source, namespace, "README", "README.md", block.first_line)
+        test = doctest.DocTestParser().get_doctest(block.source, namespace, self.name, self.name, block.first_line)
         runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
         report: list[str] = []
         with self.inside():
             runner.run(test, out=report.append, clear_globs=False)
+        # doctest ran on a copy of the namespace: what the session defined is the document's, as a python block's is.
+        namespace.update({name: value for name, value in test.globs.items() if name != "__builtins__"})
         self.outputs_checked += len(test.examples)
         assert test.examples and runner.failures == 0, f"line {block.first_line}: " + "".join(report)
 
@@ -167,7 +196,7 @@ class Session:
             for statement in tree.body:
                 end = statement.end_lineno or statement.lineno
                 expected = _comment_under(lines, end) if isinstance(statement, ast.Expr) else None
-                where = f"README line {block.first_line + statement.lineno - 1}"
+                where = f"{self.name} line {block.first_line + statement.lineno - 1}"
                 if isinstance(statement, ast.Expr) and expected is not None:
                     code = compile(ast.Expression(statement.value), where, "eval")
                     value = eval(code, namespace)
@@ -207,7 +236,7 @@ class Session:
             expected = int(exits.group(1)) if exits else 0
             code, printed = self._run_command(command)
             self.commands_run += 1
-            assert code == expected, f"`{command}` exited {code}, the README says {expected}:\n{printed[-3000:]}"
+            assert code == expected, f"`{command}` exited {code}, {self.name} says {expected}:\n{printed[-3000:]}"
             lines = printed.splitlines()
             for line in shown:
                 if line.strip() == "...":

@@ -1,7 +1,8 @@
 """The compatibility matrix and the resolver's policies in words, rendered from the rule tables (never written by
 hand).
 
-`trainplan matrix` prints the matrix; the README carries a copy of each that a test compares with it.
+`trainplan matrix` prints the matrix; the documentation carries a copy of each (docs/compatibility.md,
+docs/concepts.md) that a test compares with it.
 """
 
 from __future__ import annotations
@@ -110,9 +111,9 @@ def render_matrix(rules: Rules = BUILTIN_RULES) -> str:
 
 
 def render_policies(rules: Rules = BUILTIN_RULES) -> str:
-    """The README's "How a request is resolved": the steps in order, each policy in words from its rows (the
-    accelerators' order and groups, `auto`'s device policy, the `auto` strategy rows, the default backends, the
-    precision fallbacks, the clusters' detection order and variables)."""
+    """The concepts page's "How a request is resolved" (docs/concepts.md): the steps in order, each policy in words
+    from its rows (the accelerators' order and groups, `auto`'s device policy, the `auto` strategy rows, the default
+    backends, the precision fallbacks, the clusters' detection order and variables)."""
     by_priority = rules.accelerators_by_priority
     groups = "; ".join(f"`{name}`: {_either(members)}" for name, members in rules.accelerator_groups.items())
     few = "".join(
@@ -141,7 +142,7 @@ def render_policies(rules: Rules = BUILTIN_RULES) -> str:
         "launcher and world layout, checked against the cluster → backend ("
         + ", ".join(f"{'/'.join(names)} → {backend}" for backend, names in backends.items())
         + f") → precision ({fallbacks}, with a note) → the device mesh (`model_parallel`: see "
-        "[Parallel layouts](#parallel-layouts-an-n-d-device-mesh)) → metric placement → notes."
+        "[Parallel layouts](mesh.md#parallel-layouts-an-n-d-device-mesh)) → metric placement → notes."
     )
     clusters_text = f"Clusters are detected from environment variables, the innermost launcher first: {detected}."
     return "\n\n".join(_wrapped(text) for text in (steps, clusters_text))

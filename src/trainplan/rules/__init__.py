@@ -2,7 +2,7 @@
 
 The resolver reads them through `Rules` (default `BUILTIN_RULES`: these tables) and one lookup site
 (`lookup`), so a missing key becomes a domain error naming it rather than a bare `KeyError`. `trainplan
-matrix`, the README's compatibility table and its policy sentences are generated from the same data; nothing
+matrix`, the documentation's compatibility table and its policy sentences are generated from the same data; nothing
 here is repeated by hand elsewhere. Each row carries a provenance comment where the reason is not obvious.
 Reference behaviour is PyTorch Lightning 2.x's accelerator connector; deliberate differences are listed in
 `DIFFERENCES`.

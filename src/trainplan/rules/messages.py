@@ -1,5 +1,5 @@
 """Incompatibility rules (the reason and fix of every refusal, as data) and the deliberate differences from PyTorch
-Lightning's connector (each also stated in the README)."""
+Lightning's connector (each also stated in docs/migrating.md)."""
 
 from __future__ import annotations
 
@@ -418,7 +418,7 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
 }
 
 # --------------------------------------------------------------------------------------------------
-# Deliberate differences from PyTorch Lightning's connector (each also stated in the README).
+# Deliberate differences from PyTorch Lightning's connector (each also stated in docs/migrating.md).
 
 DIFFERENCES: Final[Mapping[str, str]] = {
     "srun-task-of-a-shell-job": (
