@@ -474,3 +474,14 @@ def test_the_operators_models_would_catch_a_misspelt_key() -> None:
     manifest = yaml.safe_load(emit_kubeflow(plan, ["train.py"], image="img"))
     manifest["spec"]["runPolicy"]["cleanupPolicy"] = "All"
     assert _through_the_operators_models(manifest) != manifest
+
+
+def test_the_manifest_carries_characters_beyond_the_basic_plane_as_yaml_reads_them() -> None:
+    # JSON's surrogate pair (\ud83d\ude00) reads back in YAML as two lone surrogates: YAML's \U escape is used.
+    plan = resolve(*KUBEFLOW_PLANS[next(iter(KUBEFLOW_PLANS))])
+    command = ["train.py", "é ü 中 😀", "\u2028", "\x7f"]
+    text = emit_kubeflow(plan, command, image="img")
+    assert all(line.isascii() for line in text.splitlines() if not line.startswith("#")), "the document is ASCII"
+    (manifest,) = yaml.safe_load_all(text)
+    container = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert container["command"][-len(command) :] == command

@@ -434,5 +434,14 @@ def _scalar(value: object) -> str:
     if isinstance(value, (dict, list)):
         return "{}" if isinstance(value, dict) else "[]"
     # ASCII only: YAML readers fold U+0085 and U+2028 to line breaks and refuse DEL and C1 characters, all of
-    # which JSON's \u escapes carry exactly (YAML reads a double-quoted JSON string the same).
-    return json.dumps(str(value), ensure_ascii=True)
+    # which JSON's \u escapes carry exactly (YAML reads a double-quoted JSON string the same). A character beyond
+    # U+FFFF is YAML's \U escape: YAML readers take JSON's surrogate pair as two lone surrogates.
+    text = json.dumps(str(value), ensure_ascii=False)
+    return "".join(
+        character
+        if ord(character) < 0x7F
+        else f"\\u{ord(character):04x}"
+        if ord(character) <= 0xFFFF
+        else f"\\U{ord(character):08x}"
+        for character in text
+    )

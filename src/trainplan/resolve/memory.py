@@ -203,6 +203,23 @@ MAX_SHAPE = 10**15
 """The largest count a what-if model's shape takes (parameters, layers, hidden, sequence, batch): beyond any model."""
 
 
+def _check_shape(**shape: object) -> None:
+    """A what-if model's shape: each count a number from 1 to `MAX_SHAPE` (read as objects: a caller without a type
+    checker may pass anything), else `InvalidRequest` naming the field."""
+    for name, value in shape.items():
+        if value is not None and not (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and 1 <= value <= MAX_SHAPE
+        ):
+            raise InvalidRequest(
+                field=name,
+                value=value,
+                reason=f"a model's {name} is a whole number from 1 to {MAX_SHAPE:.0e}",
+                fix=f"Write e.g. transformer_facts(parameters=7e9, {name}=...) with a positive {name}"
+                if name != "parameters"
+                else "Write e.g. transformer_facts(parameters=7e9)",
+            )
+
+
 def transformer_facts(
     *,
     parameters: float,
@@ -221,26 +238,7 @@ def transformer_facts(
     assumed: 12·L·h² parameters with L = h / 128 (7B: h 4096, L 32). The embedding and the head (2 · vocabulary · h
     parameters, within the count) are the root unit a sharded layout keeps gathered; the optimizer's step takes one
     more copy of the parameters in fp32 (a foreach AdamW's intermediates)."""
-    shape: tuple[tuple[str, object], ...] = (  # objects: a caller without a type checker may pass anything
-        ("parameters", parameters),
-        ("layers", layers),
-        ("hidden", hidden),
-        ("sequence", sequence),
-        ("batch_size", batch_size),
-    )
-    for name, value in shape:
-        limit = MAX_SHAPE
-        if value is not None and not (
-            isinstance(value, (int, float)) and not isinstance(value, bool) and 1 <= value <= limit
-        ):
-            raise InvalidRequest(
-                field=name,
-                value=value,
-                reason=f"a model's {name} is a whole number from 1 to {limit:.0e}",
-                fix=f"Write e.g. transformer_facts(parameters=7e9, {name}=...) with a positive {name}"
-                if name != "parameters"
-                else "Write e.g. transformer_facts(parameters=7e9)",
-            )
+    _check_shape(parameters=parameters, layers=layers, hidden=hidden, sequence=sequence, batch_size=batch_size)
     count = int(parameters)
     if count < 1 or precision not in BYTES_PER_PARAMETER:
         raise InvalidRequest(
