@@ -15,6 +15,7 @@ import datetime
 import ipaddress
 import os
 import socket
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -28,7 +29,7 @@ from trainplan.mapping.workers import (
     process_group_timeout,
     started_by_another_launcher,
 )
-from trainplan.rules import INFERRED_JOIN_SECONDS, NODES_INFERRED_NOTE
+from trainplan.rules import INFERRED_JOIN_SECONDS, JOB_IDENTITY_VARIABLES, NODES_INFERRED_NOTE
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.names import BackendKey
 from trainplan.spec.plan import Plan
@@ -231,6 +232,7 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
             f"{inferred.message}"
         ) from None
     if store is not None:
+        same_job(store, rank, job_identity(os.environ), f"{address}:{port}")
         store.set_timeout(delta)
         distributed.init_process_group(
             backend=backend, store=store, rank=rank, world_size=plan.world_size, timeout=delta
@@ -349,6 +351,30 @@ def _is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+_JOB_KEY = "trainplan/job"
+
+
+def job_identity(environ: Mapping[str, str]) -> str:
+    """What every rank of this job shares and another job does not (`rules.JOB_IDENTITY_VARIABLES`), as text."""
+    return ";".join(f"{name}={environ[name]}" for name in JOB_IDENTITY_VARIABLES if name in environ)
+
+
+def same_job(store: Any, rank: int, identity: str, where: str) -> None:
+    """Rank 0 records the job in the world's store; every other rank checks it met its own job's store, not the store
+    of another job that chose the same port (a late rank would then wait in its first collective for ranks that are
+    not there): `JoinError` naming both jobs."""
+    if rank == 0:
+        store.set(_JOB_KEY, identity)
+        return
+    theirs = bytes(store.get(_JOB_KEY)).decode("utf-8", "replace")
+    if theirs != identity:
+        raise JoinError(
+            f"The rendezvous store at {where} belongs to another job ({theirs or 'no job variables'}), not this one "
+            f"({identity or 'no job variables'}): two jobs chose the same port. Give one of them another "
+            "MASTER_PORT (or let its launcher choose a free one)"
+        )
 
 
 def _loopback_store(address: str, port: int, *, rank: int, world_size: int, timeout: datetime.timedelta) -> Any:

@@ -68,6 +68,17 @@ LAUNCHED_MARKER: Final[str] = "TRAINPLAN_LAUNCHED"
 LOCAL_RANK, GROUP_RANK, LOCAL_WORLD_SIZE) for scripts that expect them; the marker tells the resolver that
 trainplan, not torchrun, started them, so the plan keeps its own launcher and gains the worker's ranks."""
 
+JOB_IDENTITY_VARIABLES: Final[tuple[str, ...]] = (
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "TORCHELASTIC_RUN_ID",
+    "OMPI_MCA_ess_base_jobid",
+    "LSB_JOBID",
+)
+"""The variables every rank of one job (one srun step, one torchrun run, one mpirun, one LSF job) shares and another
+job does not: the world's store records them, and a rank whose values differ met another job's store (two jobs on
+one port). A launcher without such a variable (MPICH's Hydra) is not compared."""
+
 RUN_ID_VARIABLE: Final[str] = "TORCHELASTIC_RUN_ID"
 """torchrun's run id: `trainplan launch` sets it too (`TRAINPLAN_RUN_ID_PREFIX`), so another one in a process that
 carries trainplan's marker means a torchrun started inside a trainplan worker gave this process its world."""
