@@ -56,7 +56,6 @@ from trainplan.effects.launching import (
     _check_startable,
     _check_times,
     _forkserver_context,
-    _interrupts_deferred,
     _multiprocessing_directory,
     _ScriptWorker,
     _signal_name,
@@ -64,6 +63,7 @@ from trainplan.effects.launching import (
     _specs,
     _stop,
     choose_free_port,
+    interrupts_deferred,
 )
 from trainplan.effects.lifeline import Lifeline
 from trainplan.effects.rules_loading import handed_to_workers
@@ -776,7 +776,7 @@ def launch_script(
             # Signals are held while the server starts and torch's engine is imported (multiprocessing blocks signals
             # around its spawn, and an interrupt inside those imports can be lost), then delivered here: a Ctrl-C in
             # between is never lost, and the run's own handlers take over from there.
-            with _interrupts_deferred():
+            with interrupts_deferred():
                 server = _start_server(command, lifeline)
                 _import_engine()
                 from torch.distributed import run as _torchrun  # noqa: F401  # what `_run_engine` imports next

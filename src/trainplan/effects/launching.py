@@ -413,7 +413,7 @@ def _forkserver_context(*, fresh: bool = False) -> Any:
 
 
 @contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[None]:
+def interrupts_deferred() -> Iterator[None]:
     """Hold Ctrl-C, SIGTERM and SIGHUP until the block ends, then deliver the first one received.
 
     Starting a worker is not atomic: a forkserver forks it, then sends its pid back (the first time, only once
@@ -477,7 +477,7 @@ def _start_multiprocessing(
                     spawned = {**spec.variables, "PYTHONSAFEPATH": "1"}
                     if "PYTHONSAFEPATH" not in os.environ:
                         spawned[_SAFE_PATH_ADDED] = "1"  # the worker takes it out of its own environment again
-                with _temporary_environment(spawned), _interrupts_deferred():
+                with _temporary_environment(spawned), interrupts_deferred():
                     process.start()
             except BaseException as error:
                 if process.pid is not None:  # started, then interrupted while being fed: stop it too
