@@ -155,7 +155,17 @@ def _types_of(request: Request, env: Environment) -> tuple[object, ...]:
         # Which options were written is not part of a record's value, but it decides: an explicit value a preset
         # contradicts is refused, a default is not; a degree written 'auto' takes the rest, the default one not.
         None if options is None else (repr(options), getattr(options, "given", None)),
+        _record_types(request.model),  # ModelFacts(batch_size=True) is refused, batch_size=1 not: equal, alike hashed
+        _record_types(request.memory_policy),  # MemoryPolicy(offload=1) is refused, offload=True not
     )
+
+
+def _record_types(record: object) -> tuple[type, ...] | None:
+    """The types of an attrs record's values (None for anything else: its own type is in the key already)."""
+    kind = type(record)
+    if not attrs.has(kind):
+        return None
+    return tuple(type(getattr(record, field.name)) for field in attrs.fields(kind))
 
 
 def resolve_uncached(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) -> Plan:

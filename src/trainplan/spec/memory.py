@@ -118,8 +118,9 @@ class MemoryPlan:
 
     @property
     def estimate(self) -> MemoryEstimate | None:
-        """The chosen layout's estimate."""
-        return next((item for item in self.candidates if item.layout == self.chosen), None)
+        """The chosen layout's estimate: the candidate marked chosen (a layout is a candidate twice, without and with
+        activation checkpointing, so its name alone does not say which)."""
+        return next((item for item in self.candidates if item.layout == self.chosen and item.verdict == "chosen"), None)
 
     @property
     def checkpointing(self) -> bool:
