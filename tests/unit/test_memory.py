@@ -143,6 +143,58 @@ def test_a_long_sequence_takes_checkpointing_or_tensor_parallelism_when_fsdp_alo
     assert plan.strategy.name == "model_parallel" and plan.mesh is not None and plan.mesh.sizes["tp"] > 1
 
 
+def test_the_plans_estimate_is_the_chosen_candidate_with_its_checkpointing() -> None:
+    # 7B at batch 16 fits 8 x 40 GiB only recomputing: the layout is a candidate twice, and the plan's estimate (what
+    # the runtime reads to turn checkpointing on) is the one chosen, not the first of that name.
+    batch = tp.transformer_facts(parameters=7e9, layers=32, hidden=4096, batch_size=16)
+    memory = tp.resolve(tp.Request(model=batch, precision="bf16-mixed"), _gpus(8, 40)).memory
+    assert memory is not None and memory.chosen == "tp2_fsdp"
+    chosen = memory.estimate
+    assert chosen is not None and chosen.verdict == "chosen" and chosen.checkpointing and memory.checkpointing
+    assert chosen.total <= memory.budget_bytes
+    without = next(item for item in memory.candidates if (item.layout, item.checkpointing) == ("tp2_fsdp", False))
+    assert not without.fits
+
+
+def test_an_explicit_strategy_that_fits_only_recomputing_says_so() -> None:
+    batch = tp.transformer_facts(parameters=7e9, layers=32, hidden=4096, batch_size=4)
+    memory = tp.resolve(tp.Request(model=batch, strategy="fsdp"), _gpus(8, 40)).memory
+    assert memory is not None and [item.verdict == "chosen" for item in memory.candidates] == [False, True]
+    assert memory.estimate is memory.candidates[1] and memory.checkpointing
+
+
+def test_tensor_parallelism_divides_the_backwards_temporaries() -> None:
+    # Measured in a tp=2 x dp_shard=2 gloo world (tests/processes/test_memory_world.py): each rank's temporaries are
+    # its shard's, as its activations are.
+    facts = attrs.evolve(SEVEN_B, temporary_bytes=8 << 30)
+    whole = estimate(LAYOUTS["fsdp"], False, facts, 1, 8)
+    split = estimate(LAYOUTS["tp4_fsdp"], False, facts, 1, 8)
+    assert (whole.temporaries, split.temporaries) == (8 << 30, 2 << 30)
+    assert estimate(LAYOUTS["ddp"], False, facts, 1, 8).temporaries == (8 << 30) + facts.gradient_bytes  # + buckets
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "field"),
+    [
+        (tp.Request(model=SEVEN_B), tp.Request(model=attrs.evolve(SEVEN_B, batch_size=True)), "model.batch_size"),
+        (
+            tp.Request(model=SEVEN_B, memory_policy=tp.MemoryPolicy(offload=True)),
+            tp.Request(model=SEVEN_B, memory_policy=tp.MemoryPolicy(offload=1)),  # type: ignore[arg-type]
+            "memory_policy.offload",
+        ),
+    ],
+)
+def test_the_resolve_cache_tells_a_bool_from_an_int_inside_the_memory_records(
+    good: tp.Request, bad: tp.Request, field: str
+) -> None:
+    # True == 1 and both hash alike: resolved after an equal, well-typed request, the wrong one is still refused.
+    assert good == bad and hash(good) == hash(bad)
+    tp.resolve(good, _gpus(8, 40))
+    with pytest.raises(tp.InvalidRequest) as refused:
+        tp.resolve(bad, _gpus(8, 40))
+    assert refused.value.field == field
+
+
 def test_without_checkpointing_or_offload_allowed_the_refusal_says_what_to_change() -> None:
     policy = tp.MemoryPolicy(activation_checkpointing=False, offload=False)
     with pytest.raises(tp.Incompatible) as refused:

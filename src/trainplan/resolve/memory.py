@@ -89,7 +89,7 @@ def estimate(
         optimizer=split[2][0],
         activations=-(-facts.batch_size * saved // degree),
         gathered=-(-gathered // degree),
-        temporaries=facts.temporary_bytes + layout.gradient_buckets * split[1][0],
+        temporaries=-(-facts.temporary_bytes // degree) + layout.gradient_buckets * split[1][0],
         step=_share(-(-facts.optimizer_step_bytes // degree), layout.optimizer, data_parallel, node_shards)[0],
         host=sum(host for _, host in split),
         fits=False,

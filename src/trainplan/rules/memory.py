@@ -8,10 +8,11 @@ of a training step's memory goes (the ZeRO paper's partitioning of model states,
 - `node`: split over one node's ranks, replicated across nodes (HSDP);
 - `host`: moved to host memory, split over the data-parallel ranks (ZeRO-Offload; FSDP's CPU offload).
 
-Tensor parallelism divides parameters, gradients, optimizer states and activations by its degree (Megatron-LM with
-sequence parallelism, Korthikanti et al. 2022); the data-parallel degree is then the world over that degree. A layout
-that shards parameters gathers whole layers while it runs them (`gathered_layers`: the layer's parameters and its
-unsharded gradients). Activation checkpointing keeps each layer's input and recomputes one layer at a time.
+Tensor parallelism divides parameters, gradients, optimizer states, activations and the backward's temporaries by its
+degree (Megatron-LM with sequence parallelism, Korthikanti et al. 2022); the data-parallel degree is then the world
+over that degree. A layout that shards parameters gathers whole layers while it runs them (`gathered_layers`: the
+layer's parameters and its unsharded gradients). Activation checkpointing keeps each layer's input and recomputes one
+layer at a time.
 
 The order of preference is a row too (`MEMORY_ORDER`): the fewest communication costs first. The reasons are the
 published traffic per step: DDP all-reduces gradients (2Ψ); ZeRO stages 1 and 2 move the same volume (reduce-scatter
