@@ -660,7 +660,7 @@ def _run_migrate(arguments: argparse.Namespace) -> int:
 
 
 def _run_launch(arguments: argparse.Namespace) -> int:
-    from trainplan.effects.elastic import EngineOptions, launch_script
+    from trainplan.effects.elastic import EngineOptions, end_on_late_signals, launch_script
     from trainplan.mapping.workers import script_request
 
     command = list(arguments.script)
@@ -713,7 +713,7 @@ def _run_launch(arguments: argparse.Namespace) -> int:
         module=arguments.module,
         local_addr=arguments.local_addr,
     )
-    ignore_late = _end_on_late_signals()
+    ignore_late = end_on_late_signals()
     code = launch_script(
         plan,
         command,
@@ -728,34 +728,6 @@ def _run_launch(arguments: argparse.Namespace) -> int:
     )
     ignore_late()  # the code is decided: a signal from here on changes nothing
     return code
-
-
-def _end_on_late_signals() -> Callable[[], None]:
-    """SIGTERM and SIGHUP end `trainplan launch` with the shell's code (128 + the signal) at every moment, also after
-    the launch has restored its own handlers and while the interpreter shuts down: a signal repeated after the
-    cleanup it hurried (everything is reaped then) exits 143 or 129, never by the default action."""
-    import signal
-
-    def leave(number: int, frame: object) -> None:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(128 + number)  # no exception into whatever runs now (an atexit finalizer): the launch is done
-
-    def ignore_while_exiting() -> None:
-        # The interpreter's shutdown puts its handlers back to the default action: a signal then would end the
-        # command by that signal (-15), not with its code. The exit code is decided by now.
-        for number in (signal.SIGTERM, signal.SIGHUP):
-            with contextlib.suppress(ValueError, OSError):
-                signal.signal(number, signal.SIG_IGN)
-
-    for number in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(number) is signal.SIG_DFL:  # an inherited SIG_IGN stays ignored
-            signal.signal(number, leave)
-    import atexit
-
-    atexit.register(ignore_while_exiting)  # registered last, so it runs first
-    return ignore_while_exiting
 
 
 def _written_fields(arguments: argparse.Namespace) -> list[str]:

@@ -31,6 +31,7 @@ stderr, and nothing it started outlives it (every descendant is reaped, as on th
 from __future__ import annotations
 
 import _thread
+import atexit
 import contextlib
 import ctypes
 import math
@@ -44,7 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -821,6 +822,31 @@ def launch_script(
                 print(f"trainplan: error: the workers' output could not be written ({sink.failure})", file=sys.stderr)
             return code or 2
     return code
+
+
+def end_on_late_signals() -> Callable[[], None]:
+    """SIGTERM and SIGHUP end `trainplan launch` with the shell's code (128 + the signal) at every moment, also after
+    the launch has restored its own handlers and while the interpreter shuts down: a signal repeated after the
+    cleanup it hurried (everything is reaped then) exits 143 or 129, never by the default action."""
+
+    def leave(number: int, frame: object) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(128 + number)  # no exception into whatever runs now (an atexit finalizer): the launch is done
+
+    def ignore_while_exiting() -> None:
+        # The interpreter's shutdown puts its handlers back to the default action: a signal then would end the
+        # command by that signal (-15), not with its code. The exit code is decided by now.
+        for number in (signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(number, signal.SIG_IGN)
+
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(number) is signal.SIG_DFL:  # an inherited SIG_IGN stays ignored
+            signal.signal(number, leave)
+    atexit.register(ignore_while_exiting)  # registered last, so it runs first
+    return ignore_while_exiting
 
 
 def _run_engine(
