@@ -21,6 +21,7 @@ import types
 from trainplan._version import __version__
 from trainplan.spec.entry import EntryPoints as _EntryPoints
 from trainplan.spec.entry import install as _install
+from trainplan.spec.lazy import lazy_names as _lazy_names
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads any TYPE_CHECKING as True)
 if TYPE_CHECKING:
@@ -233,20 +234,6 @@ _LAZY: dict[str, str] = {
     "StrategyKey": "trainplan.spec.names",
 }
 """Each public name → the module that defines it, imported when the name is first read."""
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trainplan' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The public names (what `from trainplan import *` gives) and the module's own dunders: no helper imports."""
-    return sorted({*__all__, *(name for name in globals() if name.startswith("__") and name.endswith("__"))})
 
 
 class _Face(types.ModuleType):
@@ -521,3 +508,5 @@ __all__ = [
     "runtime",
     "transformer_facts",
 ]
+
+__getattr__, __dir__ = _lazy_names(__name__, globals(), _LAZY, importlib.import_module, __all__)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 
+from trainplan.spec.lazy import lazy_names
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads any TYPE_CHECKING as True)
 if TYPE_CHECKING:
     from trainplan.effects.elastic import EngineOptions, launch_script
@@ -93,19 +95,6 @@ _LAZY: dict[str, str] = {
 """Each public name → the module that defines it, imported when the name is first read."""
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trainplan.effects' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
-
 __all__ = [
     "Collective",
     "EngineOptions",
@@ -146,3 +135,5 @@ __all__ = [
     "require_torch",
     "worker_plan",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY, importlib.import_module, __all__)

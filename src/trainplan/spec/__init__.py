@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from trainplan.spec.lazy import lazy_names
+
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads any TYPE_CHECKING as True)
 if TYPE_CHECKING:
     from trainplan.spec.environment import Environment
@@ -108,16 +110,9 @@ _LAZY: dict[str, str] = {
 """Each public name → the module that defines it, imported when the name is first read."""
 
 
-def __getattr__(name: str) -> object:
-    value = getattr(_module(name), name)
-    globals()[name] = value
-    return value
-
-
-def _module(name: str) -> ModuleType:
-    """The module that defines `name`, imported now: each import written out, as the core imports nothing
-    dynamically (no importlib: the layering contracts read every import)."""
-    module = _LAZY.get(name)
+def _load(module: str) -> ModuleType:
+    """`module` (one of `_LAZY`'s), imported now: each import written out, as the core imports nothing dynamically
+    (no importlib: the layering contracts read every import)."""
     if module == "trainplan.spec.environment":
         from trainplan.spec import environment
 
@@ -162,11 +157,7 @@ def _module(name: str) -> ModuleType:
         from trainplan.spec import request
 
         return request
-    raise AttributeError(f"module 'trainplan.spec' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    raise LookupError(f"trainplan.spec: _LAZY names {module}, which _load does not import")
 
 
 __all__ = [
@@ -221,3 +212,5 @@ __all__ = [
     "TrainplanWarning",
     "Unavailable",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY, _load, __all__)
