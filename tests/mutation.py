@@ -7,19 +7,25 @@ from a fork server, stopping at the first failure. A mutant no test fails is a r
     python -m tests.mutation run [SHARD ...]     mutate and test SHARD (a path under src/trainplan, as
                                                  `resolve/steps` or `rules/coherence`; none: all of both)
     python -m tests.mutation score [SHARD ...]   the score of what has been run, and the survivors
+    python -m tests.mutation sample N --seed S   mutate and test a seeded random sample of N of all the mutants
+                                                 of both packages; print its score with a Wilson 95% interval
 
 The score is killed / (killed + survived + untested), where a timeout counts as killed (mutmut's rule) and the
 equivalent mutants listed in tests/mutation_equivalents.txt are left out: a mutant is equivalent when no input
 can tell it from the original, and each line says why. Mutants not run yet are counted apart, so a score over
 part of the shards says so. `make mutate` is not part of `make test`: over both packages it runs for hours on two
-cores, so it runs in shards (`make mutate MUTANTS=resolve/steps`), whose results mutmut keeps in `mutants/`.
+cores, so it runs in shards (`make mutate MUTANTS=resolve/steps`), whose results mutmut keeps in `mutants/`, or as
+a sample (`make mutate-sample N=150 SEED=1`): the same seed and source give the same mutants, and the interval says
+how far the whole score may be from the sample's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -126,6 +132,58 @@ def score(found: Iterable[tuple[str, int | None]], patterns: Sequence[str], equi
     return Score(killed, tuple(sorted(survivors)), left_out, not_run)
 
 
+def mutant_names(shards: Sequence[str] = PACKAGES) -> list[str]:
+    """Every mutant mutmut writes of `shards` (packages or modules under src/trainplan), by the names `mutmut run`
+    takes, sorted; run in the repository, as mutmut reads its configuration from the working directory."""
+    from mutmut.mutation.file_mutation import mutate_file_contents
+    from mutmut.utils.format_utils import get_mutant_name
+
+    names: list[str] = []
+    for shard in shards:
+        base = ROOT / "src" / "trainplan" / shard
+        for path in [base] if base.is_file() else sorted(base.rglob("*.py")):
+            relative = path.relative_to(ROOT)
+            mutated = mutate_file_contents(str(relative), path.read_text())
+            names.extend(get_mutant_name(relative, local) for local in mutated.mutant_names)
+    return sorted(names)
+
+
+def sample(names: Sequence[str], size: int, seed: int) -> list[str]:
+    """`size` of `names` drawn at random without replacement, the same for the same names and seed (in any order),
+    sorted; all of them when there are no more."""
+    if size < 1:
+        raise SystemExit(f"make mutate-sample: N={size}: the sample needs at least one mutant")
+    population = sorted(set(names))
+    return sorted(random.Random(seed).sample(population, min(size, len(population))))
+
+
+Z_95 = 1.959963984540054
+"""The standard normal quantile of 0.975: a two-sided 95% interval."""
+
+
+def wilson_interval(successes: int, trials: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion `successes / trials` (as fractions): unlike the normal
+    approximation it stays inside [0, 1] and is not empty at 0 or `trials` successes."""
+    if not 0 <= successes <= trials or trials < 1:
+        raise ValueError(f"a proportion of {successes} in {trials} trials has no interval")
+    p = successes / trials
+    square = z * z
+    centre = (p + square / (2 * trials)) / (1 + square / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + square / (4 * trials * trials)) / (1 + square / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def sample_line(result: Score, drawn: int, total: int, seed: int) -> str:
+    """The sample's score, with the interval the whole score lies in at 95% confidence."""
+    if not result.counted:
+        return f"sample of {drawn} (seed {seed}): {result.line()}"
+    low, high = wilson_interval(result.killed, result.counted)
+    return (
+        f"{result.line()}; 95% Wilson interval {100 * low:.1f}-{100 * high:.1f}% "
+        f"(a seeded sample of {drawn} of {total} mutants, seed {seed})"
+    )
+
+
 def refresh_copies() -> None:
     """mutmut copies src/ into mutants/ once and re-mutates only the files it mutates: drop the copies of the other
     files that src/ has changed since, and any copy a stopped run left empty, so that the next run writes them
@@ -143,22 +201,50 @@ def refresh_copies() -> None:
             copy.unlink()
 
 
+def run_mutmut(names: Sequence[str], children: int) -> None:
+    """`mutmut run` over `names` (mutants, or globs of them), in the repository."""
+    # TRAINPLAN_MUTATION: Hypothesis's mutation profile (tests/conftest.py). One OpenMP thread: the fork server
+    # imports the tests, and a test module that computes with torch as it loads starts OpenMP's thread pool,
+    # which a forked worker then waits on forever.
+    environment = dict(os.environ, TRAINPLAN_MUTATION="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    refresh_copies()
+    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *names]
+    shown = command if len(names) <= 4 else [*command[:6], f"... ({len(names)} mutants)"]
+    print("+", " ".join(shown), flush=True)
+    subprocess.run(command, cwd=ROOT, env=environment, check=False)
+
+
+def run_sample(words: Sequence[str], seed: int, children: int) -> int:
+    """`sample N`: test a seeded sample of N mutants of resolve/ and rules/ and print its score and interval."""
+    if len(words) != 1 or not words[0].isdigit():
+        raise SystemExit(f"make mutate-sample: expected one count N, got {' '.join(words) or 'nothing'}")
+    os.chdir(ROOT)  # mutmut reads its configuration (pyproject.toml) from the working directory
+    everything = mutant_names()
+    drawn = sample(everything, int(words[0]), seed)
+    run_mutmut(drawn, children)
+    equivalent = {entry.name for entry in read_equivalents(EQUIVALENTS.read_text())}
+    chosen = set(drawn)
+    result = score(((name, code) for name, code in results() if name in chosen), ["*"], equivalent)
+    for name in result.survivors:
+        print(f"survived: {name}   (python -m mutmut show {name})")
+    print(sample_line(result, len(drawn), len(everything), seed))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("run", "score"))
-    parser.add_argument("shards", nargs="*", help="paths under src/trainplan, e.g. resolve/steps (default: all)")
+    parser.add_argument("command", choices=("run", "score", "sample"))
+    parser.add_argument(
+        "shards", nargs="*", help="paths under src/trainplan, e.g. resolve/steps (default: all); sample: N"
+    )
     parser.add_argument("--children", type=int, default=2, help="mutants tested at once (default 2)")
+    parser.add_argument("--seed", type=int, default=1, help="sample: the random seed (default 1)")
     arguments = parser.parse_args(argv)
+    if arguments.command == "sample":
+        return run_sample(arguments.shards, arguments.seed, arguments.children)
     patterns = [pattern(shard) for shard in arguments.shards or PACKAGES]
     if arguments.command == "run":
-        # TRAINPLAN_MUTATION: Hypothesis's mutation profile (tests/conftest.py). One OpenMP thread: the fork server
-        # imports the tests, and a test module that computes with torch as it loads starts OpenMP's thread pool,
-        # which a forked worker then waits on forever.
-        environment = dict(os.environ, TRAINPLAN_MUTATION="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        refresh_copies()
-        command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(arguments.children), *patterns]
-        print("+", " ".join(command), flush=True)
-        subprocess.run(command, cwd=ROOT, env=environment, check=False)
+        run_mutmut(patterns, arguments.children)
     equivalent = {entry.name for entry in read_equivalents(EQUIVALENTS.read_text())}
     result = score(results(), patterns, equivalent)
     for name in result.survivors:

@@ -8,7 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.mutation import EQUIVALENTS, PACKAGES, ROOT, Equivalent, Score, pattern, read_equivalents, score
+from tests.mutation import (
+    EQUIVALENTS,
+    PACKAGES,
+    ROOT,
+    Equivalent,
+    Score,
+    mutant_names,
+    pattern,
+    read_equivalents,
+    sample,
+    sample_line,
+    score,
+    wilson_interval,
+)
 
 mutmut = pytest.importorskip("mutmut")
 
@@ -83,3 +96,53 @@ def test_the_score_leaves_out_equivalents_and_counts_what_has_not_run() -> None:
     )
     with pytest.raises(SystemExit):
         pattern("effects/launching")
+
+
+def test_a_sample_is_the_same_for_the_same_seed_and_names_in_any_order() -> None:
+    names = [f"trainplan.resolve.a.x_f__mutmut_{number}" for number in range(1, 101)]
+    drawn = sample(names, 10, seed=7)
+    assert drawn == sample(list(reversed(names)), 10, seed=7) == sample([*names, *names], 10, seed=7)
+    assert len(set(drawn)) == 10 and set(drawn) <= set(names) and drawn == sorted(drawn)
+    assert sample(names, 10, seed=8) != drawn
+    assert sample(names, 500, seed=7) == sorted(names)
+    with pytest.raises(SystemExit, match="at least one"):
+        sample(names, 0, seed=7)
+
+
+def test_a_sample_draws_every_mutant_alike() -> None:
+    names = [f"m{number}" for number in range(10)]
+    counts = dict.fromkeys(names, 0)
+    for seed in range(2000):
+        for name in sample(names, 3, seed):
+            counts[name] += 1
+    # each is drawn with probability 3/10: 600 of 2000 expected, and 5 standard deviations (about 100) allowed
+    assert all(500 < count < 700 for count in counts.values()), counts
+
+
+def test_the_wilson_interval_matches_its_published_values() -> None:
+    # Newcombe (1998), table I: 81 of 263 gives 0.2553-0.3662; 15 of 148 gives 0.0624-0.1605
+    for (successes, trials), (low, high) in {(81, 263): (0.2553, 0.3662), (15, 148): (0.0624, 0.1605)}.items():
+        found = wilson_interval(successes, trials)
+        assert found == pytest.approx((low, high), abs=5e-5)
+    low, high = wilson_interval(0, 10)
+    assert low == 0.0 and high == pytest.approx(0.2775, abs=5e-5)
+    low, high = wilson_interval(10, 10)
+    assert (low, high) == pytest.approx((0.7225, 1.0), abs=5e-5)
+    for bad in ((3, 2), (-1, 2), (0, 0)):
+        with pytest.raises(ValueError):
+            wilson_interval(*bad)
+
+
+def test_the_sample_line_gives_the_score_and_its_interval() -> None:
+    result = Score(killed=135, survivors=tuple(f"m{number}" for number in range(10)), equivalent=5, not_run=0)
+    assert sample_line(result, 150, 10638, seed=1) == (
+        "mutation score 93.1%: 135 of 145 mutants killed, 10 survived, 5 equivalent left out; "
+        "95% Wilson interval 87.8-96.2% (a seeded sample of 150 of 10638 mutants, seed 1)"
+    )
+
+
+def test_every_mutant_name_is_one_mutmut_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    names = mutant_names(["resolve/steps/mesh.py"])
+    assert names == sorted(set(names)) and "trainplan.resolve.steps.mesh.x_lay_out_mesh__mutmut_1" in names
+    assert all(name.startswith("trainplan.resolve.steps.mesh.x_") and "__mutmut_" in name for name in names)
