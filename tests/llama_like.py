@@ -13,7 +13,7 @@ class Block(nn.Module):
 
     def __init__(self, hidden: int, heads: int, ffn: int) -> None:
         super().__init__()
-        self.heads = heads
+        self.head_dim = hidden // heads
         self.norm1 = nn.RMSNorm(hidden)
         self.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
         self.out = nn.Linear(hidden, hidden, bias=False)
@@ -22,11 +22,14 @@ class Block(nn.Module):
         self.down = nn.Linear(ffn, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, sequence, hidden = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(batch, sequence, 3, self.heads, -1).transpose(1, 3).unbind(2)
+        # q, k and v are interleaved by head, and gate and up by unit, so that tensor parallelism's even split of the
+        # projections' outputs (tests/scripts/memory_world.py) gives each rank whole heads and matching units; the
+        # shapes are read from the tensors, a rank's shard of the heads included.
+        batch, sequence, _ = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(batch, sequence, -1, 3, self.head_dim).transpose(1, 2).unbind(3)
         attended = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.out(attended.transpose(1, 2).reshape(batch, sequence, hidden))
-        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        x = x + self.out(attended.transpose(1, 2).reshape(batch, sequence, -1))
+        gate, up = self.gate_up(self.norm2(x)).view(batch, sequence, -1, 2).unbind(-1)
         result: torch.Tensor = x + self.down(functional.silu(gate) * up)
         return result
 

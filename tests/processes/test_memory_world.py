@@ -1,6 +1,7 @@
 """Prediction against measurement: a 21M-parameter decoder's training step, its peak per rank measured by torch's
-MemTracker on real tensors in a real 2-process gloo world (DDP, FSDP2, FSDP2 with activation checkpointing) and in
-one process, against what `resolve.memory.estimate` predicts from the facts `measure_model` gives. One world start."""
+MemTracker on real tensors in real gloo worlds (2 processes: DDP, FSDP2, FSDP2 with activation checkpointing;
+4 processes: tensor parallel 2 × FSDP2 over 2, without and with checkpointing) and in one process, against what
+`resolve.memory.estimate` predicts from the facts `measure_model` gives (measured once, on one device)."""
 
 from __future__ import annotations
 
@@ -47,5 +48,16 @@ def test_ddp_and_fsdp2_in_two_processes_are_predicted_within_15_percent() -> Non
     facts = _facts()
     for (layout, checkpointing), peak in zip(configurations, measured[0], strict=True):
         ratio = estimate(LAYOUTS[layout], checkpointing, facts, 1, 2).total / peak
+        assert abs(ratio - 1) <= TOLERANCE, (layout, checkpointing, ratio)
+        print(f"{layout}{' +ckpt' if checkpointing else ''}: predicted / measured = {ratio:.3f}")
+
+
+def test_tensor_parallel_2_by_fsdp2_over_2_in_four_processes_is_predicted_within_15_percent() -> None:
+    configurations = [("tp2_fsdp", False), ("tp2_fsdp", True)]
+    plan = tp.resolve(tp.Request(accelerator="cpu", devices=4, strategy="ddp"))
+    measured = tp.launch_with(plan, memory_world.peaks, args=(configurations,), timeout=600)
+    assert all(rank == measured[0] for rank in measured)  # every rank holds one shard of each kind
+    for (layout, checkpointing), peak in zip(configurations, measured[0], strict=True):
+        ratio = _predicted(layout, checkpointing, 4) / peak
         assert abs(ratio - 1) <= TOLERANCE, (layout, checkpointing, ratio)
         print(f"{layout}{' +ckpt' if checkpointing else ''}: predicted / measured = {ratio:.3f}")

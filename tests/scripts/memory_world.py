@@ -24,7 +24,34 @@ def _wrapped(layout: str, checkpointing: bool) -> torch.nn.Module:
         for block in model.layers:
             fully_shard(block)
         fully_shard(model)
+    if layout == "tp2_fsdp":
+        _tensor_parallel_fsdp(model, degree=2)
     return model
+
+
+def _tensor_parallel_fsdp(model: torch.nn.Module, degree: int) -> None:
+    """Megatron's split of each block (q/k/v and gate/up by column, the output projections by row), the embedding by
+    vocabulary and the head by column (each rank's loss is its shard of the logits': the gradients are the whole
+    loss's), then FSDP2 over the data-parallel ranks: the `tp{degree}_fsdp` layout row."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size() // degree, degree), mesh_dim_names=("dp_shard", "tp"))
+    plan: dict[str, ColwiseParallel | RowwiseParallel] = {
+        "embed": RowwiseParallel(input_layouts=Replicate()),
+        "head": ColwiseParallel(),
+    }
+    for index in range(len(model.layers)):  # type: ignore[arg-type]
+        for name, style in (("qkv", ColwiseParallel), ("out", RowwiseParallel)):
+            plan[f"layers.{index}.{name}"] = style()
+        for name, style in (("gate_up", ColwiseParallel), ("down", RowwiseParallel)):
+            plan[f"layers.{index}.{name}"] = style()
+    parallelize_module(model, mesh["tp"], plan)  # type: ignore[arg-type]
+    for block in model.layers:  # type: ignore[union-attr]
+        fully_shard(block, mesh=mesh["dp_shard"])
+    fully_shard(model, mesh=mesh["dp_shard"])
 
 
 def peaks(configurations: list[tuple[str, bool]]) -> list[int]:
