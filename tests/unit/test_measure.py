@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 import trainplan as tp
@@ -62,3 +64,22 @@ def test_a_llama_shaped_7b_is_measured_without_allocating_it() -> None:
     assert facts.parameter_count == 6_738_415_616 and facts.layer_count == 32
     assert facts.parameter_bytes + facts.gradient_bytes + facts.optimizer_bytes > 100 * 10**9
     assert grown < 2 << 30, f"measuring grew the process by {grown / 2**30:.1f} GiB"
+
+
+def test_the_step_peak_tracker_measures_what_torchs_memtracker_does() -> None:
+    """measure_model keeps only the step's peak (not each module's, which cost most of a 7B model's time): the facts
+    are torch's MemTracker's, to the byte."""
+    from unittest import mock
+
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    from trainplan.effects import measure
+
+    assert type(measure._step_tracker()).__name__ == "StepPeakTracker"  # torch's internals are the ones relied on
+    for checkpointing in (False, True):
+        model = functools.partial(
+            Decoder, vocab=1000, hidden=128, layers=3, heads=4, ffn=344, checkpointing=checkpointing
+        )
+        with mock.patch.object(measure, "_step_tracker", MemTracker):
+            torchs = tp.measure_model(model, lambda: torch.randint(0, 1000, (2, 64)))
+        assert tp.measure_model(model, lambda: torch.randint(0, 1000, (2, 64))) == torchs

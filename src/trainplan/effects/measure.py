@@ -38,7 +38,6 @@ def measure_model(
     require_torch("trainplan.measure_model")
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
 
     try:
         with FakeTensorMode(), torch.device(device):
@@ -55,7 +54,7 @@ def measure_model(
                 if layers
                 else None
             )
-            tracker = MemTracker()
+            tracker = _step_tracker()
             tracker.track_external(model, step)
             with tracker:
                 output = model(*arguments)
@@ -93,6 +92,28 @@ def measure_model(
         batch_size=samples,
         dtype=str(parameters[0].dtype).removeprefix("torch.") if parameters else "float32",
     )
+
+
+def _step_tracker() -> Any:
+    """A `MemTracker` that keeps only the step's peak per device: torch's also keeps each module's peak, walking
+    every module it has seen and copying a snapshot on every operator (most of measuring a 7B model's time). Where
+    torch's internals are not the ones this relies on (another torch), torch's own tracker."""
+    from torch.distributed._tools import mem_tracker
+
+    total = getattr(mem_tracker, "_TOTAL_KEY", None)
+    base = mem_tracker.MemTracker
+
+    class StepPeakTracker(base):  # type: ignore[misc, valid-type]
+        def _update_peak_stats(self, peak_state: object) -> None:
+            for device, snapshot in self._curr_mem_snap.items():
+                if self._peak_mem.get(device, 0) < snapshot[total]:
+                    self._peak_mem[device] = snapshot[total]
+                    self._peak_mem_snap[device] = dict(snapshot)  # its values are ints: a copy of the one level
+
+    tracker = StepPeakTracker()
+    relied_on = ("_curr_mem_snap", "_peak_mem", "_peak_mem_snap")
+    known = isinstance(total, str) and callable(getattr(base, "_update_peak_stats", None))
+    return tracker if known and all(isinstance(getattr(tracker, name, None), dict) for name in relied_on) else base()
 
 
 def _sum(output: Any) -> torch.Tensor:
