@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fractions
 import json
 import math
 from typing import Any
@@ -308,6 +309,11 @@ def test_a_weight_may_be_any_real_scalar() -> None:
     for weight in (torch.tensor([1.0, 2.0]), torch.tensor(0.0), torch.tensor(True), numpy.float64("nan")):
         with pytest.raises(InvalidMetric, match="finite real number > 0"):
             store.log("loss", 1.0, weight=weight)
+    # Neither raises torch's or Python's own error (RuntimeError from .item(), OverflowError from float()).
+    with pytest.raises(InvalidMetric, match="a meta tensor holds no value; a weight is a finite real number > 0"):
+        store.log("loss", 1.0, weight=torch.tensor(2.0, device="meta"))
+    with pytest.raises(InvalidMetric, match="finite real number > 0"):
+        store.log("loss", 1.0, weight=fractions.Fraction(10**400, 3))
     assert store.compute() == {"loss": (1.0 * 32 + 3.0 * 32 + 5.0 * 64) / 128}  # nothing was lost
 
 

@@ -425,14 +425,18 @@ def _nan_policy(value: object) -> NanPolicy:
 
 
 def _scalar_weight(value: object) -> float | None:
-    """A weight as a float: a real Python or numpy scalar, or a real 0-d tensor (read on the host); else None."""
-    if _is_tensor(value):
-        tensor: Any = value
-        if tensor.dim() != 0 or tensor.is_complex() or tensor.dtype == sys.modules["torch"].bool:
-            return None
-        value = tensor.item()
-    elif not isinstance(value, (int, float, bool)) and isinstance(value, numbers.Real):
-        value = float(value)
+    """A weight as a float: a real Python or numpy scalar, or a real 0-d tensor (read on the host); else None (a
+    meta tensor, which holds no value; a real number past float64, such as a huge Fraction)."""
+    try:
+        if _is_tensor(value):
+            tensor: Any = value
+            if tensor.dim() != 0 or tensor.is_complex() or tensor.is_meta or tensor.dtype == sys.modules["torch"].bool:
+                return None
+            value = tensor.item()
+        elif not isinstance(value, (int, float, bool)) and isinstance(value, numbers.Real):
+            value = float(value)
+    except (RuntimeError, OverflowError, ValueError, TypeError):  # a tensor without data, a float() that fails
+        return None
     return real_number(value)
 
 
@@ -522,10 +526,12 @@ class MetricStore:
             )
         weight_value = _scalar_weight(given_weight)
         if weight_value is None or not weight_value > 0:
+            meta = _is_tensor(given_weight) and bool(getattr(given_weight, "is_meta", False))
             raise InvalidMetric(
                 field="weight",
                 value=weight,
-                reason="a weight is a finite real number > 0: a Python or numpy scalar, or a 0-d tensor",
+                reason=("a meta tensor holds no value; " if meta else "")
+                + "a weight is a finite real number > 0: a Python or numpy scalar, or a 0-d tensor",
                 fix="weight=batch_size (or weight=mask.sum())",
             )
         policy = _nan_policy(nan)
