@@ -214,13 +214,33 @@ def run_mutmut(names: Sequence[str], children: int) -> None:
     subprocess.run(command, cwd=ROOT, env=environment, check=False)
 
 
+GENERATE = """
+import os, mutmut.__main__ as m
+m.set_mutant_under_test("mutant_generation")
+os.makedirs("mutants", exist_ok=True)
+m.copy_src_dir(); m.copy_also_copy_files(); m.setup_source_paths(); m.store_lines_covered_by_tests()
+m.create_mutants({children})
+"""
+"""The first step of `mutmut run` alone (mutmut 3's own functions, in its order): write every mutant into mutants/,
+and its name into the .meta files `results` reads, without testing any. `mutmut run` then finds them written."""
+
+
+def generate(children: int) -> list[str]:
+    """Every mutant of resolve/ and rules/, as mutmut writes them into mutants/ (one pass of its mutator, which
+    `mutmut run` then reuses: the same names as `mutant_names`, without parsing every file twice)."""
+    refresh_copies()
+    command = [sys.executable, "-c", GENERATE.format(children=children)]
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return sorted(name for name, _ in results())
+
+
 def run_sample(words: Sequence[str], seed: int, children: int) -> int:
     """`sample N`: test a seeded sample of N mutants of resolve/ and rules/ and print its score and interval."""
     if len(words) != 1 or not words[0].isdigit():
         raise SystemExit(f"make mutate-sample: expected one count N, got {' '.join(words) or 'nothing'}")
-    os.chdir(ROOT)  # mutmut reads its configuration (pyproject.toml) from the working directory
-    everything = mutant_names()
+    everything = generate(children)
     drawn = sample(everything, int(words[0]), seed)
+    print(f"sampled {len(drawn)} of {len(everything)} mutants (seed {seed})", flush=True)
     run_mutmut(drawn, children)
     equivalent = {entry.name for entry in read_equivalents(EQUIVALENTS.read_text())}
     chosen = set(drawn)

@@ -4,6 +4,7 @@ function renumbers them, and a line that no longer matches would leave a real su
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,17 @@ def test_every_mutant_name_is_one_mutmut_runs(monkeypatch: pytest.MonkeyPatch) -
     names = mutant_names(["resolve/steps/mesh.py"])
     assert names == sorted(set(names)) and "trainplan.resolve.steps.mesh.x_lay_out_mesh__mutmut_1" in names
     assert all(name.startswith("trainplan.resolve.steps.mesh.x_") and "__mutmut_" in name for name in names)
+
+
+def test_mutmut_runs_no_test_that_reads_the_tree_outside_tests_and_src() -> None:
+    """mutmut runs the tests in mutants/, which holds tests/, pyproject.toml and the trampolined src/ only: a test of
+    its selection that reads the README, the docs, tools/, the benchmarks or the source's own text fails there, and
+    one failure in mutmut's stats run stops every `make mutate` ("failed to collect stats. runner returned 1")."""
+    mutmut_section = (ROOT / "pyproject.toml").read_text().partition("[tool.mutmut]")[2].partition("\n[")[0]
+    ignored = set(re.findall(r'"--ignore=([^"]+)"', mutmut_section))
+    reaches = re.compile(
+        r'^(from|import) (tools|benchmarks)\b|README\.md|mkdocs\.yml|ROOT / "(src|docs|benchmarks|tools)"', re.M
+    )
+    selected = [path for folder in ("unit", "property") for path in sorted((ROOT / "tests" / folder).glob("test_*.py"))]
+    readers = {str(path.relative_to(ROOT)) for path in selected if reaches.search(path.read_text())}
+    assert readers and readers <= ignored, f"add to [tool.mutmut] pytest_add_cli_args: {sorted(readers - ignored)}"
