@@ -1,40 +1,46 @@
-"""`python -m benchmarks`: every benchmark in one run, printed as one markdown table of ratios, and the curves
-written as figures (benchmarks/figures/*.svg, shown in docs/benchmarks.md). `python -m benchmarks resolve`: the resolve
-rows alone."""
+"""`python -m benchmarks` (`make bench`): every benchmark in one run, printed as one markdown table of ratios and
+written to benchmarks/results.md (which docs/benchmarks.md includes), the curves drawn as figures
+(benchmarks/figures/*.svg). `python -m benchmarks resolve [cli ...]`: those parts alone, which replace only their
+own rows in the results."""
 
 from __future__ import annotations
 
-import datetime
-import os
-import platform
 import sys
+from collections.abc import Callable
 
 from benchmarks import bench_cli, bench_gpus, bench_launch, bench_launch_script, bench_metrics, bench_resolve, plots
-from benchmarks.common import table
+from benchmarks.common import Row, table
+from benchmarks.results import PARTS, PartResult, record, this_run
 
 
-def main() -> None:
-    if sys.argv[1:] == ["resolve"]:  # `python -m benchmarks resolve`: the resolve rows alone, in a minute
-        print(f"Measured {datetime.date.today().isoformat()} on {_machine()} (the resolve part alone).\n")
-        print(table(bench_resolve.run()))
-        return
-    if sys.argv[1:]:
-        raise SystemExit("usage: python -m benchmarks [resolve]")
-    metric_curves = bench_metrics.curves()
-    launch_curves = bench_launch.spawn_curves()
-    rows = bench_cli.run() + bench_resolve.run() + bench_gpus.run() + bench_launch.run(launch_curves)
-    rows += bench_launch_script.run() + bench_metrics.run(metric_curves)
-    print(f"Measured {datetime.date.today().isoformat()} on {_machine()}.\n")
-    print(table(rows))
-    print()
-    print(bench_cli.importtime_report())
-    for path in plots.write(metric_curves, launch_curves):
-        print(f"\nwrote {path}")
-
-
-def _machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} CPU(s), Python {platform.python_version()}"
+def main(arguments: list[str]) -> None:
+    unknown = [name for name in arguments if name not in PARTS]
+    if unknown:
+        raise SystemExit(f"usage: python -m benchmarks [PART ...], PART one of {', '.join(PARTS)} (got {unknown})")
+    wanted = [name for name in PARTS if name in arguments] or list(PARTS)
+    curves: dict[str, dict[str, dict[int, float]]] = {}
+    runners: dict[str, Callable[[], list[Row]]] = {
+        "cli": bench_cli.run,
+        "resolve": bench_resolve.run,
+        "gpus": bench_gpus.run,
+        "launch": lambda: bench_launch.run(curves.setdefault("launch", bench_launch.spawn_curves())),
+        "launch_script": bench_launch_script.run,
+        "metrics": lambda: bench_metrics.run(curves.setdefault("metrics", bench_metrics.curves())),
+    }
+    measured: dict[str, PartResult] = {}
+    for name in wanted:
+        print(f"measuring {name} ...", file=sys.stderr, flush=True)
+        measured[name] = this_run(runners[name]())
+    record(measured)
+    print(table([row for part in measured.values() for row in part.rows]))
+    if "cli" in measured:
+        print()
+        print(bench_cli.importtime_report())
+    if "launch" in curves and "metrics" in curves:  # both figures come from one run
+        for path in plots.write(curves["metrics"], curves["launch"]):
+            print(f"\nwrote {path}")
+    print("\nwrote benchmarks/results.json and benchmarks/results.md")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

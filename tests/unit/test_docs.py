@@ -80,6 +80,8 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     assert result.returncode == 0 and "WARNING" not in output, output[-5000:]
     site = tmp_path / "site"
     assert (site / "benchmarks" / "figures" / "metric_compute.svg").is_file(), "the benchmark figures are served"
+    benchmarks = (site / "benchmarks" / "index.html").read_text()
+    assert benchmarks.count("<table>") == 1 and "anchor / trainplan" in benchmarks, "make bench's table, included"
     api = (site / "api" / "index.html").read_text()
     assert 'id="trainplan.Request"' in api and 'id="trainplan.launch"' in api, "the API reference is rendered"
     assert "The plan for <code>request</code> (default: everything" in api, "tp.resolve, the function, has its entry"
