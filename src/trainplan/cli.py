@@ -274,7 +274,19 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
         elif flag.kind == "options":
             group.add_argument(flag.option, action="append", default=[], metavar=flag.metavar, help=flag.help)
         else:
-            group.add_argument(flag.option, default=flag.default, help=flag.help)
+            action = group.add_argument(flag.option, default=flag.default, help=flag.help)
+            if flag.words:  # what `trainplan completion`'s shell code offers after the flag (argcomplete reads it)
+                action.completer = _Completer(flag.words)  # type: ignore[attr-defined]
+
+
+@attrs.frozen
+class _Completer:
+    """An argcomplete completer: the words a flag takes (argcomplete calls it with its own keyword arguments)."""
+
+    words: tuple[str, ...]
+
+    def __call__(self, **_: object) -> tuple[str, ...]:
+        return self.words
 
 
 TORCHRUN_SPELLINGS: dict[str, tuple[str, str]] = {
@@ -1071,6 +1083,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _command(arguments_list: list[str], command: list[str], wanted: dict[str, bool]) -> int:
+    leading = next((index for index, word in enumerate(arguments_list) if word != "--json"), len(arguments_list))
+    if 0 < leading < len(arguments_list) and arguments_list[leading] in SUBCOMMANDS:
+        # `trainplan --json plan ...`: a global-looking --json before the command is the command's own flag
+        arguments_list[: leading + 1] = [arguments_list[leading], "--json"]
     if arguments_list and not arguments_list[0].startswith("-") and arguments_list[0] not in SUBCOMMANDS:
         guess = did_you_mean(arguments_list[0], SUBCOMMANDS)
         hint = f"did you mean `trainplan {guess}`? " if guess else ""

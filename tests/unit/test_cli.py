@@ -34,6 +34,17 @@ def test_what_if_eight_gpus_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and data["devices"] == [0, 2] and data["strategy"]["name"] == "ddp"
 
 
+@pytest.mark.parametrize("command", ["plan", "probe", "matrix", "env"])
+def test_json_written_before_the_command_is_the_commands_flag(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    code, out, _ = run(capsys, "--json", command, *(["--no-probe"] if command == "plan" else []))
+    assert code == 0 and json.loads(out)["version"] == 1 and "error" not in json.loads(out)
+
+
+def test_json_before_a_refused_command_is_an_error_record(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--json", "plan", "--no-probe", "--accelerator", "nope")
+    assert code == 2 and json.loads(out)["error"]["type"] == "InvalidRequest"
+
+
 def test_environment_from_file_and_flags(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     env_file = tmp_path / "slurm.env"
     env_file.write_text(

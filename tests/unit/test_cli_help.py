@@ -55,7 +55,17 @@ def test_completion_code_for_each_shell(shell: str, capsys: pytest.CaptureFixtur
         subprocess.run(["bash", "-n"], input=code, text=True, check=True)
 
 
-@pytest.mark.parametrize(("line", "wanted"), [("trainplan la", "launch"), ("trainplan plan --prec", "--precision")])
+@pytest.mark.parametrize(
+    ("line", "wanted"),
+    [
+        ("trainplan la", "launch"),
+        ("trainplan plan --prec", "--precision"),
+        ("trainplan plan --precision bf", "bf16-mixed"),
+        ("trainplan plan --strategy fsdp_", "fsdp_cpu_offload"),
+        ("trainplan launch --accelerator c", "cuda"),
+        ("trainplan plan --cluster sl", "slurm"),
+    ],
+)
 def test_the_shell_gets_completions(line: str, wanted: str) -> None:
     read, write = os.pipe()
     environment = child_environment(

@@ -37,6 +37,7 @@ from trainplan.spec.names import (
     CUSTOM_PRECISION,
     METRICS_STORES,
     PRECISION_FLAGS,
+    PRECISIONS,
     STRATEGY_FLAGS,
     StrategyFlag,
 )
@@ -114,6 +115,9 @@ class Flag:
     read into the mapping a strategy's options record is filled from."""
     default: object = None
     metavar: str | None = None
+    words: tuple[str, ...] = ()
+    """The values a shell completes for a `value` flag (`trainplan completion`): the built-in names; none for free
+    text such as devices."""
 
     @property
     def dest(self) -> str:
@@ -252,7 +256,12 @@ REQUEST_FIELD_ROWS: Final[tuple[RequestField, ...]] = (
         config_notes=False,  # from_config has never noted `tpu`; resolve does (tests/unit/test_choices.py)
         from_json=lambda read, key: read.strategy(key, ACCELERATOR_FLAGS),
         read_check=_accelerator_read_check,
-        flag=Flag(option="--accelerator", default="auto", help=f"one of {', '.join(ACCELERATOR_FLAGS)}"),
+        flag=Flag(
+            option="--accelerator",
+            default="auto",
+            help=f"one of {', '.join(ACCELERATOR_FLAGS)}",
+            words=ACCELERATOR_FLAGS,
+        ),
         check_rank=1,
         config_rank=3,
     ),
@@ -263,7 +272,12 @@ REQUEST_FIELD_ROWS: Final[tuple[RequestField, ...]] = (
         notes=_strategy_notes,
         from_json=lambda read, key: read.strategy(key, STRATEGY_FLAGS),
         read_check=_strategy_read_check,
-        flag=Flag(option="--strategy", default="auto", help=f"e.g. {', '.join(STRATEGY_FLAGS[:6])}, ..."),
+        flag=Flag(
+            option="--strategy",
+            default="auto",
+            help=f"e.g. {', '.join(STRATEGY_FLAGS[:6])}, ...",
+            words=STRATEGY_FLAGS,
+        ),
         check_rank=2,
         config_rank=0,  # first: the options read from a config file fill the strategy's record
     ),
@@ -295,7 +309,12 @@ REQUEST_FIELD_ROWS: Final[tuple[RequestField, ...]] = (
         notes=_precision_notes,
         from_json=lambda read, key: read.strategy(key, PRECISION_FLAGS, CUSTOM_PRECISION),
         read_check=_precision_read_check,
-        flag=Flag(option="--precision", default=DEFAULT_PRECISION, help="e.g. 32-true, 16-mixed, bf16-mixed, 64-true"),
+        flag=Flag(
+            option="--precision",
+            default=DEFAULT_PRECISION,
+            help="e.g. 32-true, 16-mixed, bf16-mixed, 64-true",
+            words=PRECISIONS,
+        ),
         check_rank=0,
         config_rank=2,
     ),
@@ -305,7 +324,7 @@ REQUEST_FIELD_ROWS: Final[tuple[RequestField, ...]] = (
         normalise=Spelled(normalise.backend_in, "backend_spellings"),
         from_json=lambda read, key: read.optional_custom(key, BACKENDS),
         read_check=_backend_read_check,
-        flag=Flag(option="--process-group-backend", help=f"one of {', '.join(BACKENDS)}"),
+        flag=Flag(option="--process-group-backend", help=f"one of {', '.join(BACKENDS)}", words=BACKENDS),
     ),
     RequestField(
         name="cluster",
@@ -313,7 +332,7 @@ REQUEST_FIELD_ROWS: Final[tuple[RequestField, ...]] = (
         normalise=Spelled(normalise.cluster_in, "cluster_spellings"),
         from_json=lambda read, key: read.strategy(key, CLUSTER_FLAGS),
         read_check=_cluster_read_check,
-        flag=Flag(option="--cluster", default="auto", help=f"one of {', '.join(CLUSTER_FLAGS)}"),
+        flag=Flag(option="--cluster", default="auto", help=f"one of {', '.join(CLUSTER_FLAGS)}", words=CLUSTER_FLAGS),
     ),
     RequestField(
         name="metrics_store",
@@ -321,7 +340,12 @@ REQUEST_FIELD_ROWS: Final[tuple[RequestField, ...]] = (
         normalise=Plain(normalise.metrics_store),
         from_json=lambda read, key: read.choice(key, METRICS_STORES),
         read_check=normalise.metrics_store,
-        flag=Flag(option="--metrics-store", default="device", help=f"one of {', '.join(METRICS_STORES)}"),
+        flag=Flag(
+            option="--metrics-store",
+            default="device",
+            help=f"one of {', '.join(METRICS_STORES)}",
+            words=METRICS_STORES,
+        ),
     ),
     RequestField(
         name="sync_batchnorm",
