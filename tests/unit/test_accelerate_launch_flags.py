@@ -116,6 +116,18 @@ def test_several_cpu_processes_stay_refused() -> None:
         accelerate_launch_flags(resolve(Request(accelerator="cpu", devices=2), cpu()))
 
 
+def test_two_nodes_planned_without_a_main_address_are_refused_with_the_fix() -> None:
+    plan = resolve(Request(accelerator="cuda", devices=2, num_nodes=2), cuda(2))
+    assert plan.cluster.main_address == "127.0.0.1"  # the plan's own default: each node's loopback
+    with pytest.raises(Incompatible) as refused:
+        accelerate_launch_flags(plan)
+    assert refused.value.rule == "accelerate-main-address" and refused.value.values == {"num_nodes": 2}
+    assert "--main_process_ip" in refused.value.reason and "export MASTER_ADDR=" in refused.value.fix
+    # Given the host of node 0 (as the refusal says), the same request launches, at that address.
+    flags = accelerate_launch_flags(resolve(Request(accelerator="cuda", devices=2, num_nodes=2), _two_nodes(cuda(2))))
+    assert flags[flags.index("--main_process_ip") + 1] == "10.0.0.1"
+
+
 def test_the_accelerator_objects_carry_no_stray_default_nor_deprecated_argument() -> None:
     import warnings
 

@@ -602,6 +602,7 @@ def _training_rules() -> set[str]:
         lambda: accelerate_arguments(resolve(Request(precision="bf16-true"), cuda(1))),
         lambda: accelerate_arguments(dp),
         lambda: accelerate_launch_flags(resolve(Request(accelerator="cpu", devices=2), cpu())),
+        lambda: accelerate_launch_flags(resolve(Request(devices=2, num_nodes=2), cuda(2))),
         lambda: framework_sync_batchnorm(resolve(Request(devices=2, sync_batchnorm=True), cuda(2)), "Fabric"),
         lambda: resolve(Request(accelerator="cpu", devices=2, sync_batchnorm=True), cpu()),
     ]

@@ -502,10 +502,14 @@ def accelerate_mesh_refusal(plan: Plan, rules: Rules = BUILTIN_RULES) -> Incompa
 
 
 def accelerate_launch_flags(plan: Plan, rules: Rules = BUILTIN_RULES) -> list[str]:
-    """The `accelerate launch` flags that start this plan's processes; several CPU processes are refused
-    (accelerate launch starts those only through MPI)."""
+    """The `accelerate launch` flags that start this plan's processes. Several CPU processes are refused
+    (accelerate launch starts those only through MPI), and so are several nodes planned without a main address
+    (`accelerate-main-address`: every node would meet on its own loopback)."""
     if not framework_accelerator(plan, "Accelerate", rules).accelerate_processes and plan.world_size > 1:
         raise incompatible("accelerate-cpu-processes", {"accelerator": plan.accelerator, "world_size": plan.world_size})
+    if plan.num_nodes > 1 and any(note.code == "multi-node-local" for note in plan.notes):
+        # No cluster and no MASTER_ADDR gave the nodes a meeting point: the plan's 127.0.0.1 is every node's own.
+        raise incompatible("accelerate-main-address", {"num_nodes": plan.num_nodes}, nodes=plan.num_nodes)
     return list(accelerate_arguments(plan, rules).launch_flags)
 
 

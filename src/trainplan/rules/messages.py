@@ -25,6 +25,7 @@ RefusalId = Literal[
     "emit-unnamed-rules", "kubeflow-resource", "plan-rules", "sync-batchnorm-device", "metric-stateful-cpu",
     # frameworks
     "framework-accelerator", "framework-precision", "sync-batchnorm-framework", "accelerate-cpu-processes",
+    "accelerate-main-address",
     "deepspeed-config", "deepspeed-count", "lightning-trainer-strategy", "lightning-strategy", "accelerate-precision",
     "accelerate-strategy", "lightning-mesh", "lightning-precision", "fabric-parallelize", "accelerate-mesh",
     # device meshes
@@ -287,6 +288,17 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
     "accelerate-cpu-processes": Rule(
         reason="`accelerate launch` starts several CPU processes only through MPI (--mpirun_hostfile)",
         fix="Start the processes with trainplan launch or torchrun, and build the Accelerator inside each one",
+    ),
+    "accelerate-main-address": Rule(
+        reason=(
+            "`accelerate launch` on {nodes} nodes needs the host of node 0 (--main_process_ip), and the plan was made "
+            "without one: every node would look for node 0 on its own loopback, 127.0.0.1"
+        ),
+        fix=(
+            "Make the plan where the nodes' meeting point is known: export MASTER_ADDR=<the host of node 0>, "
+            "MASTER_PORT=<a free port> and NODE_RANK on every node, or resolve inside the cluster's job (srun, a "
+            "PyTorchJob)"
+        ),
     ),
     "deepspeed-config": Rule(
         reason="only a DeepSpeed plan has a DeepSpeed config",
