@@ -483,6 +483,10 @@ class TestANewClusterIsOneRow:
             ({"job_port": 20000}, "rules.clusters['pbs'].job_port"),
             ({"default_port": DefaultPort(port=0)}, "rules.clusters['pbs'].default_port.port"),
             ({"default_port": DefaultPort(port=1, note="on {host}")}, "rules.clusters['pbs'].default_port.note"),
+            (
+                {"default_port": DefaultPort(port=1, several_nodes_fix="qsub -v {host}")},
+                "rules.clusters['pbs'].default_port.several_nodes_fix",
+            ),
             ({"same_job_as": ("flux",)}, "rules.clusters['pbs'].same_job_as"),
             ({"same_job_as": ("pbs",)}, "rules.clusters['pbs'].same_job_as"),
             ({"started_by_fact": "PBS_MOM"}, "rules.clusters['pbs'].started_by_fact"),
@@ -607,3 +611,18 @@ class TestClusterRefusalsSpeakOfTheirRow:
         assert caught.value.rule == "cluster-main-address" and caught.value.fix == schema.main_address_fix
         assert str(caught.value).startswith("PBS spans 2 nodes (PBS_NP=8, PBS_NUM_PPN=4)")
         assert "mpirun" not in str(caught.value) and "MASTER_ADDR" in caught.value.fix
+
+
+def test_mpich_over_two_nodes_without_a_port_is_refused_in_its_rows_words() -> None:
+    """The fixed default port over several nodes: refused, the fix the MPI row writes (each launcher's spelling)."""
+    variables = {"PMI_SIZE": "4", "PMI_RANK": "0", "MPI_LOCALNRANKS": "2", "MPI_LOCALRANKID": "0"}
+    variables |= {"MASTER_ADDR": "10.0.0.1", "TRAINPLAN_MPI_NODES": "2"}
+    with pytest.raises(ClusterEnvironmentError) as refused:
+        resolve_uncached(Request(accelerator="cpu"), cpu(variables=variables))
+    default = BUILTIN_RULES.clusters["mpi"].default_port
+    assert default is not None and default.one_node_only
+    assert refused.value.variable == "MASTER_PORT" and "fixed port 29500" in str(refused.value)
+    assert str(refused.value).endswith(default.several_nodes_fix.format(variable="MASTER_PORT", port=29500) + ".")
+    assert "mpiexec -genv MASTER_PORT <port>" in str(refused.value) and "mpirun -x MASTER_PORT=<port>" in str(
+        refused.value
+    )

@@ -553,8 +553,7 @@ class _Job:
                     variable,
                     f"it is not set, and {schema.label} states no job id to take a port from: ranks on several nodes "
                     f"would meet on the fixed port {default.port}, where another job may be meeting too",
-                    f"Export a free port to every rank, the same on every node (mpiexec -genv {variable} <port>, "
-                    f"mpirun -x {variable}=<port>)",
+                    default.several_nodes_fix.format(variable=variable, port=default.port),
                 )
             self.port = default.port
             if default.note:

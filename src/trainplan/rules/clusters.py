@@ -219,6 +219,8 @@ class DefaultPort:
     note_code: str = ""
     note: str = ""
     one_node_only: bool = False  # over several nodes a fixed port is refused: another job may meet there too
+    several_nodes_fix: str = "Export {variable}=<a free port> to every rank, the same on every node"
+    """The fix of that refusal, in the launcher's own words ({variable}, the port variable, and {port} filled in)."""
 
 
 TaskVerdict = Literal["alone", "refuse", "task"]
@@ -537,6 +539,10 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                     "(export {variable} to every rank, e.g. mpiexec -genv {variable} 29600)"
                 ),
                 one_node_only=True,
+                several_nodes_fix=(
+                    "Export a free port to every rank, the same on every node: mpiexec -genv {variable} <port> "
+                    "(MPICH, Intel MPI), mpirun -x {variable}=<port> (Open MPI)"
+                ),
             ),
             same_job_as=("slurm", "lsf"),
             started_by_fact=MPI_DAEMON_FACT,

@@ -572,6 +572,7 @@ def _check_ports(where: str, rule: ClusterRule) -> None:
         _whole(f"{where}.default_port.port", default.port, least=1, most=_MAX_PORT)
         plain_fields(f"{where}.default_port", default, flags=("one_node_only",), texts=("note_code",))
         _template(f"{where}.default_port.note", default.note, "note")
+        _template(f"{where}.default_port.several_nodes_fix", default.several_nodes_fix, "note")
 
 
 def _check_not_task(where: str, row: object) -> None:
