@@ -12,6 +12,7 @@ import attrs
 from trainplan.rules.launchers import LAUNCHERS, LauncherRule
 from trainplan.spec.frozen import freeze_nested_maps
 from trainplan.spec.names import (
+    PRECISIONS,
     AcceleratorKey,
     AcceleratorName,
     LauncherName,
@@ -42,18 +43,7 @@ class FamilyRule:
     __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
 
 
-_ALL_PRECISIONS: Final[frozenset[PrecisionName]] = frozenset(
-    {
-        "64-true",
-        "32-true",
-        "16-mixed",
-        "bf16-mixed",
-        "16-true",
-        "bf16-true",
-        "transformer-engine",
-        "transformer-engine-float16",
-    }
-)
+_ALL_PRECISIONS: Final[frozenset[PrecisionName]] = frozenset(PRECISIONS)
 
 FAMILIES: Final[Mapping[StrategyFamily, FamilyRule]] = {
     rule.family: rule

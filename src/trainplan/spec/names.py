@@ -76,25 +76,6 @@ LauncherName = Literal["none", "subprocess", "spawn", "fork", "xla", "external"]
 """Who starts the worker processes: nobody (one process), trainplan (re-running the script, spawning or
 forking), torch_xla, or a cluster manager that has already started them (`external`)."""
 
-PrecisionFlag = Literal[
-    64,
-    32,
-    16,
-    "64",
-    "32",
-    "16",
-    "bf16",
-    "64-true",
-    "32-true",
-    "16-mixed",
-    "bf16-mixed",
-    "16-true",
-    "bf16-true",
-    "transformer-engine",
-    "transformer-engine-float16",
-]
-"""What a request may say for precision, short aliases included."""
-
 PrecisionName = Literal[
     "64-true",
     "32-true",
@@ -106,6 +87,9 @@ PrecisionName = Literal[
     "transformer-engine-float16",
 ]
 """A canonical precision."""
+
+PrecisionFlag = Literal[64, 32, 16, "64", "32", "16", "bf16", PrecisionName]
+"""What a request may say for precision, short aliases included."""
 
 
 BackendName = Literal["nccl", "gloo", "mpi", "xla"]
