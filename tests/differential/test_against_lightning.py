@@ -100,10 +100,6 @@ EXPLAINED: dict[str, Explanation] = {
         and mine.mesh is not None
         and (str(flags["precision"]) in ("64-true", "64") or mine.mesh[-1] == 1)  # 16-mixed: data parallel alone
     ),
-    # Lightning lets a tensor-parallel group span nodes; trainplan keeps it inside one.
-    "model-parallel-inside-node": lambda flags, env, mine, theirs, error: (
-        flags["strategy"] == "model_parallel" and _rule(error) == "mesh-inside-node" and not theirs.error
-    ),
     # Lightning accepts DeepSpeed on CPU; trainplan's deepspeed rows run on CUDA (seen only where Lightning could
     # build it: with the deepspeed package installed).
     "deepspeed-cpu": lambda flags, env, mine, theirs, error: (
@@ -181,13 +177,12 @@ def test_trainplan_agrees_with_lightning_except_on_purpose(monkeypatch: pytest.M
 
 def test_model_parallel_agrees_with_lightning_except_on_purpose(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every model_parallel request Lightning can spell: the same plan and mesh sizes (Lightning's, as its setup
-    computes them), except the four documented model-parallel differences, each of which the sample exercises."""
+    computes them), except the three documented model-parallel differences, each of which the sample exercises."""
     agreed, used = _compare(monkeypatch, model_parallel_sample())
     assert used == {
         "model-parallel-auto",
         "model-parallel-default",
         "model-parallel-precision",
-        "model-parallel-inside-node",
     }, used
     assert agreed > 0
 

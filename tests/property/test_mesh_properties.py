@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from trainplan import Environment, Incompatible, InvalidRequest, ModelParallelOptions, Plan, Request, TrainplanError
 from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.resolve import resolve_uncached
+from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import layout_violations
 from trainplan.spec.names import BACKENDS, MESH_DIMENSIONS, PRECISIONS
 
@@ -45,9 +46,18 @@ def _check_plan(plan: Plan, env: Environment) -> None:
     )
     assert list(violations) == []
     per_node = plan.processes_per_node
-    for name in ("tp", "cp"):  # their groups stay inside one node
-        for group in mesh.groups(name):
-            assert len({rank // per_node for rank in group}) == 1, (name, group)
+    asked = plan.request.strategy_options
+    assert isinstance(asked, ModelParallelOptions)
+    warned = " ".join(note.message for note in plan.notes if note.level == "warning")
+    for name in ("tp", "cp"):  # their groups stay inside one node, or the plan warns; 'auto' never spans hosts
+        spans = any(len({rank // per_node for rank in group}) > 1 for group in mesh.groups(name))
+        title = MESH_RULES[name].title
+        assert spans == (f"{title} groups span hosts" in warned), (name, plan.notes)
+        assert not (spans and getattr(asked, name) == "auto"), (name, asked)
+    stage = mesh.world_size // mesh.sizes["pp"]
+    straddles = mesh.sizes["pp"] > 1 and stage % per_node != 0 and per_node % stage != 0
+    assert straddles == ("straddle a node boundary" in warned), plan.notes
+    assert not (straddles and asked.pp == "auto")
     coordinates = {mesh.coordinates(rank) for rank in range(mesh.world_size)}
     assert len(coordinates) == mesh.world_size
     assert plan_from_json_text(json.dumps(plan.to_dict())) == plan

@@ -24,7 +24,9 @@ from trainplan import (
     PlanFormatError,
     Request,
     TrainplanError,
+    TrainplanWarning,
 )
+from trainplan import resolve as resolve_and_warn
 from trainplan.effects.runtime import Runtime
 from trainplan.effects.world import World
 from trainplan.mapping.frameworks import (
@@ -34,6 +36,7 @@ from trainplan.mapping.frameworks import (
     accelerate_mesh_refusal,
     lightning_arguments,
 )
+from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.resolve import resolve
 from trainplan.rules import MESH_ALIASES
 from trainplan.rules.mesh import data_parallel
@@ -103,17 +106,17 @@ class TestRefusalsOfferWhatRuns:
     the user asked for."""
 
     def test_cpu_never_offers_context_parallelism(self) -> None:
-        request = Request(accelerator="cpu", devices=4, strategy_options=MESH(cp=3))
+        request = Request(accelerator="cpu", devices=4, strategy_options=MESH(cp=2))
         with pytest.raises(Incompatible) as caught:
             resolve(request, cpu())
-        assert "Use cp=1, e.g. dp_shard=4" in str(caught.value)
+        assert "Use cp=1 there, e.g. dp_shard=4" in str(caught.value)
 
     def test_fp16_amp_never_offers_pipeline_stages(self) -> None:
         env = cuda(6, variables=TWO_NODES)
-        request = Request(devices=6, num_nodes=2, precision="16-mixed", strategy_options=MESH(pp=3))
+        request = Request(devices=6, num_nodes=2, precision="16-mixed", strategy_options=MESH(pp="auto", dp_shard=3))
         with pytest.raises(Incompatible) as caught:
             resolve(request, env)
-        assert caught.value.rule == "mesh-pipeline-nodes" and "Use pp=1, e.g. dp_shard=12" in str(caught.value)
+        assert caught.value.rule == "mesh-precision" and "Use precision='bf16-mixed', or pp=1" in str(caught.value)
 
     def test_an_auto_degree_is_named_with_what_it_took(self) -> None:
         env = cuda(4, variables=TWO_NODES)
@@ -126,8 +129,61 @@ class TestRefusalsOfferWhatRuns:
     def test_the_example_keeps_the_degree_it_offers(self) -> None:
         env = cuda(2, variables=TWO_NODES)
         with pytest.raises(Incompatible) as caught:
-            resolve(Request(devices=2, num_nodes=3, strategy_options=MESH(pp=2)), env)
+            resolve(Request(devices=2, num_nodes=3, strategy_options=MESH(pp="auto", dp_shard=3)), env)
         assert "Use pp=3 or 6, e.g. pp=3, dp_shard=2" in str(caught.value)
+
+
+class TestSlowLayoutsArePlannedWithTheirNumbers:
+    """Groups across hosts and stages off the node boundaries run (every peer builds them), slowly: a degree written
+    as a number is planned as written with a warning that gives the numbers and the layout that keeps them inside;
+    a degree written 'auto' never takes such a value (TestRefusalsOfferWhatRuns)."""
+
+    @staticmethod
+    def warned(request: Request, env: Environment) -> tuple[Plan, list[str]]:
+        with pytest.warns(TrainplanWarning) as caught:
+            plan = resolve_and_warn(request, env)
+        assert [str(warning.message) for warning in caught] == [
+            f"{note.code}: {note.message}" for note in plan.notes if note.level == "warning"
+        ]
+        return plan, [note.message for note in plan.notes if note.code.endswith("-slow")]
+
+    def test_tensor_groups_across_hosts_name_the_groups_and_the_links(self) -> None:
+        plan, (message,) = self.warned(
+            Request(devices=4, num_nodes=2, strategy_options=MESH(tp=8)), cuda(4, variables=TWO_NODES)
+        )
+        assert plan.mesh is not None and plan.mesh.sizes["tp"] == 8
+        assert message.startswith("tp=8 on 2 node(s) × 4 processes makes 1 of 1 tensor-parallel groups span hosts")
+        assert "ranks 0-7 on nodes 0 and 1, 2 of its 8 ring links crossing hosts" in message
+        assert "sends 1.75× each activation's bytes over every link" in message
+        assert message.endswith("to keep tensor-parallel groups inside a node: tp=4 or 2, e.g. dp_shard=2, tp=4")
+
+    def test_context_groups_around_tensor_groups(self) -> None:
+        plan, (message,) = self.warned(
+            Request(devices=4, num_nodes=2, strategy_options=MESH(cp=2, tp=4)), cuda(4, variables=TWO_NODES)
+        )
+        assert plan.mesh is not None and plan.mesh.groups("cp")[0] == (0, 4)
+        assert "4 of 4 context-parallel groups span hosts (up to 2 nodes each; ranks 0, 4 on nodes 0 and 1" in message
+        assert "key/value blocks 1 time(s) around the ring" in message and "cp=1, e.g. dp_shard=2, tp=4" in message
+
+    def test_stages_off_the_node_boundaries(self) -> None:
+        env = cuda(2, variables=TWO_NODES)
+        plan, (message,) = self.warned(Request(devices=2, num_nodes=3, strategy_options=MESH(pp=2)), env)
+        assert plan.mesh is not None and plan.mesh.sizes["pp"] == 2 and plan.mesh.sizes["dp_shard"] == 3
+        assert (
+            "makes stages of 3 processes: 2 of 2 stages straddle a node boundary (stage 0: ranks 0-2 on nodes 0 "
+            in (message)
+        )
+        assert message.endswith("to keep stages on node boundaries: pp=3 or 6, e.g. pp=3, dp_shard=2")
+
+    def test_a_layout_inside_the_nodes_says_nothing(self) -> None:
+        plan = resolve(Request(devices=4, num_nodes=2, strategy_options=MESH(tp=4, pp=2)), cuda(4, variables=TWO_NODES))
+        assert not [note for note in plan.notes if note.level == "warning"]
+
+    def test_the_plan_reads_back(self) -> None:
+        plan, _ = self.warned(
+            Request(devices=4, num_nodes=2, strategy_options=MESH(tp=8)), cuda(4, variables=TWO_NODES)
+        )
+        assert plan_from_json_text(json.dumps(plan.to_dict())) == plan
 
 
 class TestLightningSpelling:
@@ -152,9 +208,14 @@ class TestLightningSpelling:
 
     def test_refusals_speak_lightnings_spelling(self) -> None:
         with pytest.raises(Incompatible) as caught:
-            mesh_plan(cuda(4), devices=4, strategy_options=MESH(tensor_parallel_size=8))
+            mesh_plan(
+                cuda(4),
+                devices=4,
+                num_nodes=2,
+                strategy_options=MESH(tensor_parallel_size="auto", data_parallel_size=1),
+            )
         assert "tensor_parallel_size=8 needs 8 processes on one node" in str(caught.value)
-        assert "Use tensor_parallel_size=4 or 2, e.g. data_parallel_size=1, tensor_parallel_size=4" in str(caught.value)
+        assert "Use tensor_parallel_size=4 or 2, e.g. data_parallel_size=2, tensor_parallel_size=4" in str(caught.value)
 
     def test_resolving_the_plans_request_again_gives_the_same_plan(self) -> None:
         env = cuda(4, variables=TWO_NODES)
@@ -580,4 +641,4 @@ class TestCommandLine:
     def test_a_refusal_exits_2_naming_the_layout_that_fits(self, capsys: pytest.CaptureFixture[str]) -> None:
         flags = ["plan", "--no-probe", "--assume", "cuda=4", "--devices", "4", "--strategy-option", "tp=8"]
         code, _, err = self.run(capsys, *flags, "--strategy", "model_parallel")
-        assert code == 2 and "tp=8 needs 8 processes on one node" in err and "Use tp=4 or 2" in err
+        assert code == 2 and "they multiply to 8 (tp=8)" in err and "e.g. tp=4" in err

@@ -125,7 +125,7 @@ GOES_ON: dict[str, tuple[Request, Environment, str]] = {
             strategy_options=ModelParallelOptions(tp=3),
         ),
         Environment(),
-        "mesh-inside-node",
+        "mesh-remainder",
     ),
     "memory": (
         Request(model=transformer_facts(parameters=70e9), precision="transformer-engine"),

@@ -387,16 +387,17 @@ CASES: dict[str, Case] = {
         "usable-needs-cuda",
         ("'cpu'",),
     ),
-    # device meshes (strategy model_parallel): every refusal names the numbers and a layout that fits
-    "mesh tp beyond a node": (
-        {"devices": 4, "strategy_options": ModelParallelOptions(tp=8)},
+    # device meshes (strategy model_parallel): every refusal names the numbers and a layout that fits. A layout whose
+    # groups span hosts is planned with a warning (tests/unit/test_mesh.py); 'auto' never takes one.
+    "mesh tp auto beyond a node": (
+        {"devices": 4, "num_nodes": 2, "strategy_options": ModelParallelOptions(tp="auto")},
         cuda(4),
         Incompatible,
         "mesh-inside-node",
-        ("tp=8 needs 8 processes on one node", "this node has 4", "Use tp=4 or 2"),
+        ("tp=8 needs 8 processes on one node", "'auto' keeps tensor-parallel", "this node has 4", "Use tp=4 or 2"),
     ),
-    "mesh cp around tp beyond a node": (
-        {"devices": 4, "num_nodes": 2, "strategy_options": ModelParallelOptions(cp=2, tp=4)},
+    "mesh cp auto around tp beyond a node": (
+        {"devices": 4, "num_nodes": 2, "strategy_options": ModelParallelOptions(cp="auto", tp=4)},
         cuda(4),
         Incompatible,
         "mesh-inside-node",
@@ -430,8 +431,8 @@ CASES: dict[str, Case] = {
         "mesh-spellings",
         ("Lightning's sizes", "trainplan's degrees (tp=2)", "Keep one spelling"),
     ),
-    "mesh stage across a node boundary": (
-        {"devices": 3, "num_nodes": 2, "strategy_options": ModelParallelOptions(pp=3)},
+    "mesh auto stage across a node boundary": (
+        {"devices": 3, "num_nodes": 2, "strategy_options": ModelParallelOptions(pp="auto", dp_shard=2)},
         cuda(3),
         Incompatible,
         "mesh-pipeline-nodes",

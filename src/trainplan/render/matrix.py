@@ -91,6 +91,11 @@ def render_matrix(rules: Rules = BUILTIN_RULES) -> str:
     lines += [""]
     lines += [f"- `{dimension.name}`: {dimension.description}." for dimension in MESH_DIMENSIONS.values()]
     lines.append(
+        "- Groups are placed as the groups column says where a degree is 'auto'; a degree written as a number is "
+        "planned as written, and where its groups span hosts (or its stages straddle a node) the plan warns with "
+        "the numbers."
+    )
+    lines.append(
         "- A mesh's collectives run over "
         + ", ".join(f"{backend} on {accelerator}" for accelerator, backend in MESH_BACKENDS.items())
         + "."

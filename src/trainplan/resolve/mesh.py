@@ -2,13 +2,18 @@
 
 In order: Lightning's spelling (`data_parallel_size`, `tensor_parallel_size`) is read as `dp_shard` and `tp`, with a
 note; at most one degree is `"auto"`, and it takes what the others leave; the degrees multiply to the world size;
-then the layout rules (`spec.mesh.layout_violations`: groups inside a node, pipeline stages on node boundaries,
-accelerators, backend, precisions). Every refusal names the numbers and a layout that fits (`fitting_degrees`),
-in the spelling the request used.
+then the layout rules (`rules.mesh.layout_violations`: the expert degree, accelerators, backend, precisions). Every
+refusal names the numbers and a layout that fits (`fitting_degrees`), in the spelling the request used.
+
+A layout that runs but is slow (`rules.mesh.host_spans`: tensor or context groups across hosts, pipeline stages off
+the node boundaries) is planned as written, with a warning note that gives the numbers (which groups span which
+nodes, the ring links that cross hosts) and a layout that keeps them inside; a degree written 'auto' never takes
+such a value: that is refused, as before, with the degrees that fit.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -28,8 +33,9 @@ from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import (
     MeshViolation,
     expert_region,
+    host_span,
+    host_spans,
     layout_violations,
-    node_violations,
     pipeline_violation,
     strides,
 )
@@ -165,6 +171,10 @@ def _choose_mesh(
     )
     if refusals:
         return refusals
+    refusals, warnings = _host_notes(asked, degrees, autos, world)
+    if refusals:
+        return refusals
+    notes += warnings
     reason = _reason(asked, degrees, autos, world)
     if lightning is not None:
         reason, lightning_notes = _lightning_reading(lightning, degrees, world)
@@ -247,15 +257,6 @@ def _whole_degrees(
     fixed = {name: degree for name, degree in asked.items() if isinstance(degree, int)}
     shown = {world.names[name]: degree for name, degree in fixed.items() if degree != 1}
     product = math.prod(fixed.values())
-    # Groups too big for a node say so first (`tp=8 needs 8 processes on one node`), before any product: the
-    # innermost degrees that are numbers already fix how many processes a group needs.
-    inner: dict[MeshDimension, int] = {name: 1 for name in MESH_DIMENSIONS}
-    for name in reversed(MESH_DIMENSIONS):
-        if name not in fixed:
-            break
-        inner[name] = fixed[name]
-    for violation in node_violations(inner, world.processes_per_node):
-        raise _refusal(violation, asked, inner, world, backend)
     if autos and world.size % product:
         raise world.refuse(
             "mesh-remainder",
@@ -429,6 +430,60 @@ def _refusal(
     return incompatible(violation.rule, values, **named, why=violation.detail, instead=instead)
 
 
+def _host_notes(
+    asked: Mapping[MeshDimension, Degree],
+    degrees: Mapping[MeshDimension, int],
+    autos: list[MeshDimension],
+    world: _World,
+) -> tuple[tuple[Incompatible, ...], tuple[Note, ...]]:
+    """The refusals and the warnings of a layout that runs slowly (`rules.mesh.host_spans`): refused where a degree
+    written 'auto' took the value that makes it slow ('auto' never chooses such a layout, it names the degrees that
+    fit), a warning with the numbers where the degree was written as a number."""
+    spans = tuple(host_spans(degrees, num_nodes=world.num_nodes, processes_per_node=world.processes_per_node))
+    refusals = tuple(_refusal(span, asked, degrees, world, None) for span in spans if span.dimension in autos)
+    return refusals, () if refusals else tuple(_host_note(span, asked, degrees, world) for span in spans)
+
+
+def _host_note(
+    violation: MeshViolation, asked: Mapping[MeshDimension, Degree], degrees: Mapping[MeshDimension, int], world: _World
+) -> Note:
+    """The warning for a layout that runs slowly (`rules.mesh.host_spans`): which groups (or stages) span which
+    nodes, the ring links that cross hosts, what travels over them (the row's `across_hosts`), and the layout that
+    keeps them inside, as the refusal of the same degree taken by 'auto' would offer it."""
+    name = violation.dimension
+    assert name is not None  # host_spans names the dimension of every span
+    rule = MESH_RULES[name]
+    span = host_span(MeshLayout(shape=tuple(degrees.values())), name, processes_per_node=world.processes_per_node)
+    layout = f"{world.num_nodes} node(s) × {world.processes_per_node} processes"
+    first, last = span.example[0], span.example[-1]
+    contiguous = span.example == tuple(range(first, last + 1))
+    ranks = f"ranks {first}-{last}" if contiguous else "ranks " + ", ".join(map(str, span.example[:4]))
+    ranks += ", ..." if len(span.example) > 4 and not contiguous else ""
+    nodes = " and ".join(map(str, span.example_nodes))
+    refusal = _refusal(violation, asked, degrees, world, None)
+    degree = violation.degree
+    traffic = rule.across_hosts.format(
+        degree=degree, crossing=span.crossing, passes=degree - 1, all_reduce=f"{2 * (degree - 1) / degree:g}"
+    )
+    if violation.rule == "mesh-pipeline-nodes":
+        what = f"stages of {violation.needed} processes: {span.spanning} of {span.groups} stages straddle a node"
+        where = f" boundary (stage {span.example[0] // violation.needed}: {ranks} on nodes {nodes})"
+        keep = "stages on node boundaries"
+    else:
+        what = (
+            f"{span.spanning} of {span.groups} {rule.title} groups span hosts (up to {span.most_nodes} nodes each; "
+            f"{ranks} on nodes {nodes}, {span.crossing} of its {span.links} ring links crossing hosts)"
+        )
+        where = ""
+        keep = f"{rule.title} groups inside a node"
+    message = (
+        f"{world.names[name]}={violation.degree} on {layout} makes {what}{where}: {traffic}. Planned as "
+        f"written, as torchtitan, Accelerate and torch's init_device_mesh lay it out ('auto' never takes it); to keep "
+        f"{keep}: {str(refusal.fix).removeprefix('Use ')}"
+    )
+    return Note(code=f"{violation.rule}-slow", level="warning", message=message)
+
+
 def _inside_node(
     violation: MeshViolation,
     name: MeshDimension,
@@ -441,7 +496,9 @@ def _inside_node(
     """`mesh-inside-node`: the group (with the groups inside it) and the degrees that fit in a node."""
     inner = [other for other in MESH_DIMENSIONS[MESH_DIMENSIONS.index(name) + 1 :] if degrees[other] > 1]
     around = " and ".join(MESH_RULES[other].title for other in inner)
-    why = f"{MESH_RULES[name].title} groups stay inside a node" + (f", around the {around} groups" if inner else "")
+    why = f"'auto' keeps {MESH_RULES[name].title} groups inside a node" + (
+        f", around the {around} groups" if inner else ""
+    )
     apart = strides(degrees)[name]
     room = world.processes_per_node // apart if world.processes_per_node % apart == 0 else 1
     choices, fitting = _offered(violation, name, asked, world, _divisors(room))
@@ -487,17 +544,18 @@ def _keeps(rule: RefusalId, name: MeshDimension, asked: Mapping[MeshDimension, D
     if world.size % product or (not autos and product != world.size):
         return True  # another rule (the product) speaks first; this offer is about `name`'s own rule
     degrees = {other: (world.size // product if other in autos else int(degree)) for other, degree in asked.items()}
-    return not any(
-        violation.rule == rule and violation.dimension == name
-        for violation in layout_violations(
+    violations = itertools.chain(
+        layout_violations(
             degrees,
             num_nodes=world.num_nodes,
             processes_per_node=world.processes_per_node,
             accelerator=world.accelerator,
             backend=None,
             precision=world.precision,
-        )
+        ),
+        host_spans(degrees, num_nodes=world.num_nodes, processes_per_node=world.processes_per_node),
     )
+    return not any(violation.rule == rule and violation.dimension == name for violation in violations)
 
 
 def _reason(

@@ -31,6 +31,8 @@ class MeshDimensionRule:
     title: str  # what its groups are called in messages and drawings
     description: str
     splits_data: bool  # ranks along it read different batches (the sampler's replicas); the others read the same
+    # Where its groups belong (neither is a refusal: peers plan either way; a layout that breaks one runs, slowly, and
+    # is planned with a warning that gives the numbers, `host_spans`; a degree written 'auto' never takes such a value):
     inside_node: bool  # its groups stay inside one node: the degree (times the inner ones) divides a node's processes
     stage_aligned: bool  # each block of ranks it cuts the world into holds whole nodes, or a node holds whole blocks
     accelerators: frozenset[AcceleratorKey]  # where a degree above 1 runs
@@ -40,6 +42,10 @@ class MeshDimensionRule:
     lightning_size: str | None  # the ModelParallelStrategy size this degree multiplies into; None: Lightning has none
     accelerate_size: str | None  # Accelerate's ParallelismConfig field; None: Accelerate has none
     minus_one_is_auto: bool = False  # -1 is read as "auto" (with a note), as torchtitan's ParallelDims reads it
+    # What crosses hosts when its groups (inside_node) or stages (stage_aligned) span them, for the warning: a
+    # template of the group's numbers ({degree}, {crossing} ring links, {passes} = degree - 1, {all_reduce}: a ring
+    # all-reduce's bytes per link, 2·(degree - 1)/degree of the tensor).
+    across_hosts: str = ""
 
     __attrs_post_init__ = freeze_nested_maps  # nested maps read-only: nobody changes a rule in place
 
@@ -76,6 +82,8 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
             instead={"16-mixed": "bf16-mixed"},
             lightning_size=None,
             accelerate_size=None,
+            across_hosts="the groups inside a straddling stage (its FSDP all-gathers and reduce-scatters, every "
+            "step) cross hosts too, not only the pipeline's activations between stages",
         ),
         MeshDimensionRule(
             name="dp_replicate",
@@ -130,6 +138,8 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
             instead={"64-true": "32-true", "16-mixed": "bf16-mixed"},
             lightning_size=None,
             accelerate_size="cp_size",
+            across_hosts="ring attention passes each layer's key/value blocks {passes} time(s) around the ring, over "
+            "its {crossing} cross-host link(s) too, so every layer waits on the inter-node link",
         ),
         MeshDimensionRule(
             name="tp",
@@ -145,6 +155,9 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
             instead={"16-mixed": "bf16-mixed"},
             lightning_size="tensor_parallel_size",
             accelerate_size="tp_size",
+            across_hosts="tensor parallelism all-reduces activations inside every layer, and a ring all-reduce over "
+            "{degree} ranks sends {all_reduce}× each activation's bytes over every link, its {crossing} cross-host "
+            "link(s) too, so every layer waits on the inter-node link",
         ),
     )
 }
@@ -384,11 +397,9 @@ def layout_violations(
     """Every mesh rule `degrees` (and the expert degree `ep`) break on this world, in the order the rules are
     checked; nothing when it fits.
 
-    The product is the world size; `ep` divides the expert region (`EXPERT_REGION`'s degrees multiplied); a
-    dimension that stays inside a node (`tp`, `cp`) has groups that fit a node (its degree times the inner degrees
-    divides the node's processes); a stage-aligned dimension (`pp`) cuts the
-    world into blocks that hold whole nodes or fit whole into one; a degree above 1 runs only on its accelerators
-    and precisions; the mesh's collectives run over the accelerator's mesh backend.
+    The product is the world size; `ep` divides the expert region (`EXPERT_REGION`'s degrees multiplied); a degree
+    above 1 runs only on its accelerators and precisions; the mesh's collectives run over the accelerator's mesh
+    backend. Groups that span hosts, and stages that straddle them, are not refusals (`host_spans`).
     """
     world = num_nodes * processes_per_node
     product = math.prod(degrees.values())
@@ -398,19 +409,6 @@ def layout_violations(
     region = expert_region(degrees)
     if region % ep:
         yield MeshViolation(rule="mesh-expert", dimension=None, degree=ep, needed=region, detail="")
-    yield from node_violations(degrees, processes_per_node)
-    apart = strides(degrees)
-    for name in MESH_DIMENSION_NAMES:
-        degree, rule = degrees[name], MESH_DIMENSIONS[name]
-        block = apart[name]
-        if degree > 1 and rule.stage_aligned and block % processes_per_node and processes_per_node % block:
-            yield MeshViolation(
-                rule="mesh-pipeline-nodes",
-                dimension=name,
-                degree=degree,
-                needed=block,
-                detail=f"{num_nodes} nodes of {processes_per_node}",
-            )
     for name in MESH_DIMENSION_NAMES:
         degree, rule = degrees[name], MESH_DIMENSIONS[name]
         if degree > 1 and accelerator not in rule.accelerators:
@@ -426,3 +424,65 @@ def layout_violations(
             yield MeshViolation(
                 rule="mesh-precision", dimension=name, degree=degree, detail=rule.precisions_refused[precision]
             )
+
+
+def host_spans(
+    degrees: Mapping[MeshDimension, int], *, num_nodes: int, processes_per_node: int
+) -> Iterator[MeshViolation]:
+    """Where a layout that works is slow, in the order the rows are read: a dimension that stays inside a node
+    (`tp`, `cp`) whose groups do not fit one (innermost first), then a stage-aligned one (`pp`) whose stages hold
+    neither whole nodes nor fit whole into one. Every peer (torchtitan, Accelerate, Lightning, torch's
+    `init_device_mesh`) builds these layouts; the resolver plans them with a warning (`HostSpan`'s numbers) and never
+    lets a degree written 'auto' take one."""
+    yield from node_violations(degrees, processes_per_node)
+    apart = strides(degrees)
+    for name in MESH_DIMENSION_NAMES:
+        degree, rule = degrees[name], MESH_DIMENSIONS[name]
+        block = apart[name]
+        if degree > 1 and rule.stage_aligned and block % processes_per_node and processes_per_node % block:
+            yield MeshViolation(
+                rule="mesh-pipeline-nodes",
+                dimension=name,
+                degree=degree,
+                needed=block,
+                detail=f"{num_nodes} nodes of {processes_per_node}",
+            )
+
+
+@attrs.frozen(kw_only=True)
+class HostSpan:
+    """The numbers of one dimension's groups across hosts: how many of its groups (or, for a stage-aligned
+    dimension, its stages) reach more than one node, the most nodes one reaches, the first such group's ranks and
+    nodes, and how many of that group's ring links (member i to member i + 1, the last back to the first: the ring
+    NCCL and gloo all-reduce over, and ring attention passes blocks along) join ranks on different nodes."""
+
+    groups: int  # the dimension's groups (stages) in the world
+    spanning: int  # of them, those that reach more than one node
+    most_nodes: int
+    example: tuple[int, ...]  # the first spanning group's ranks
+    example_nodes: tuple[int, ...]  # the nodes they sit on, each once, in order
+    links: int  # ring links of the example group
+    crossing: int  # of them, those that join two nodes
+
+
+def host_span(layout: MeshLayout, dimension: MeshDimension, processes_per_node: int) -> HostSpan:
+    """`dimension`'s groups across the nodes of `processes_per_node` ranks each (for a stage-aligned dimension, the
+    blocks of ranks its stages hold: every rank of one coordinate along it)."""
+    if MESH_DIMENSIONS[dimension].stage_aligned:
+        block = layout.world_size // layout.size(dimension)
+        groups = tuple(tuple(range(start, start + block)) for start in range(0, layout.world_size, block))
+    else:
+        groups = layout.groups(dimension)
+    spanning = [group for group in groups if len({rank // processes_per_node for rank in group}) > 1]
+    example = spanning[0] if spanning else groups[0]
+    nodes = tuple(dict.fromkeys(rank // processes_per_node for rank in example))
+    ring = list(zip(example, (*example[1:], example[0]), strict=True)) if len(example) > 1 else []
+    return HostSpan(
+        groups=len(groups),
+        spanning=len(spanning),
+        most_nodes=max(len({rank // processes_per_node for rank in group}) for group in groups),
+        example=example,
+        example_nodes=nodes,
+        links=len(ring),
+        crossing=sum(a // processes_per_node != b // processes_per_node for a, b in ring),
+    )

@@ -364,9 +364,9 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
     ),
     "mesh-pipeline-nodes": Rule(
         reason=(
-            "{took}pipeline stages span nodes, each stage holding whole nodes or sharing a node with whole "
-            "stages, but {dimension}={degree} makes stages of {stage} processes on {num_nodes} nodes of "
-            "{processes_per_node}"
+            "{took}'auto' keeps pipeline stages on node boundaries, each stage holding whole nodes or sharing a "
+            "node with whole stages, but {dimension}={degree} makes stages of {stage} processes on {num_nodes} "
+            "nodes of {processes_per_node}"
         ),
         fix="Use {choices}, e.g. {fitting}",
     ),
@@ -507,12 +507,6 @@ DIFFERENCES: Final[Mapping[str, str]] = {
         "tensor or context parallelism, where torch's GradScaler can make the ranks of one group disagree on skipping "
         "a step; use bf16-mixed there), and 64-true except with context parallelism. The Lightning adapter refuses "
         "what Lightning cannot run."
-    ),
-    "model-parallel-inside-node": (
-        "ModelParallelStrategy's groups across nodes: Lightning builds a mesh whose tensor-parallel groups span nodes"
-        " when its sizes say so (tensor_parallel_size=4 on 2 nodes × 2 processes); trainplan keeps tensor- and "
-        "context-parallel groups inside a node, since their collectives run in every layer and across the network "
-        "they would dominate the step, and its refusal names the sizes that fit."
     ),
     "deepspeed-cpu": (
         "DeepSpeed on accelerator='cpu': Lightning's connector accepts it (DeepSpeed has a CPU accelerator); "
