@@ -47,7 +47,30 @@ def _api_entry(match: re.Match[str]) -> str:
     docstring = inspect.getdoc(value)
     if not docstring:
         raise ValueError(f"{module}.{name} has no docstring for the API reference")
-    return f"### `{name}` {{ #{module}.{name} }}\n\n```python\n{name}({signature}) -> {returns}\n```\n\n{docstring}\n"
+    text = _examples_as_code(docstring)
+    return f"### `{name}` {{ #{module}.{name} }}\n\n```python\n{name}({signature}) -> {returns}\n```\n\n{text}\n"
+
+
+def _examples_as_code(docstring: str) -> str:
+    """A docstring's Google-style `Examples:` section as mkdocstrings shows one: its prose, then each doctest
+    session (`>>> ` lines and what they print) as a pycon block."""
+    body, marker, section = docstring.partition("\nExamples:\n")
+    if not marker:
+        return docstring
+    lines = [line.removeprefix("    ") for line in section.splitlines()]
+    out: list[str] = ["", "**Examples:**", ""]
+    in_session = False
+    for line in lines:
+        if line.startswith(">>> ") and not in_session:
+            out.append("```pycon")
+            in_session = True
+        elif not line.strip() and in_session:
+            out.append("```")
+            in_session = False
+        out.append(line)
+    if in_session:
+        out.append("```")
+    return body + "\n" + "\n".join(out)
 
 
 def _parameter(module: str, parameter: inspect.Parameter) -> str:

@@ -284,6 +284,14 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
     never imports a module); `env` may then add what
     probe() cannot see, such as a downstream accelerator's device count. `rules` is the rule set to decide from
     (`Rules.extend`; None: `BUILTIN_RULES`).
+
+    Examples:
+        A what-if machine with two GPUs; without `env`, this machine is probed:
+
+        >>> import trainplan as tp
+        >>> plan = tp.resolve(tp.Request(devices=2, precision="bf16-mixed"), tp.Environment(cuda_device_count=2))
+        >>> plan.accelerator, plan.strategy.name, plan.world_size, plan.precision
+        ('cuda', 'ddp', 2, 'bf16-mixed')
     """
     probe, resolve_core, BUILTIN_RULES, Request, TrainplanWarning, warn = _resolving()
     rules = BUILTIN_RULES if rules is None else rules
@@ -391,7 +399,18 @@ def check(
     request: Request | None = None, env: Environment | None = None, rules: Rules | None = None
 ) -> Iterator[TrainplanError]:
     """Every problem with `request` on `env` (default: this machine) under `rules` (None: `BUILTIN_RULES`); empty
-    when it resolves."""
+    when it resolves. `resolve` stops at the first; `check` goes on (`trainplan plan --check`).
+
+    Examples:
+        An unknown precision and a strategy the accelerator cannot run, both reported:
+
+        >>> import trainplan as tp
+        >>> request = tp.Request(accelerator="cpu", strategy="fsdp", precision="fp8")
+        >>> [type(error).__name__ for error in tp.check(request, tp.Environment())]
+        ['InvalidRequest', 'Incompatible']
+        >>> list(tp.check(tp.Request(accelerator="cpu", devices=2), tp.Environment(cpu_count=4)))
+        []
+    """
     from trainplan.effects.probing import probe
     from trainplan.resolve import check as check_core
     from trainplan.rules import BUILTIN_RULES

@@ -85,6 +85,7 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     api = (site / "api" / "index.html").read_text()
     assert 'id="trainplan.Request"' in api and 'id="trainplan.launch"' in api, "the API reference is rendered"
     assert "The plan for <code>request</code> (default: everything" in api, "tp.resolve, the function, has its entry"
+    assert api.count("&gt;&gt;&gt; ") >= 7, "tp.resolve's and tp.check's examples are shown as sessions"
     started = (site / "getting-started" / "index.html").read_text()
     assert "Quickstart: the library" in started, "the getting-started page includes the README's quickstarts"
 
@@ -111,6 +112,23 @@ def test_the_api_reference_has_every_public_name() -> None:
     listed = set(re.findall(r"^(?:::: |<!-- api: )trainplan\.(\w+)(?: -->)?$", text, flags=re.MULTILINE))
     public = set(trainplan.__all__) - {"__version__"}
     assert listed == public, f"missing: {sorted(public - listed)}; not public: {sorted(listed - public)}"
+
+
+def test_the_docstring_examples_in_the_api_reference_run() -> None:
+    """Every public name's docstring examples (`>>> ` sessions, shown on the API page) run as written."""
+    import doctest
+
+    import trainplan
+
+    finder, ran = doctest.DocTestFinder(recurse=False), []
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for name in sorted(set(trainplan.__all__) - {"__version__"}):
+        for test in finder.find(getattr(trainplan, name), name=f"trainplan.{name}", globs={}):
+            if test.examples:
+                ran.append(name)
+                runner.run(test)
+    assert {"resolve", "check"} <= set(ran), ran
+    assert runner.summarize(verbose=False).failed == 0, "a docstring example printed otherwise (doctest's report above)"
 
 
 def test_the_cli_reference_is_generated_from_the_parser() -> None:
