@@ -132,22 +132,6 @@ def score(found: Iterable[tuple[str, int | None]], patterns: Sequence[str], equi
     return Score(killed, tuple(sorted(survivors)), left_out, not_run)
 
 
-def mutant_names(shards: Sequence[str] = PACKAGES) -> list[str]:
-    """Every mutant mutmut writes of `shards` (packages or modules under src/trainplan), by the names `mutmut run`
-    takes, sorted; run in the repository, as mutmut reads its configuration from the working directory."""
-    from mutmut.mutation.file_mutation import mutate_file_contents
-    from mutmut.utils.format_utils import get_mutant_name
-
-    names: list[str] = []
-    for shard in shards:
-        base = ROOT / "src" / "trainplan" / shard
-        for path in [base] if base.is_file() else sorted(base.rglob("*.py")):
-            relative = path.relative_to(ROOT)
-            mutated = mutate_file_contents(str(relative), path.read_text())
-            names.extend(get_mutant_name(relative, local) for local in mutated.mutant_names)
-    return sorted(names)
-
-
 def sample(names: Sequence[str], size: int, seed: int) -> list[str]:
     """`size` of `names` drawn at random without replacement, the same for the same names and seed (in any order),
     sorted; all of them when there are no more."""
@@ -226,8 +210,8 @@ and its name into the .meta files `results` reads, without testing any. `mutmut 
 
 
 def generate(children: int) -> list[str]:
-    """Every mutant of resolve/ and rules/, as mutmut writes them into mutants/ (one pass of its mutator, which
-    `mutmut run` then reuses: the same names as `mutant_names`, without parsing every file twice)."""
+    """Every mutant of resolve/ and rules/, by the names `mutmut run` takes, as mutmut writes them into mutants/:
+    one pass of its mutator, which `mutmut run` then finds done."""
     refresh_copies()
     command = [sys.executable, "-c", GENERATE.format(children=children)]
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)

@@ -15,7 +15,6 @@ from tests.mutation import (
     ROOT,
     Equivalent,
     Score,
-    mutant_names,
     pattern,
     read_equivalents,
     sample,
@@ -140,13 +139,6 @@ def test_the_sample_line_gives_the_score_and_its_interval() -> None:
         "mutation score 93.1%: 135 of 145 mutants killed, 10 survived, 5 equivalent left out; "
         "95% Wilson interval 87.8-96.2% (a seeded sample of 150 of 10638 mutants, seed 1)"
     )
-
-
-def test_every_mutant_name_is_one_mutmut_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(ROOT)
-    names = mutant_names(["resolve/steps/mesh.py"])
-    assert names == sorted(set(names)) and "trainplan.resolve.steps.mesh.x_lay_out_mesh__mutmut_1" in names
-    assert all(name.startswith("trainplan.resolve.steps.mesh.x_") and "__mutmut_" in name for name in names)
 
 
 def test_mutmut_runs_no_test_that_reads_the_tree_outside_tests_and_src() -> None:
