@@ -1,6 +1,7 @@
 """Published layouts replayed as what-ifs: for each of NeMo's and Megatron-LM's Llama recipes, what trainplan's
 memory-aware `auto` picks on the recipe's GPUs (and the runner-up), against the layout the recipe uses, replayed by
-the same rows where a row expresses it. The table in docs/memory.md is this module's `table()`: the test holds it.
+the same rows where a row expresses it; and the what-if table of 7B, 13B and 70B on 8 × 80 GB, 8 × 40 GB and
+2 × 8 × 80 GB. The tables in docs/memory.md are this module's `table()` and `what_if_table()`: the tests hold them.
 
 The recipes, as read (commits of the stored snapshots):
 - NeMo `nemo/collections/llm/recipes/llama2_7b.py` (NVIDIA/NeMo 8cfedd7): 1 node × 8 GPUs, tensor parallel 2,
@@ -197,3 +198,59 @@ def test_auto_takes_less_communication_than_the_recipes_where_memory_allows() ->
     chosen = {name: memory.chosen for name, memory in picked.items() if memory is not None}
     assert chosen["NeMo llama2_7b"] == "zero1" and chosen["NeMo llama2_13b"] == "zero2"  # no tensor parallelism
     assert chosen["NeMo llama3_70b"] == "tp8_fsdp" and chosen["Megatron train_llama2 (70B)"] == "tp4_fsdp"
+
+
+WHAT_IF_BEGIN, WHAT_IF_END = (
+    "<!-- what-if table: tests/unit/test_memory_recipes.py -->",
+    "<!-- end of the what-if table -->",
+)
+WHAT_IF_MODELS = {
+    "Llama 7B": tp.transformer_facts(parameters=6_738_415_616, layers=32, hidden=4096, sequence=4096),
+    "Llama 13B": tp.transformer_facts(parameters=13_015_864_320, layers=40, hidden=5120, sequence=4096),
+    "Llama 70B": tp.transformer_facts(parameters=68_976_648_192, layers=80, hidden=8192, sequence=4096),
+}
+WHAT_IF_HARDWARE = {"8 × 80 GB": (1, 80), "8 × 40 GB": (1, 40), "2 × 8 × 80 GB": (2, 80)}
+"""(nodes of 8 GPUs, GB a GPU)."""
+
+
+def what_if(facts: tp.ModelFacts, nodes: int, device_gb: int) -> tuple[str, str]:
+    """(the chosen layout, the runner-up), each with its peak per GPU; torch alone installed (no DeepSpeed)."""
+    env = tp.Environment(cuda_device_count=8, cuda_memory_bytes=(device_gb * GB,) * 8, host_memory_bytes=2 << 40)
+    if nodes > 1:
+        env = env.with_variables({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "NODE_RANK": "0"})
+    try:
+        memory = tp.resolve(tp.Request(model=facts, precision="bf16-mixed", num_nodes=nodes), env).memory
+    except tp.Incompatible as refused:
+        return f"none fits ({str(refused).split('To fit it: ')[1].rstrip('.')})", "—"
+    assert memory is not None and memory.estimate is not None
+    runner_up = next((item for item in memory.candidates if item.verdict.startswith("fits; a preferred")), None)
+    return _named(memory.estimate), "—" if runner_up is None else _named(runner_up)
+
+
+def what_if_table() -> str:
+    lines = [("model, 4096 tokens, batch 1", "GPUs", "auto (per GPU)", "runner-up"), ("---",) * 4]
+    for name, facts in WHAT_IF_MODELS.items():
+        for hardware, (nodes, device_gb) in WHAT_IF_HARDWARE.items():
+            lines.append((name, hardware, *what_if(facts, nodes, device_gb)))
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+
+def test_the_docs_what_if_table_is_the_one_computed() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    assert WHAT_IF_BEGIN in text and WHAT_IF_END in text, f"docs/memory.md lost its what-if table ({WHAT_IF_BEGIN})"
+    written = text.split(WHAT_IF_BEGIN, 1)[1].split(WHAT_IF_END, 1)[0].strip()
+    assert written == what_if_table(), "docs/memory.md's what-if table is stale: paste what_if_table()"
+
+
+def test_70b_without_offload_needs_three_nodes_of_80gb_as_the_page_says() -> None:
+    env = tp.Environment(cuda_device_count=8, cuda_memory_bytes=(80 * GB,) * 8).with_variables(
+        {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "NODE_RANK": "0"}
+    )
+    policy = tp.MemoryPolicy(offload=False)
+    request = tp.Request(model=WHAT_IF_MODELS["Llama 70B"], precision="bf16-mixed", num_nodes=2, memory_policy=policy)
+    try:
+        tp.resolve(request, env)
+    except tp.Incompatible as refused:
+        assert "To fit it: use 24 such devices" in str(refused)
+    else:
+        raise AssertionError("70B fitted 16 GPUs of 80 GB without offload")
