@@ -10,7 +10,10 @@ table. Without a GPU it says so and exits 0; with one it exits 1 if any check fa
    floor (stack, one tolist) and beside one `.item()` per key (K device synchronisations).
 4. With 2 GPUs or more: a 2-GPU `tp.launch` world over NCCL whose metric store reduces CPU-stored and device
    keys, checked against the known sums.
-5. With 2 GPUs or more: `model_parallel` meshes over NCCL: ep=2 (the expert mesh, `rt.expert_mesh`, its ep group
+5. Memory on CUDA: the 21M-parameter test decoder's training step on cuda:0 (tests/scripts/memory_world.py's),
+   its peak by `torch.cuda.max_memory_allocated` against the single-device prediction from the facts
+   `measure_model` gives, without and with activation checkpointing, each within ±15% (issue 23's band).
+6. With 2 GPUs or more: `model_parallel` meshes over NCCL: ep=2 (the expert mesh, `rt.expert_mesh`, its ep group
    all-reducing), and cp=2 (context parallelism runs on CUDA only: `rt.mesh["dp_shard_cp"]` and its group).
 """
 
@@ -181,6 +184,50 @@ def check_metrics_on_cuda() -> list[Result]:
     ]
 
 
+MEMORY_BAND = 0.15
+"""Predicted / measured peak within ±15% (the processes tests' band, tests/processes/test_memory_world.py)."""
+
+
+def check_memory_on_cuda() -> list[Result]:
+    import torch
+    from tests import llama_like
+    from tests.scripts import memory_world
+
+    import trainplan as tp
+    from trainplan.resolve.memory import estimate
+    from trainplan.rules.memory import MEMORY_LAYOUTS
+
+    single = next(layout for layout in MEMORY_LAYOUTS if layout.name == "single_device")
+    facts = tp.measure_model(llama_like.small, lambda: torch.randint(0, 8000, memory_world.BATCH))
+    results: list[Result] = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        with torch.device("cuda:0"):
+            model = llama_like.small(checkpointing)
+            optimizer = torch.optim.AdamW(model.parameters(), foreach=True)
+            tokens = torch.randint(0, 8000, memory_world.BATCH)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        for _ in range(2):  # the second step holds the optimizer's states the first creates
+            model(tokens).float().sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated()
+        del model, optimizer, tokens
+        torch.cuda.empty_cache()
+        predicted = estimate(single, checkpointing, facts, 1, 1).total
+        ratio = predicted / peak
+        results.append(
+            (
+                f"memory on cuda:0, 21M decoder{' + checkpointing' if checkpointing else ''}: predicted / peak",
+                "ok" if abs(ratio - 1) <= MEMORY_BAND else "FAILED",
+                f"{predicted / 2**20:.1f} MiB predicted, {peak / 2**20:.1f} MiB max_memory_allocated: {ratio:.3f}",
+            )
+        )
+    return results
+
+
 def _nccl_worker() -> dict[str, Any]:
     import torch
 
@@ -273,7 +320,8 @@ def main() -> int:
         print(f"no GPU: nothing to check here ({reason}). Run this on a machine with NVIDIA GPUs.")
         return 0
     results: list[Result] = []
-    for check in (check_usable, check_busy, check_metrics_on_cuda, check_nccl, check_meshes_on_nccl):
+    checks = (check_usable, check_busy, check_metrics_on_cuda, check_memory_on_cuda, check_nccl, check_meshes_on_nccl)
+    for check in checks:
         try:
             results += check()
         except Exception as error:
