@@ -6,7 +6,7 @@ one torchmetrics `MeanMetric` per key, and the floor of what any store must do, 
    The floor: stack the keys' tensors, one `tolist()`, a sorted dict.
 2. log() of a 0-d tensor beside the torch operations it must do (detach, cast to float64, accumulate
    weighted: `total.add_(value.detach().to(float64), alpha=weight)`), and beside the anchors' own log/update.
-3. Real 2-process gloo worlds at 1, 100 and 1000 keys: time and collectives per synced compute.
+3. Real 2-process gloo worlds at 1, 10, 100 and 1000 keys: time and collectives per synced compute.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from trainplan.effects.metrics import CollectiveOp
 from trainplan.resolve import resolve
 
 STUB_KEYS = (1, 100, 1000, 10_000)
-WORLD_KEYS = (1, 100, 1000)
+WORLD_KEYS = (1, 10, 100, 1000)
 STEPS = 4
 WORLD_STEPS = 20
 REPEATS = 7
@@ -31,13 +31,14 @@ COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "barrier", "bro
 
 
 class _StubCollective:
-    """A world of 2 whose collectives leave the buffers as they are (no communication)."""
+    """A world of 2 ranks that logged alike, without communication: a sum doubles, a max or min stays."""
 
     world_size = 2
     rank = 0
 
     def all_reduce(self, tensor: Any, op: CollectiveOp) -> None:
-        return None
+        if op == "sum":
+            tensor.mul_(2)
 
     def all_gather_object(self, value: object) -> list[object]:
         return [value, value]

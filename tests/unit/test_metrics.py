@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from trainplan import Environment, Incompatible, InvalidMetric, MetricNaN, MetricStore, Request
-from trainplan.effects.metrics import CollectiveOp
+from trainplan.effects.metrics import CollectiveOp, _agreed, _digest_header
 from trainplan.resolve import resolve
 
 CPU_PLAN = resolve(Request(accelerator="cpu", strategy="ddp", devices=2), Environment(cpu_count=2))
@@ -75,7 +75,21 @@ def test_mirror_world_doubles_sums_and_keeps_means() -> None:
     assert store.compute() == {"best": 9, "count": 6, "loss": 4.0}
     ops = sorted({(op, device) for op, device, _ in collective.calls})
     assert ops == [("max", "cpu"), ("sum", "cpu")]
-    assert len(collective.calls) == store.collectives_in_last_sync == 1 + 3  # check, sum/f64, sum/i64, max/i64
+    # the key check carrying the sum/f64 bucket, then sum/i64 and max/i64
+    assert len(collective.calls) == store.collectives_in_last_sync == 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_key_check_sees_any_rank_that_differs_even_when_the_sum_is_the_same(dtype: torch.dtype) -> None:
+    # Three ranks whose digests average to the middle one's: a sum alone would not tell them apart.
+    world = 3
+    top = 2**56 - 1
+    headers = [_digest_header((digest, top), world, dtype) for digest in (top - 2, top - 1, top)]
+    summed = [sum(column) for column in zip(*headers, strict=True)]
+    assert _agreed(summed, world) == (False, True)
+    alike = [_digest_header((top, 12345), 1000, dtype)] * 1000
+    assert _agreed([sum(column) for column in zip(*alike, strict=True)], 1000) == (True, True)
+    assert torch.tensor(headers[0], dtype=dtype).tolist() == headers[0], "every piece and square is exact in dtype"
 
 
 def test_under_nccl_cpu_values_move_to_the_device_once_per_bucket_and_back() -> None:
@@ -87,8 +101,8 @@ def test_under_nccl_cpu_values_move_to_the_device_once_per_bucket_and_back() -> 
         store.log(f"cpu_tensor_{step}", torch.tensor(float(step)), store_on_cpu=True)
     values = store.compute()
     assert values["loss_3"] == 3.0 and values["cpu_tensor_9"] == 9.0
-    # the key check goes to the device; the one float64 sum bucket goes there and back
-    assert transfer.moves == ["cuda:1", "cuda:1", "cpu"]
+    # the one float64 sum bucket, carried by the key check, goes to the device and back
+    assert transfer.moves == ["cuda:1", "cpu"]
     assert {device for _, device, _ in collective.calls} == {"cuda:1"}
 
 

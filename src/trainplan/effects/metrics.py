@@ -15,8 +15,9 @@
 - At `compute(sync=True)`, keys are bucketed by (collective op, dtype, device) and each bucket is
   reduced with one collective, whatever the number of keys; a weighted mean's values and weights
   travel in the same buffer, and each bucket comes to the host with one transfer (on CUDA, K keys cost
-  one device synchronisation per bucket, not K). Before that, one small collective checks that every rank logged the
-  same keys the same way; if not, every rank raises `MetricKeyMismatch` naming the keys and the ranks
+  one device synchronisation per bucket, not K). The first collective, of the same length on every rank, checks
+  that every rank logged the same keys the same way, and carries the float sum bucket when it is small (one key:
+  one collective); if the keys differ, every rank raises `MetricKeyMismatch` naming the keys and the ranks
   that lack them, instead of hanging. One process (world size 1) skips collectives entirely.
 - Placement comes from the plan (`plan.metrics`, `place_metric`): under NCCL, CPU-stored keys are
   moved to the device once per bucket for the collective and back; under gloo they are reduced where
@@ -486,6 +487,7 @@ class MetricStore:
         self._stores_on_cpu: dict[bool | None, bool] = {}  # store_on_cpu → whether tensors are kept on CPU
         self._set_digest = 0  # every key's (name, spec), in any order
         self._order_digest = 0  # the keys in the order they were created (the layout of slabs and buckets)
+        self._header: tuple[tuple[object, ...], int, Any] | None = None  # the key check's last header, as a tensor
         self.collectives_in_last_sync = 0
         """How many collectives the last `compute(sync=True)` issued (0 for one process)."""
 
@@ -854,12 +856,11 @@ class MetricStore:
         """
         self.collectives_in_last_sync = 0
         world = self._world_size() if sync else 1
-        if world > 1:
-            # Every rank takes part in the check, even one that logged nothing: the others would wait for it.
-            self._check_same_keys()
-        if not self._entries and not self._stateful:
+        if world == 1 and not self._entries and not self._stateful:
             return {}
-        values = self._values(synced=world > 1)
+        # Synced, every rank takes part in the key check (in the first collective), even one that logged nothing:
+        # the others would wait for it.
+        values = self._values(world=world)
         failed = sorted(
             name for name, entry in self._entries.items() if entry.nan == "error" and _has_nan(values[name])
         )
@@ -893,25 +894,64 @@ class MetricStore:
             + [(name, f"stateful|{type(stateful).__name__}") for name, stateful in self._stateful.items()]
         )
 
-    def _check_same_keys(self) -> None:
-        """One collective on four integers: the digests of every rank's keys (as a set, and in the order they
-        were created), max and (negated) min. Same set, another order: every rank lays its keys out by name."""
+    def _check_keys(self, buckets: list[_Bucket], world: int) -> tuple[bool, _Bucket | None]:
+        """The first collective of a synced compute(), alike on every rank: the key check, carrying the small float
+        sum bucket (a handful of mean keys' values and weights) when there is one, so one key costs one collective.
+
+        It is a sum of fixed length on every rank, whatever each logged: pieces of the two key digests (the set of
+        keys, and the order they were created in) and their squares, then the carried bucket, padded to
+        `_CARRIED`. So a mismatch is found before any collective whose length depends on the keys. Another set
+        of keys: every rank raises `MetricKeyMismatch`. The same set in another order: every rank lays its keys
+        out by name and gets (False, None): the carried bucket was reduced misaligned, so compute again.
+        Otherwise (True, the bucket carried, reduced, or None)."""
         import torch
 
-        digests = (self._set_digest, self._order_digest)
-        check = torch.tensor([digests[0], -digests[0], digests[1], -digests[1]], dtype=torch.int64)
-        if self.plan.metrics.reduces_on == "device":
-            check = self._transfer(check, self._device)
-        self._collective.all_reduce(check, "max")
+        device = self._device if self.plan.metrics.reduces_on == "device" else HOST_DEVICE
+        dtype = _floating(device)
+        carried = next(
+            (
+                bucket
+                for bucket in buckets
+                if bucket.op == "sum"
+                and bucket.dtype == dtype
+                and bucket.length <= _CARRIED
+                and self._reduction_device(bucket) == device
+            ),
+            None,
+        )
+        source = HOST_DEVICE if carried is None else carried.device
+        cache_key = (self._set_digest, self._order_digest, world, dtype, source)
+        if self._header is None or self._header[0] != cache_key:  # the digests change only as keys are created
+            header = _digest_header(cache_key[:2], world, dtype)
+            self._header = (cache_key, len(header), torch.tensor(header + [0.0] * _CARRIED, dtype=dtype).to(source))
+        _, length, head = self._header
+        if carried is None:
+            combined = head.clone()  # header, then zeros where a bucket would be
+        else:  # header, the bucket, zeros up to the fixed length
+            combined = torch.cat([head[:length], *carried.segments, head[length : length + _CARRIED - carried.length]])
+        reduced = combined if source == device else self._transfer(combined, device)
+        self._collective.all_reduce(reduced, "sum")
         self.collectives_in_last_sync += 1
-        high, negated_low, order_high, order_negated_low = (int(item) for item in check.tolist())
-        if high == -negated_low:
-            if order_high != -order_negated_low:
-                self._lay_out_by_name()
-            return
-        # The rare path: find out who lacks what, then every rank raises the same error.
-        signature = self._signature()
-        everyone = self._collective.all_gather_object(signature)
+        if carried is not None:
+            reduced = reduced if source == device else self._transfer(reduced, source)
+            carried.flat = reduced[length : length + carried.length]
+        same_set, same_order = _agreed(reduced[:length].tolist(), world)
+        if not same_set:
+            self._raise_mismatch()
+        if not same_order:
+            self._lay_out_by_name()
+            return False, None
+        return True, carried
+
+    def _reduction_device(self, bucket: _Bucket) -> str:
+        """Where `bucket` is reduced: on the device under a backend that reduces device tensors only."""
+        if self.plan.metrics.reduces_on == "device" and bucket.device == HOST_DEVICE:
+            return self._device
+        return bucket.device
+
+    def _raise_mismatch(self) -> None:
+        """The rare path: find out who lacks what (one more collective), then every rank raises the same error."""
+        everyone = self._collective.all_gather_object(self._signature())
         self.collectives_in_last_sync += 1
         specs = [{str(name): str(spec) for name, spec in ranks} for ranks in everyone if isinstance(ranks, list)]
         missing: dict[str, list[int]] = {}
@@ -934,15 +974,16 @@ class MetricStore:
             self._numbers[group_key] = dict(sorted(group.items()))
         self._order_digest = _hash(b"by name" + self._set_digest.to_bytes(8, "big"))
 
-    def _values(self, *, synced: bool) -> dict[str, PlainValue]:
-        """Every logged key's value (stateful metrics aside): reduced over the ranks when `synced`.
+    def _values(self, *, world: int) -> dict[str, PlainValue]:
+        """Every logged key's value (stateful metrics aside): reduced over the ranks when `world` > 1.
 
         Keys are bucketed by (collective op, dtype, device); each bucket is one flat tensor built with one
-        operation per slab (whatever its number of keys), reduced with one collective, finished in place (a
-        mean divided by its weights, a max or min made NaN where any rank logged NaN, an integer sum checked
-        against its floating-point shadow) and brought to the host with one `tolist()`. What is left per key
-        is O(1) Python: reading its value out of that list.
+        operation per slab (whatever its number of keys), reduced with one collective (the first one also checks
+        the keys, `_check_keys`), finished in place (a mean divided by its weights, a max or min made NaN where any
+        rank logged NaN, an integer sum checked against its floating-point shadow) and brought to the host with
+        one `tolist()`. What is left per key is O(1) Python: reading its value out of that list.
         """
+        synced = world > 1
         values: dict[str, PlainValue] = {}
         slabs = [self._slabs[key] for key in sorted(self._slabs)] + self._own_slabs
         if not synced:
@@ -957,11 +998,17 @@ class MetricStore:
                 _number_group(op, kind, entries, buckets) for (op, kind), entries in sorted(self._numbers.items())
             ]
         ordered = [buckets.by_key[key] for key in sorted(buckets.by_key)]  # the same order on every rank
-        move = self.plan.metrics.reduces_on == "device"
+        carried = None
+        if synced:
+            agreed, carried = self._check_keys(ordered, world)
+            if not agreed:
+                return self._values(world=world)  # in the layout by name, which every rank has now
         for bucket in ordered:
+            if bucket is carried:
+                continue
             bucket.join()
             if synced and bucket.length:
-                target = self._device if move and bucket.device == HOST_DEVICE else bucket.device
+                target = self._reduction_device(bucket)
                 flat = bucket.flat if target == bucket.device else self._transfer(bucket.flat, target)
                 self._collective.all_reduce(flat, bucket.op)
                 self.collectives_in_last_sync += 1
@@ -980,12 +1027,45 @@ class MetricStore:
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_DIGEST_MODULUS = 2**56
+_DIGEST_BITS = 56
+_DIGEST_MODULUS = 2**_DIGEST_BITS
+_CARRIED = 64
+"""Elements of the float sum bucket the key check carries (32 scalar mean keys: a value and a weight each); every
+rank sends this many whatever it logged, so a larger bucket is reduced by a collective of its own."""
 
 
 def _hash(data: bytes) -> int:
-    """56 bits of BLAKE2b: the same on every rank (unlike hash()), and an int64 that negates safely."""
+    """56 bits of BLAKE2b: the same on every rank (unlike hash())."""
     return int.from_bytes(hashlib.blake2b(data, digest_size=7).digest(), "big")
+
+
+def _digest_header(digests: tuple[int, ...], world: int, dtype: Any) -> list[float]:
+    """The digests cut in pieces, then the pieces' squares: what the key check sums over the ranks.
+
+    A piece has `bits` bits, small enough that the sum of `world` squares is an exact integer in `dtype`."""
+    import torch
+
+    significand = 1 - round(math.log2(torch.finfo(dtype).eps))  # 53 bits for float64, 24 for float32
+    bits = (significand - world.bit_length()) // 2
+    if bits < 1:
+        raise MetricError(
+            f"A world of {world} processes is too large to check the metric keys exactly in {dtype}: reduce the "
+            "metrics on a device with float64"
+        )
+    mask = (1 << bits) - 1
+    pieces = [(digest >> shift) & mask for digest in digests for shift in range(0, _DIGEST_BITS, bits)]
+    return [float(piece) for piece in pieces] + [float(piece * piece) for piece in pieces]
+
+
+def _agreed(sums: list[float], world: int) -> tuple[bool, bool]:
+    """Whether every rank had the same first digest, and the same second, from the summed header.
+
+    The pieces x_i of the ranks are all equal exactly when world * sum(x_i ** 2) == sum(x_i) ** 2 (Cauchy-Schwarz,
+    with equality only for equal x_i), so one sum over the ranks checks them, and every rank reads the same verdict."""
+    half = len(sums) // 2
+    same = [world * int(squares) == int(total) ** 2 for total, squares in zip(sums[:half], sums[half:], strict=True)]
+    each = half // 2
+    return all(same[:each]), all(same[each:])
 
 
 _COLLECTIVE_OF: dict[ReduceOp, CollectiveOp] = {"mean": "sum", "sum": "sum", "max": "max", "min": "min"}
