@@ -19,9 +19,9 @@ import sys
 import types
 
 from trainplan._version import __version__
+from trainplan.spec import lazy_names as _lazy_names
 from trainplan.spec.entry import EntryPoints as _EntryPoints
 from trainplan.spec.entry import install as _install
-from trainplan.spec.lazy import lazy_names as _lazy_names
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads any TYPE_CHECKING as True)
 if TYPE_CHECKING:

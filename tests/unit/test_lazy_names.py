@@ -1,4 +1,4 @@
-"""A package's lazy public names (trainplan.spec.lazy): loaded once on first read, kept, listed by `dir`, and any
+"""A package's lazy public names (trainplan.spec.lazy_names): loaded once on first read, kept, listed by `dir`, and any
 other name is the AttributeError Python gives for a module."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import trainplan
 import trainplan.effects
 import trainplan.spec
-from trainplan.spec.lazy import lazy_names
+from trainplan.spec import lazy_names
 
 
 def test_a_name_loads_its_module_once_and_is_kept() -> None:

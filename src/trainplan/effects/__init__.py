@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-from trainplan.spec.lazy import lazy_names
+from trainplan.spec import lazy_names
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads any TYPE_CHECKING as True)
 if TYPE_CHECKING:

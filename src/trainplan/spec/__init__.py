@@ -3,17 +3,19 @@
 Imports nothing else of trainplan, and never torch.
 
 Its names load on first use (module `__getattr__`): `trainplan.spec.entry` or `trainplan.spec.names` alone
-does not build every record. The imports under TYPE_CHECKING are what a type checker sees.
+does not build every record. The imports under TYPE_CHECKING are what a type checker sees. `lazy_names` builds that
+`__getattr__` for this package, the face (`trainplan`) and `trainplan.effects` alike; it lives here, in the module
+every import of trainplan loads first, so that it costs `import trainplan` no module of its own.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from trainplan.spec.lazy import lazy_names
-
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads any TYPE_CHECKING as True)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, MutableMapping
+
     from trainplan.spec.environment import Environment
     from trainplan.spec.errors import (
         ClusterEnvironmentError,
@@ -54,6 +56,35 @@ if TYPE_CHECKING:
     from trainplan.spec.options import DDPOptions, DeepSpeedOptions, FSDPOptions, ModelParallelOptions, StrategyOptions
     from trainplan.spec.plan import ClusterInfo, MetricPlacement, MetricSlot, Plan, StrategyChoice
     from trainplan.spec.request import Devices, Request
+
+
+def lazy_names(
+    package: str,
+    namespace: MutableMapping[str, object],
+    modules: Mapping[str, str],
+    load: Callable[[str], ModuleType],
+    public: Iterable[str],
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
+    """The module `__getattr__` and `__dir__` of `package`, whose globals are `namespace`: a name in `modules`
+    (name → the module that defines it) is read from `load(module)` when first asked for and kept in `namespace`,
+    so it is loaded once; any other name is the AttributeError Python raises for a module. `__dir__` lists `public`
+    (what `from package import *` gives) and the module's own dunders, never its helper imports."""
+
+    def __getattr__(name: str) -> object:
+        module = modules.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(load(module), name)
+        namespace[name] = value
+        return value
+
+    listed = frozenset(public)
+
+    def __dir__() -> list[str]:
+        return sorted({*listed, *(name for name in namespace if name.startswith("__") and name.endswith("__"))})
+
+    return __getattr__, __dir__
+
 
 _LAZY: dict[str, str] = {
     "Environment": "trainplan.spec.environment",
