@@ -74,6 +74,8 @@ ELSEWHERE: dict[str, tuple[Path, str]] = {
     # The parallelize function is tests/scripts/mesh_world.py's (test_the_documented_parallelize_is_the_tested_one),
     # run in 4 processes by tests/processes/test_mesh_world.py.
     "mesh:parallelize": (ROOT / "tests/unit/test_docs.py", "def test_the_documented_parallelize_is_the_tested_one"),
+    # The clusters page's real jobs (srun, mpirun, sbatch --wait), run as written by the cluster suite.
+    "clusters:real-jobs": (ROOT / "tests/cluster/test_real_engines.py", 'page_jobs("<!-- clusters:real-jobs -->")'),
     # The CLI reference's examples are each subcommand's --help examples, run by that test.
     "cli-help:examples": (ROOT / "tests/unit/test_cli_help.py", "def test_every_example_runs_as_written"),
 }

@@ -1207,3 +1207,85 @@ def lightning_markdown() -> str:
             lightning = f"{verdict.environment}: world {verdict.world}, ranks {ranks}"
         rows.append(f"| `{verdict.pattern}` | {verdict.trainplan} | {lightning} |")
     return "\n".join(rows)
+
+
+# -- the clusters page's own jobs, as written ----------------------------------------------------------------------
+
+
+def page_block(page: str, marker: str) -> str:
+    """The fenced block under `marker` in `page` (a path from the repository's root)."""
+    text = (ROOT / page).read_text()
+    after = text[text.index(marker) :]
+    start = after.index("\n", after.index("```")) + 1
+    return after[start : after.index("```", start)]
+
+
+def page_jobs(marker: str) -> list[str]:
+    """The command lines of docs/clusters.md's block under `marker`."""
+    return [line for line in page_block("docs/clusters.md", marker).splitlines() if line.strip()]
+
+
+PAGE_JOBS = page_jobs("<!-- clusters:real-jobs -->")
+OPEN_MPI_HERE = {
+    # What this machine's Open MPI needs beside the page's `mpirun` line: root allowed, loopback transports only
+    # (the flags of harness.OPEN_MPI, as Open MPI's own variables).
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_btl": "self,tcp",
+    "OMPI_MCA_btl_tcp_if_include": "lo",
+    "OMPI_MCA_oob_tcp_if_include": "lo",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+}
+
+
+def _jobs_named(name: str) -> list[str]:
+    listed = subprocess.run(
+        ["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True, timeout=20, check=False
+    ).stdout
+    return listed.split()
+
+
+def _register_page_jobs() -> None:
+    for index, line in enumerate(PAGE_JOBS):
+
+        def run(job: Job, line: str = line) -> Run:
+            (job.folder / "train.py").write_text(page_block("README.md", "<!-- scaling-out:script -->"))
+            # The page's line carries no --comment: its SLURM jobs are named after the scenario's mark instead.
+            environment = job.env(**OPEN_MPI_HERE, SLURM_JOB_NAME=job.mark, SBATCH_JOB_NAME=job.mark)
+            job.spawn(["bash", "-c", f"cd {shlex.quote(str(job.folder))} && {line}"], env=environment)
+            job.wait(150)
+            finished = job.finish()
+            stale = _jobs_named(job.mark)
+            for job_id in stale:
+                job.cancel(job_id)
+            finished.stale_jobs += [f"{job_id} (named {job.mark})" for job_id in stale]
+            finished.outputs += [path.read_text(errors="replace") for path in sorted(job.folder.glob("slurm-*.out"))]
+            return finished
+
+        scenario(f"page-job-{index}", slurm=not line.startswith("mpirun"))(run)
+
+
+_register_page_jobs()
+
+
+@pytest.mark.parametrize(
+    "index",
+    [pytest.param(index, marks=pytest.mark.scenario(f"page-job-{index}")) for index in range(len(PAGE_JOBS))],
+    ids=[line.split()[0] for line in PAGE_JOBS],
+)
+def test_the_clusters_page_jobs_run_as_written(scenarios: Pool, index: int) -> None:
+    run = scenarios.result(f"page-job-{index}")
+    problems = problems_left(run)
+    if run.returncode != 0:
+        problems.append(f"{PAGE_JOBS[index]!r} exited {run.returncode}")
+    printed = "\n".join(run.outputs)
+    for rank in (0, 1):
+        line = f"rank {rank} of 2: {{'loss': 1.6666666666666667, 'tokens': 3000}}"
+        if line not in printed:
+            problems.append(f"no line {line!r}")
+    check(problems, run)
+
+
+def test_the_page_lists_the_three_engines() -> None:
+    assert [line.split()[0] for line in PAGE_JOBS] == ["srun", "mpirun", "sbatch"]
+    assert "--wait" in PAGE_JOBS[2], "sbatch returns when the job ends only with --wait"
