@@ -348,6 +348,20 @@ def test_driver_facts_from_pynvml() -> None:
     assert [gpu.uuid for gpu in driver.gpus] == ["GPU-0", "GPU-1"]
 
 
+def test_without_the_driver_library_pynvml_is_not_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes
+
+    def absent(name: str) -> None:
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(ctypes, "CDLL", absent)
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    driver = PynvmlQuery().driver()
+    assert not driver.available and driver.reason == "no NVIDIA driver here: NVML Shared Library Not Found"
+    assert "pynvml" not in sys.modules
+
+
 def test_driver_facts_say_why_nvml_cannot_answer() -> None:
     module = TestPynvml().fake_module()
 

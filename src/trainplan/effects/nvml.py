@@ -8,6 +8,7 @@ GPU can take a process, usability is confirmed by probes (see `trainplan.effects
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from functools import partial
 from types import ModuleType
@@ -24,6 +25,9 @@ class NvmlQuery(Protocol):
         """Every physical GPU in driver order, or None when NVML is not available here."""
 
 
+_LIBRARY = "libnvidia-ml.so.1"
+"""The NVIDIA driver's NVML library, as pynvml loads it outside Windows."""
+
 _COMPUTE_MODES: dict[int, ComputeMode] = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 
@@ -33,13 +37,23 @@ class PynvmlQuery:
     def __init__(self, module: ModuleType | None = None) -> None:
         self._module = module
 
-    def _pynvml(self) -> ModuleType | None:
+    def _pynvml(self) -> ModuleType | str:
+        """pynvml, or why NVML cannot answer here. Where the driver's library cannot be loaded (outside Windows it
+        is `libnvidia-ml.so.1`, the name pynvml itself loads), pynvml is not imported: importing it is most of what
+        asking a machine without the NVIDIA driver costs."""
         if self._module is not None:
             return self._module
+        if not sys.platform.startswith("win"):
+            import ctypes
+
+            try:
+                ctypes.CDLL(_LIBRARY)
+            except OSError:
+                return "no NVIDIA driver here: NVML Shared Library Not Found"
         try:
             import pynvml
         except ImportError:
-            return None
+            return "nvidia-ml-py is not installed: pip install nvidia-ml-py"
         return pynvml
 
     def gpus(self) -> list[GpuFacts] | None:
@@ -49,8 +63,8 @@ class PynvmlQuery:
     def driver(self) -> DriverFacts:
         """The driver's version and every physical GPU, or why NVML cannot answer here."""
         nvml = self._pynvml()
-        if nvml is None:
-            return DriverFacts(available=False, reason="nvidia-ml-py is not installed: pip install nvidia-ml-py")
+        if isinstance(nvml, str):
+            return DriverFacts(available=False, reason=nvml)
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as error:
