@@ -952,6 +952,10 @@ def test_uneven_torchrun_world_is_refused_on_every_rank(scenarios: Pool) -> None
 # -- cancelling and failing ------------------------------------------------------------------------------------------
 
 
+SCANCELLED_SRUN_EXIT = 143
+"""What srun exits with when its job is cancelled (128 + SIGTERM), as docs/clusters.md says."""
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -972,6 +976,8 @@ def test_scancel_leaves_nothing(scenarios: Pool, name: str) -> None:
     for job_id, facts in run.slurm.items():
         if facts.get("JobState") != "CANCELLED":
             problems.append(f"SLURM job {job_id}: {facts.get('JobState')}")
+    if name != "scancel-emitted-sbatch" and run.returncode != SCANCELLED_SRUN_EXIT:
+        problems.append(f"srun exited {run.returncode} after scancel, not {SCANCELLED_SRUN_EXIT} (docs/clusters.md)")
     check(problems, run)
 
 
