@@ -8,7 +8,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from benchmarks import bench_cli, bench_gpus, bench_launch, bench_launch_script, bench_metrics, bench_resolve, plots
+from benchmarks import (
+    bench_cli,
+    bench_gpus,
+    bench_launch,
+    bench_launch_script,
+    bench_memory,
+    bench_metrics,
+    bench_resolve,
+    plots,
+)
 from benchmarks.common import Row, table
 from benchmarks.results import PARTS, PartResult, record, this_run
 
@@ -26,6 +35,7 @@ def main(arguments: list[str]) -> None:
         "launch": lambda: bench_launch.run(curves.setdefault("launch", bench_launch.spawn_curves())),
         "launch_script": bench_launch_script.run,
         "metrics": lambda: bench_metrics.run(curves.setdefault("metrics", bench_metrics.curves())),
+        "memory": bench_memory.run,
     }
     measured: dict[str, PartResult] = {}
     for name in wanted:

@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS_JSON = HERE / "results.json"
 RESULTS_MD = HERE / "results.md"
 
-PARTS: tuple[str, ...] = ("cli", "resolve", "gpus", "launch", "launch_script", "metrics")
+PARTS: tuple[str, ...] = ("cli", "resolve", "gpus", "launch", "launch_script", "metrics", "memory")
 """The parts of `make bench`, in the table's order (`python -m benchmarks PART ...` runs some alone)."""
 
 
