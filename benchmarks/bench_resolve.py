@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable
 from functools import partial
 
-from benchmarks.common import Row, human, import_seconds, per_call_seconds
+from benchmarks.common import IMPORT_FLOOR, Row, human, import_seconds, per_call_seconds
 from trainplan import Environment, Request, probe
 from trainplan import resolve as resolve_probing
 from trainplan.resolve import resolve, resolve_uncached
@@ -71,14 +71,25 @@ def run() -> list[Row]:
             for what, seconds in timings.items():
                 target = TARGETS.get(what, "≥ 10×")
                 rows.append(Row(f"{what}; {label}", human(seconds), human(theirs), anchor, theirs / seconds, target))
-    ours = import_seconds("trainplan")
+    rows += import_rows(import_seconds)
+    probe_time = per_call_seconds(probe)
+    rows.append(Row("probe()", human(probe_time), "—", "—", None, "fast, no CUDA init"))
+    return rows
+
+
+def import_rows(timed: Callable[[str], float]) -> list[Row]:
+    """`import trainplan` against each anchor's import, `timed(module)` giving seconds (CalledProcessError: the
+    anchor is not installed); an import below the noise (`IMPORT_FLOOR`) gets no ratio."""
+    rows: list[Row] = []
+    ours = timed("trainplan")
     for module, target in IMPORT_TARGETS.items():
         try:
-            theirs = import_seconds(module)
+            theirs = timed(module)
         except subprocess.CalledProcessError:  # the anchor is optional; report it as missing
             rows.append(Row("import", human(ours), "not installed", f"`import {module}`", None, target))
             continue
+        if ours <= IMPORT_FLOOR:  # at or under the interpreter's own spread: no ratio to give (it would be huge)
+            rows.append(Row("import", "below the noise", human(theirs), f"`import {module}`", None, target))
+            continue
         rows.append(Row("import", human(ours), human(theirs), f"`import {module}`", theirs / ours, target))
-    probe_time = per_call_seconds(probe)
-    rows.append(Row("probe()", human(probe_time), "—", "—", None, "fast, no CUDA init"))
     return rows

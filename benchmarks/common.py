@@ -45,8 +45,14 @@ def per_call_seconds(function: Callable[[], object], *, budget: float = 0.4, rep
     return best
 
 
+IMPORT_FLOOR = 1e-6
+"""What `import_seconds` returns when an import costs no more than the interpreter's start-up varies (a busy machine):
+a figure below the noise, which no ratio should be taken from."""
+
+
 def import_seconds(module: str, *, runs: int = 5) -> float:
-    """Median wall time of `import module` in a fresh interpreter, less the interpreter's own start-up."""
+    """Median wall time of `import module` in a fresh interpreter, less the interpreter's own start-up (at least
+    `IMPORT_FLOOR`)."""
 
     # Byte-code caching on, and one warm-up import, so every module is timed from its compiled form (as an
     # installed package would be), not from source.
@@ -59,7 +65,7 @@ def import_seconds(module: str, *, runs: int = 5) -> float:
 
     once(f"import {module}")
     baseline = statistics.median(once("pass") for _ in range(runs))
-    return max(1e-6, statistics.median(once(f"import {module}") for _ in range(runs)) - baseline)
+    return max(IMPORT_FLOOR, statistics.median(once(f"import {module}") for _ in range(runs)) - baseline)
 
 
 def human(seconds: float) -> str:

@@ -101,3 +101,13 @@ def test_python_m_benchmarks_refuses_a_part_it_does_not_have() -> None:
 
     with pytest.raises(SystemExit, match="PART one of cli, resolve, gpus"):
         main(["speed"])
+
+
+def test_an_import_below_the_noise_gets_no_ratio() -> None:
+    from benchmarks import bench_resolve
+    from benchmarks.common import IMPORT_FLOOR
+
+    busy = bench_resolve.import_rows(lambda module: IMPORT_FLOOR if module == "trainplan" else 80.0)
+    assert busy and all(row.ours == "below the noise" and row.ratio is None for row in busy)
+    quiet = bench_resolve.import_rows(lambda module: 0.004 if module == "trainplan" else 2.0)
+    assert [row.ratio for row in quiet] == [500.0] * len(quiet) and quiet[0].ours == "4.0 ms"
