@@ -16,7 +16,9 @@ can tell it from the original, and each line says why. Mutants not run yet are c
 part of the shards says so. `make mutate` is not part of `make test`: over both packages it runs for hours on two
 cores, so it runs in shards (`make mutate MUTANTS=resolve/steps`), whose results mutmut keeps in `mutants/`, or as
 a sample (`make mutate-sample N=150 SEED=1`): the same seed and source give the same mutants, and the interval says
-how far the whole score may be from the sample's.
+how far the whole score may be from the sample's. Leave src/ as it is while mutmut writes the mutants (minutes on
+a shared machine): it tells a stale mutant file by modification times alone, and one written from a source read
+before a change (a rebase in the middle) is kept as current, so the tests run against the old code and fail.
 """
 
 from __future__ import annotations
