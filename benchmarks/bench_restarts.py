@@ -1,5 +1,5 @@
 """How often `--max-restarts 1` recovers a 2-worker CPU world whose rank 1 fails once, for `trainplan launch` and
-plain `torchrun`: `python -m benchmarks.bench_restarts [RUNS]` (default 5 runs per case; slow: a run that hangs
+plain `torchrun`: `python -m benchmarks restarts [RUNS]` (default 5 runs per case; slow: a run that hangs
 costs its whole limit).
 
 Rank 1 fails (exit 3) in the first attempt only, at one of three moments (`tests/scripts/restart_phases.py`); the
@@ -11,8 +11,8 @@ second attempt runs the same script to the end:
 
 A run recovered when it exits 0 and both ranks of the second attempt report the reduced value; it failed when it
 exits otherwise; it hung when it is still running after `LIMIT` seconds (`trainplan launch --timeout` ends it
-with 124; torchrun, which has no such option, is killed). Not part of `python -m benchmarks`: the rates go to
-docs/reliability.md (the Reliability page).
+with 124; torchrun, which has no such option, is killed). Not part of a plain `python -m benchmarks` (minutes
+per run on a busy machine): the rates go to docs/reliability.md (the Reliability page).
 """
 
 from __future__ import annotations
@@ -90,8 +90,9 @@ def measure(runs: int = RUNS) -> dict[tuple[str, str], Counter[str]]:
     results: dict[tuple[str, str], Counter[str]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         commands = _commands(SCRIPT)
-        for phase in CASES:
-            for _ in range(runs):
+        # Round by round over every case (not case by case), so that a run cut short still covers each of them.
+        for _ in range(runs):
+            for phase in CASES:
                 for launcher, command in commands:
                     outcome = _outcome(command, phase, scratch)
                     results.setdefault((launcher, phase), Counter())[outcome] += 1
@@ -110,9 +111,11 @@ def table(results: dict[tuple[str, str], Counter[str]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    runs = int(sys.argv[1]) if sys.argv[1:] else RUNS
-    print(table(measure(runs)))
+def main(arguments: list[str] | None = None) -> None:
+    given = sys.argv[1:] if arguments is None else arguments
+    if len(given) > 1 or (given and not (given[0].isascii() and given[0].isdigit() and int(given[0]) > 0)):
+        raise SystemExit("usage: python -m benchmarks restarts [RUNS]  (RUNS: runs per case, a whole number > 0)")
+    print(table(measure(int(given[0]) if given else RUNS)))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Entry point of a 'subprocess' launcher worker (started through a bootstrap that drops the working directory
-from sys.path, then calls `main()` with RESULT_FD as its argument).
+from sys.path, then calls `main()` with the launcher's pid and RESULT_FD as its arguments).
 
 Reads the caller's sys.path, then (spec, module, qualname, script, args, kwargs), pickled on stdin; imports `fn`
 (running the script
@@ -18,6 +18,7 @@ from multiprocessing.connection import Connection
 from types import ModuleType
 
 from trainplan.effects.launching import _Outcome, _own_process_group, _send, run_worker
+from trainplan.effects.lifeline import die_with_parent
 
 
 def _load_script(path: str) -> ModuleType:
@@ -32,6 +33,7 @@ def _load_script(path: str) -> ModuleType:
 
 
 def main() -> None:
+    die_with_parent(int(sys.argv[-2]))  # the launcher that started this worker
     connection = Connection(int(sys.argv[-1]))
     _own_process_group()
     try:

@@ -57,7 +57,6 @@ from trainplan.effects.launching import (
     _check_startable,
     _check_times,
     _forkserver_context,
-    _multiprocessing_directory,
     _ScriptWorker,
     _signal_name,
     _sigterm_stops_workers,
@@ -706,11 +705,14 @@ def _parse_rdzv_conf(text: str) -> dict[str, str]:
     return settings
 
 
-def _log_dir(given: str | None) -> str:
+def _log_dir(given: str | None, lifeline: Lifeline | None = None) -> str:
     """The engine's log directory: `--log-dir` (created if need be) or a new temporary one; refused when it
-    cannot be created or written."""
+    cannot be created or written. `lifeline`: a temporary one is told to it before it is made (it goes with the
+    launch, even if this process is killed at once)."""
     what = f"--log-dir {given}" if given is not None else "a temporary log directory"
     try:
+        if given is None and lifeline is not None:
+            return lifeline.temporary_directory("trainplan-launch-")
         if given is None:
             return tempfile.mkdtemp(prefix="trainplan-launch-")
         os.makedirs(given, exist_ok=True)
@@ -878,7 +880,7 @@ def _run_engine(
 
     redirects, tee, ranks_filter = logs
     keep_files = options.log_dir is not None or options.redirects != "0" or options.tee != "0"
-    log_dir = _log_dir(options.log_dir)
+    log_dir = _log_dir(options.log_dir, None if keep_files else lifeline)
     if keep_files and options.log_dir is None:
         say(f"the workers' log files (--redirects/--tee) are kept in {log_dir} (--log-dir chooses where)")
     port = int(meeting.endpoint.rsplit(":", 1)[-1])
@@ -907,10 +909,8 @@ def _run_engine(
     specs = _logs_specs(
         log_dir=log_dir, redirects=redirects, tee=tee, ranks_filter=ranks_filter, out=out, err=err, on_start=on_start
     )
-    # The lifeline (started before the children are counted: its watcher is a child of ours that the reaping must
-    # leave alone) removes the temporary log directory too.
-    if not keep_files:
-        lifeline.remove(log_dir)
+    # The lifeline was started before the children are counted: its watcher is a child of ours that the reaping
+    # must leave alone.
     before = _children()
     subreaper = _set_subreaper(True)
     deadline: threading.Timer | None = None
@@ -1097,15 +1097,11 @@ def _start_server(command: Command, lifeline: Lifeline) -> dict[str, str] | None
         return None
     environment = {**os.environ, **lifeline.variables}
     try:
-        with _environment(lifeline.variables):
-            _forkserver_context(fresh=True)  # a server of an earlier launch has another environment: a new one
+        # A server of an earlier launch has another environment: a new one, with the lifeline's mark, told to it
+        # (and its socket's directory, which this process removes at exit) before it starts.
+        _forkserver_context(fresh=True, lifeline=lifeline)
     except OSError:
         return None
-    from multiprocessing import forkserver
-
-    pid: Any = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
-    lifeline.watch(pid if isinstance(pid, int) else None)
-    lifeline.remove(_multiprocessing_directory())  # its socket's directory: this process removes it at exit
     return {**environment, "PYTHONSAFEPATH": "1"}  # `_forkserver_context` starts it with PYTHONSAFEPATH set
 
 

@@ -24,6 +24,7 @@ import json
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,7 +39,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import attrs
 
 from trainplan.effects.extras import require_torch
-from trainplan.effects.lifeline import Lifeline, close_inherited_lifelines
+from trainplan.effects.lifeline import Lifeline, close_inherited_lifelines, die_with_parent
 from trainplan.effects.probing import process_variables
 from trainplan.effects.rules_loading import handed_rules, load_rules, loaded_rules, read_plan_text
 from trainplan.effects.world import join
@@ -238,7 +239,11 @@ def _multiprocessing_entry(
     connection: Connection,
     forked: bool,
     environment: Mapping[str, str] | None = None,
+    parent: int | None = None,
 ) -> None:
+    # A worker the caller started itself (forked or spawned; not one a forkserver forked) dies with the caller.
+    if parent is not None:
+        die_with_parent(parent)
     # A forked worker inherits the caller's handlers (the launcher's own SIGTERM handler among them), and copies of
     # the launcher's lifelines, which only the launcher may hold open.
     if forked:
@@ -389,7 +394,7 @@ def _temporary_environment(variables: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _forkserver_context(*, fresh: bool = False) -> Any:
+def _forkserver_context(*, fresh: bool = False, lifeline: Lifeline | None = None) -> Any:
     """multiprocessing's forkserver context, its server running with torch imported (`FORKSERVER_PRELOAD`).
 
     The server is a fresh interpreter (nothing of the caller's state, CUDA's above all), started once per
@@ -397,8 +402,18 @@ def _forkserver_context(*, fresh: bool = False) -> Any:
     modules out of the working directory. Preloads the caller asked for itself are kept. `fresh`: a server
     running already is stopped first, so that the new one starts with the caller's environment of now (what
     `trainplan launch`'s workers inherit: the engine sets only each rank's own variables over it).
+
+    `lifeline`: the launch's. The server is started with its mark and told to it (it goes if the caller is killed,
+    even while it starts), and so is multiprocessing's directory for the server's socket, before it is made. The
+    resource tracker is started first, without the mark: it must outlive the workers to remove what they leaked,
+    and ends by itself once they are gone.
     """
     from multiprocessing import forkserver
+
+    marked: Mapping[str, str] = {}
+    if lifeline is not None:
+        _prepare_multiprocessing(lifeline)
+        marked = lifeline.variables
 
     if fresh:
         server: Any = getattr(forkserver, "_forkserver", None)
@@ -407,9 +422,30 @@ def _forkserver_context(*, fresh: bool = False) -> Any:
     context: Any = multiprocessing.get_context("forkserver")
     asked = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or [])
     context.set_forkserver_preload([*asked, *(name for name in FORKSERVER_PRELOAD if name not in asked)])
-    with _temporary_environment({"PYTHONSAFEPATH": "1"}):
+    with _temporary_environment({"PYTHONSAFEPATH": "1", **marked}):
         forkserver.ensure_running()
+    if lifeline is not None:
+        for helper in _multiprocessing_helpers():
+            lifeline.watch(helper)
     return context
+
+
+def _prepare_multiprocessing(lifeline: Lifeline) -> None:
+    """Before multiprocessing starts a helper for a launch: its resource tracker running (unmarked: see
+    `_forkserver_context`) and its temporary directory told to the launch's watcher before it is made."""
+    from multiprocessing import resource_tracker, util
+
+    resource_tracker.ensure_running()
+    config: Any = getattr(multiprocessing.current_process(), "_config", None)
+    if not isinstance(config, dict):
+        return
+    if config.get("tempdir") is None:
+        directory = lifeline.temporary_directory("pymp-")
+        # As multiprocessing's own get_temp_dir does: removed when this process exits.
+        util.Finalize(None, shutil.rmtree, args=(directory,), kwargs={"ignore_errors": True}, exitpriority=-100)
+        config["tempdir"] = directory
+    else:
+        lifeline.remove(config["tempdir"])
 
 
 @contextlib.contextmanager
@@ -442,14 +478,16 @@ def _start_multiprocessing(
     fn: Callable[..., object],
     args: Sequence[object],
     kwargs: Mapping[str, Any],
+    lifeline: Lifeline,
 ) -> list[WorkerHandle]:
     """Start the workers of `launcher` with `method`: its own start method, or the one that serves it
-    (`worker_start_method`: a forkserver for spawn), whose server forks each worker with the caller's environment."""
+    (`worker_start_method`: a forkserver for spawn), whose server forks each worker with the caller's environment.
+    Each worker is told to `lifeline` as soon as it has a pid."""
     served = method != launcher.start_method
     context: Any = None
     if served:
         try:
-            context = _forkserver_context()
+            context = _forkserver_context(lifeline=lifeline)
         except OSError:  # its socket cannot be made (a TMPDIR too deep for AF_UNIX's 108 bytes): unserved, as asked
             if launcher.start_method is None:
                 raise
@@ -457,6 +495,9 @@ def _start_multiprocessing(
     if context is None:
         context = multiprocessing.get_context(method)
     fresh = not served and not launcher.forks  # a fresh interpreter, started with the worker's environment
+    if fresh:
+        _prepare_multiprocessing(lifeline)  # spawn starts the resource tracker: before the workers' mark is set
+    parent = None if served else os.getpid()  # a forkserver's child has the server for its parent
     workers: list[WorkerHandle] = []
     try:
         for spec in specs:
@@ -464,7 +505,7 @@ def _start_multiprocessing(
             environment = {**os.environ, **spec.variables} if served else None
             process = context.Process(
                 target=_multiprocessing_entry,
-                args=(spec, fn, args, kwargs, send, launcher.forks and not served, environment),
+                args=(spec, fn, args, kwargs, send, launcher.forks and not served, environment, parent),
                 name=f"trainplan-worker-{spec.global_rank}",
                 daemon=False,
             )
@@ -479,6 +520,7 @@ def _start_multiprocessing(
                         spawned[_SAFE_PATH_ADDED] = "1"  # the worker takes it out of its own environment again
                 with _temporary_environment(spawned), interrupts_deferred():
                     process.start()
+                    lifeline.watch(process.pid)
             except BaseException as error:
                 if process.pid is not None:  # started, then interrupted while being fed: stop it too
                     workers.append(_ProcessWorker(spec.local_rank, receive, process))
@@ -535,6 +577,7 @@ def _start_subprocesses(
     kwargs: Mapping[str, Any],
     *,
     interactive: bool,
+    lifeline: Lifeline,
 ) -> list[WorkerHandle]:
     module, qualname, script = _function_reference(fn, interactive=interactive)
     workers: list[WorkerHandle] = []
@@ -552,7 +595,8 @@ def _start_subprocesses(
             payload = pickle.dumps((list(sys.path), body))
             read_end, write_end = _pipe_above_standard_streams()
             process = subprocess.Popen(
-                [sys.executable, "-c", _WORKER_BOOTSTRAP, str(write_end)],
+                # The bootstrap's arguments: this process's pid (the worker dies with it), the result's pipe.
+                [sys.executable, "-c", _WORKER_BOOTSTRAP, str(os.getpid()), str(write_end)],
                 env={**os.environ, **spec.variables},
                 stdin=subprocess.PIPE,
                 stdout=None if _is_open(1) else subprocess.DEVNULL,  # a closed stdout: the worker's output is dropped
@@ -561,6 +605,7 @@ def _start_subprocesses(
                 start_new_session=True,
             )
             os.close(write_end)
+            lifeline.watch(process.pid)
             # Tracked before it is fed its (possibly large) arguments, so an interruption meanwhile stops it too.
             workers.append(_PopenWorker(process, local_rank=spec.local_rank, connection=Connection(read_end)))
             assert process.stdin is not None
@@ -874,11 +919,9 @@ def launch_with(
                 specs = _specs(plan, port=port, launcher=plan.launcher, extra=lifeline.variables)
                 method = worker_start_method(plan, multiprocessing.get_all_start_methods())
                 if method is None:  # no multiprocessing method: the script runs again in fresh interpreters
-                    workers = _start_subprocesses(specs, fn, args, kwargs, interactive=interactive)
+                    workers = _start_subprocesses(specs, fn, args, kwargs, interactive=interactive, lifeline=lifeline)
                 else:
-                    workers = _start_multiprocessing(launcher, method, specs, fn, args, kwargs)
-                for worker in workers:
-                    lifeline.watch(worker.pid)
+                    workers = _start_multiprocessing(launcher, method, specs, fn, args, kwargs, lifeline)
                 for helper in _multiprocessing_helpers():
                     lifeline.watch(helper)
                 lifeline.remove(_multiprocessing_directory())

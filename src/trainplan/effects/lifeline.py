@@ -4,16 +4,21 @@ A launcher that is killed outright (`kill -9`, the OOM killer, a scheduler's har
 no handler. So every launch starts a small watcher first: a separate interpreter (`python -I -S`, the standard
 library only, in a session of its own so that the launcher's terminal and process group signals never reach it)
 that holds the reading end of a pipe whose only writing end is the launcher's. The launcher tells it each worker
-it starts (pid and start time) and, when it ends by itself, says goodbye. When the pipe closes without a goodbye,
-the launcher is gone, and within about a second the watcher
+it starts (pid and start time) and each temporary directory before making it, and, when it ends by itself, says
+goodbye. When the launcher is gone without a goodbye (the pipe closes; or its pidfd says so, should a process it
+forked on the side still hold a copy of the pipe), the watcher at once
 
-- kills every worker it was told of, with the process group each one leads (its children there with it);
-- kills every process whose environment carries this launch's mark (`LIFELINE_VARIABLE`): the descendants that
-  started sessions of their own, or were started through an engine (torch's elastic agent) that names no pid;
-- removes the launch's temporary directories (the log directory of `trainplan launch`, multiprocessing's own);
+- stops (SIGSTOP), then kills (SIGKILL), every worker it was told of, every member of the process group each one
+  leads, every process whose environment carries this launch's mark (`LIFELINE_VARIABLE`: what an engine such as
+  torch's elastic agent started, which names no pid), and every descendant of all of these, wherever its
+  environment or process group went (stopped first, none of them can fork, exit or hand a child to init while the
+  rest are found);
+- sweeps again every 50 ms until it has found nothing for `QUIET_PERIOD` seconds, and for at most `WATCH_LIMIT`;
+- removes the launch's temporary directories (the log directory of `trainplan launch`, multiprocessing's own).
 
-and goes on killing until none is left, for at most `WATCH_LIMIT` seconds. A worker's descendant that clears its
-environment and leaves its group is the one thing it cannot find.
+Workers the launcher forks or spawns itself also die with it through `PR_SET_PDEATHSIG` (`die_with_parent`), and a
+forked child of the launcher closes its copies of the pipe (`os.register_at_fork`). What escapes: a descendant
+whose parent died before the watcher looked (a daemon that double-forked) and that cleared its environment too.
 
 Linux (the watcher reads `/proc`); elsewhere a launch starts no watcher and behaves as before.
 """
@@ -21,8 +26,12 @@ Linux (the watcher reads `/proc`); elsewhere a launch starts no watcher and beha
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import secrets
+import signal
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -32,32 +41,32 @@ LIFELINE_VARIABLE = "TRAINPLAN_LIFELINE"
 """The mark of one launch, in the environment of each of its workers (and so of their descendants)."""
 
 WATCH_LIMIT = 5.0
-"""Seconds the watcher goes on finding and killing what is left after the launcher died."""
+"""The most seconds the watcher goes on finding and killing what is left after the launcher died."""
+
+QUIET_PERIOD = 1.0
+"""Seconds of finding nothing after which the watcher stops looking (and removes the temporary directories)."""
 
 _OPEN_LIFELINES: set[int] = set()
 """The writing ends of this process's lifelines: a forked worker closes them at once (a copy held by a worker would
 keep its own watcher from ever seeing the launcher die)."""
 
+_PR_SET_PDEATHSIG = 1
+
 _WATCHER = r"""
-import os, shutil, signal, sys, time
+import os, select, shutil, signal, sys, time
 for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE", "SIGTSTP"):
     if hasattr(signal, name):
         signal.signal(getattr(signal, name), signal.SIG_IGN)
-mark = (sys.argv[1] + "=" + sys.argv[2]).encode()
-limit = float(sys.argv[3])
-cleanup = sys.argv[4:]
+launcher = int(sys.argv[1])
+mark = (sys.argv[2] + "=" + sys.argv[3]).encode()
+limit, quiet = float(sys.argv[4]), float(sys.argv[5])
+cleanup = sys.argv[6:]
 watched = {}
 pending = b""
 goodbye = False
-while True:
-    try:
-        chunk = os.read(0, 65536)
-    except InterruptedError:
-        continue
-    except OSError:
-        break
-    if not chunk:
-        break
+
+def take(chunk):
+    global pending, goodbye
     pending += chunk
     *lines, pending = pending.split(b"\n")
     for line in lines:
@@ -68,16 +77,64 @@ while True:
         elif line:
             pid, start = line.split()
             watched[int(pid)] = start
+
+# The launcher is gone when the pipe closes, or, should a copy of its end live on in a process it forked, when its
+# pidfd says so (without pidfds: when this process's parent, the launcher, changes).
+try:
+    pidfd = os.pidfd_open(launcher)
+except (AttributeError, OSError):
+    pidfd = None
+poller = select.poll()
+poller.register(0, select.POLLIN)
+if pidfd is not None:
+    poller.register(pidfd, select.POLLIN)
+gone = os.getppid() != launcher
+while not gone and not goodbye:
+    try:
+        events = poller.poll(500)
+    except InterruptedError:
+        continue
+    for descriptor, _ in events:
+        if descriptor != 0:
+            gone = True
+            continue
+        try:
+            chunk = os.read(0, 65536)
+        except InterruptedError:
+            continue
+        except OSError:
+            chunk = b""
+        if chunk:
+            take(chunk)
+        else:
+            gone = True
+    gone = gone or os.getppid() != launcher
+os.set_blocking(0, False)
+while not goodbye:  # what the launcher wrote before it died
+    try:
+        chunk = os.read(0, 65536)
+    except OSError:
+        break
+    if not chunk:
+        break
+    take(chunk)
 if goodbye:
     sys.exit(0)
 
-def stat(pid):
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as file:
-            fields = file.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0], fields[19]  # state, start time
+me = os.getpid()
+
+def processes():
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/" + entry + "/stat", "rb") as file:
+                fields = file.read().rsplit(b")", 1)[1].split()
+            found[int(entry)] = (fields[0], int(fields[1]), int(fields[2]), fields[19])  # state, ppid, pgid, start
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
 
 def marked(pid):
     try:
@@ -86,29 +143,55 @@ def marked(pid):
     except OSError:
         return False
 
-me = os.getpid()
-deadline = time.monotonic() + limit
-while True:
-    victims = set()
-    for pid, start in watched.items():
-        found = stat(pid)
-        if found is not None and found[1] == start and found[0] != b"Z":
-            victims.add(pid)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != me and marked(int(entry)):
-            found = stat(int(entry))
-            if found is not None and found[0] != b"Z":
-                victims.add(int(entry))
-    if not victims:
-        break
-    for pid in victims:
+groups = set()  # the process groups of the workers (each leads its own): every member goes with them
+victims = set()  # (pid, start time) of every process found so far
+checked = set()  # (pid, start time) whose environment was read already (it changes only at exec)
+
+def find():
+    table = processes()
+    found = {pid for pid, start in watched.items() if pid in table and table[pid][3] == start}
+    groups.update(pid for pid in found if table[pid][2] == pid)
+    for pid, (state, parent, group, start) in table.items():
+        if (pid, start) in victims or group in groups:
+            found.add(pid)
+        elif (pid, start) not in checked:
+            checked.add((pid, start))
+            if marked(pid):
+                found.add(pid)
+    children = {}
+    for pid, (state, parent, group, start) in table.items():
+        children.setdefault(parent, []).append(pid)
+    stack = list(found)
+    while stack:  # every descendant, wherever its environment or process group went
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    found.discard(me)
+    victims.update((pid, table[pid][3]) for pid in found)
+    return {pid for pid in found if table[pid][0] not in (b"Z", b"X")}
+
+def send(pids, number):
+    for pid in pids:
         try:
-            if os.getpgid(pid) == pid:
-                os.killpg(pid, signal.SIGKILL)
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, number)
         except OSError:
             pass
-    if time.monotonic() > deadline:
+
+deadline = time.monotonic() + limit
+calm = time.monotonic() + quiet
+while time.monotonic() < deadline:
+    stopped = set()
+    for _ in range(20):  # stopped first, so that none forks, exits or reparents a child while the rest are found
+        fresh = find() - stopped
+        if not fresh:
+            break
+        send(fresh, signal.SIGSTOP)
+        stopped |= fresh
+    if stopped:
+        send(stopped, signal.SIGKILL)
+        calm = time.monotonic() + quiet
+    elif time.monotonic() > calm:
         break
     time.sleep(0.05)
 for path in cleanup:
@@ -142,7 +225,8 @@ class Lifeline:
         environment = {key: value for key, value in os.environ.items() if key != LIFELINE_VARIABLE}
         read_end, write_end = os.pipe()
         _OPEN_LIFELINES.add(write_end)  # at once: a worker forked from now on closes its copy
-        arguments = [sys.executable, "-I", "-S", "-c", _WATCHER, LIFELINE_VARIABLE, self.mark, str(WATCH_LIMIT)]
+        arguments = [sys.executable, "-I", "-S", "-c", _WATCHER, str(os.getpid()), LIFELINE_VARIABLE, self.mark]
+        arguments += [str(WATCH_LIMIT), str(QUIET_PERIOD)]
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             try:
@@ -183,6 +267,18 @@ class Lifeline:
         if path and "\n" not in path:
             self._send(f"rm {path}\n")
 
+    def temporary_directory(self, prefix: str) -> str:
+        """Make a new private directory in the temporary folder, told to the watcher before it exists: if the
+        launcher dies at any moment after this returns, or while it runs, the directory goes too."""
+        while True:
+            path = os.path.join(tempfile.gettempdir(), prefix + secrets.token_hex(6))
+            self.remove(path)
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                continue
+            return path
+
     def release(self) -> None:
         """The launch ended by itself: the watcher leaves without killing anything."""
         pipe, self._pipe = self._pipe, None
@@ -215,11 +311,38 @@ class Lifeline:
 
 
 def close_inherited_lifelines() -> None:
-    """In a forked worker: close the copies of the launcher's lifelines (only the launcher may hold them open)."""
+    """In a forked child: close the copies of the launcher's lifelines (only the launcher may hold them open)."""
     for descriptor in tuple(_OPEN_LIFELINES):
         with contextlib.suppress(OSError):
             os.close(descriptor)
     _OPEN_LIFELINES.clear()
 
 
-__all__ = ["LIFELINE_VARIABLE", "WATCH_LIMIT", "Lifeline", "close_inherited_lifelines"]
+# Every child this process forks, a worker or not (a process the caller forks on the side, say), closes them.
+os.register_at_fork(after_in_child=close_inherited_lifelines)
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker the launcher (`parent`) started itself: have the kernel SIGKILL this process when the launcher
+    dies (`PR_SET_PDEATHSIG`, Linux), and end now if it has died already (before the request was made). Elsewhere,
+    or where prctl cannot be reached, nothing: the watcher still kills it."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+__all__ = [
+    "LIFELINE_VARIABLE",
+    "QUIET_PERIOD",
+    "WATCH_LIMIT",
+    "Lifeline",
+    "close_inherited_lifelines",
+    "die_with_parent",
+]
