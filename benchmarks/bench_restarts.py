@@ -1,5 +1,5 @@
 """How often `--max-restarts 1` recovers a 2-worker CPU world whose rank 1 fails once, for `trainplan launch` and
-plain `torchrun`: `python -m benchmarks restarts [RUNS]` (default 5 runs per case; slow: a run that hangs
+plain `torchrun`: `python -m benchmarks.bench_restarts [RUNS]` (default 5 runs per case; slow: a run that hangs
 costs its whole limit).
 
 Rank 1 fails (exit 3) in the first attempt only, at one of three moments (`tests/scripts/restart_phases.py`); the
@@ -73,11 +73,12 @@ def _outcome(command: list[str], phase: str, cwd: str) -> str:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         _kill_marked(mark)
-        process.communicate()
-        return "hung"
-    _kill_marked(mark)  # anything the run left behind, so it cannot slow the next one
-    recovered = process.returncode == 0 and output.count("RECOVERED") == 2 and "4.0" in output
-    outcome = "hung" if process.returncode == 124 else "recovered" if recovered else "failed"
+        output = process.communicate()[0]
+        outcome = "hung"
+    else:
+        _kill_marked(mark)  # anything the run left behind, so it cannot slow the next one
+        recovered = process.returncode == 0 and output.count("RECOVERED") == 2 and "4.0" in output
+        outcome = "hung" if process.returncode == 124 else "recovered" if recovered else "failed"
     logs = os.environ.get("BENCH_RESTARTS_LOGS")  # a folder to keep the output of every run that did not recover
     if logs and outcome != "recovered":
         kept = Path(logs) / f"{phase}-{outcome}-{process.pid}.txt"
@@ -114,7 +115,7 @@ def table(results: dict[tuple[str, str], Counter[str]]) -> str:
 def main(arguments: list[str] | None = None) -> None:
     given = sys.argv[1:] if arguments is None else arguments
     if len(given) > 1 or (given and not (given[0].isascii() and given[0].isdigit() and int(given[0]) > 0)):
-        raise SystemExit("usage: python -m benchmarks restarts [RUNS]  (RUNS: runs per case, a whole number > 0)")
+        raise SystemExit("usage: python -m benchmarks.bench_restarts [RUNS]  (RUNS: runs per case, a whole number > 0)")
     print(table(measure(int(given[0]) if given else RUNS)))
 
 
