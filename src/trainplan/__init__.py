@@ -58,7 +58,14 @@ if TYPE_CHECKING:
         metric_store,
     )
     from trainplan.effects.probing import probe
-    from trainplan.effects.runtime import NotWrappable, Runtime, runtime
+    from trainplan.effects.runtime import (
+        NotWrappable,
+        Runtime,
+        checkpoint_blocks,
+        find_blocks,
+        repeated_layers,
+        runtime,
+    )
     from trainplan.effects.world import JoinError, World, WorldMismatch, join
     from trainplan.resolve import place_metric
     from trainplan.resolve.memory import transformer_facts
@@ -159,6 +166,9 @@ _LAZY: dict[str, str] = {
     "probe": "trainplan.effects.probing",
     "NotWrappable": "trainplan.effects.runtime",
     "Runtime": "trainplan.effects.runtime",
+    "checkpoint_blocks": "trainplan.effects.runtime",
+    "find_blocks": "trainplan.effects.runtime",
+    "repeated_layers": "trainplan.effects.runtime",
     "runtime": "trainplan.effects.runtime",
     "JoinError": "trainplan.effects.world",
     "World": "trainplan.effects.world",
@@ -512,7 +522,9 @@ __all__ = [
     "accelerate_parallelism_config",
     "accelerator_arguments",
     "check",
+    "checkpoint_blocks",
     "fabric_arguments",
+    "find_blocks",
     "find_usable_cuda_devices",
     "gpu_statuses",
     "join",
@@ -523,6 +535,7 @@ __all__ = [
     "metric_store",
     "place_metric",
     "probe",
+    "repeated_layers",
     "resolve",
     "runtime",
     "transformer_facts",

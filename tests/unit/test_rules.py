@@ -622,6 +622,14 @@ def _training_rules() -> set[str]:
         lambda: _raise(accelerate_mesh_refusal(on_cpu)),
         lambda: fabric_arguments(on_cpu),
     ]
+    recomputing = transformer_facts(parameters=1e9, layers=16, hidden=2048, sequence=8192, batch_size=4)
+    gpus = cuda(8, cuda_memory_bytes=(40 << 30,) * 8)
+    ddp_recomputing = resolve(Request(model=recomputing, strategy="ddp"), gpus)
+    fsdp_recomputing = resolve(Request(model=recomputing, strategy="fsdp"), gpus)
+    attempts += [
+        lambda: lightning_arguments(ddp_recomputing, "trainer"),  # DDPStrategy has no checkpointing setting
+        lambda: lightning_arguments(fsdp_recomputing, "fabric"),  # FSDPStrategy needs the blocks' classes
+    ]
     rules = set()
     for attempt in attempts:
         with pytest.raises(Incompatible) as caught:

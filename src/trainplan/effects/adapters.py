@@ -22,10 +22,12 @@ from typing import Any
 from trainplan.effects.extras import MissingExtra, is_missing, require_torch
 from trainplan.effects.option_objects import built
 from trainplan.effects.rules_loading import rules_of
+from trainplan.effects.runtime import Blocks, checkpoint_blocks
 from trainplan.mapping.frameworks import (
-    LightningFramework,
+    LightningArguments,
     accelerate_arguments,
     accelerate_mesh_refusal,
+    block_classes,
     framework_sync_batchnorm,
     lightning_arguments,
 )
@@ -48,59 +50,85 @@ def _framework(module: str, install: str) -> ModuleType:
 
 def _strategy(
     plan: Plan,
+    mapped: LightningArguments,
     strategies: ModuleType,
     parallelize: Callable[..., Any] | None = None,
-    framework: LightningFramework = "fabric",
 ) -> object:
-    """The Lightning/Fabric strategy object for the plan, built in `strategies` (either framework's); Fabric's
-    ModelParallelStrategy also takes the function that applies the mesh (`parallelize`)."""
-    mapped = lightning_arguments(plan, framework, rules_of(plan)).strategy
-    arguments = built(mapped.arguments, plan.device_type)
+    """The Lightning/Fabric strategy object for the plan, built in `strategies` (either framework's) from its
+    mapping; Fabric's ModelParallelStrategy also takes the function that applies the mesh (`parallelize`)."""
+    arguments = built(mapped.strategy.arguments, plan.device_type)
     if parallelize is not None:
         arguments["parallelize_fn"] = parallelize
-    if mapped.class_name == "SingleDeviceStrategy":
+    if mapped.strategy.class_name == "SingleDeviceStrategy":
         import torch
 
         arguments["device"] = torch.device(plan.device_for(0))
-    if mapped.registered_name is not None:  # torch_xla's strategies: the framework builds them from the name
-        return mapped.registered_name
-    cls = getattr(strategies, mapped.class_name)
+    if mapped.strategy.registered_name is not None:  # torch_xla's strategies: the framework builds them by name
+        return mapped.strategy.registered_name
+    cls = getattr(strategies, mapped.strategy.class_name)
     package = lookup(rules_of(plan).families, plan.strategy.family, name="FAMILIES").requires_package
     if package is not None and importlib.util.find_spec(package) is None:  # DeepSpeedStrategy imports deepspeed
-        raise MissingExtra(framework=f"{package} (for Lightning's {mapped.class_name})", install=package)
+        raise MissingExtra(framework=f"{package} (for Lightning's {mapped.strategy.class_name})", install=package)
     return cls(**arguments)
 
 
 def _arguments(
-    plan: Plan,
-    strategies: ModuleType,
-    parallelize: Callable[..., Any] | None = None,
-    framework: LightningFramework = "fabric",
+    plan: Plan, mapped: LightningArguments, strategies: ModuleType, parallelize: Callable[..., Any] | None = None
 ) -> dict[str, Any]:
-    mapped = lightning_arguments(plan, framework, rules_of(plan))
     return {
         "accelerator": mapped.accelerator,
         "devices": mapped.devices,
         "num_nodes": mapped.num_nodes,
         "precision": mapped.precision,
-        "strategy": _strategy(plan, strategies, parallelize, framework),
+        "strategy": _strategy(plan, mapped, strategies, parallelize),
     }
 
 
-def lightning_trainer_arguments(plan: Plan) -> dict[str, Any]:
+def _checkpointing_first(parallelize: Callable[..., Any], blocks: Blocks | None) -> Callable[..., Any]:
+    """`parallelize`, with the model's blocks checkpointed before it runs (`checkpoint_blocks`: every name kept, so
+    the function's tensor-parallel plan still finds its layers)."""
+
+    def checkpointed_then_parallelized(model: Any, device_mesh: Any) -> Any:
+        checkpoint_blocks(model, blocks)
+        return parallelize(model, device_mesh)
+
+    return checkpointed_then_parallelized
+
+
+def lightning_trainer_arguments(
+    plan: Plan, *, blocks: type | tuple[type, ...] | None = None, checkpointed: bool = False
+) -> dict[str, Any]:
     """`pytorch_lightning.Trainer(**...)` arguments for the plan, with a real strategy object. A strategy only
-    Fabric registers (`xla_fsdp`) is `Incompatible` here, with the Trainer's nearest one."""
-    lightning_arguments(plan, "trainer", rules_of(plan))  # refuses before the framework is imported
+    Fabric registers (`xla_fsdp`) is `Incompatible` here, with the Trainer's nearest one.
+
+    `blocks`, the classes of the model's repeated blocks (a transformer's layer class), become FSDP's units and,
+    where the plan's memory choice recomputes activations, its `activation_checkpointing_policy`. A strategy that
+    has no such setting (DDP's, DeepSpeed's) is refused by name (`framework-checkpointing`) unless you checkpointed
+    the blocks yourself (`trainplan.checkpoint_blocks(model)`) and say so: `checkpointed=True`."""
+    mapped = lightning_arguments(  # refuses before the framework is imported
+        plan, "trainer", rules_of(plan), blocks=block_classes(blocks), checkpointed=checkpointed
+    )
     strategies = _framework("pytorch_lightning.strategies", "pytorch-lightning")
-    arguments = _arguments(plan, strategies, framework="trainer")
-    arguments["sync_batchnorm"] = lightning_arguments(plan, "trainer", rules_of(plan)).sync_batchnorm
+    arguments = _arguments(plan, mapped, strategies)
+    arguments["sync_batchnorm"] = mapped.sync_batchnorm
     return arguments
 
 
-def fabric_arguments(plan: Plan, *, parallelize: Callable[..., Any] | None = None) -> dict[str, Any]:
+def fabric_arguments(
+    plan: Plan,
+    *,
+    parallelize: Callable[..., Any] | None = None,
+    blocks: Blocks | None = None,
+    checkpointed: bool = False,
+) -> dict[str, Any]:
     """`lightning_fabric.Fabric(**...)` arguments for the plan, with a real strategy object. A device mesh
     (`model_parallel`) becomes Fabric's ModelParallelStrategy, which applies it through `parallelize(model,
-    device_mesh)`."""
+    device_mesh)`.
+
+    The plan's memory choice reaches Fabric: FSDP takes `blocks` (their classes) as its units and, where the plan
+    recomputes activations, as its `activation_checkpointing_policy`; under a mesh, the blocks (`blocks`, any
+    `Blocks`, by default `repeated_layers(model)`) are checkpointed before `parallelize` runs. A strategy without
+    such a setting is refused by name unless `checkpointed=True` (you ran `trainplan.checkpoint_blocks(model)`)."""
     framework_sync_batchnorm(plan, "Fabric")
     if plan.mesh is None and parallelize is not None:
         raise TrainplanError(
@@ -109,19 +137,33 @@ def fabric_arguments(plan: Plan, *, parallelize: Callable[..., Any] | None = Non
         )
     if plan.mesh is not None and parallelize is None:
         raise incompatible("fabric-parallelize", {"strategy": plan.strategy.name})
-    lightning_arguments(plan, "fabric", rules_of(plan))  # refuses before the framework is imported
-    return _arguments(plan, _framework("lightning_fabric.strategies", "lightning-fabric"), parallelize)
+    classes = () if plan.mesh is not None else block_classes(blocks)  # a mesh's blocks are found in the model
+    mapped = lightning_arguments(  # refuses before the framework is imported
+        plan, "fabric", rules_of(plan), blocks=classes, checkpointed=checkpointed
+    )
+    if parallelize is not None and mapped.checkpoint_in_parallelize:
+        parallelize = _checkpointing_first(parallelize, blocks)
+    return _arguments(plan, mapped, _framework("lightning_fabric.strategies", "lightning-fabric"), parallelize)
 
 
-def accelerator_arguments(plan: Plan) -> dict[str, Any]:
+def accelerator_arguments(
+    plan: Plan, *, blocks: type | tuple[type, ...] | None = None, checkpointed: bool = False
+) -> dict[str, Any]:
     """`accelerate.Accelerator(**...)` arguments for the plan: cpu, mixed_precision, and kwargs handlers with the
-    DDP options and the process group's backend and timeout."""
+    DDP options and the process group's backend and timeout.
+
+    `blocks`, the classes of the model's repeated blocks, become the FSDP plugin's units (transformer_based_wrap)
+    and, where the plan's memory choice recomputes activations, its `activation_checkpointing`. A plan without an FSDP
+    plugin is refused by name (`framework-checkpointing`) unless `checkpointed=True` (you ran
+    `trainplan.checkpoint_blocks(model)`)."""
     framework_sync_batchnorm(plan, "Accelerate")
     rules = rules_of(plan)
     refusal = accelerate_mesh_refusal(plan, rules)
     if refusal is not None:
         raise refusal
-    mapped = accelerate_arguments(plan, rules)  # refuses before the framework is imported
+    mapped = accelerate_arguments(  # refuses before the framework is imported
+        plan, rules, blocks=block_classes(blocks), checkpointed=checkpointed
+    )
     utils = _framework("accelerate.utils", "accelerate")
     handlers: list[object] = []
     if plan.process_group_backend is not None:  # one process creates no group: no handler, no stray default

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from trainplan.effects.extras import require_torch
 from trainplan.effects.metrics import MetricStore
@@ -37,8 +37,10 @@ from trainplan.effects.option_objects import built
 from trainplan.effects.rules_loading import rules_of
 from trainplan.effects.world import DeviceBinder, World, join
 from trainplan.mapping.frameworks import (
+    checkpointing_consequence,
     deepspeed_config,
     family_recipe,
+    needs_checkpointing,
     needs_grad_scaler,
     option_keywords,
     precision_recipe,
@@ -55,6 +57,10 @@ if TYPE_CHECKING:
     import torch
     from torch.distributed.device_mesh import DeviceMesh
     from torch.utils.data.distributed import DistributedSampler
+
+Blocks: TypeAlias = "type[torch.nn.Module] | tuple[type[torch.nn.Module], ...] | Callable[[torch.nn.Module], bool]"
+"""Which modules of a model are its repeated blocks (a transformer's layers): a class, a tuple of classes, or a
+function module -> bool. The outermost matches count (a match inside another is part of it)."""
 
 
 class NotWrappable(TrainplanError, RuntimeError):
@@ -148,6 +154,98 @@ class TorchWrappers:
 
         sharded: Any = fully_shard(model, mesh=mesh)  # the model itself, its class extended with FSDPModule
         return model if sharded is None else sharded
+
+
+# -- the model's repeated blocks: activation checkpointing and sharding units ------------------------------
+
+
+def repeated_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The model's repeated blocks, by name: the children of its longest `ModuleList` or `Sequential` of two or more
+    modules of one class (a transformer's layers; the first such list on a tie); empty when it has none. What
+    `rt.wrap` checkpoints and shards one unit each unless told otherwise (`blocks=`)."""
+    import torch
+
+    found: dict[str, torch.nn.Module] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
+            children = list(module.named_children())
+            if len(children) >= 2 and len({type(child) for _, child in children}) == 1 and len(children) > len(found):
+                found = {f"{name}.{child}" if name else child: layer for child, layer in children}
+    return found
+
+
+def find_blocks(model: torch.nn.Module, blocks: Blocks | None = None) -> dict[str, torch.nn.Module]:
+    """The model's blocks, by name: `repeated_layers(model)` when `blocks` is None, else the outermost modules that
+    are of the class(es) `blocks` names or that the function `blocks` says are (`Blocks`)."""
+    if blocks is None:
+        return repeated_layers(model)
+    given: object = blocks
+    classes = given if isinstance(given, tuple) else (given,)
+    if isinstance(given, type) or (isinstance(given, tuple) and given and all(isinstance(c, type) for c in given)):
+        chosen: Callable[[torch.nn.Module], bool] = lambda module: isinstance(module, classes)  # noqa: E731
+    elif callable(given) and not isinstance(given, tuple):
+        chosen = blocks  # type: ignore[assignment]  # a function module -> bool (narrowed above)
+    else:
+        raise NotWrappable(
+            f"blocks= names the model's repeated blocks: a module class (blocks=MyBlock), a tuple of classes, or a "
+            f"function module -> bool; not {given!r}"
+        )
+    found: dict[str, torch.nn.Module] = {}
+    for name, module in model.named_modules():
+        inside = any(name.startswith(f"{outer}.") for outer in found)
+        if name and not inside and chosen(module):
+            found[name] = module
+    return found
+
+
+def _checkpointed(module: torch.nn.Module) -> bool:
+    """Whether `module` recomputes its activations already (torch's composable `checkpoint`, or a CheckpointWrapper
+    that torch's `apply_activation_checkpointing` put there)."""
+    from torch.distributed._composable.contract import _get_registry
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    return isinstance(module, CheckpointWrapper) or "checkpoint" in (_get_registry(module) or {})
+
+
+def checkpoint_blocks(model: torch.nn.Module, blocks: Blocks | None = None) -> tuple[str, ...]:
+    """Activation checkpointing on the model's blocks (`find_blocks`): each block keeps its input and recomputes its
+    activations in the backward pass (torch's non-reentrant checkpoint). Returns the blocks' names; a block that
+    recomputes already is left as it is, so calling it twice changes nothing.
+
+    It uses torch's composable `checkpoint(module)`, which adds hooks and keeps every name (`model.layers.0.qkv` stays
+    itself), not `apply_activation_checkpointing`, whose CheckpointWrapper renames each block's children
+    (`layers.0._checkpoint_wrapped_module.qkv`): a tensor-parallel plan written for the model's names would skip them
+    (torch's parallelize_module only warns). It composes with DDP, FSDP, FSDP2 and tensor parallelism applied after.
+
+    Use it where a framework has no setting for it (Lightning's DDP strategy, DeepSpeed), then tell the adapter:
+    `fabric_arguments(plan, checkpointed=True)`."""
+    import torch
+
+    given: object = model
+    if not isinstance(given, torch.nn.Module):
+        raise NotWrappable(f"checkpoint_blocks takes a torch.nn.Module, not a {type(given).__name__}")
+    found = find_blocks(model, blocks)
+    if not found:
+        raise NotWrappable(
+            "The model has no repeated blocks to checkpoint"
+            + (
+                " (no ModuleList or Sequential of two or more layers of one class)"
+                if blocks is None
+                else f" (no module matches blocks={blocks!r})"
+            )
+            + ": pass them, blocks=MyBlock (a class, a tuple of classes, or a function module -> bool)"
+        )
+    return _checkpoint(model, found)
+
+
+def _checkpoint(model: torch.nn.Module, found: Mapping[str, torch.nn.Module]) -> tuple[str, ...]:
+    from torch.distributed._composable.checkpoint_activation import checkpoint
+
+    for name, module in found.items():
+        parent = model.get_submodule(name.rpartition(".")[0])
+        if not (_checkpointed(module) or _checkpointed(parent)):  # a CheckpointWrapper's block is checkpointed
+            checkpoint(module)
+    return tuple(found)
 
 
 def build_meshes(wrappers: ModelWrappers, device_type: str, layout: MeshLayout) -> dict[str, DeviceMesh]:
@@ -246,6 +344,12 @@ class Runtime:
         or pipeline coordinates read the same ones)."""
         self.data_parallel_size: int = self.world_size
         """How many data-parallel replicas read different batches."""
+        self.checkpointing: tuple[str, ...] = ()
+        """The blocks `wrap` applied activation checkpointing to, by name (empty: none): the plan's memory choice
+        recomputes activations (`plan.memory.checkpointing`)."""
+        self.sharding_units: tuple[str, ...] = ()
+        """The blocks `wrap` sharded as units of their own, by name (FSDP's and FSDP2's: one layer gathered at a time,
+        as the memory arithmetic counts); empty: the whole model is one unit, or nothing is sharded."""
         self._meshes: dict[str, DeviceMesh] = {}
         self._mesh_group = False
         if plan.mesh is not None:
@@ -332,9 +436,17 @@ class Runtime:
         model: torch.nn.Module,
         *,
         parallelize: Callable[[torch.nn.Module, DeviceMesh], torch.nn.Module] | None = None,
+        blocks: Blocks | None = None,
     ) -> torch.nn.Module:
         """`model` placed on this process's device (cast for *-true precisions) and wrapped as the strategy says:
         one device: moved; dp: DataParallel; DDP family: DDP with the plan's options; FSDP: torch's FSDP.
+
+        The plan's memory choice is carried out on the model's repeated blocks (`blocks`: a class, a tuple of
+        classes or a function module -> bool; by default `repeated_layers(model)`, the longest ModuleList or
+        Sequential of one class): where `plan.memory` recomputes activations, each block is checkpointed
+        (`checkpoint_blocks`) before any wrapper or parallelize function sees the model, and FSDP and FSDP2 shard each
+        block as a unit of its own, then the rest. A plan that needs checkpointing and a model without blocks is
+        refused (`NotWrappable`, saying what to pass). `rt.checkpointing` and `rt.sharding_units` name what was done.
 
         A device mesh (`model_parallel`) is applied by `parallelize(model, rt.mesh)`, a function that knows the
         model's layers (as Lightning's ModelParallelStrategy takes one): it splits them for tensor parallelism
@@ -356,14 +468,37 @@ class Runtime:
                 f"rt.wrap takes the bare model once, and this one is {what}: a second wrapper would reduce every "
                 "gradient twice. Wrap the model itself, once, and keep the module rt.wrap returns"
             )
-        wrapped = self._wrap(given, parallelize)
+        wrapped = self._wrap(given, parallelize, blocks)
         self._wrapped.update((given, wrapped))
         return wrapped
+
+    def _blocks(self, model: torch.nn.Module, blocks: Blocks | None) -> dict[str, torch.nn.Module]:
+        """The model's blocks, checkpointed where the plan's memory choice recomputes activations (before any
+        wrapper: each block's hooks then run inside DDP, FSDP and a parallelize function's modules)."""
+        found = find_blocks(model, blocks)
+        if needs_checkpointing(self.plan):
+            if not found:
+                memory = self.plan.memory
+                layout = memory.chosen if memory is not None else None
+                raise NotWrappable(
+                    f"The plan's layout {layout} fits only with activation checkpointing "
+                    f"({checkpointing_consequence(self.plan)}), and the model has no repeated blocks to checkpoint"
+                    + (
+                        " (no ModuleList or Sequential of two or more layers of one class)"
+                        if blocks is None
+                        else f" (no module matches blocks={blocks!r})"
+                    )
+                    + ": pass them, rt.wrap(model, blocks=MyBlock) (a class, a tuple of classes, or a function "
+                    "module -> bool)"
+                )
+            self.checkpointing = _checkpoint(model, found)
+        return found
 
     def _wrap(
         self,
         model: torch.nn.Module,
         parallelize: Callable[[torch.nn.Module, DeviceMesh], torch.nn.Module] | None,
+        blocks: Blocks | None,
     ) -> torch.nn.Module:
         recipe = family_recipe(self.plan)
         precision = precision_recipe(self.plan, self.rules)
@@ -383,15 +518,22 @@ class Runtime:
             raise NotWrappable(
                 "DeepSpeed wraps the model together with its optimizer: call deepspeed.initialize(model=model, "
                 "optimizer=optimizer, config=rt.deepspeed_config(micro_batch_size=...)) instead of rt.wrap"
+                + (
+                    ", after trainplan.checkpoint_blocks(model): the plan's layout fits only with activation "
+                    f"checkpointing ({checkpointing_consequence(self.plan)})"
+                    if needs_checkpointing(self.plan)
+                    else ""
+                )
             )
         if recipe.wrapper == "mesh":
-            return self._wrap_mesh(model, dtype, parallelize)
+            return self._wrap_mesh(model, dtype, parallelize, blocks)
         if parallelize is not None:
             raise NotWrappable(
                 f"rt.wrap(parallelize=...) applies a device mesh, and strategy {self.plan.strategy.name!r} has none: "
                 "use strategy='model_parallel', or wrap without it"
             )
         placed = self._wrappers.place(model, self.device, dtype)
+        found = self._blocks(placed, blocks)
         if recipe.wrapper == "move":
             return placed
         if recipe.wrapper == "data_parallel":
@@ -402,7 +544,11 @@ class Runtime:
             device_ids = None if self.device.type == HOST_DEVICE else [self.device.index or 0]
             return self._wrappers.ddp(placed, device_ids, self.wrapper_keywords())
         if recipe.wrapper == "fsdp":
-            return self._wrappers.fsdp(placed, self.device, self.wrapper_keywords())
+            keywords = self.wrapper_keywords()
+            if found:  # one unit per block: FSDP gathers one layer at a time, as the memory arithmetic counts
+                keywords["auto_wrap_policy"] = _units_policy(found.values())
+                self.sharding_units = tuple(found)
+            return self._wrappers.fsdp(placed, self.device, keywords)
         raise NotWrappable(f"strategy {self.plan.strategy.name!r} has no torch wrapper")
 
     def wrapper_keywords(self) -> dict[str, object]:
@@ -416,6 +562,7 @@ class Runtime:
         model: torch.nn.Module,
         dtype: torch.dtype | None,
         parallelize: Callable[[torch.nn.Module, DeviceMesh], torch.nn.Module] | None,
+        blocks: Blocks | None,
     ) -> torch.nn.Module:
         layout = self.plan.mesh
         assert layout is not None  # a model_parallel plan always has its mesh (Plan.from_dict checks it)
@@ -433,6 +580,7 @@ class Runtime:
                 )
             import torch
 
+            self._blocks(model, blocks)  # checkpointed before the function: it keeps every name (checkpoint_blocks)
             parallel = parallelize(model, self.mesh)
             if not isinstance(parallel, torch.nn.Module):
                 raise NotWrappable(
@@ -448,7 +596,12 @@ class Runtime:
                 "applies it, rt.wrap(model, parallelize=fn) with fn(model, device_mesh) -> model (e.g. "
                 'parallelize_module(model, device_mesh["tp"], plan), then fully_shard(model, mesh=rt.fsdp_mesh))'
             )
-        return self._wrappers.fully_shard(self._wrappers.place(model, self.device, dtype), self.fsdp_mesh)
+        placed = self._wrappers.place(model, self.device, dtype)
+        found = self._blocks(placed, blocks)
+        for block in found.values():  # one unit per block, then the rest (the root), as torchtitan shards
+            self._wrappers.fully_shard(block, self.fsdp_mesh)
+        self.sharding_units = tuple(found)
+        return self._wrappers.fully_shard(placed, self.fsdp_mesh)
 
     def deepspeed_config(self, *, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1) -> dict[str, object]:
         """The DeepSpeed config for this plan (see `mapping.frameworks.deepspeed_config`)."""
@@ -587,6 +740,16 @@ class Runtime:
         )
 
 
+def _units_policy(blocks: Iterable[torch.nn.Module]) -> Any:
+    """FSDP's `auto_wrap_policy` that makes each of `blocks` (these module objects) a unit of its own."""
+    import functools
+
+    from torch.distributed.fsdp.wrap import lambda_auto_wrap_policy
+
+    units = {id(block) for block in blocks}
+    return functools.partial(lambda_auto_wrap_policy, lambda_fn=lambda module: id(module) in units)
+
+
 def _wrapper_of(model: object) -> str | None:
     """The name of the torch wrapper `model` already is (DDP, DataParallel, FSDP, an FSDP2 module), or None."""
     import torch
@@ -655,4 +818,14 @@ def runtime(
     return Runtime(plan, join(plan, devices=devices), wrappers=wrappers, rules=rules)
 
 
-__all__ = ["ModelWrappers", "NotWrappable", "Runtime", "TorchWrappers", "runtime"]
+__all__ = [
+    "Blocks",
+    "ModelWrappers",
+    "NotWrappable",
+    "Runtime",
+    "TorchWrappers",
+    "checkpoint_blocks",
+    "find_blocks",
+    "repeated_layers",
+    "runtime",
+]

@@ -12,6 +12,7 @@ from typing import Literal
 import attrs
 
 from trainplan.mapping.workers import process_group_timeout
+from trainplan.resolve.memory import gib
 from trainplan.resolve.refusal import incompatible
 from trainplan.rules import (
     BUILTIN_RULES,
@@ -38,7 +39,7 @@ from trainplan.rules import (
 from trainplan.rules import (
     MESH_DIMENSIONS as MESH_RULES,
 )
-from trainplan.spec.errors import Incompatible
+from trainplan.spec.errors import Incompatible, InvalidRequest
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS
 from trainplan.spec.options import DeepSpeedOptions, option_value
@@ -235,6 +236,119 @@ def deepspeed_config(
 
 
 # --------------------------------------------------------------------------------------------------
+# The memory choice: activation checkpointing of the model's repeated blocks
+
+
+def needs_checkpointing(plan: Plan) -> bool:
+    """Whether the plan's memory choice recomputes activations (`plan.memory.checkpointing`): the runtime and every
+    adapter carry it out or refuse."""
+    return plan.memory is not None and plan.memory.checkpointing
+
+
+def checkpointing_consequence(plan: Plan) -> str:
+    """What losing the plan's activation checkpointing costs, from its memory arithmetic: "50.8 GiB needed per
+    device without it vs 36.0 GiB available, 20.9 GiB with it"."""
+    memory = plan.memory
+    chosen = None if memory is None else memory.estimate
+    if memory is None or chosen is None:
+        return "the plan has no memory arithmetic"
+    without = next(
+        (item for item in memory.candidates if item.layout == chosen.layout and not item.checkpointing), None
+    )
+    with_it = f"{gib(chosen.total)} with it"
+    if without is None:
+        return f"{with_it}, of {gib(memory.budget_bytes)} available per device"
+    return f"{gib(without.total)} needed per device without it vs {gib(memory.budget_bytes)} available, {with_it}"
+
+
+def block_classes(blocks: object) -> tuple[type, ...]:
+    """The classes of the model's repeated blocks as a framework takes them (Lightning's policy, Accelerate's class
+    names): a class or a tuple of classes; None is none."""
+    if blocks is None:
+        return ()
+    given = blocks if isinstance(blocks, tuple) else (blocks,)
+    if not given or not all(isinstance(item, type) for item in given):
+        raise InvalidRequest(
+            field="blocks",
+            value=blocks,
+            reason="a framework takes the classes of the model's repeated blocks (it finds their instances itself)",
+            fix="Pass the block's class, blocks=MyBlock, or a tuple of classes, blocks=(Block, CrossBlock)",
+        )
+    return given
+
+
+def checkpointing_refusal(
+    plan: Plan, framework: str, call: str, *, why_not: str | None, missing_blocks: bool, checkpointed: bool
+) -> Incompatible | None:
+    """Why `framework` would lose the plan's activation checkpointing, or None: nothing to carry, the user
+    checkpointed the blocks already (`checkpointed`), or the framework carries it and has the blocks' classes it
+    needs (`missing_blocks`: it needs them and none were given). `why_not` says why the framework has no setting for
+    it (None: it has one); `call` is the adapter to call again."""
+    if not needs_checkpointing(plan) or checkpointed:
+        return None
+    layout = plan.memory.chosen if plan.memory is not None else None
+    if why_not is not None:
+        return incompatible(
+            "framework-checkpointing",
+            {"strategy": plan.strategy.name},
+            layout=layout,
+            consequence=checkpointing_consequence(plan),
+            framework=framework,
+            why=why_not,
+            call=call,
+        )
+    if missing_blocks:
+        return incompatible(
+            "framework-checkpointing-blocks",
+            {"strategy": plan.strategy.name},
+            layout=layout,
+            consequence=checkpointing_consequence(plan),
+            framework=framework,
+            call=call,
+        )
+    return None
+
+
+def _lightning_blocks(
+    plan: Plan,
+    framework: LightningFramework,
+    recipe: FamilyRecipe,
+    blocks: tuple[type, ...],
+    checkpointed: bool,
+) -> tuple[dict[str, object], bool]:
+    """The Lightning strategy's arguments for the model's blocks (FSDP: one unit each, `auto_wrap_policy`, and their
+    `activation_checkpointing_policy` where the plan needs it), and whether the adapter checkpoints the blocks
+    before Fabric's parallelize function; a plan whose checkpointing the strategy cannot carry is refused."""
+    call = "lightning_trainer_arguments" if framework == "trainer" else "fabric_arguments"
+    carrier = recipe.lightning_checkpointing
+    why_not: str | None = None
+    if carrier is None:
+        why_not = f"runs it with {recipe.lightning_strategy}, which has no activation checkpointing setting"
+    elif carrier == "parallelize" and framework == "trainer":
+        why_not = (
+            f"runs it with {recipe.lightning_strategy}, which applies the mesh in LightningModule.configure_model, "
+            "out of the adapter's reach (checkpoint the blocks there)"
+        )
+    refusal = checkpointing_refusal(
+        plan,
+        _LIGHTNING_FRONT_ENDS[framework],
+        call,
+        why_not=why_not,
+        missing_blocks=carrier == "policy" and not blocks,  # Fabric's parallelize finds the blocks in the model
+        checkpointed=checkpointed,
+    )
+    if refusal is not None:
+        raise refusal
+    wanted = needs_checkpointing(plan) and not checkpointed
+    arguments: dict[str, object] = {}
+    if carrier == "policy" and blocks:
+        arguments["auto_wrap_policy"] = set(blocks)  # Lightning takes a set of classes (not a frozenset)
+        if wanted:
+            arguments["activation_checkpointing_policy"] = set(blocks)
+    return arguments, wanted and carrier == "parallelize"
+
+
+# --------------------------------------------------------------------------------------------------
 # Lightning and Fabric
 
 
@@ -258,18 +372,30 @@ class LightningArguments:
     precision: str
     strategy: LightningStrategy
     sync_batchnorm: bool
+    checkpoint_in_parallelize: bool = False
+    """Fabric's ModelParallelStrategy: the adapter checkpoints the model's blocks before the parallelize function
+    (the plan's memory choice recomputes activations)."""
 
 
 _LIGHTNING_FRONT_ENDS: dict[LightningFramework, str] = {"trainer": "Lightning's Trainer", "fabric": "Fabric"}
 
 
 def lightning_arguments(
-    plan: Plan, framework: LightningFramework = "fabric", rules: Rules = BUILTIN_RULES
+    plan: Plan,
+    framework: LightningFramework = "fabric",
+    rules: Rules = BUILTIN_RULES,
+    *,
+    blocks: tuple[type, ...] = (),
+    checkpointed: bool = False,
 ) -> LightningArguments:
     """The plan as Lightning Trainer / Fabric arguments, nothing lost: the strategy's options become the
     strategy object's arguments (DDP's flags and timeout, FSDP's sharding and offload, DeepSpeed's stage). A
     strategy only Fabric registers (`xla_fsdp`) is refused for the Trainer. A downstream accelerator is spelled as
-    its rule set (`rules`) says; a downstream precision has no Lightning plugin and is refused."""
+    its rule set (`rules`) says; a downstream precision has no Lightning plugin and is refused.
+
+    `blocks`, the classes of the model's repeated blocks, make FSDP's units (one per block) and, where the plan's
+    memory choice recomputes activations, its activation checkpointing policy; a strategy that cannot carry that
+    is refused by name (`framework-checkpointing`), unless the blocks are `checkpointed` already."""
     recipe = family_recipe(plan)
     _framework_precision(plan, _LIGHTNING_FRONT_ENDS[framework])
     if recipe.lightning_strategy is None:
@@ -292,6 +418,8 @@ def lightning_arguments(
     if plan.mesh is not None:  # the degrees' rows spell them through the mesh
         arguments.update(lightning_sizes(plan.mesh))
     arguments.update(option_keywords(plan, "lightning", _LIGHTNING_FRONT_ENDS[framework], rules))
+    carried, in_parallelize = _lightning_blocks(plan, framework, recipe, blocks, checkpointed)
+    arguments.update(carried)
     start_method = lookup(LAUNCHERS, plan.launcher, name="LAUNCHERS").start_method
     if start_method is not None:  # DDP's spawn and fork strategies start their processes themselves
         arguments["start_method"] = start_method
@@ -312,6 +440,7 @@ def lightning_arguments(
             class_name=recipe.lightning_strategy, arguments=arguments, registered_name=recipe.lightning_registered
         ),
         sync_batchnorm=plan.request.sync_batchnorm is True,
+        checkpoint_in_parallelize=in_parallelize,
     )
 
 
@@ -368,9 +497,20 @@ class AccelerateArguments:
     parallelism: dict[str, int] | None = None  # ParallelismConfig (a device mesh's sizes)
 
 
-def accelerate_arguments(plan: Plan, rules: Rules = BUILTIN_RULES) -> AccelerateArguments:
+def accelerate_arguments(
+    plan: Plan,
+    rules: Rules = BUILTIN_RULES,
+    *,
+    blocks: tuple[type, ...] | None = None,
+    checkpointed: bool = False,
+) -> AccelerateArguments:
     """The plan as Accelerate's `Accelerator` arguments and `accelerate launch` flags (a downstream accelerator or
-    precision as its rule set, `rules`, says)."""
+    precision as its rule set, `rules`, says).
+
+    `blocks`, the classes of the model's repeated blocks, become the FSDP plugin's units (transformer_based_wrap) and,
+    where the plan's memory choice recomputes activations, its activation checkpointing; a plan without an FSDP
+    plugin cannot carry that and is refused (`framework-checkpointing`), unless the blocks are `checkpointed`
+    already. None: the model is not at hand (the launch flags), and only the flag is written."""
     recipe = precision_recipe(plan, rules)
     if recipe.accelerate is None:
         _framework_precision(plan, "Accelerate")
@@ -401,6 +541,8 @@ def accelerate_arguments(plan: Plan, rules: Rules = BUILTIN_RULES) -> Accelerate
             extra += ["--use_fsdp", "--fsdp_version", "2", "--use_parallelism_config"]
             for field, size in parallelism.items():
                 extra += [f"--parallelism_config_{field}", str(size)]
+    fsdp, checkpointing_flags = _accelerate_blocks(plan, fsdp, blocks, checkpointed)
+    extra += checkpointing_flags
     flags = ["--num_processes", str(plan.world_size), "--num_machines", str(plan.num_nodes)]
     flags += ["--mixed_precision", recipe.accelerate]
     spelling = framework_accelerator(plan, "Accelerate", rules)
@@ -432,6 +574,39 @@ def accelerate_arguments(plan: Plan, rules: Rules = BUILTIN_RULES) -> Accelerate
         launch_flags=flags,
         parallelism=parallelism,
     )
+
+
+def _accelerate_blocks(
+    plan: Plan, fsdp: dict[str, object] | None, blocks: tuple[type, ...] | None, checkpointed: bool
+) -> tuple[dict[str, object] | None, list[str]]:
+    """The FSDP plugin's fields for the model's blocks and the plan's activation checkpointing (Accelerate applies
+    it through its FSDP plugin only, on the units of its wrap policy), and the launch flags that say it. `blocks`
+    None: the launch flags alone (the script's Accelerator, built with the model's blocks, refuses or carries it)."""
+    refusal = None
+    if blocks is not None:
+        refusal = checkpointing_refusal(
+            plan,
+            "Accelerate",
+            "accelerator_arguments",
+            why_not=None
+            if fsdp is not None
+            else "applies activation checkpointing through its FSDP plugin only, "
+            f"and strategy {plan.strategy.name!r} runs without one",
+            missing_blocks=not blocks,
+            checkpointed=checkpointed,
+        )
+    if refusal is not None:
+        raise refusal
+    if fsdp is None:
+        return None, []
+    fields = dict(fsdp)
+    if blocks:
+        fields["auto_wrap_policy"] = "transformer_based_wrap"
+        fields["transformer_cls_names_to_wrap"] = [block.__name__ for block in blocks]
+    if needs_checkpointing(plan) and not checkpointed:
+        fields["activation_checkpointing"] = True
+        return fields, ["--fsdp_activation_checkpointing", "true"]
+    return fields, []
 
 
 def _accelerate_handlers(plan: Plan, rules: Rules) -> tuple[dict[AccelerateHandler, dict[str, object]], list[str]]:
@@ -528,13 +703,17 @@ __all__ = [
     "accelerate_launch_flags",
     "accelerate_mesh_refusal",
     "accelerate_parallelism",
+    "block_classes",
     "check_rules_at_hand",
+    "checkpointing_consequence",
+    "checkpointing_refusal",
     "deepspeed_config",
     "family_recipe",
     "framework_sync_batchnorm",
     "fsdp_mesh_shape",
     "lightning_arguments",
     "lightning_sizes",
+    "needs_checkpointing",
     "needs_grad_scaler",
     "option_keywords",
     "option_rows",

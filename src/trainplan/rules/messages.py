@@ -28,6 +28,7 @@ RefusalId = Literal[
     "accelerate-main-address",
     "deepspeed-config", "deepspeed-count", "lightning-trainer-strategy", "lightning-strategy", "accelerate-precision",
     "accelerate-strategy", "lightning-mesh", "lightning-precision", "fabric-parallelize", "accelerate-mesh",
+    "framework-checkpointing", "framework-checkpointing-blocks",
     # device meshes
     "mesh-product", "mesh-remainder", "mesh-autos", "mesh-spellings", "mesh-inside-node", "mesh-pipeline-nodes",
     "mesh-accelerator", "mesh-backend", "mesh-precision", "mesh-expert", "pipeline-virtual-stages",
@@ -419,6 +420,24 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
         fix="Pass it: fabric_arguments(plan, parallelize=fn), where fn(model, device_mesh) returns the model",
     ),
     "accelerate-mesh": Rule(reason="{why}", fix="{fix}"),
+    # The memory choice reaches a framework or is refused: a layout that fits only by recomputing activations
+    # would run out of memory without it.
+    "framework-checkpointing": Rule(
+        reason=(
+            "the plan's layout {layout} fits only with activation checkpointing ({consequence}), and {framework} {why}"
+        ),
+        fix=(
+            "Checkpoint the model's repeated blocks before handing it over, trainplan.checkpoint_blocks(model) (or "
+            "blocks=MyBlock), and say so: {call}(plan, checkpointed=True)"
+        ),
+    ),
+    "framework-checkpointing-blocks": Rule(
+        reason=(
+            "the plan's layout {layout} fits only with activation checkpointing ({consequence}), and {framework} "
+            "checkpoints the layers of the classes it is given: none was given"
+        ),
+        fix="Pass the class of the model's repeated block (a transformer layer): {call}(plan, blocks=MyBlock)",
+    ),
     "metric-stateful-cpu": Rule(
         reason=(
             "a stateful metric object kept on CPU cannot be reduced with backend {backend!r}: its states are "

@@ -20,6 +20,11 @@ from trainplan.spec.names import (
 
 DtypeName: TypeAlias = Literal["float64", "float32", "float16", "bfloat16"]
 WrapperName: TypeAlias = Literal["move", "data_parallel", "ddp", "fsdp", "deepspeed", "mesh", "xla"]
+
+LightningCheckpointing: TypeAlias = Literal["policy", "parallelize"]
+"""How a Lightning strategy carries activation checkpointing of the model's blocks: its
+`activation_checkpointing_policy` (the blocks' classes), or the function Fabric's ModelParallelStrategy applies the mesh
+with (`parallelize_fn`)."""
 AccelerateMixedPrecision: TypeAlias = Literal["no", "fp16", "bf16", "fp8"]
 RecipeEngine: TypeAlias = Literal["torch", "transformer_engine"]
 """Who runs a precision: torch (autocast, parameter dtype) or NVIDIA's Transformer Engine."""
@@ -127,6 +132,9 @@ class FamilyRecipe:
     Trainer is refused with this strategy as the one it runs instead."""
     accelerate_why_not: str | None = None  # why Accelerate cannot run the family; None: it can
     accelerate_instead: StrategyName | None = None  # the strategy suggested to Accelerate where it cannot
+    lightning_checkpointing: LightningCheckpointing | None = None
+    """How the family's Lightning strategy checkpoints the model's blocks (`LightningCheckpointing`); None: it has no
+    setting for it (DDP's, DeepSpeed's, XLA's), so a plan that recomputes activations is refused there by name."""
 
 
 FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
@@ -159,6 +167,7 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
             lightning_backend=True,
             accelerate_launch=("--use_fsdp",),
             sharded_grad_scaler=True,
+            lightning_checkpointing="policy",  # FSDPStrategy(activation_checkpointing_policy={Block})
         ),
         FamilyRecipe(
             family="deepspeed",
@@ -178,6 +187,9 @@ FAMILY_RECIPES: Final[Mapping[StrategyFamily, FamilyRecipe]] = {
             # Lightning's ModelParallelStrategy refuses the other precisions (its connector's own list).
             lightning_precisions=frozenset({"32-true", "bf16-mixed", "bf16-true", "16-true"}),
             lightning_backend=True,
+            # Fabric's strategy calls parallelize_fn(model, mesh): the adapter checkpoints the blocks first. The
+            # Trainer's applies the mesh in LightningModule.configure_model, out of the adapter's reach.
+            lightning_checkpointing="parallelize",
         ),
         FamilyRecipe(
             family="xla",
