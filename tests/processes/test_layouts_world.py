@@ -1,8 +1,9 @@
-"""The layouts mixture-of-experts training uses, in one real 4-process CPU world over gloo (dp_shard=2 × tp=2 with
-ep=2, and dp_shard=4 with ep=4 built in the same world): every rank's dense and expert coordinates and group members
-equal what torch's `init_device_mesh` builds by hand and what the plan says; `rt.mesh` answers Lightning's and
-torchtitan's names; parallelize functions written for either run unchanged; a tiny mixture of 4 experts split over
-ep=4 has the loss and gradients of one process."""
+"""The layouts mixture-of-experts and long-context training use, in one real 4-process CPU world over gloo
+(dp_shard=2 × tp=2 with ep=2; dp_shard=4 with ep=4, pp=2 × dp_shard=2 and sp=2 × dp_shard=2 built in the same
+world): every rank's dense and expert coordinates and group members equal what torch's `init_device_mesh` builds by
+hand and what the plan says; `rt.mesh` answers Lightning's and torchtitan's names; parallelize functions written for
+either run unchanged; a tiny mixture of 4 experts split over ep=4, a 2-stage pipeline and an attention layer split
+over sp (Ulysses) have the loss and gradients of one process."""
 
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ pytestmark = pytest.mark.processes
 def reports() -> list[dict[str, Any]]:
     options = tp.ModelParallelOptions(dp_shard=2, tp=2, ep=2)
     plan = tp.resolve(tp.Request(accelerator="cpu", devices=4, strategy="model_parallel", strategy_options=options))
-    assert plan.mesh is not None and (plan.mesh.shape, plan.mesh.ep) == ((1, 1, 2, 1, 2), 2)
+    assert plan.mesh is not None and (plan.mesh.shape, plan.mesh.ep) == ((1, 1, 2, 1, 1, 2), 2)
     found = tp.launch_with(plan, layouts_world.report, timeout=240)
     return [json.loads(json.dumps(report)) for report in found]
 
 
-@pytest.mark.parametrize("layout", ["own", "dp_shard_4_ep_4", "pp_2_dp_shard_2"])
+@pytest.mark.parametrize("layout", ["own", "dp_shard_4_ep_4", "pp_2_dp_shard_2", "sp_2_dp_shard_2"])
 def test_dense_and_expert_meshes_are_the_ones_torch_builds_by_hand(reports: list[dict[str, Any]], layout: str) -> None:
     for rank, report in enumerate(reports):
         assert report["rank"] == rank
@@ -119,3 +120,30 @@ def test_a_two_stage_pipeline_under_torchs_1f1b_has_one_process_loss_and_gradien
             assert reference_grad is not None
             assert grad == pytest.approx(reference_grad.flatten().tolist(), rel=1e-5, abs=1e-6), name
     assert all("stage_indices=(0,)" in report["own_pipeline"] for report in reports), "pp=1: every rank is stage 0"
+
+
+def test_an_attention_layer_split_over_sp_has_one_process_loss_and_gradients(reports: list[dict[str, Any]]) -> None:
+    """sp=2 × dp_shard=2: sp groups are neighbouring ranks, FSDP's mesh (`rt.fsdp_mesh`) folds sp into dp_shard as
+    `dp_shard_sp`, and Ulysses' two all-to-alls give each shard's loss and the mean loss's gradients."""
+    qkv, out = layouts_world.attention_parts()
+    inputs, targets = layouts_world.attention_data()
+    batch = layouts_world.BATCH
+    losses = [
+        torch.nn.functional.mse_loss(
+            layouts_world.attention(qkv, out, inputs[s * batch : (s + 1) * batch]), targets[s * batch : (s + 1) * batch]
+        )
+        for s in range(2)
+    ]
+    (sum(losses) / 2).backward()  # type: ignore[union-attr]
+    expected = {f"qkv.{name}": p.grad for name, p in qkv.named_parameters()}
+    expected.update({f"out.{name}": p.grad for name, p in out.named_parameters()})
+    for rank, report in enumerate(reports):
+        seen = report["ulysses"]
+        assert seen["sp_group"] == [rank - rank % 2, rank - rank % 2 + 1]
+        assert (seen["fsdp_group"], seen["fsdp_names"]) == ([0, 1, 2, 3], ["dp_shard_sp"])
+        assert seen["loss"] == pytest.approx(losses[rank // 2].item(), rel=1e-5)
+        assert seen["grads"].keys() == expected.keys()
+        for name, grad in seen["grads"].items():
+            reference = expected[name]
+            assert reference is not None
+            assert grad == pytest.approx(reference.flatten().tolist(), rel=1e-5, abs=1e-6), f"rank {rank}: {name}"

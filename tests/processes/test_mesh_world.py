@@ -19,7 +19,7 @@ from tests.scripts import mesh_world
 
 pytestmark = pytest.mark.processes
 
-NAMES = ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
+NAMES = ["pp", "dp_replicate", "dp_shard", "cp", "sp", "tp"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -39,16 +39,17 @@ def _check_against_torch(reports: list[dict[str, Any]], shape: list[int]) -> Non
 
 def test_dp_shard_2_by_tp_2_is_torchs_mesh_and_trains() -> None:
     plan, reports = _world(tp.ModelParallelOptions(dp_shard=2, tp=2))
-    assert plan.mesh is not None and plan.mesh.shape == (1, 1, 2, 1, 2)
-    _check_against_torch(reports, [1, 1, 2, 1, 2])
+    assert plan.mesh is not None and plan.mesh.shape == (1, 1, 2, 1, 1, 2)
+    _check_against_torch(reports, [1, 1, 2, 1, 1, 2])
     for rank, report in enumerate(reports):
         shard, column = divmod(rank, 2)
-        assert report["coordinate"] == [0, 0, shard, 0, column]
+        assert report["coordinate"] == [0, 0, shard, 0, 0, column]
         assert report["groups"] == {
             "pp": [rank],
             "dp_replicate": [rank],
             "dp_shard": [column, column + 2],
             "cp": [rank],
+            "sp": [rank],
             "tp": [2 * shard, 2 * shard + 1],
         }
         # The two ranks of a tensor-parallel group read the same batches; the two shards read different ones.
@@ -77,16 +78,17 @@ def test_dp_shard_2_by_tp_2_is_torchs_mesh_and_trains() -> None:
 
 def test_pp_2_by_dp_replicate_2_is_torchs_mesh() -> None:
     plan, reports = _world(tp.ModelParallelOptions(pp=2, dp_replicate=2, dp_shard=1))
-    assert plan.mesh is not None and plan.mesh.shape == (2, 2, 1, 1, 1)
-    _check_against_torch(reports, [2, 2, 1, 1, 1])
+    assert plan.mesh is not None and plan.mesh.shape == (2, 2, 1, 1, 1, 1)
+    _check_against_torch(reports, [2, 2, 1, 1, 1, 1])
     for rank, report in enumerate(reports):
         stage, replica = divmod(rank, 2)
-        assert report["coordinate"] == [stage, replica, 0, 0, 0]
+        assert report["coordinate"] == [stage, replica, 0, 0, 0, 0]
         assert report["groups"] == {
             "pp": [replica, replica + 2],
             "dp_replicate": [2 * stage, 2 * stage + 1],
             "dp_shard": [rank],
             "cp": [rank],
+            "sp": [rank],
             "tp": [rank],
         }
         # Both stages of a pipeline read the same batches; the replicas read different ones.

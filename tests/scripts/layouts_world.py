@@ -1,12 +1,14 @@
 """In each worker of one 4-process CPU world over gloo (launched with dp_shard=2 × tp=2, ep=2): for that layout and
 for dp_shard=4 with ep=4, the dense and expert meshes trainplan builds (`build_meshes`, as `rt` does) beside the
 ones torch builds by hand with `init_device_mesh`, and beside the plan's arithmetic; the peers' names on `rt.mesh`;
-a Lightning-style and a torchtitan-style parallelize function run unchanged; and one step of a tiny mixture of 4
-experts split over ep=4."""
+a Lightning-style and a torchtitan-style parallelize function run unchanged; one step of a tiny mixture of 4
+experts split over ep=4; one step of a 2-stage pipeline; and, with sp=2 × dp_shard=2, one step of an attention layer
+whose sequence is split over sp (Ulysses)."""
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import distributed
@@ -188,13 +190,104 @@ def _pipeline_step(layout: MeshLayout, built: dict[str, DeviceMesh], rank: int) 
     }
 
 
+SEQUENCE, HEADS, BATCH = 8, 2, 4
+
+
+def sequence_layout() -> MeshLayout:
+    """sp=2 × dp_shard=2 (Ulysses sequence parallelism inside FSDP's shards), as the planner plans it."""
+    options = tp.ModelParallelOptions(sp=2, dp_shard=2)
+    request = tp.Request(accelerator="cpu", devices=4, strategy="model_parallel", strategy_options=options)
+    plan = tp.resolve(request, tp.Environment(cpu_count=4))
+    assert plan.mesh is not None
+    return plan.mesh
+
+
+def attention_parts() -> tuple[torch.nn.Linear, torch.nn.Linear]:
+    """The q/k/v projection and the output projection of one attention layer, the same on every rank."""
+    torch.manual_seed(13)
+    return torch.nn.Linear(WIDTH, 3 * WIDTH), torch.nn.Linear(WIDTH, WIDTH)
+
+
+def attention_data() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(17)
+    shape = (2 * BATCH, SEQUENCE, WIDTH)  # two data-parallel shards of BATCH sequences
+    return torch.randn(*shape, generator=generator), torch.randn(*shape, generator=generator)
+
+
+def attention(
+    qkv: torch.nn.Linear,
+    out: torch.nn.Linear,
+    tokens: torch.Tensor,
+    swap: Callable[[torch.Tensor, bool], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Multi-head self-attention over (batch, sequence, width); `swap(tensor, forward)` turns a sequence split into
+    a head split and back (Ulysses), None on one process."""
+    batch, length, _ = tokens.shape
+    q, k, v = (part.reshape(batch, length, HEADS, WIDTH // HEADS) for part in qkv(tokens).chunk(3, dim=-1))
+    if swap is not None:
+        q, k, v = (swap(part, True) for part in (q, k, v))
+    attended = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    attended = attended.transpose(1, 2)
+    if swap is not None:
+        attended = swap(attended, False)
+    projected: torch.Tensor = out(attended.reshape(batch, attended.shape[1], WIDTH))
+    return projected
+
+
+def _ulysses_step(layout: MeshLayout, built: dict[str, DeviceMesh], rank: int) -> dict[str, object]:
+    """One step of an attention layer with its sequence split over sp (DeepSpeed Ulysses): each rank projects its
+    slice, an all-to-all over `built["mesh"]["sp"]` gives it the whole sequence for HEADS/sp heads, and a second one
+    gives back its slice of every head; gradients averaged over the FSDP mesh trainplan builds (`dp_shard_sp`)."""
+    from torch.distributed.nn.functional import all_to_all_single
+
+    sp_mesh = built["mesh"]["sp"]
+    group, size, position = sp_mesh.get_group(), sp_mesh.size(), sp_mesh.get_local_rank()
+    shard = layout.coordinates(rank)[layout.dimensions.index("dp_shard")]
+
+    def swap(part: torch.Tensor, forward: bool) -> torch.Tensor:
+        batch = part.shape[0]
+        if forward:  # (b, s/sp, h, d) -> (b, s, h/sp, d): send head chunk i to rank i, take its sequence slice
+            chunks = part.reshape(batch, part.shape[1], size, HEADS // size, -1).permute(2, 0, 1, 3, 4).contiguous()
+            got: torch.Tensor = all_to_all_single(torch.empty_like(chunks), chunks, group=group)  # type: ignore[no-untyped-call]
+            return got.permute(1, 0, 2, 3, 4).reshape(batch, SEQUENCE, HEADS // size, -1)
+        chunks = part.reshape(batch, size, SEQUENCE // size, HEADS // size, -1).permute(1, 0, 2, 3, 4).contiguous()
+        back: torch.Tensor = all_to_all_single(torch.empty_like(chunks), chunks, group=group)  # type: ignore[no-untyped-call]
+        return back.permute(1, 2, 0, 3, 4).reshape(batch, SEQUENCE // size, HEADS, -1)
+
+    qkv, out = attention_parts()
+    inputs, targets = attention_data()
+    mine = slice(position * SEQUENCE // size, (position + 1) * SEQUENCE // size)
+    batch = slice(shard * BATCH, (shard + 1) * BATCH)
+    output = attention(qkv, out, inputs[batch, mine], swap)
+    # This slice's share of the shard's mean squared error, times sp: FSDP's mean over dp_shard · sp ranks then
+    # gives the gradient of the mean over the shards.
+    share = ((output - targets[batch, mine]) ** 2).sum() / targets[batch].numel()
+    (share * size).backward()  # type: ignore[no-untyped-call]
+    sharded = built["sharded"]
+    grads: dict[str, list[float]] = {}
+    for prefix, module in (("qkv", qkv), ("out", out)):
+        for name, parameter in module.named_parameters():
+            assert parameter.grad is not None
+            distributed.all_reduce(parameter.grad, group=sharded.get_group())
+            grads[f"{prefix}.{name}"] = (parameter.grad / sharded.size()).flatten().tolist()
+    loss = share.detach().clone()
+    distributed.all_reduce(loss, group=group)
+    return {
+        "sp_group": list(distributed.get_process_group_ranks(group)),
+        "fsdp_group": list(distributed.get_process_group_ranks(sharded.get_group())),
+        "fsdp_names": list(sharded.mesh_dim_names or ()),
+        "loss": loss.item(),
+        "grads": grads,
+    }
+
+
 def report() -> dict[str, object]:
     with tp.runtime() as rt:
         layout = rt.plan.mesh
         assert layout is not None
         own = {"mesh": rt.mesh, "expert": rt.expert_mesh}
         result: dict[str, object] = {"rank": rt.rank, "own": _meshes_report(layout, own, rt.rank)}
-        other = MeshLayout(shape=(1, 1, 4, 1, 1), ep=4)
+        other = MeshLayout(shape=(1, 1, 4, 1, 1, 1), ep=4)
         built = build_meshes(TorchWrappers(), "cpu", other)
         result["dp_shard_4_ep_4"] = _meshes_report(other, built, rt.rank)
         result["peer_names"] = {name: rt.mesh[name].mesh.flatten().tolist() for name in MESH_ALIASES}
@@ -206,4 +299,8 @@ def report() -> dict[str, object]:
         result["pp_2_dp_shard_2"] = _meshes_report(staged, staged_meshes, rt.rank)
         result["pipeline"] = _pipeline_step(staged, staged_meshes, rt.rank)
         result["own_pipeline"] = repr(rt.pipeline)
+        sequence = sequence_layout()
+        sequence_meshes = build_meshes(TorchWrappers(), "cpu", sequence)
+        result["sp_2_dp_shard_2"] = _meshes_report(sequence, sequence_meshes, rt.rank)
+        result["ulysses"] = _ulysses_step(sequence, sequence_meshes, rt.rank)
     return result

@@ -76,8 +76,8 @@ class TestTheExpertMesh:
         plan = mesh_plan(
             cpu(), accelerator="cpu", devices=4, strategy_options=ModelParallelOptions(dp_shard=2, tp=2, ep=2)
         )
-        assert plan.mesh is not None and plan.world_size == 4 and plan.mesh.shape == (1, 1, 2, 1, 2)
-        assert "ep=2 splits the experts over 2 of the 4 ranks of dp_shard × cp × tp" in plan.reasons["mesh"]
+        assert plan.mesh is not None and plan.world_size == 4 and plan.mesh.shape == (1, 1, 2, 1, 1, 2)
+        assert "ep=2 splits the experts over 2 of the 4 ranks of dp_shard × cp × sp × tp" in plan.reasons["mesh"]
 
     def test_the_expert_mesh_is_the_dense_region_regrouped(self) -> None:
         """For every small layout, the ranks of an ep group and an efsdp group together make exactly the ranks of a

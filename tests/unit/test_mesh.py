@@ -59,6 +59,7 @@ class TestDegrees:
             "dp_replicate": 1,
             "dp_shard": 8,
             "cp": 1,
+            "sp": 1,
             "tp": 1,
         }
         assert plan.reasons["mesh"] == "dp_shard='auto' took the whole world of 8 (no other degree asked for)"
@@ -66,7 +67,7 @@ class TestDegrees:
 
     def test_the_default_auto_takes_what_the_written_degrees_leave(self) -> None:
         plan = mesh_plan(cuda(4), devices=4, num_nodes=2, strategy_options=MESH(pp=2, tp=2))
-        assert plan.mesh is not None and plan.mesh.shape == (2, 1, 2, 1, 2)
+        assert plan.mesh is not None and plan.mesh.shape == (2, 1, 2, 1, 1, 2)
         assert plan.reasons["mesh"] == "asked for pp=2, tp=2; dp_shard='auto' took the 2 left of the world of 8"
 
     def test_a_written_auto_takes_the_rest_and_the_default_one_yields(self) -> None:
@@ -75,7 +76,7 @@ class TestDegrees:
 
     def test_every_degree_written(self) -> None:
         plan = mesh_plan(cuda(4), devices=4, strategy_options=MESH(dp_shard=1, tp=4))
-        assert plan.mesh is not None and plan.mesh.shape == (1, 1, 1, 1, 4)
+        assert plan.mesh is not None and plan.mesh.shape == (1, 1, 1, 1, 1, 4)
         assert plan.reasons["mesh"] == "asked for tp=4"
 
     def test_strategy_auto_with_mesh_options_chooses_model_parallel(self) -> None:
@@ -84,7 +85,7 @@ class TestDegrees:
 
     def test_one_process_is_a_mesh_of_ones(self) -> None:
         plan = mesh_plan(cpu(), accelerator="cpu", devices=1)
-        assert plan.mesh is not None and plan.mesh.shape == (1, 1, 1, 1, 1) and plan.launcher == "subprocess"
+        assert plan.mesh is not None and plan.mesh.shape == (1, 1, 1, 1, 1, 1) and plan.launcher == "subprocess"
 
     @pytest.mark.parametrize("degree", [0, -1, True, 1.5, "two", 2**40])
     def test_a_degree_is_a_positive_whole_number_or_auto(self, degree: object) -> None:
@@ -98,7 +99,7 @@ class TestDegrees:
         )
         assert request.strategy_options == MESH(tp=2, dp_shard="auto")
         plan = resolve(request, cuda(4))
-        assert plan.mesh is not None and plan.mesh.shape == (1, 1, 2, 1, 2)
+        assert plan.mesh is not None and plan.mesh.shape == (1, 1, 2, 1, 1, 2)
 
 
 class TestRefusalsOfferWhatRuns:
@@ -191,7 +192,7 @@ class TestLightningSpelling:
 
     def test_both_auto_is_lightnings_layout_with_a_note(self) -> None:
         plan = mesh_plan(cuda(4), devices=4, num_nodes=2, strategy_options=MESH(data_parallel_size="auto"))
-        assert plan.mesh is not None and plan.mesh.shape == (1, 1, 2, 1, 4)
+        assert plan.mesh is not None and plan.mesh.shape == (1, 1, 2, 1, 1, 4)
         in_force = MESH(dp_shard=2, tp=4, given=["data_parallel_size"])
         assert plan.strategy.options == in_force, "the options in force are whole degrees"
         notes = [note.message for note in plan.notes if note.code == "lightning-sizes"]
@@ -226,7 +227,9 @@ class TestLightningSpelling:
 class TestArithmetic:
     """Rank r sits where `torch.arange(world).view(shape)` puts it (row-major), as `init_device_mesh` lays it out."""
 
-    @pytest.mark.parametrize("shape", [(1, 1, 2, 1, 2), (2, 2, 1, 1, 1), (2, 1, 3, 2, 2), (1, 2, 2, 1, 1)])
+    @pytest.mark.parametrize(
+        "shape", [(1, 1, 2, 1, 1, 2), (2, 2, 1, 1, 1, 1), (2, 1, 3, 2, 1, 2), (1, 2, 2, 1, 1, 1), (1, 2, 2, 1, 2, 1)]
+    )
     def test_coordinates_groups_and_data_parallel_replicas(self, shape: tuple[int, ...]) -> None:
         layout = MeshLayout(shape=shape)
         grid = torch.arange(layout.world_size).view(shape)
@@ -243,14 +246,14 @@ class TestArithmetic:
         assert replicas == {(index, shape[1] * shape[2]) for index in range(shape[1] * shape[2])}
 
     def test_a_negative_count_of_groups_or_members_is_refused(self) -> None:
-        layout = MeshLayout(shape=(1, 1, 2, 1, 2))
+        layout = MeshLayout(shape=(1, 1, 2, 1, 1, 2))
         for keep in ({"limit": -1}, {"members": -1}, {"limit": True}):
             with pytest.raises(ValueError, match="use 0 or more"):
                 layout.groups("tp", **keep)
         assert layout.groups("tp", limit=0) == () and layout.groups("tp", limit=1, members=1) == ((0,),)
 
     def test_bad_ranks_and_names_say_what_fits(self) -> None:
-        layout = MeshLayout(shape=(1, 1, 2, 1, 2))
+        layout = MeshLayout(shape=(1, 1, 2, 1, 1, 2))
         with pytest.raises(IndexError, match="use 0 to 3"):
             layout.coordinates(4)
         with pytest.raises(KeyError, match="'tensor' is not a dimension"):
@@ -276,7 +279,7 @@ class TestArithmetic:
     def test_every_accessor_refuses_with_a_trainplan_error(self, ask: Callable[[MeshLayout], object]) -> None:
         """Typed, and still the builtin kind index and mapping code catch (IndexError, KeyError, ValueError)."""
         with pytest.raises(TrainplanError) as caught:
-            ask(MeshLayout(shape=(1, 1, 2, 1, 2)))
+            ask(MeshLayout(shape=(1, 1, 2, 1, 1, 2)))
         assert isinstance(caught.value, (IndexError, KeyError, ValueError))
         assert "0 to" in str(caught.value) or "dimension" in str(caught.value) or "0 or more" in str(caught.value)
 
@@ -296,14 +299,16 @@ class TestThePlan:
         )
         plan = mesh_plan(env, strategy_options=MESH(pp=2, tp=2))
         assert plan.global_rank == 5
-        assert plan.mesh_coordinates == {"pp": 1, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "tp": 1}
-        assert plan.mesh_groups == {"pp": (1, 5), "dp_replicate": (5,), "dp_shard": (5, 7), "cp": (5,), "tp": (4, 5)}
+        assert plan.mesh_coordinates == {"pp": 1, "dp_replicate": 0, "dp_shard": 0, "cp": 0, "sp": 0, "tp": 1}
+        groups = {"pp": (1, 5), "dp_replicate": (5,), "dp_shard": (5, 7), "cp": (5,), "sp": (5,), "tp": (4, 5)}
+        assert plan.mesh_groups == groups
 
     def test_explain_draws_nodes_by_processes_with_the_groups(self) -> None:
         env = cuda(4, variables=TWO_NODES)
         text = mesh_plan(env, devices=4, num_nodes=2, strategy_options=MESH(pp=2, tp=2)).explain()
         drawing = text[text.index("  mesh ") :]
-        assert drawing.splitlines()[0] == "  mesh         pp 2 × dp_replicate 1 × dp_shard 2 × cp 1 × tp 2 = 8 rank(s)"
+        first = "  mesh         pp 2 × dp_replicate 1 × dp_shard 2 × cp 1 × sp 1 × tp 2 = 8 rank(s)"
+        assert drawing.splitlines()[0] == first
         assert (
             "layout (node × process: ranks; [ ] a tensor-parallel group; | between pipeline stages):\n"
             "  node 0  [0 1] [2 3]   stage 0\n"
@@ -328,18 +333,18 @@ class TestThePlan:
     def test_json_round_trip(self) -> None:
         plan = mesh_plan(cuda(4, variables=TWO_NODES), devices=4, num_nodes=2, strategy_options=MESH(pp=2, tp=2))
         data = json.loads(json.dumps(plan.to_dict()))
-        dimensions = ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
+        dimensions = ["pp", "dp_replicate", "dp_shard", "cp", "sp", "tp"]
         pipeline = {"schedule": "1F1B", "microbatches": 2, "virtual_stages": 1}  # one microbatch per stage
-        assert data["mesh"] == {"dimensions": dimensions, "shape": [2, 1, 2, 1, 2], "ep": 1, "pipeline": pipeline}
+        assert data["mesh"] == {"dimensions": dimensions, "shape": [2, 1, 2, 1, 1, 2], "ep": 1, "pipeline": pipeline}
         assert Plan.from_dict(data) == plan
 
     @pytest.mark.parametrize(
         ("mutate", "words"),
         [
             (lambda data: data.update(mesh=None), "plans a device mesh"),
-            (lambda data: data["mesh"].update(shape=[1, 1, 4, 1, 2]), "options in force"),
+            (lambda data: data["mesh"].update(shape=[1, 1, 4, 1, 1, 2]), "options in force"),
             (
-                lambda data: data["mesh"].update(dimensions=["tp", "pp", "dp_replicate", "dp_shard", "cp"]),
+                lambda data: data["mesh"].update(dimensions=["tp", "pp", "dp_replicate", "dp_shard", "cp", "sp"]),
                 "dimensions are",
             ),
             (lambda data: data["mesh"].update(shape=[2, 1, 2, 1]), "one size"),
@@ -360,7 +365,7 @@ class TestThePlan:
 
     def test_a_plan_read_back_breaking_a_rule_names_it(self) -> None:
         data = json.loads(json.dumps(mesh_plan(cuda(4), devices=4, strategy_options=MESH(tp=4)).to_dict()))
-        data["mesh"]["shape"] = [1, 1, 1, 4, 1]
+        data["mesh"]["shape"] = [1, 1, 1, 4, 1, 1]
         data["strategy"]["options"].update(cp=4, tp=1)
         data["request"]["strategy_options"].update(cp=4, tp=1)
         data["precision"] = data["request"]["precision"] = "64-true"
@@ -370,7 +375,8 @@ class TestThePlan:
     def test_other_strategies_have_no_mesh(self) -> None:
         data = json.loads(json.dumps(resolve(Request(devices=2), cuda(2)).to_dict()))
         assert data["mesh"] is None
-        data["mesh"] = {"dimensions": ["pp", "dp_replicate", "dp_shard", "cp", "tp"], "shape": [1, 1, 2, 1, 1]}
+        dimensions = ["pp", "dp_replicate", "dp_shard", "cp", "sp", "tp"]
+        data["mesh"] = {"dimensions": dimensions, "shape": [1, 1, 2, 1, 1, 1]}
         with pytest.raises(PlanFormatError, match="has no device mesh"):
             Plan.from_dict(data)
 
@@ -529,9 +535,9 @@ class TestRuntime:
     def test_the_mesh_is_built_with_the_plans_names_and_shape(self) -> None:
         plan = mesh_plan(cuda(8), devices=8, strategy_options=MESH(dp_replicate=2, cp=2, tp=2))
         rt, fakes = runtime_for(plan, rank=5)
-        dimensions = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+        dimensions = ("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp")
         assert fakes.calls == [
-            ("device_mesh", ("cuda", (1, 2, 1, 2, 2), dimensions)),
+            ("device_mesh", ("cuda", (1, 2, 1, 2, 1, 2), dimensions)),
             ("flatten", (("dp_replicate", "dp_shard"), "dp")),
             *(("flatten", (flattened, alias)) for alias, flattened in MESH_ALIASES.items()),
             ("flatten", (dimensions, "world")),
@@ -594,8 +600,8 @@ class TestRuntime:
         world = World(plan=plan, rank=0, local_rank=0, device="cpu", created=False, timeout_seconds=60)
         rt = Runtime(plan, world)
         try:
-            assert rt.mesh.shape == (1, 1, 1, 1, 1)
-            assert rt.mesh.mesh_dim_names == ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+            assert rt.mesh.shape == (1, 1, 1, 1, 1, 1)
+            assert rt.mesh.mesh_dim_names == ("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp")
             model = rt.wrap(torch.nn.Linear(2, 1))
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
             rt.step(model(torch.ones(3, 2)).sum(), optimizer)
@@ -625,7 +631,7 @@ class TestCommandLine:
         flags = ["plan", "--no-probe", "--assume", "cuda=4", "--devices", "4", "--strategy", "model_parallel"]
         code, out, _ = self.run(capsys, *flags, "--strategy-option", "tensor_parallel_size=4", "--json")
         data = json.loads(out)
-        assert code == 0 and data["mesh"]["shape"] == [1, 1, 1, 1, 4]
+        assert code == 0 and data["mesh"]["shape"] == [1, 1, 1, 1, 1, 4]
         assert data["request"]["strategy_options"]["tensor_parallel_size"] == 4
 
     def test_a_repeated_option_is_refused_naming_both(self, capsys: pytest.CaptureFixture[str]) -> None:

@@ -438,12 +438,19 @@ CASES: dict[str, Case] = {
         "mesh-pipeline-nodes",
         ("pp=3 makes stages of 2 processes on 2 nodes of 3", "Use pp=2 or 6", "e.g. pp=2, dp_shard=3"),
     ),
+    "mesh sequence and context parallelism together": (
+        {"devices": 4, "strategy_options": ModelParallelOptions(cp=2, sp=2)},
+        cuda(4),
+        Incompatible,
+        "mesh-exclusive",
+        ("sp=2 cannot be used with cp=2", "both split each sequence", "Use sp=1 or cp=1", "e.g. dp_shard=2, cp=2"),
+    ),
     "mesh expert degree not dividing the region": (
         {"accelerator": "cpu", "devices": 4, "strategy_options": ModelParallelOptions(dp_shard=2, tp=2, ep=3)},
         cpu(),
         Incompatible,
         "mesh-expert",
-        ("ep=3 splits the experts", "= 4 (dp_shard=2 × cp=1 × tp=2)", "Use ep=4 or 2"),
+        ("ep=3 splits the experts", "= 4 (dp_shard=2 × cp=1 × sp=1 × tp=2)", "Use ep=4 or 2"),
     ),
     "pipeline 1F1B with fewer microbatches than stages": (
         {"accelerator": "cpu", "devices": 4, "strategy_options": ModelParallelOptions(pp=4, pp_microbatches=2)},

@@ -10,7 +10,7 @@
         store = rt.metric_store()
 
 A `model_parallel` plan also gets its device mesh: `rt.mesh` is torch's `DeviceMesh`, built with
-`init_device_mesh` and the plan's dimension names (`pp, dp_replicate, dp_shard, cp, tp`) when the runtime starts
+`init_device_mesh` and the plan's dimension names (`pp, dp_replicate, dp_shard, cp, sp, tp`) when the runtime starts
 (every rank builds it: its groups are collectives); it answers the names Lightning and torchtitan index theirs by
 too (`rt.mesh["tensor_parallel"]`, `rt.mesh["dp_shard_cp"]`, `rt.mesh["batch"]`, ...: `rules.MESH_ALIASES`).
 `rt.submesh("tp")`, `rt.fsdp_mesh`, `rt.data_parallel_mesh` and `rt.expert_mesh` (`pp, dp_replicate, efsdp, ep`)
@@ -250,7 +250,7 @@ def _checkpoint(model: torch.nn.Module, found: Mapping[str, torch.nn.Module]) ->
 
 def build_meshes(wrappers: ModelWrappers, device_type: str, layout: MeshLayout) -> dict[str, DeviceMesh]:
     """The meshes a runtime hands out for `layout`, built with torch's own `DeviceMesh` on every rank (a
-    collective): "mesh", the dense mesh (`pp, dp_replicate, dp_shard, cp, tp`) answering the peers' names too
+    collective): "mesh", the dense mesh (`pp, dp_replicate, dp_shard, cp, sp, tp`) answering the peers' names too
     (`rules.MESH_ALIASES`, each a `_flatten` of the dimensions it stands for, kept as "alias NAME"); "data_parallel"
     (`dp`), "sharded" (what
     FSDP2 takes) and "expert" (`pp, dp_replicate, efsdp, ep`, unflattened from the whole world as torchtitan does).
@@ -259,7 +259,12 @@ def build_meshes(wrappers: ModelWrappers, device_type: str, layout: MeshLayout) 
     built = {"mesh": mesh, "data_parallel": wrappers.flatten(mesh, ("dp_replicate", "dp_shard"), "dp")}
     for alias, dimensions in MESH_ALIASES.items():
         built[f"alias {alias}"] = wrappers.flatten(mesh, dimensions, alias)
-    shard = "dp_shard_cp" if layout.size("cp") > 1 else "dp_shard"  # context ranks shard parameters too
+    shard = "dp_shard"
+    if layout.size("cp") > 1:  # context ranks shard parameters too
+        shard = "dp_shard_cp"
+    elif layout.size("sp") > 1:  # and sequence ranks (Ulysses): same parameters, other tokens (DeepSpeed: dp × sp)
+        shard = "dp_shard_sp"
+        built["alias dp_shard_sp"] = wrappers.flatten(mesh, ("dp_shard", "cp", "sp"), shard)
     built["sharded"] = mesh[("dp_replicate", shard)] if layout.size("dp_replicate") > 1 else mesh[shard]
     world = wrappers.flatten(mesh, layout.dimensions, "world")
     built["expert"] = wrappers.unflatten(world, layout.expert.shape, layout.expert.dimensions)
@@ -371,7 +376,7 @@ class Runtime:
 
     @property
     def mesh(self) -> DeviceMesh:
-        """The plan's device mesh: torch's `DeviceMesh` with the dimensions `pp, dp_replicate, dp_shard, cp, tp` (in
+        """The plan's device mesh: torch's `DeviceMesh` with the dimensions `pp, dp_replicate, dp_shard, cp, sp, tp` (in
         that order, sizes as the plan says; this rank's coordinates are `plan.mesh_coordinates`)."""
         return self._mesh("rt.mesh")
 
@@ -393,7 +398,8 @@ class Runtime:
     @property
     def fsdp_mesh(self) -> DeviceMesh:
         """The mesh FSDP2's `fully_shard` takes: the data-parallel shards (with the context-parallel ranks folded in
-        as `dp_shard_cp` when `cp` > 1), and the replicas as an outer dimension when `dp_replicate` > 1 (HSDP)."""
+        as `dp_shard_cp` when `cp` > 1, the sequence-parallel ones as `dp_shard_sp` when `sp` > 1), and the replicas
+        as an outer dimension when `dp_replicate` > 1 (HSDP)."""
         self._mesh("rt.fsdp_mesh")
         return self._meshes["sharded"]
 

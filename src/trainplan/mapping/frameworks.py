@@ -639,7 +639,14 @@ def accelerate_parallelism(mesh: MeshLayout) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for name in MESH_DIMENSIONS:
         degree, rule = mesh.size(name), MESH_RULES[name]
-        if rule.accelerate_size is not None:
+        if rule.accelerate_why_not and degree > 1:
+            raise incompatible(
+                "accelerate-mesh",
+                {name: degree},
+                why=rule.accelerate_why_not,
+                fix=f"Use {name}=1 with Accelerate, or run the plan's own mesh through trainplan.runtime (rt.mesh)",
+            )
+        if rule.accelerate_size is not None and not rule.accelerate_why_not:
             sizes[rule.accelerate_size] = degree
         elif degree > 1:
             raise incompatible(

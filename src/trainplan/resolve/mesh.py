@@ -26,6 +26,7 @@ from trainplan.rules import (
     EXPERT_REGION,
     LIGHTNING_SIZES,
     MESH_BACKENDS,
+    MESH_EXCLUSIONS,
     PIPELINE_SCHEDULE_RULES,
     RefusalId,
 )
@@ -296,9 +297,15 @@ def fitting_degrees(
     def largest(name: MeshDimension, candidates: list[int]) -> int:
         return max(d for d in candidates if d <= wanted.get(name, 1))
 
+    def excluded(name: MeshDimension) -> bool:  # a dimension another one already chosen above 1 excludes
+        return any(
+            name in rule.dimensions and any(chosen[other] > 1 for other in rule.dimensions if other != name)
+            for rule in MESH_EXCLUSIONS
+        )
+
     inner = 1
     for name in reversed(MESH_DIMENSIONS):
-        if MESH_RULES[name].inside_node and runs(name):
+        if MESH_RULES[name].inside_node and runs(name) and not excluded(name):
             chosen[name] = largest(name, _divisors(processes_per_node // inner))
             inner *= chosen[name]
     left = world // inner
@@ -329,7 +336,7 @@ def _lightning_sizes(options: ModelParallelOptions) -> dict[str, Degree] | None:
 def _asked(
     options: ModelParallelOptions, lightning: dict[str, Degree] | None, world: _World
 ) -> dict[MeshDimension, Degree]:
-    """The five degrees asked for, with at most one 'auto'."""
+    """The degrees asked for, with at most one 'auto'."""
     if lightning is not None:
         written = [name for name in MESH_DIMENSIONS if name in options.given]
         if written:
@@ -344,8 +351,8 @@ def _asked(
                 {**{f"strategy_options.{name}": options.degrees[name] for name in written}, **lightning_given},
                 lightning=sizes,
                 degrees=", ".join(f"{name}={options.degrees[name]!r}" for name in written),
-                suggestion=f"ModelParallelOptions({sizes}), or trainplan's degrees alone (pp, dp_replicate, dp_shard, "
-                "cp, tp)",
+                suggestion=f"ModelParallelOptions({sizes}), or trainplan's degrees alone "
+                f"({', '.join(MESH_DIMENSIONS)})",
             )
         degrees: dict[MeshDimension, Degree] = {name: 1 for name in MESH_DIMENSIONS}
         everything_auto = all(value == "auto" for value in lightning.values())
@@ -410,6 +417,8 @@ def _refusal(
         else ""
     )
     named = {"took": took, "dimension": spelled, "degree": violation.degree}
+    if violation.rule == "mesh-exclusive":
+        return _exclusive(violation, name, asked, degrees, world, values, named)
     if violation.rule == "mesh-inside-node":
         return _inside_node(violation, name, asked, degrees, world, values, took)
     if violation.rule == "mesh-pipeline-nodes":
@@ -482,6 +491,22 @@ def _host_note(
         f"{keep}: {str(refusal.fix).removeprefix('Use ')}"
     )
     return Note(code=f"{violation.rule}-slow", level="warning", message=message)
+
+
+def _exclusive(
+    violation: MeshViolation,
+    name: MeshDimension,
+    asked: Mapping[MeshDimension, Degree],
+    degrees: Mapping[MeshDimension, int],
+    world: _World,
+    values: dict[str, object],
+    named: Mapping[str, object],
+) -> Incompatible:
+    """`mesh-exclusive`: the dimension the exclusion's row names first (`rules.MESH_EXCLUSIONS`) is named beside it."""
+    other = next(exclusion.dimensions[0] for exclusion in MESH_EXCLUSIONS if exclusion.dimensions[1] == name)
+    values[world.names[other]] = degrees[other]
+    fields = {"other": world.names[other], "other_degree": degrees[other], "why": violation.detail}
+    return world.refuse(violation.rule, values, world.fitting({**asked, name: 1}), **named, **fields)
 
 
 def _inside_node(

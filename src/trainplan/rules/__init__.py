@@ -108,10 +108,12 @@ from trainplan.rules.mesh import (
     MESH_ALIASES,
     MESH_BACKENDS,
     MESH_DIMENSIONS,
+    MESH_EXCLUSIONS,
     PIPELINE_SCHEDULE_RULES,
     ExpertDimensionRule,
     LightningSize,
     MeshDimensionRule,
+    MeshExclusion,
 )
 from trainplan.rules.messages import (
     DIFFERENCES,
@@ -259,6 +261,7 @@ __all__ = [
     "MESH_ALIASES",
     "MESH_BACKENDS",
     "MESH_DIMENSIONS",
+    "MESH_EXCLUSIONS",
     "MPI_DAEMON_FACT",
     "MPI_NODES_FACT",
     "MPI_PORT_BASE",
@@ -330,6 +333,7 @@ __all__ = [
     "LightningDevices",
     "LightningSize",
     "MeshDimensionRule",
+    "MeshExclusion",
     "MissingRule",
     "Needs",
     "NodeLayout",

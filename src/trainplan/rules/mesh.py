@@ -41,6 +41,9 @@ class MeshDimensionRule:
     instead: Mapping[PrecisionKey, PrecisionKey]  # what to suggest for each refused precision
     lightning_size: str | None  # the ModelParallelStrategy size this degree multiplies into; None: Lightning has none
     accelerate_size: str | None  # Accelerate's ParallelismConfig field; None: Accelerate has none
+    accelerate_why_not: str = (
+        ""  # why Accelerate cannot run a degree above 1 of it beside FSDP2 although it has a field
+    )
     minus_one_is_auto: bool = False  # -1 is read as "auto" (with a note), as torchtitan's ParallelDims reads it
     # What crosses hosts when its groups (inside_node) or stages (stage_aligned) span them, for the warning: a
     # template of the group's numbers ({degree}, {crossing} ring links, {passes} = degree - 1, {all_reduce}: a ring
@@ -142,6 +145,33 @@ MESH_DIMENSIONS: Final[Mapping[MeshDimension, MeshDimensionRule]] = {
             "its {crossing} cross-host link(s) too, so every layer waits on the inter-node link",
         ),
         MeshDimensionRule(
+            name="sp",
+            title="sequence-parallel",
+            description="sequence parallelism (DeepSpeed Ulysses, Accelerate's sp_size): each sequence split over the "
+            "ranks, swapped for a split of the attention heads by an all-to-all before and after every attention",
+            # The ranks of an sp group read the same batch and each keeps a slice of its sequence.
+            splits_data=False,
+            # Two all-to-alls of the activations around every attention layer: the node's links.
+            inside_node=True,
+            stage_aligned=False,
+            # all_to_all_single runs over NCCL and over gloo, and the attention in between is the model's own kernel.
+            accelerators=_MESH_ACCELERATORS,
+            why_not={},
+            # Parameters are replicated over the sp ranks (no DTensor placements), so GradScaler's check is whole.
+            precisions_refused={},
+            instead={},
+            lightning_size=None,
+            accelerate_size="sp_size",
+            # accelerate 1.16: sp_size > 1 runs in its DeepSpeed engine only (UlyssesSPAttentionHF), and its
+            # ParallelismConfig builds no device mesh then (build_device_mesh returns None).
+            accelerate_why_not="Accelerate runs sp_size only inside its DeepSpeed engine (sp_backend='deepspeed': "
+            "DeepSpeed's Ulysses makes its own groups and ParallelismConfig builds no device mesh), and a "
+            "model_parallel plan runs FSDP2 over the mesh there",
+            across_hosts="Ulysses sends {passes}/{degree} of each rank's activations to the other ranks of its group "
+            "in the all-to-alls before and after every attention layer, over the {crossing} cross-host link(s) too, "
+            "so every attention waits on the inter-node link",
+        ),
+        MeshDimensionRule(
             name="tp",
             title="tensor-parallel",
             description="tensor parallelism: each layer's weights split over the ranks, reduced inside every layer",
@@ -173,9 +203,10 @@ class ExpertDimensionRule:
     title: str  # what its groups are called in drawings
 
 
-EXPERT_REGION: Final[tuple[MeshDimension, ...]] = ("dp_shard", "cp", "tp")
-"""The dense dimensions whose ranks the expert mesh regroups as `efsdp × ep` (torchtitan's "sparse region"): ep is
-borrowed from them, so it divides their product and adds nothing to the world size. The pipeline stages and the
+EXPERT_REGION: Final[tuple[MeshDimension, ...]] = ("dp_shard", "cp", "sp", "tp")
+"""The dense dimensions whose ranks the expert mesh regroups as `efsdp × ep` (torchtitan's "sparse region", with
+`sp`, whose ranks hold the same parameters as `cp`'s do): ep is borrowed from them, so it divides their product and
+adds nothing to the world size. The pipeline stages and the
 replicas stay as they are: each stage holds its own experts, and each replica a whole copy of them."""
 
 EXPERT_MESH: Final[Mapping[ExpertDimension, ExpertDimensionRule]] = {
@@ -280,6 +311,26 @@ def stage_indices(schedule: PipelineSchedule, pp_rank: int, pp: int, virtual_sta
     if style == "v":
         return (pp_rank, 2 * pp - 1 - pp_rank)
     return tuple(pp_rank + index * pp for index in range(virtual_stages))
+
+
+@attrs.frozen(kw_only=True)
+class MeshExclusion:
+    """Two dimensions that cannot both be above 1, and why."""
+
+    dimensions: tuple[MeshDimension, MeshDimension]
+    why: str
+
+
+MESH_EXCLUSIONS: Final[tuple[MeshExclusion, ...]] = (
+    MeshExclusion(
+        dimensions=("cp", "sp"),
+        # accelerate 1.16, ParallelismConfig.__post_init__: "Context Parallelism (CP) and Sequence Parallelism (SP)
+        # are mutually exclusive".
+        why="both split each sequence over their ranks (ring attention over cp, Ulysses' all-to-all over sp), so "
+        "one attention would be split twice; Accelerate's ParallelismConfig refuses them together too",
+    ),
+)
+"""Dimensions that exclude each other (the second is the one refused)."""
 
 
 MESH_ALIASES: Final[Mapping[MeshName, tuple[MeshDimension, ...]]] = {
@@ -409,6 +460,10 @@ def layout_violations(
     region = expert_region(degrees)
     if region % ep:
         yield MeshViolation(rule="mesh-expert", dimension=None, degree=ep, needed=region, detail="")
+    for exclusion in MESH_EXCLUSIONS:
+        first, second = exclusion.dimensions
+        if degrees[first] > 1 and degrees[second] > 1:
+            yield MeshViolation(rule="mesh-exclusive", dimension=second, degree=degrees[second], detail=exclusion.why)
     for name in MESH_DIMENSION_NAMES:
         degree, rule = degrees[name], MESH_DIMENSIONS[name]
         if degree > 1 and accelerator not in rule.accelerators:

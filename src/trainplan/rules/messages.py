@@ -31,7 +31,7 @@ RefusalId = Literal[
     "framework-checkpointing", "framework-checkpointing-blocks",
     # device meshes
     "mesh-product", "mesh-remainder", "mesh-autos", "mesh-spellings", "mesh-inside-node", "mesh-pipeline-nodes",
-    "mesh-accelerator", "mesh-backend", "mesh-precision", "mesh-expert", "pipeline-virtual-stages",
+    "mesh-accelerator", "mesh-backend", "mesh-precision", "mesh-expert", "mesh-exclusive", "pipeline-virtual-stages",
     "pipeline-microbatches",
     # memory
     "memory-nothing-fits", "memory-strategy-too-big",
@@ -392,6 +392,10 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
             "torchtitan's ParallelDims does, and {ep} does not divide {region}"
         ),
         fix="Use ep={choices} (a divisor of {region})",
+    ),
+    "mesh-exclusive": Rule(
+        reason="{took}{dimension}={degree} cannot be used with {other}={other_degree}: {why}",
+        fix="Use {dimension}=1 or {other}=1, e.g. {fitting}",
     ),
     "pipeline-virtual-stages": Rule(
         reason="pp_schedule={schedule!r} with pp_virtual_stages={virtual_stages}: {why}",

@@ -40,7 +40,7 @@ class PipelineLayout:
 
 @attrs.frozen(kw_only=True)
 class MeshLayout:
-    """A device mesh: its dimensions (always `pp, dp_replicate, dp_shard, cp, tp`, outermost first) and their sizes.
+    """A device mesh: its dimensions (always `pp, dp_replicate, dp_shard, cp, sp, tp`, outermost first) and their sizes.
 
     Rank r sits at the coordinates of r in a row-major array of `shape`, as in torch's `init_device_mesh`; a group
     along a dimension is the ranks that share every other coordinate (a `DeviceMesh`'s group for that dimension).
@@ -50,7 +50,7 @@ class MeshLayout:
     shape: tuple[int, ...] = attrs.field(converter=_freeze_shape)
     ep: int = 1
     """Expert parallelism (torchtitan's `ep`): the experts split over this many ranks, borrowed from the
-    `dp_shard × cp × tp` ranks rather than multiplied into the world (it divides their product; `rules.mesh` says
+    `dp_shard × cp × sp × tp` ranks rather than multiplied into the world (it divides their product; `rules.mesh` says
     so)."""
     pipeline: PipelineLayout = PipelineLayout()
     """How the pipeline stages run (schedule, microbatches, stages per rank)."""
@@ -87,9 +87,9 @@ class MeshLayout:
     @property
     def expert(self) -> ExpertLayout:
         """The expert mesh (torchtitan's sparse mesh) over the same ranks: `pp × dp_replicate × efsdp × ep`, where
-        `efsdp = dp_shard · cp · tp / ep`. With `ep` 1 it still exists (efsdp is the whole dense shard region)."""
-        pp, replicate, shard, context, tensor = self.shape
-        region = shard * context * tensor
+        `efsdp = dp_shard · cp · sp · tp / ep`. With `ep` 1 it still exists (efsdp is the whole dense shard region)."""
+        pp, replicate = self.size("pp"), self.size("dp_replicate")
+        region = self.world_size // (pp * replicate)  # the ranks of one replica's stage: dp_shard · cp · sp · tp
         return ExpertLayout(shape=(pp, replicate, region // self.ep if region % self.ep == 0 else region, self.ep))
 
     def groups(
@@ -120,7 +120,7 @@ class MeshLayout:
         return tuple(found)
 
     def describe(self) -> str:
-        """`pp 1 × dp_replicate 1 × dp_shard 2 × cp 1 × tp 2`: every dimension, in order (and `, ep 2` when the
+        """`pp 1 × dp_replicate 1 × dp_shard 2 × cp 1 × sp 1 × tp 2`: every dimension, in order (and `, ep 2` when the
         experts are split)."""
         dense = " × ".join(f"{name} {size}" for name, size in zip(self.dimensions, self.shape, strict=True))
         return dense if self.ep == 1 else f"{dense}, ep {self.ep}"

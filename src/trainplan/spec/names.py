@@ -118,25 +118,26 @@ NoteLevel = Literal["info", "warning", "deprecation"]
 MetricKind = Literal["tensor", "stateful"]
 """What is logged: a plain value/tensor, or a stateful metric object (torchmetrics `Metric`)."""
 
-MeshDimension = Literal["pp", "dp_replicate", "dp_shard", "cp", "tp"]
-"""A dimension of a device mesh, in the mesh's fixed order (outermost first, as torchtitan orders them):
-pipeline stages, data-parallel replicas, data-parallel shards (FSDP2), context (sequence) shards, tensor shards.
+MeshDimension = Literal["pp", "dp_replicate", "dp_shard", "cp", "sp", "tp"]
+"""A dimension of a device mesh, in the mesh's fixed order (outermost first, as torchtitan orders them, with
+Accelerate's `sp` between `cp` and `tp`): pipeline stages, data-parallel replicas, data-parallel shards (FSDP2),
+context (ring-attention) shards, sequence (Ulysses all-to-all) shards, tensor shards.
 The outer dimensions talk least (a pipeline passes activations once per micro-batch), the inner ones most (tensor
 parallelism reduces inside every layer), so the inner ones sit on the ranks that share a node."""
 
 ExpertDimension = Literal["pp", "dp_replicate", "efsdp", "ep"]
 """A dimension of the expert mesh (torchtitan's sparse mesh), outermost first: the same pipeline stages and replicas
-as the dense mesh, then the ranks of `dp_shard × cp × tp` regrouped as `efsdp × ep`: the experts are split over
+as the dense mesh, then the ranks of `dp_shard × cp × sp × tp` regrouped as `efsdp × ep`: the experts are split over
 `ep` ranks and sharded (FSDP2) over the `efsdp` ranks left."""
 
 PipelineSchedule = Literal["1F1B", "GPipe", "Interleaved1F1B", "ZBVZeroBubble", "InterleavedZeroBubble"]
 """A pipeline schedule, by torch's own name (`torch.distributed.pipelining.schedules.get_schedule_class`)."""
 
 MeshName = Literal[
-    "pp", "dp_replicate", "dp_shard", "cp", "tp", "ep", "efsdp",
+    "pp", "dp_replicate", "dp_shard", "cp", "sp", "tp", "ep", "efsdp",
     "dp", "batch", "fsdp", "dp_shard_cp", "dp_cp", "loss", "data_parallel", "tensor_parallel",
 ]  # fmt: skip
-"""Every name `rt.mesh` answers to: its own five dimensions, the expert mesh's two, and the names peers flatten or
+"""Every name `rt.mesh` answers to: its own six dimensions, the expert mesh's two, and the names peers flatten or
 rename them to (torchtitan's `batch`, `fsdp`, `dp_shard_cp`, `dp_cp`/`loss`; Lightning's `data_parallel`,
 `tensor_parallel`; `dp`)."""
 

@@ -173,11 +173,12 @@ Degree: TypeAlias = int | Literal["auto"]
 @attrs.frozen(kw_only=True, repr=False)
 class ModelParallelOptions:
     """The parallel degrees of an N-D device mesh (strategy `model_parallel`): FSDP2 data parallelism (replicas ×
-    shards) combined with context, tensor and pipeline parallelism, as torchtitan's `ParallelDims` spells them.
+    shards) combined with context, sequence (Ulysses), tensor and pipeline parallelism, as torchtitan's
+    `ParallelDims` (and Accelerate's `ParallelismConfig`, for `sp`) spell them.
 
     The degrees multiply to the world size. At most one is `"auto"` and takes what the others leave; by default
     `dp_shard` does (FSDP over every process), and it yields to a degree written `"auto"` explicitly. The mesh's
-    dimensions are always `pp, dp_replicate, dp_shard, cp, tp`, outermost first (see `names.MeshDimension`).
+    dimensions are always `pp, dp_replicate, dp_shard, cp, sp, tp`, outermost first (see `names.MeshDimension`).
     `dp_shard=-1` is torchtitan's spelling of `"auto"`, read as it with a note. `ep` splits experts over ranks the
     dense degrees already count (torchtitan's semantics), so it is not a factor of the world size.
 
@@ -194,12 +195,15 @@ class ModelParallelOptions:
     """Data-parallel shards: FSDP2 shards parameters, gradients and optimizer state over them."""
     cp: Degree = 1
     """Context parallelism: the sequence is split over these ranks (ring attention; CUDA only)."""
+    sp: Degree = 1
+    """Sequence parallelism (DeepSpeed Ulysses, Accelerate's `sp_size`): the sequence is split over these ranks and
+    swapped for a split of the attention heads by an all-to-all around every attention; exclusive with `cp`."""
     tp: Degree = 1
     """Tensor parallelism: each layer's weights are split over these ranks (the innermost dimension, inside a
     node)."""
     ep: int = 1
     """Expert parallelism (torchtitan's `ep`): a mixture-of-experts layer's experts are split over this many ranks.
-    It is borrowed from `dp_shard × cp × tp`, not multiplied into the world: it divides that product, and the
+    It is borrowed from `dp_shard × cp × sp × tp`, not multiplied into the world: it divides that product, and the
     expert mesh (`pp × dp_replicate × efsdp × ep`) regroups those ranks, `efsdp` sharding the experts."""
     pp_microbatches: int | None = None
     """The microbatches one step splits into; None: one per stage (`pp × pp_virtual_stages`)."""
@@ -223,7 +227,7 @@ class ModelParallelOptions:
 
     @property
     def degrees(self) -> dict[MeshDimension, Degree]:
-        """The five degrees in the mesh's fixed order (`pp`, `dp_replicate`, `dp_shard`, `cp`, `tp`)."""
+        """The degrees in the mesh's fixed order (`pp`, `dp_replicate`, `dp_shard`, `cp`, `sp`, `tp`)."""
         return {name: getattr(self, name) for name in MESH_DIMENSIONS}
 
 
