@@ -355,7 +355,7 @@ def _add_launch_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_fit_flags(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("the model (a Llama-like decoder, trained with Adam)")
-    model.add_argument("--params", required=True, help="parameters, e.g. 7e9")
+    model.add_argument("--params", required=True, help="parameters, e.g. 7e9 or 7B")
     model.add_argument("--layers", type=int, default=None, help="decoder blocks (default: Llama's, hidden / 128)")
     model.add_argument("--hidden", type=int, default=None, help="hidden size (default: Llama's for --params)")
     model.add_argument("--sequence", type=int, default=4096, help="tokens per sample (default 4096)")
@@ -922,12 +922,14 @@ def _fit_environment(arguments: argparse.Namespace) -> Environment:
 
 
 def _run_fit(arguments: argparse.Namespace) -> int:
-    from trainplan.parse.memory import parse_bytes
+    from trainplan.parse.memory import parse_count
     from trainplan.resolve.memory import MAX_SHAPE, transformer_facts
 
-    parameters = parse_bytes(arguments.params)  # a count written as a size: 7e9, 7000000000
+    parameters = parse_count(arguments.params)  # 7e9, 7000000000, 7B, 1.3B, 350M
     if parameters is None or parameters > MAX_SHAPE:
-        raise CliError(f"--params {arguments.params}: write the parameter count, e.g. --params 7e9 (at most 1e15)")
+        raise CliError(
+            f"--params {arguments.params}: write the parameter count, e.g. --params 7e9 or --params 7B (at most 1e15)"
+        )
     precision = Request.from_config({"precision": arguments.precision}).precision
     for flag, value in (
         ("--layers", arguments.layers),

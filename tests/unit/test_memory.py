@@ -271,6 +271,40 @@ def test_trainplan_fit_answers_the_7b_question_with_the_table(capsys: pytest.Cap
     assert "→ fsdp " in out and "needs 134.3 GiB > 36.0 GiB" in out
 
 
+def test_trainplan_fit_reads_a_model_cards_count(capsys: pytest.CaptureFixture[str]) -> None:
+    # "7B" is seven billion parameters, as model cards write it (it was read as 7 bytes: 7 parameters, ddp)
+    assert tp.cli.main(["fit", "--params", "7B", "--layers", "32", "--hidden", "4096", "--gpus", "8x40GiB"]) == 0
+    assert "choice: fsdp FSDPOptions() on 8 GPU(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [("7e9", 7 * 10**9), ("7B", 7 * 10**9), ("1.3b", 1_300_000_000), ("350M", 350 * 10**6), ("125k", 125_000)],
+)
+def test_parameter_counts_are_read_as_model_cards_write_them(text: str, count: int) -> None:
+    from trainplan.parse.memory import parse_count
+
+    assert parse_count(text) == count
+
+
+@pytest.mark.parametrize("text", ["", "7GiB", "7GB", "0", "0.4", "-7B", "1e99", "seven"])
+def test_what_is_no_parameter_count_is_none(text: str) -> None:
+    from trainplan.parse.memory import parse_count
+
+    assert parse_count(text) is None
+
+
+@pytest.mark.parametrize("flags", [["--params", "7GiB", "--gpus", "8x40GiB"], ["--params", "7B", "--gpus", "8x40"]])
+def test_trainplan_fit_refuses_a_count_written_as_a_size_and_a_size_without_its_unit(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        tp.cli.main(["fit", *flags])
+    assert exited.value.code == 2
+    wrong = f"--params {flags[1]}: write" if flags[1] == "7GiB" else f"--gpus {flags[3].partition('x')[2]}: write"
+    assert wrong in capsys.readouterr().err
+
+
 def test_trainplan_fit_refuses_what_fits_nowhere_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         tp.cli.main(["fit", "--params", "70e9", "--gpus", "1x24GiB", "--host-memory", "64GiB"])
@@ -295,7 +329,7 @@ def test_sizes_are_read_as_people_write_them(text: str, size: int) -> None:
     assert parse_bytes(text) == size
 
 
-@pytest.mark.parametrize("text", ["", "forty", "0GiB", "-1G", "1e99"])
+@pytest.mark.parametrize("text", ["", "forty", "0GiB", "-1G", "1e99", "40", "512"])
 def test_what_is_no_size_is_none(text: str) -> None:
     from trainplan.parse.memory import parse_bytes
 

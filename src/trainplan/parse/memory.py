@@ -30,13 +30,19 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmgtp]?)(i?)(b?)\s*", re.IG
 _UNITS: Final = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 
+UNITLESS_LEAST: Final = 1 << 20
+"""A size written without a unit is bytes, so below a MiB it is a forgotten unit (`40` meant 40GiB), not a device."""
+
+
 def parse_bytes(text: str) -> int | None:
     """A size as people write it: `40GiB`, `40G` (GiB, as nvidia-smi counts), `40GB` (10⁹), `512MiB`, `1e9`; None
-    when it is not one (or not above zero)."""
+    when it is not one (or not above zero, or written without a unit and under a MiB: `40` is a forgotten unit)."""
     match = _SIZE.fullmatch(text)
     if match is None or len(text) > 40:
         return None
     number, unit, binary, byte = match.groups()
+    if not (unit or binary or byte) and float(number) < UNITLESS_LEAST:
+        return None
     power = _UNITS[unit.lower()]
     base = 1000 if (byte and not binary and unit) else 1024
     value = float(number) * base**power
@@ -44,6 +50,24 @@ def parse_bytes(text: str) -> int | None:
         return None
     size = int(value)
     return size if 0 < size <= MAX_BYTES else None
+
+
+_COUNT = re.compile(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmbt]?)\s*", re.IGNORECASE)
+_COUNT_UNITS: Final = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
+
+
+def parse_count(text: str) -> int | None:
+    """A parameter count as people write it: `7e9`, `7000000000`, `7B`, `1.3b`, `350M`, `125k`, `1T` (decimal, as
+    model cards count); None when it is not one (a size such as `7GiB`, or not at least 1)."""
+    match = _COUNT.fullmatch(text)
+    if match is None or len(text) > 40:
+        return None
+    number, unit = match.groups()
+    value = float(number) * _COUNT_UNITS[unit.lower()]
+    if not value < MAX_BYTES + 1:
+        return None
+    count = round(value)
+    return count if 1 <= count <= MAX_BYTES else None
 
 
 def _kind(record: type, name: str) -> type:
@@ -169,6 +193,7 @@ __all__ = [
     "memory_policy",
     "model_facts",
     "parse_bytes",
+    "parse_count",
     "policy_from_json",
     "to_dict",
 ]
