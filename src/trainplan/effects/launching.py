@@ -435,7 +435,8 @@ def _prepare_multiprocessing(lifeline: Lifeline) -> None:
     `_forkserver_context`) and its temporary directory told to the launch's watcher before it is made."""
     from multiprocessing import resource_tracker, util
 
-    resource_tracker.ensure_running()
+    with _temporary_environment({"PYTHONSAFEPATH": "1"}):  # its `python -c` would import from the cwd first
+        resource_tracker.ensure_running()
     config: Any = getattr(multiprocessing.current_process(), "_config", None)
     if not isinstance(config, dict):
         return
