@@ -15,7 +15,7 @@ import yaml
 import trainplan as tp
 from trainplan import ClusterEnvironmentError, Environment, Plan, PlanFormatError, Request
 from trainplan.parse.plan_json import plan_from_json_text, request_from_json_text
-from trainplan.parse.wire import MAX_DEPTH, MAX_TEXT, MAX_VALUES
+from trainplan.parse.wire import MAX_DEPTH, MAX_INTEGER_BITS, MAX_TEXT, MAX_VALUES
 from trainplan.render.emit import emit_kubeflow, emit_slurm, emit_torchrun
 from trainplan.resolve import resolve
 from trainplan.resolve.cluster import detect
@@ -114,6 +114,14 @@ def test_size_bounds_are_plan_format_errors(two_nodes: dict[str, Any]) -> None:
         Plan.from_dict(dict(two_nodes, reasons={1: "x"}))
     with pytest.raises(PlanFormatError, match=r"request\.notes"):
         request_from_json_text(json.dumps({"notes": [{"code": "c", "level": "info", "message": "a\nb"}]}))
+
+
+@pytest.mark.parametrize("field", ["world_size", "num_nodes", "version"])
+def test_an_integer_past_64_bits_is_a_plan_format_error_naming_it(two_nodes: dict[str, Any], field: str) -> None:
+    # 10**5000 raised Python's ValueError (past 4300 digits) from the message of the check that compared it
+    for number in (2**64, 10**5000):
+        with pytest.raises(PlanFormatError, match=rf"plan\.{field}.*bits \(at most {MAX_INTEGER_BITS}\)"):
+            Plan.from_dict(dict(two_nodes, **{field: number}))
 
 
 def test_every_resolved_plan_reads_back_and_its_explanation_encodes(two_nodes: dict[str, Any]) -> None:

@@ -30,6 +30,8 @@ MAX_VALUES = 20_000
 holds a few hundred)."""
 MAX_TEXT = 10_000
 """How long one string of a plan may be, in characters (a note or a reason is a sentence or two)."""
+MAX_INTEGER_BITS = 64
+"""How wide one integer of a plan may be: every count, size and port of a plan fits 64 bits."""
 
 
 def check_document(data: object, path: str) -> None:
@@ -49,6 +51,11 @@ def check_document(data: object, path: str) -> None:
             raise PlanFormatError(path=where, reason=f"it nests more than {MAX_DEPTH} deep")
         if isinstance(value, str):
             _check_text(value, where)
+        elif isinstance(value, int) and value.bit_length() > MAX_INTEGER_BITS:
+            # before any field is read: a check's message would write it out, past Python's 4300 digits
+            raise PlanFormatError(
+                path=where, reason=f"an integer of {value.bit_length()} bits (at most {MAX_INTEGER_BITS})"
+            )
         elif isinstance(value, Mapping):
             for key, item in value.items():
                 if not isinstance(key, str):
