@@ -362,3 +362,35 @@ def test_transformer_facts_refuses_a_shape_below_one_typed(field: str) -> None:
 
     with pytest.raises(tp.InvalidRequest, match=f"{field}=0 is not accepted"):
         tp.transformer_facts(parameters=7e9, **{field: 0})  # type: ignore[arg-type]
+
+
+def test_small_sizes_print_in_a_unit_that_shows_the_difference() -> None:
+    """A 20 MiB device printed '0.0 GiB (0.0 GiB each ...) ... 0.0 GiB a node > 0.0 GiB': every size now prints in
+    the largest unit it reaches, and the explain table in the unit of a device's memory."""
+    small = tp.transformer_facts(parameters=3e6, layers=2, hidden=256, sequence=128)
+    env = tp.Environment(cuda_device_count=1, cuda_memory_bytes=(20 << 20,), host_memory_bytes=30 << 20)
+    with pytest.raises(tp.Incompatible) as refused:
+        tp.resolve(tp.Request(model=small), env)
+    message = str(refused.value)
+    assert "0.0 GiB" not in message
+    assert "1 device(s) of 20.0 MiB (18.0 MiB each" in message
+    assert "host memory: 45.8 MiB a node > 30.0 MiB" in message
+    hundred_mib = tp.Environment(cuda_device_count=1, cuda_memory_bytes=(100 << 20,))
+    explained = tp.resolve(tp.Request(model=small), hundred_mib).explain()
+    assert "memory per device (MiB): 100.0 a device, budget 90.0" in explained
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "expected"),
+    [
+        ((36 << 30) + (40 << 20), 36 << 30, ("36.04 GiB", "36.00 GiB")),  # one decimal would print them alike
+        (36 << 30, 36 << 30, ("36.0 GiB", "36.0 GiB")),
+        (5 << 20, 3 << 10, ("5.0 MiB", "0.0 MiB")),  # one unit for both: the larger's
+        ((1 << 30) + 1, 1 << 30, ("1,073,741,825 bytes", "1,073,741,824 bytes")),  # past six decimals: bytes
+        (1000, 999, ("1,000 bytes", "999 bytes")),
+    ],
+)
+def test_two_compared_sizes_print_apart(first: int, second: int, expected: tuple[str, str]) -> None:
+    from trainplan.spec.sizes import compared
+
+    assert compared(first, second) == expected

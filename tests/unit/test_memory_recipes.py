@@ -25,9 +25,10 @@ import pathlib
 import attrs
 
 import trainplan as tp
-from trainplan.resolve.memory import estimate, gib
+from trainplan.resolve.memory import estimate
 from trainplan.rules.memory import MemoryLayout
 from trainplan.spec.memory import MemoryEstimate
+from trainplan.spec.sizes import size as gib
 
 GB = 10**9
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "memory.md"

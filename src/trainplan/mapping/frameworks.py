@@ -12,7 +12,6 @@ from typing import Literal
 import attrs
 
 from trainplan.mapping.workers import process_group_timeout
-from trainplan.resolve.memory import gib
 from trainplan.resolve.refusal import incompatible
 from trainplan.rules import (
     BUILTIN_RULES,
@@ -44,6 +43,7 @@ from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS
 from trainplan.spec.options import DeepSpeedOptions, option_value
 from trainplan.spec.plan import Plan
+from trainplan.spec.sizes import compared, size
 
 LightningFramework = Literal["trainer", "fabric"]
 """Which of Lightning's two front ends takes the arguments: the Trainer or Fabric (their registries differ)."""
@@ -255,10 +255,11 @@ def checkpointing_consequence(plan: Plan) -> str:
     without = next(
         (item for item in memory.candidates if item.layout == chosen.layout and not item.checkpointing), None
     )
-    with_it = f"{gib(chosen.total)} with it"
+    with_it = f"{size(chosen.total)} with it"
     if without is None:
-        return f"{with_it}, of {gib(memory.budget_bytes)} available per device"
-    return f"{gib(without.total)} needed per device without it vs {gib(memory.budget_bytes)} available, {with_it}"
+        return f"{with_it}, of {size(memory.budget_bytes)} available per device"
+    needed, available = compared(without.total, memory.budget_bytes)
+    return f"{needed} needed per device without it vs {available} available, {with_it}"
 
 
 def block_classes(blocks: object) -> tuple[type, ...]:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from trainplan.rules.memory import MEMORY_ORDER
 from trainplan.rules.mesh import EXPERT_MESH
+from trainplan.spec.sizes import size, unit_of
 
 if TYPE_CHECKING:
     from trainplan.spec.memory import MemoryPlan
@@ -147,16 +148,18 @@ def _draw_expert_mesh(mesh: MeshLayout) -> list[str]:
     return lines
 
 
-_GIB = 1 << 30
 _COLUMNS = ("params", "grads", "optim", "activ", "gather", "temp", "step", "total", "host")
 
 
 def memory_table(memory: MemoryPlan) -> list[str]:
-    """The memory arithmetic: per device, by category (GiB), for each candidate in preference order, and its verdict."""
+    """The memory arithmetic: per device, by category, for each candidate in preference order, and its verdict; in
+    the unit a device's memory prints in (GiB, or MiB for a small one, so that no figure reads 0.0)."""
     policy = memory.policy
-    host = "" if memory.host_bytes is None else f", host {memory.host_bytes / _GIB:.1f} GiB a node"
+    unit, scale = unit_of(memory.device_bytes)
+    host = "" if memory.host_bytes is None else f", host {size(memory.host_bytes)} a node"
     lines = [
-        f"memory per device (GiB): {memory.device_bytes / _GIB:.1f} a device, budget {memory.budget_bytes / _GIB:.1f} "
+        f"memory per device ({unit}): {memory.device_bytes / scale:.1f} a device, budget "
+        f"{memory.budget_bytes / scale:.1f} "
         f"after {policy.headroom:.0%} headroom{host}; total = params + grads + optim + the larger of "
         "(activ + gather + temp) and step",
         "  " + "layout".ljust(24) + "".join(column.rjust(8) for column in _COLUMNS) + "  verdict",
@@ -176,7 +179,7 @@ def memory_table(memory: MemoryPlan) -> list[str]:
         )
         marker = "→ " if item.verdict == "chosen" else "  "
         lines.append(
-            marker + name.ljust(24) + "".join(f"{count / _GIB:8.1f}" for count in figures) + f"  {item.verdict}"
+            marker + name.ljust(24) + "".join(f"{count / scale:8.1f}" for count in figures) + f"  {item.verdict}"
         )
     return lines
 

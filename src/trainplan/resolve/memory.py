@@ -18,8 +18,9 @@ from trainplan.rules.memory import (
     Placement,
 )
 from trainplan.spec.errors import InvalidRequest
-from trainplan.spec.memory import GIB, MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
+from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.names import AcceleratorKey, PrecisionKey
+from trainplan.spec.sizes import compared
 
 MAX_WORLD_SEARCHED = 1 << 16
 """How far a refusal looks for the number of devices that would fit (a model past it names no count)."""
@@ -40,11 +41,6 @@ class Hardware:
     @property
     def world_size(self) -> int:
         return self.num_nodes * self.processes_per_node
-
-
-def gib(count: int) -> str:
-    """Bytes as GiB, one decimal ("46.1 GiB")."""
-    return f"{count / GIB:.1f} GiB"
 
 
 def _share(total: int, placement: Placement, data_parallel: int, node_shards: int) -> tuple[int, int]:
@@ -127,10 +123,12 @@ def why_not_allowed(
 def judge(estimated: MemoryEstimate, budget: int, hardware: Hardware, policy: MemoryPolicy) -> MemoryEstimate:
     """The estimate with whether it fits the device budget (and, offloading, the node's host memory)."""
     if estimated.total > budget:
-        return attrs.evolve(estimated, verdict=f"needs {gib(estimated.total)} > {gib(budget)}")
+        needed, available = compared(estimated.total, budget)
+        return attrs.evolve(estimated, verdict=f"needs {needed} > {available}")
     host_needed = estimated.host * hardware.processes_per_node
     if hardware.host_bytes is not None and host_needed > hardware.host_bytes * (1 - policy.headroom):
-        return attrs.evolve(estimated, verdict=f"host memory: {gib(host_needed)} a node > {gib(hardware.host_bytes)}")
+        needed, available = compared(host_needed, hardware.host_bytes)
+        return attrs.evolve(estimated, verdict=f"host memory: {needed} a node > {available}")
     return attrs.evolve(estimated, fits=True, verdict="fits")
 
 
@@ -280,7 +278,6 @@ __all__ = [
     "closest",
     "devices_needed",
     "estimate",
-    "gib",
     "judge",
     "transformer_facts",
     "why_not_allowed",

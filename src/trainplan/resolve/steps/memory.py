@@ -13,7 +13,6 @@ from trainplan.resolve.memory import (
     closest,
     devices_needed,
     estimate,
-    gib,
     judge,
     why_not_allowed,
 )
@@ -21,6 +20,7 @@ from trainplan.resolve.refusal import incompatible
 from trainplan.rules.memory import MEMORY_ACCELERATORS, MemoryLayout
 from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.options import FSDPOptions, ModelParallelOptions
+from trainplan.spec.sizes import compared, size
 
 
 def _hardware(draft: Draft) -> Hardware | None:
@@ -76,7 +76,7 @@ def fit_memory(draft: Draft) -> None:
     draft.reasons["memory"] = (
         f"{chosen.layout} ({layout.description}){' with activation checkpointing' if chosen.checkpointing else ''} "
         "is the most preferred "
-        f"layout that fits: {gib(chosen.total)} of {gib(plan.budget_bytes)} per device (the memory table below)"
+        f"layout that fits: {size(chosen.total)} of {size(plan.budget_bytes)} per device (the memory table below)"
     )
 
 
@@ -90,7 +90,7 @@ def _breakdown(item: MemoryEstimate) -> str:
         ("temporaries", item.temporaries),
         ("optimizer step", item.step),
     )
-    return ", ".join(f"{name} {gib(count)}" for name, count in parts if count)
+    return ", ".join(f"{name} {size(count)}" for name, count in parts if count)
 
 
 def _nothing_fits(
@@ -100,7 +100,7 @@ def _nothing_fits(
     needed = devices_needed(facts, hardware, policy, draft.rules)
     changes = [f"use {needed} such devices" if needed is not None else "use devices with more memory"]
     if nearest is not None and nearest.activations and facts.batch_size > 1:
-        changes.append(f"lower batch_size={facts.batch_size} (activations take {gib(nearest.activations)})")
+        changes.append(f"lower batch_size={facts.batch_size} (activations take {size(nearest.activations)})")
     if not policy.activation_checkpointing:
         changes.append("allow MemoryPolicy(activation_checkpointing=True)")
     if not policy.offload:
@@ -110,11 +110,11 @@ def _nothing_fits(
         {"model": facts.parameter_count, "devices": list(draft.devices)},
         parameters=f"{facts.parameter_count:,}",
         world=hardware.world_size,
-        device=gib(hardware.device_bytes),
+        device=size(hardware.device_bytes),
         closest="none (no layout is allowed here)" if nearest is None else _named(nearest),
-        needed="-" if nearest is None else gib(nearest.total),
+        needed="-" if nearest is None else compared(nearest.total, plan.budget_bytes)[0],
         breakdown="-" if nearest is None else _breakdown(nearest),
-        budget=gib(plan.budget_bytes),
+        budget=size(plan.budget_bytes) if nearest is None else compared(nearest.total, plan.budget_bytes)[1],
         headroom=f"{policy.headroom:.0%}",
         verdict="-" if nearest is None else nearest.verdict,
         fix="To fit it: " + "; or ".join(changes),
@@ -177,9 +177,9 @@ def check_memory(draft: Draft) -> None:
             incompatible(
                 "memory-strategy-too-big",
                 {"strategy": draft.strategy_name, "model": facts.parameter_count},
-                needed=gib(own[-1].total),
+                needed=compared(own[-1].total, everything.budget_bytes)[0],
                 breakdown=_breakdown(own[-1]),
-                budget=gib(everything.budget_bytes),
+                budget=compared(own[-1].total, everything.budget_bytes)[1],
                 headroom=f"{policy.headroom:.0%}",
                 fix=f"These fit: {', '.join(others)} (strategy='auto' picks the first)"
                 if others
