@@ -78,7 +78,8 @@ def alive(pid: int) -> bool:
 
 def child_environment(**extra: str) -> dict[str, str]:
     """This process's environment for a test's child, without any job's, launcher's or trainplan's variables (so
-    the child resolves as a fresh command would), the project importable, and `extra` on top."""
+    the child resolves as a fresh command would), the project importable (this checkout's source), and `extra` on
+    top."""
     import os
     from pathlib import Path
 
@@ -88,5 +89,7 @@ def child_environment(**extra: str) -> dict[str, str]:
         if not key.startswith(("TRAINPLAN_", "SLURM_", "PET_", "TORCHELASTIC_", "MASTER_", "WORLD_", "RANK"))
         and key not in ("OMP_NUM_THREADS", "LOCAL_RANK", "NODE_RANK", "MYVAR")
     }
-    environment.update(PYTHONPATH=str(Path(__file__).resolve().parents[1]), **extra)
+    root = Path(__file__).resolve().parents[1]
+    # src first: a second checkout (a git worktree) sharing one editable install tests its own source.
+    environment.update(PYTHONPATH=os.pathsep.join((str(root / "src"), str(root))), **extra)
     return environment
