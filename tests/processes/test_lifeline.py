@@ -145,17 +145,48 @@ def test_a_grandchild_that_comes_back_after_sigterm_is_killed(tmp_path: Path) ->
     assert _gone_within(mark, 2.0) == []
 
 
-@pytest.mark.parametrize("delay", [0.1, 0.4, 1.0])
-def test_ctrl_c_at_any_moment_is_one_line_and_130(delay: float, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("delay", "started"), [(0.1, "script"), (0.4, "script"), (1.0, "script"), (0.1, "-m")])
+def test_ctrl_c_at_any_moment_is_one_line_and_130(delay: float, started: str, tmp_path: Path) -> None:
     mark = uuid.uuid4().hex
-    launcher = _launch(tmp_path, mark)
+    command = [*TRAINPLAN, "launch"] if started == "script" else [sys.executable, "-m", "trainplan", "launch"]
+    launcher = _start([*command, "--accelerator", "cpu", "--devices", "2", SCRIPT], mark, tmp_path, LINGER="sleep")
+    seen = b"_trainplan_entry" if started == "script" else b"-m\0trainplan"
     deadline = time.monotonic() + 30
     # From the moment the command's interpreter runs (a signal before its exec would reach the forked test instead).
-    while b"_trainplan_entry" not in Path(f"/proc/{launcher.pid}/cmdline").read_bytes():
+    while seen not in Path(f"/proc/{launcher.pid}/cmdline").read_bytes():
         assert time.monotonic() < deadline
         time.sleep(0.001)
     time.sleep(delay)  # still importing trainplan or torch
     launcher.send_signal(signal.SIGINT)
+    output = launcher.communicate(timeout=60)[0]
+    assert launcher.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert _gone_within(mark, 5.0) == []
+
+
+def _forkserver_of(mark: str) -> int | None:
+    """The pid of the launch's forkserver (its `python -c` names multiprocessing.forkserver), found by its mark."""
+    for pid in _marked(mark):
+        with contextlib.suppress(OSError):
+            if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    return None
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.4, 1.2])
+def test_a_terminals_ctrl_c_while_the_forkserver_imports_torch_is_one_line_and_130(
+    delay: float, tmp_path: Path
+) -> None:
+    """A terminal's Ctrl-C goes to the whole foreground process group, the forkserver included, which was still
+    importing torch: it printed a KeyboardInterrupt traceback before the launcher's one line."""
+    mark = uuid.uuid4().hex
+    launcher = _launch(tmp_path, mark)
+    deadline = time.monotonic() + 60
+    while _forkserver_of(mark) is None:
+        assert time.monotonic() < deadline and launcher.poll() is None, "no forkserver started"
+        time.sleep(0.005)
+    time.sleep(delay)  # torch's import takes the server a second or more
+    os.killpg(launcher.pid, signal.SIGINT)
     output = launcher.communicate(timeout=60)[0]
     assert launcher.returncode == 130, output
     assert "Traceback" not in output and "KeyboardInterrupt" not in output, output

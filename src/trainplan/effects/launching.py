@@ -421,7 +421,8 @@ def _forkserver_context(*, fresh: bool = False, lifeline: Lifeline | None = None
             server._stop()
     context: Any = multiprocessing.get_context("forkserver")
     asked = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or [])
-    context.set_forkserver_preload([*asked, *(name for name in FORKSERVER_PRELOAD if name not in asked)])
+    hold, *ours = FORKSERVER_PRELOAD  # the first holds Ctrl-C off the server's imports, the caller's included
+    context.set_forkserver_preload([hold, *(name for name in asked if name not in FORKSERVER_PRELOAD), *ours])
     with _temporary_environment({"PYTHONSAFEPATH": "1", **marked}):
         forkserver.ensure_running()
     if lifeline is not None:

@@ -137,7 +137,15 @@ after a launcher is refused, and a row every rule set keeps."""
 SERVED_START_METHODS: Final[Mapping[LauncherName, StartMethod]] = {"spawn": "forkserver"}
 """How a launcher's workers are started fastest with its guarantees kept, where the platform offers the method:
 spawn's workers fork from a forkserver, itself a fresh interpreter that imported torch once (no CUDA state and
-nothing of the caller's but what is pickled, as with spawn; torch is imported once, not once per worker)."""
+nothing of the caller's but what is pickled, as with spawn; torch is imported once, not once per worker). The first
+and last modules hold Ctrl-C off the server while it imports (the launcher answers it): the caller's own preloads
+go after the first."""
 
-FORKSERVER_PRELOAD: Final[tuple[str, ...]] = ("torch", "torch.distributed", "trainplan.effects.launching")
+FORKSERVER_PRELOAD: Final[tuple[str, ...]] = (
+    "trainplan.effects._preload_hold",
+    "torch",
+    "torch.distributed",
+    "trainplan.effects.launching",
+    "trainplan.effects._preload_release",
+)
 """What the forkserver imports before it forks a worker: what every worker imports anyway."""
