@@ -93,3 +93,51 @@ def child_environment(**extra: str) -> dict[str, str]:
     # src first: a second checkout (a git worktree) sharing one editable install tests its own source.
     environment.update(PYTHONPATH=os.pathsep.join((str(root / "src"), str(root))), **extra)
     return environment
+
+
+MULTI_NODE = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "NODE_RANK": "0"}
+"""What a node of a multi-node what-if states (its main address and rank)."""
+
+
+def memory_world(count: int, device_bytes: int, host_bytes: int | None, **facts: object) -> Environment:
+    """A node of `count` CUDA devices of `device_bytes` each and `host_bytes` of host memory, ready to be one of
+    several."""
+    return Environment(
+        cuda_device_count=count,
+        cuda_memory_bytes=(device_bytes,) * count,
+        host_memory_bytes=host_bytes,
+        variables=MULTI_NODE,
+        **facts,  # type: ignore[arg-type]
+    )
+
+
+def ways_out(message: str, request: Request, env: Environment) -> dict[str, tuple[Request, Environment]]:
+    """Each change a `memory-nothing-fits` refusal's "To fit it" names, as the request and node it describes (by the
+    numbers the message prints), keyed by the kind of change: nodes, devices a node, host memory, device memory,
+    the biggest model."""
+    import re
+
+    import attrs
+
+    from trainplan.resolve.memory import smaller_model
+
+    fix = message.split("To fit it: ", 1)[1]
+    count, device = env.cuda_device_count, env.cuda_memory_bytes[0]
+    nodes = request.num_nodes if isinstance(request.num_nodes, int) else 1
+    found: dict[str, tuple[Request, Environment]] = {}
+    if match := re.search(r"use (\d+) nodes like this one \(num_nodes=\1, (\d+) such device", fix):
+        assert int(match.group(2)) == count
+        found["nodes"] = attrs.evolve(request, num_nodes=int(match.group(1))), env
+    if match := re.search(r"(\d+) such devices (on one node|a node on the (\d+) nodes)", fix):
+        assert match.group(3) is None or int(match.group(3)) == nodes
+        more = int(match.group(1))
+        found["devices a node"] = request, attrs.evolve(env, cuda_device_count=more, cuda_memory_bytes=(device,) * more)
+    if match := re.search(r"give each node (\d+) GiB of host memory", fix):
+        found["host memory"] = request, attrs.evolve(env, host_memory_bytes=int(match.group(1)) << 30)
+    if match := re.search(r"use devices of (\d+) GiB or more", fix):
+        found["device memory"] = request, attrs.evolve(env, cuda_memory_bytes=(int(match.group(1)) << 30,) * count)
+    if match := re.search(r"a model of at most ([\d,]+) parameters", fix):
+        assert request.model is not None
+        smaller = smaller_model(request.model, int(match.group(1).replace(",", "")))
+        found["biggest model"] = attrs.evolve(request, model=smaller), env
+    return found

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import trainplan as tp
+from tests.helpers import ways_out
 from trainplan.resolve import resolve_uncached
 from trainplan.resolve.memory import Hardware, candidates
 
@@ -91,3 +92,21 @@ class TestTheChoiceIsTheFirstThatFits:
             assert not item.fits
             assert item.verdict.startswith(("not allowed", "needs", "host memory"))
         assert plan.strategy.name == order[chosen].strategy
+
+
+class TestEveryWayOutFits:
+    """When nothing fits, each change the refusal's "To fit it" names (more nodes, more devices a node, host memory,
+    device memory, a smaller model), followed by its numbers, resolves to a plan that fits."""
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(REQUESTS, ENVIRONMENTS)
+    def test_following_the_advice_fits(self, request: tp.Request, env: tp.Environment) -> None:
+        try:
+            resolve_uncached(request, env)
+        except tp.Incompatible as refused:
+            found = ways_out(str(refused), request, env)
+            assert found, str(refused)
+            for kind, (changed, node) in found.items():
+                event(f"way out: {kind}")
+                plan = resolve_uncached(changed, node)
+                assert plan.memory is not None and plan.memory.estimate is not None, (kind, str(refused))

@@ -10,6 +10,8 @@ import pytest
 
 import trainplan as tp
 import trainplan.cli
+from tests.helpers import memory_world, ways_out
+from trainplan.resolve import resolve_uncached
 from trainplan.resolve.memory import estimate
 from trainplan.rules.memory import MEMORY_LAYOUTS
 
@@ -202,12 +204,17 @@ def test_without_checkpointing_or_offload_allowed_the_refusal_says_what_to_chang
     message = str(refused.value)
     assert refused.value.rule == "memory-nothing-fits"
     assert "the closest, tp4_fsdp" in message and "per device (parameters" in message
-    assert "use 48 such devices" in message and "allow MemoryPolicy(activation_checkpointing=True)" in message
+    assert (
+        "use 6 nodes like this one (num_nodes=6, 8 such device(s) each: 48 devices)" in message
+        and "allow MemoryPolicy(activation_checkpointing=True)" in message
+    )
 
 
 def test_70b_on_one_24gb_gpu_is_refused_naming_the_devices_it_needs() -> None:
     env = _gpus(1, 24, host_memory_bytes=64 << 30)
-    with pytest.raises(tp.Incompatible, match=r"fits no layout on 1 device\(s\) of 24.0 GiB.*To fit it: use \d+ such"):
+    with pytest.raises(
+        tp.Incompatible, match=r"fits no layout on 1 device\(s\) of 24.0 GiB.*To fit it: use \d+ nodes like this one"
+    ):
         tp.resolve(tp.Request(model=tp.transformer_facts(parameters=70e9)), env)
 
 
@@ -394,3 +401,75 @@ def test_two_compared_sizes_print_apart(first: int, second: int, expected: tuple
     from trainplan.spec.sizes import compared
 
     assert compared(first, second) == expected
+
+
+GIB = 1 << 30
+SEVENTY_B = tp.transformer_facts(parameters=70e9)
+
+
+@pytest.mark.parametrize(
+    ("request_", "env", "kinds"),
+    [
+        # The review's case: on 1 x 24 GB the advice was "use 19 devices", on 19 it was "use 114", and so on, because
+        # the offload's host memory is a node's: 19 devices fit only as 19 nodes, each with its own 64 GiB.
+        pytest.param(
+            tp.Request(model=SEVENTY_B),
+            memory_world(1, 24 * GIB, 64 * GIB),
+            {"nodes", "devices a node", "host memory", "device memory", "biggest model"},
+            id="70b-1x24gb-host-binds",
+        ),
+        pytest.param(
+            tp.Request(model=SEVENTY_B),
+            memory_world(19, 24 * GIB, 64 * GIB),
+            {"nodes", "devices a node", "host memory", "device memory", "biggest model"},
+            id="70b-19x24gb-host-binds",
+        ),
+        pytest.param(
+            tp.Request(model=SEVENTY_B, memory_policy=tp.MemoryPolicy(activation_checkpointing=False, offload=False)),
+            memory_world(8, 40 * GIB, None),
+            {"nodes", "device memory", "biggest model"},
+            id="70b-8x40gb-no-offload",
+        ),
+        pytest.param(
+            tp.Request(model=SEVENTY_B, num_nodes=2, memory_policy=tp.MemoryPolicy(offload=False)),
+            memory_world(8, 80 * GIB, 2 << 40),
+            {"nodes", "device memory", "biggest model"},
+            id="70b-2x8x80gb-no-offload",
+        ),
+        pytest.param(
+            tp.Request(
+                model=tp.transformer_facts(parameters=13e9, batch_size=4), memory_policy=tp.MemoryPolicy(offload=False)
+            ),
+            memory_world(1, 24 * GIB, None),
+            {"nodes", "device memory", "biggest model"},
+            id="13b-1x24gb-batch-4",
+        ),
+        pytest.param(
+            tp.Request(model=tp.transformer_facts(parameters=3e6, layers=2, hidden=256, sequence=128)),
+            memory_world(1, 20 << 20, 30 << 20),
+            {"nodes", "host memory", "device memory", "biggest model"},
+            id="3m-1x20mib-host-binds",
+        ),
+    ],
+)
+def test_every_way_out_of_a_refusal_fits_when_followed(
+    request_: tp.Request, env: tp.Environment, kinds: set[str]
+) -> None:
+    """Each "To fit it" change, its numbers written into the request or the node, resolves to a plan that fits."""
+    with pytest.raises(tp.Incompatible) as refused:
+        resolve_uncached(request_, env)
+    assert refused.value.rule == "memory-nothing-fits"
+    found = ways_out(str(refused.value), request_, env)
+    assert kinds <= set(found), str(refused.value)
+    for kind, (request, node) in found.items():
+        plan = resolve_uncached(request, node)
+        assert plan.memory is not None and plan.memory.estimate is not None, kind
+
+
+def test_when_host_memory_binds_the_refusal_says_so_with_its_numbers() -> None:
+    with pytest.raises(tp.Incompatible) as refused:
+        resolve_uncached(tp.Request(model=SEVENTY_B), memory_world(1, 24 * GIB, 64 * GIB))
+    fix = str(refused.value).split("To fit it: ")[1]
+    assert fix.startswith("use 19 nodes like this one (num_nodes=19, 1 such device(s) and 64.0 GiB of host memory")
+    assert "give each node 1159 GiB of host memory (64.0 GiB here)" in fix
+    assert "a model of at most 3,800,000,000 parameters" in fix

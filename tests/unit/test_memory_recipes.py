@@ -252,6 +252,6 @@ def test_70b_without_offload_needs_three_nodes_of_80gb_as_the_page_says() -> Non
     try:
         tp.resolve(request, env)
     except tp.Incompatible as refused:
-        assert "To fit it: use 24 such devices" in str(refused)
+        assert "To fit it: use 3 nodes like this one (num_nodes=3, 8 such device(s) each: 24 devices)" in str(refused)
     else:
         raise AssertionError("70B fitted 16 GPUs of 80 GB without offload")

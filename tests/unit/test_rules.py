@@ -549,7 +549,7 @@ CASES: dict[str, Case] = {
         cuda(1, cuda_memory_bytes=(24 << 30,), host_memory_bytes=64 << 30),
         Incompatible,
         "memory-nothing-fits",
-        ("fits no layout on 1 device(s) of 24.0 GiB", "To fit it: use 19 such devices"),
+        ("fits no layout on 1 device(s) of 24.0 GiB", "To fit it: use 19 nodes like this one (num_nodes=19"),
     ),
     "7b under ddp on 40gb": (
         {"model": transformer_facts(parameters=7e9, layers=32, hidden=4096), "strategy": "ddp"},

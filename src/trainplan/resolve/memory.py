@@ -4,7 +4,9 @@ that shows the arithmetic) out."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
+from typing import Final
 
 import attrs
 
@@ -18,7 +20,7 @@ from trainplan.rules.memory import (
     Placement,
 )
 from trainplan.spec.errors import InvalidRequest
-from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
+from trainplan.spec.memory import GIB, MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.names import AcceleratorKey, PrecisionKey
 from trainplan.spec.sizes import compared
 
@@ -174,27 +176,122 @@ def closest(plan: MemoryPlan) -> MemoryEstimate | None:
     return min(allowed, key=lambda item: item.total, default=None)
 
 
-def devices_needed(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> int | None:
-    """The fewest devices of this size (whole nodes of this many) on which some allowed layout fits; None: none."""
-    nodes = hardware.num_nodes
-    while nodes * hardware.processes_per_node <= MAX_WORLD_SEARCHED:
-        nodes = nodes * 2
-        wider = attrs.evolve(hardware, num_nodes=nodes)
-        if any(item.fits for item in candidates(facts, wider, policy, rules)):
-            return _narrowest(facts, wider, policy, rules, low=nodes // 2)
-    return None
+def fits_somehow(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> bool:
+    """Whether some allowed candidate fits `hardware` (the test each way out of a refusal is held to)."""
+    return any(item.fits for item in candidates(facts, hardware, policy, rules))
 
 
-def _narrowest(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules, low: int) -> int:
-    """Bisect the nodes between `low` (does not fit) and `hardware.num_nodes` (fits): the devices that fit."""
-    high = hardware.num_nodes
+def _fewest(fits: Callable[[int], bool], start: int, limit: int) -> int | None:
+    """The least count past `start` (which does not fit) that `fits` found, doubling then bisecting; None when none
+    up to `limit`. Every count returned was tried and fits."""
+    low, high = start, min(start * 2, limit)
+    if high <= low:
+        return None
+    while not fits(high):
+        if high >= limit:
+            return None
+        low, high = high, min(high * 2, limit)
     while high - low > 1:
         middle = (low + high) // 2
-        if any(item.fits for item in candidates(facts, attrs.evolve(hardware, num_nodes=middle), policy, rules)):
-            high = middle
-        else:
-            low = middle
-    return high * hardware.processes_per_node
+        low, high = (low, middle) if fits(middle) else (middle, high)
+    return high
+
+
+def nodes_needed(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> int | None:
+    """The fewest nodes like this one (as many devices each, the same host memory each) on which some allowed
+    layout fits; None: none up to `MAX_WORLD_SEARCHED` devices."""
+    per_node = hardware.processes_per_node
+    return _fewest(
+        lambda nodes: fits_somehow(facts, attrs.evolve(hardware, num_nodes=nodes), policy, rules),
+        hardware.num_nodes,
+        MAX_WORLD_SEARCHED // per_node,
+    )
+
+
+def devices_per_node_needed(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> int | None:
+    """The fewest devices a node, on as many nodes with the same host memory each, on which some allowed layout
+    fits (offload's host memory is a node's, so more devices a node need more of it); None: none searched fits."""
+    return _fewest(
+        lambda per_node: fits_somehow(facts, attrs.evolve(hardware, processes_per_node=per_node), policy, rules),
+        hardware.processes_per_node,
+        MAX_WORLD_SEARCHED // hardware.num_nodes,
+    )
+
+
+def _whole_gib_that_fits(needed: int, fits: Callable[[int], bool]) -> int | None:
+    """`needed` bytes rounded up to whole GiB, the first such size from it that `fits` (a few tried), else None."""
+    size = -(-needed // GIB) * GIB
+    return next((size + more * GIB for more in range(4) if fits(size + more * GIB)), None)
+
+
+def host_memory_needed(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> int | None:
+    """The host memory a node needs (whole GiB) for an allowed layout that fits the devices but not the host's
+    memory; None when the host's memory is not what binds (not known, or no such layout)."""
+    if hardware.host_bytes is None:
+        return None
+    bound = [item for item in candidates(facts, hardware, policy, rules) if item.verdict.startswith("host memory")]
+    if not bound:
+        return None
+    least = min(item.host for item in bound) * hardware.processes_per_node
+    return _whole_gib_that_fits(
+        math.ceil(least / (1 - policy.headroom)),
+        lambda host: fits_somehow(facts, attrs.evolve(hardware, host_bytes=host), policy, rules),
+    )
+
+
+def device_memory_needed(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> int | None:
+    """The memory a device needs (whole GiB) for the allowed layout with the smallest peak whose host memory, if
+    any, this node has; None when no layout is allowed here."""
+    room = None if hardware.host_bytes is None else hardware.host_bytes * (1 - policy.headroom)
+    allowed = [
+        item for item in candidates(facts, hardware, policy, rules) if not item.verdict.startswith("not allowed")
+    ]
+    totals = [item.total for item in allowed if room is None or item.host * hardware.processes_per_node <= room]
+    if not totals:
+        return None
+    return _whole_gib_that_fits(
+        math.ceil(min(totals) / (1 - policy.headroom)),
+        lambda device: fits_somehow(facts, attrs.evolve(hardware, device_bytes=device), policy, rules),
+    )
+
+
+_MODEL_STATES: Final = (
+    "parameter_bytes",
+    "gradient_bytes",
+    "optimizer_bytes",
+    "largest_layer_bytes",
+    "root_bytes",
+    "optimizer_step_bytes",
+)
+"""The facts that grow with the parameters (a smaller model of the same kind holds fewer of each)."""
+
+
+def smaller_model(facts: ModelFacts, parameter_count: int) -> ModelFacts:
+    """`facts` for `parameter_count` parameters: the model states scaled to it (the same bytes per parameter), the
+    activations and temporaries kept (the same batch and sequence; a smaller model's are no larger)."""
+    return attrs.evolve(
+        facts,
+        parameter_count=parameter_count,
+        **{name: getattr(facts, name) * parameter_count // facts.parameter_count for name in _MODEL_STATES},
+    )
+
+
+def biggest_model(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> int | None:
+    """The most parameters (two significant digits, rounded down) of a `smaller_model` that fits this hardware;
+    None when not even one parameter does (the activations alone are too many)."""
+
+    def fits(count: int) -> bool:
+        return fits_somehow(smaller_model(facts, count), hardware, policy, rules)
+
+    if facts.parameter_count <= 1 or not fits(1):
+        return None
+    low, high = 1, facts.parameter_count  # low fits, high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    digits = 10 ** max(len(str(low)) - 2, 0)
+    rounded = low // digits * digits
+    return rounded if fits(rounded) else low
 
 
 MAX_SHAPE = 10**15
@@ -273,12 +370,18 @@ def transformer_facts(
 
 __all__ = [
     "Hardware",
+    "biggest_model",
     "candidates",
     "choose",
     "closest",
-    "devices_needed",
+    "device_memory_needed",
+    "devices_per_node_needed",
     "estimate",
+    "fits_somehow",
+    "host_memory_needed",
     "judge",
+    "nodes_needed",
+    "smaller_model",
     "transformer_facts",
     "why_not_allowed",
 ]

@@ -9,16 +9,20 @@ import attrs
 from trainplan.resolve.draft import Draft
 from trainplan.resolve.memory import (
     Hardware,
+    biggest_model,
     choose,
     closest,
-    devices_needed,
+    device_memory_needed,
+    devices_per_node_needed,
     estimate,
+    host_memory_needed,
     judge,
+    nodes_needed,
     why_not_allowed,
 )
 from trainplan.resolve.refusal import incompatible
 from trainplan.rules.memory import MEMORY_ACCELERATORS, MemoryLayout
-from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
+from trainplan.spec.memory import GIB, MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.options import FSDPOptions, ModelParallelOptions
 from trainplan.spec.sizes import compared, size
 
@@ -93,18 +97,51 @@ def _breakdown(item: MemoryEstimate) -> str:
     return ", ".join(f"{name} {size(count)}" for name, count in parts if count)
 
 
-def _nothing_fits(
-    facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, draft: Draft, plan: MemoryPlan
-) -> Exception:
-    nearest = closest(plan)
-    needed = devices_needed(facts, hardware, policy, draft.rules)
-    changes = [f"use {needed} such devices" if needed is not None else "use devices with more memory"]
+def _ways_out(
+    facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, draft: Draft, nearest: MemoryEstimate | None
+) -> list[str]:
+    """What to change so that the model fits, each with the numbers that were tried and fit: more nodes like this
+    one, more devices a node, more host memory a node where offload's host memory binds, bigger devices, a smaller
+    batch, the policy's options."""
+    rules, per_node, nodes = draft.rules, hardware.processes_per_node, hardware.num_nodes
+    changes = []
+    more_nodes = nodes_needed(facts, hardware, policy, rules)
+    if more_nodes is not None:
+        host = "" if hardware.host_bytes is None else f" and {size(hardware.host_bytes)} of host memory"
+        changes.append(
+            f"use {more_nodes} nodes like this one (num_nodes={more_nodes}, {per_node} such device(s){host} each: "
+            f"{more_nodes * per_node} devices)"
+        )
+    denser = devices_per_node_needed(facts, hardware, policy, rules)
+    if denser is not None and (more_nodes is None or denser * nodes != more_nodes * per_node):
+        changes.append(f"use {denser} such devices {'on one node' if nodes == 1 else f'a node on the {nodes} nodes'}")
+    host_needed = host_memory_needed(facts, hardware, policy, rules)
+    if host_needed is not None and hardware.host_bytes is not None:
+        changes.append(f"give each node {host_needed // GIB} GiB of host memory ({size(hardware.host_bytes)} here)")
+    device = device_memory_needed(facts, hardware, policy, rules)
+    if device is not None:
+        changes.append(f"use devices of {device // GIB} GiB or more")
     if nearest is not None and nearest.activations and facts.batch_size > 1:
         changes.append(f"lower batch_size={facts.batch_size} (activations take {size(nearest.activations)})")
     if not policy.activation_checkpointing:
         changes.append("allow MemoryPolicy(activation_checkpointing=True)")
     if not policy.offload:
         changes.append("allow MemoryPolicy(offload=True)")
+    biggest = biggest_model(facts, hardware, policy, rules)
+    if biggest is None:
+        changes.append("no model fits these devices at this batch (the activations alone are too many)")
+    else:
+        changes.append(
+            f"a model of at most {biggest:,} parameters (the same bytes a parameter, the same activations) fits "
+            "these devices"
+        )
+    return changes or ["use devices with more memory"]
+
+
+def _nothing_fits(
+    facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, draft: Draft, plan: MemoryPlan
+) -> Exception:
+    nearest = closest(plan)
     return incompatible(
         "memory-nothing-fits",
         {"model": facts.parameter_count, "devices": list(draft.devices)},
@@ -117,7 +154,7 @@ def _nothing_fits(
         budget=size(plan.budget_bytes) if nearest is None else compared(nearest.total, plan.budget_bytes)[1],
         headroom=f"{policy.headroom:.0%}",
         verdict="-" if nearest is None else nearest.verdict,
-        fix="To fit it: " + "; or ".join(changes),
+        fix="To fit it: " + "; or ".join(_ways_out(facts, hardware, policy, draft, nearest)),
     )
 
 
