@@ -71,15 +71,67 @@ class CliError(TrainplanError):
     """A command-line input that cannot be used (an unknown --assume fact, an unreadable file)."""
 
 
-class _JsonErrorsParser(argparse.ArgumentParser):
-    """Under `--json`, a flag argparse refuses is an error record on stdout like any other (exit code 2)."""
+class UsageError(CliError):
+    """Words the command's parser refuses (an unknown flag, a flag without its value, a word where none goes), with
+    the command that refused them and, for an unknown flag, the flags it takes and the closest one."""
+
+    def __init__(
+        self,
+        *,
+        command: str,
+        reason: str,
+        value: str | None = None,
+        allowed: Sequence[str] = (),
+        suggestion: str | None = None,
+    ) -> None:
+        self.command = command
+        self.reason = reason
+        self.value = value
+        self.allowed = tuple(allowed)
+        self.suggestion = suggestion
+        hint = f" Did you mean {suggestion}?" if suggestion is not None else ""
+        # No "trainplan:" of its own: the refusal's one line adds it ("trainplan: error: ...").
+        super().__init__(f"{reason}.{hint} See `{command} --help`")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose refusals are trainplan's errors: one line on stderr, or under `--json` the error
+    record on stdout, exit code 2 either way (argparse's own would print its usage block and a second prefix)."""
 
     def error(self, message: str) -> NoReturn:
-        raise CliError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+        raise UsageError(command=self.prog, reason=message)
 
 
-def _parser(json_errors: bool = False) -> argparse.ArgumentParser:
-    parser = (_JsonErrorsParser if json_errors else argparse.ArgumentParser)(
+def _unknown_words(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> UsageError:
+    """The refusal of words no flag of `command` takes: the first one, with the closest flag of that command."""
+    if command is not None:
+        parser = next(
+            action.choices[command]
+            for action in parser._actions  # argparse keeps its subcommands there
+            if isinstance(action, argparse._SubParsersAction)
+        )
+    word = extra[0]
+    if not word.startswith("-"):
+        return UsageError(command=parser.prog, reason=f"{parser.prog} takes no argument {word!r}", value=word)
+    flag = word.partition("=")[0]
+    flags = sorted(
+        option
+        for action in parser._actions
+        if action.help != argparse.SUPPRESS
+        for option in action.option_strings
+        if option.startswith("--")
+    )
+    return UsageError(
+        command=parser.prog,
+        reason=f"{parser.prog} has no flag {flag}",
+        value=word,
+        allowed=flags,
+        suggestion=did_you_mean(flag, flags),
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
         prog="trainplan",
         description="Decide how a PyTorch training run is laid out on this machine (or a what-if one).",
         allow_abbrev=False,  # `trainplan launch x.py --v`: a script's word is never read as an abbreviated flag
@@ -1077,7 +1129,7 @@ def _main(argv: Sequence[str] | None) -> int:
     # Before the words are parsed, `--json` anywhere asks for records (for launch: before its `--`); once they are,
     # the parsed flag says (a launched script's own `--json` is the script's).
     words = arguments_list[: arguments_list.index("--")] if "--" in arguments_list else arguments_list
-    wanted = {"json": "--json" in words}
+    wanted = {"json": any(word == "--json" or word.startswith("--json=") for word in words)}
     try:
         return _command(arguments_list, command, wanted)
     except TrainplanError as error:
@@ -1089,13 +1141,22 @@ def _command(arguments_list: list[str], command: list[str], wanted: dict[str, bo
     if 0 < leading < len(arguments_list) and arguments_list[leading] in SUBCOMMANDS:
         # `trainplan --json plan ...`: a global-looking --json before the command is the command's own flag
         arguments_list[: leading + 1] = [arguments_list[leading], "--json"]
-    if arguments_list and not arguments_list[0].startswith("-") and arguments_list[0] not in SUBCOMMANDS:
-        guess = did_you_mean(arguments_list[0], SUBCOMMANDS)
-        hint = f"did you mean `trainplan {guess}`? " if guess else ""
-        _fail(f"unknown command {arguments_list[0]!r}; {hint}commands: {', '.join(SUBCOMMANDS)}")
+    first = arguments_list[leading] if leading < len(arguments_list) else None
+    if first is not None and not first.startswith("-") and first not in SUBCOMMANDS:
+        guess = did_you_mean(first, SUBCOMMANDS)
+        raise UsageError(
+            command="trainplan",
+            reason=f"there is no command {first!r}; the commands are {', '.join(SUBCOMMANDS)}",
+            value=first,
+            allowed=SUBCOMMANDS,
+            suggestion=None if guess is None else f"`trainplan {guess}`",
+        )
     if not arguments_list or (arguments_list[0] not in SUBCOMMANDS and arguments_list[0] not in TOP_LEVEL_FLAGS):
         arguments_list.insert(0, "plan")
-    arguments = _parser(wanted["json"]).parse_args(arguments_list)
+    parser = _parser()
+    arguments, extra = parser.parse_known_args(arguments_list)
+    if extra:
+        raise _unknown_words(parser, arguments.command, extra)
     arguments.words = arguments_list  # what was written, as written (`launch` passes on the flags it was given)
     wanted["json"] = bool(getattr(arguments, "json", False))
     if sys.stdout is None and arguments.command != "launch":  # started with stdout closed (`>&-`): say so

@@ -104,7 +104,7 @@ class TestCommandLine:
         assert code in (0, 2), (words, err.getvalue()[-500:])
         if code == 2:  # why: on stderr, or (plan --check) the list of problems on stdout, or (--json) a record
             said = err.getvalue().strip() or out.getvalue().startswith("- ")
-            if not said and "--json" in words:
+            if not said and any(word == "--json" or word.startswith("--json=") for word in words):
                 record = json.loads(out.getvalue())
                 said = record["exit_code"] == 2 and bool(record.get("error") or record.get("problems"))
             assert said, (words, out.getvalue()[-300:])

@@ -93,8 +93,16 @@ def test_a_gpu_record_fits_its_schema() -> None:
             "Incompatible",
             {"rule": "precision-strategy"},
         ),
-        (("plan", "--bogus", "--json"), "CliError", {}),
-        (("frobnicate", "--json"), "CliError", {}),
+        (("plan", "--bogus", "--json"), "UsageError", {"command": "trainplan plan", "value": "--bogus"}),
+        (
+            ("plan", "--stratgy", "ddp", "--json"),
+            "UsageError",
+            {"command": "trainplan plan", "value": "--stratgy", "suggestion": "--strategy"},
+        ),
+        (("launch", "--monitor-interval", "5", "--json", "x.py"), "UsageError", {"command": "trainplan launch"}),
+        (("plan", "--emit", "torchrn", "--json"), "UsageError", {"command": "trainplan plan"}),
+        (("frobnicate", "--json"), "UsageError", {"value": "frobnicate", "suggestion": None}),
+        (("--json", "matrx"), "UsageError", {"value": "matrx", "suggestion": "`trainplan matrix`"}),
         (("gpus", "x", "--json"), "CliError", {}),
     ],
 )
@@ -111,7 +119,15 @@ def test_an_error_is_a_record_on_stdout_with_the_same_exit_code(
     with pytest.raises(SystemExit) as exit:
         main(plain_arguments)
     assert exit.value.code == 2
-    assert "error" in capsys.readouterr().err
+    text = capsys.readouterr().err
+    # one line, one prefix: "trainplan: error: trainplan plan has no flag ...", never "trainplan: error: trainplan:"
+    assert text.startswith("trainplan: error: ") and text.count("trainplan:") == 1 and text.count("\n") == 1
+    assert record["error"]["message"] in text
+
+
+def test_json_written_with_a_value_still_asks_for_a_record(capsys: pytest.CaptureFixture[str]) -> None:
+    code, record, _ = run(capsys, "plan", "--no-probe", "--json=yes")
+    assert code == 2 and record["error"]["type"] == "UsageError" and "--json" in record["error"]["message"]
 
 
 def test_check_lists_every_problem_as_a_record(capsys: pytest.CaptureFixture[str]) -> None:

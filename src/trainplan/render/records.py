@@ -27,6 +27,7 @@ _ERROR_FIELDS: Final[tuple[str, ...]] = (
     "available",
     "cluster",
     "variable",
+    "command",
 )
 """The typed fields a trainplan error may carry, in the order a record lists them."""
 
