@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import warnings
 
+import pytest
 import torch
 
 import trainplan as tp
@@ -83,3 +85,43 @@ def test_the_step_peak_tracker_measures_what_torchs_memtracker_does() -> None:
         with mock.patch.object(measure, "_step_tracker", MemTracker):
             torchs = tp.measure_model(model, lambda: torch.randint(0, 1000, (2, 64)))
         assert tp.measure_model(model, lambda: torch.randint(0, 1000, (2, 64))) == torchs
+
+
+def test_a_module_fake_tensors_cannot_run_leaves_stderr_quiet(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shape mismatch made torch's fake_tensor logger print a 20-line traceback ("failed while attempting to run
+    meta for aten.mm.default") before NotMeasurable; the error alone says it now."""
+    with pytest.raises(tp.NotMeasurable, match=r"RuntimeError: a and b must have same reduction dim") as refused:
+        tp.measure_model(lambda: torch.nn.Linear(8, 8), lambda: torch.randn(2, 3))
+    assert capfd.readouterr().err == ""
+    assert [record.getMessage() for record in caplog.records if record.name.startswith("torch")] == []
+    assert "\n" not in str(refused.value)
+
+
+class _WrongArgument(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.add.Tensor(self.linear(inputs), "a")  # type: ignore[no-any-return]
+
+
+def test_a_many_line_error_keeps_its_one_useful_line(capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(tp.NotMeasurable) as refused:
+        tp.measure_model(_WrongArgument, lambda: torch.randn(2, 8))
+    assert "Expected a value of type 'Tensor' for argument 'other'" in str(refused.value)
+    assert "\n" not in str(refused.value) and "Declaration" not in str(refused.value)
+    assert capfd.readouterr().err == ""
+
+
+class _Warns(torch.nn.Linear):
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        warnings.warn("the module's own warning", UserWarning, stacklevel=1)
+        return super().forward(inputs)
+
+
+def test_a_measured_modules_own_warnings_are_given_back() -> None:
+    with pytest.warns(UserWarning, match="the module's own warning"):
+        tp.measure_model(lambda: _Warns(8, 8), lambda: torch.randn(2, 8))

@@ -4,8 +4,11 @@ under torch's `MemTracker`, and returns the `ModelFacts` the memory-aware choice
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+import contextlib
+import logging
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from trainplan.effects.extras import require_torch
 from trainplan.spec.errors import TrainplanError
@@ -40,7 +43,7 @@ def measure_model(
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     try:
-        with FakeTensorMode(), torch.device(device):
+        with _quiet() as heard, FakeTensorMode(), torch.device(device):
             model = module_factory()
             inputs = batch()
             arguments = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
@@ -68,10 +71,13 @@ def measure_model(
     except TrainplanError:
         raise
     except Exception as error:  # any failure of the user's module under fake tensors
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
         raise NotMeasurable(
-            f"the training step could not run under FakeTensorMode ({type(error).__name__}: {error}). Write the "
+            f"the training step could not run under FakeTensorMode ({type(error).__name__}: {first}). Write the "
             "model's facts by hand (trainplan.ModelFacts or trainplan.transformer_facts)"
         ) from error
+    for warning in heard:  # measured: what the module itself warned of is the user's to see
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     samples = int(arguments[0].shape[0]) if arguments and arguments[0].dim() else 1
     parameters = list(model.parameters())
     largest = max((_module_bytes(layer) for layer in layers), default=_module_bytes(model))
@@ -92,6 +98,28 @@ def measure_model(
         batch_size=samples,
         dtype=str(parameters[0].dtype).removeprefix("torch.") if parameters else "float32",
     )
+
+
+FAKE_TENSOR_LOGGERS: Final = ("torch._subclasses.fake_tensor",)
+"""The loggers that print a traceback to stderr when a fake kernel fails ("failed while attempting to run meta for
+aten.mm.default", "fake tensor raised TypeError"), before the error that `NotMeasurable` reports anyway."""
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[list[warnings.WarningMessage]]:
+    """Measuring without torch's noise on stderr: the fake-tensor loggers' tracebacks dropped and the warnings held
+    (FakeTensor's data-pointer deprecation...), to be given back only when the step was measured."""
+    loggers = [logging.getLogger(name) for name in FAKE_TENSOR_LOGGERS]
+    disabled = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
+    try:
+        with warnings.catch_warnings(record=True) as heard:
+            warnings.simplefilter("always")
+            yield heard
+    finally:
+        for logger, was in zip(loggers, disabled, strict=True):
+            logger.disabled = was
 
 
 def _step_tracker() -> Any:
