@@ -18,7 +18,7 @@ pytest.importorskip("pytorch_lightning")
 
 from tests.differential.lightning_harness import Outcome, lightning, ours
 from tests.differential.sample import model_parallel_sample, request_for, sample
-from trainplan import Environment, Incompatible, TrainplanError, Unavailable
+from trainplan import ClusterEnvironmentError, Environment, Incompatible, Request, TrainplanError, Unavailable
 from trainplan.resolve import resolve
 from trainplan.rules import DIFFERENCES, LIGHTNING_SIZES
 
@@ -55,6 +55,13 @@ EXPLAINED: dict[str, Explanation] = {
     "cluster-world-size": lambda flags, env, mine, theirs, error: _rule(error) == "cluster-world-size",
     "torchelastic-visible-devices": lambda flags, env, mine, theirs, error: (
         isinstance(error, Unavailable) and "RANK" in env.variables and env.cuda_device_count == 1
+    ),
+    # Refused here where Lightning plans node 0 (a node rank mismatch alone is no field of the outcome: its own test).
+    "torchelastic-without-group-rank": lambda flags, env, mine, theirs, error: (
+        isinstance(error, ClusterEnvironmentError)
+        and error.variable == "GROUP_RANK"
+        and "TORCHELASTIC_RUN_ID" in env.variables
+        and "GROUP_RANK" not in env.variables
     ),
     "interactive-under-cluster": lambda flags, env, mine, theirs, error: (
         theirs.error and not mine.error and env.interactive and mine.launcher == "external"
@@ -206,3 +213,35 @@ def test_xla_fsdp_is_fabric_only_and_the_difference_names_it(monkeypatch: pytest
     assert (mine.family, mine.launcher, mine.world_size) == ("xla_fsdp", "xla", 8) and theirs.error
     explained = [name for name, explains in EXPLAINED.items() if explains(flags, env, mine, theirs, None)]
     assert explained == ["xla-fsdp-trainer"]
+
+
+def test_torchelastic_without_group_rank_is_read_node_after_node_where_lightning_says_node_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both find a torchelastic worker by its run id; Lightning's node rank is GROUP_RANK or 0, trainplan's RANK //
+    LOCAL_WORLD_SIZE (the same on the first node), and a worker out of blocks is refused naming GROUP_RANK."""
+    from lightning_fabric.plugins.environments import TorchElasticEnvironment
+
+    base = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "x"}
+    base |= {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    monkeypatch.delenv("GROUP_RANK", raising=False)
+    for rank, local_rank, mine_node in (("1", "1", 0), ("3", "1", 1), ("3", "0", None)):
+        variables = {**base, "RANK": rank, "LOCAL_RANK": local_rank}
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+        theirs = TorchElasticEnvironment()
+        assert TorchElasticEnvironment.detect() and theirs.node_rank() == 0 and theirs.global_rank() == int(rank)
+        env = Environment(cpu_count=8, variables=variables)
+        flags: dict[str, Any] = {"accelerator": "cpu", "strategy": "auto", "devices": "auto", "num_nodes": "auto"}
+        error = _our_error(flags | {"precision": "32-true"}, env)
+        if mine_node is None:
+            explained = [
+                name
+                for name, explains in EXPLAINED.items()
+                if explains(flags, env, ours(Request(accelerator="cpu"), env), Outcome(error=False), error)
+            ]
+            assert explained == ["torchelastic-without-group-rank"]
+            continue
+        plan = resolve(Request(accelerator="cpu"), env)
+        assert (plan.cluster.kind, plan.world_size) == ("torchelastic", theirs.world_size())
+        assert (plan.cluster.node_rank, plan.cluster.global_rank) == (mine_node, theirs.global_rank())

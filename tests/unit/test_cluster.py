@@ -41,6 +41,17 @@ from trainplan.rules import (
     job_variables,
 )
 
+# What some launchers set: torchrun's rank variables and torchelastic's run id, without GROUP_RANK.
+WITHOUT_GROUP_RANK: Mapping[str, str] = {
+    "RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "TORCHELASTIC_RUN_ID": "x",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
 
 class TestHostlist:
     @pytest.mark.parametrize(
@@ -208,6 +219,37 @@ class TestTorchelastic:
         with pytest.raises(ClusterEnvironmentError) as caught:
             detect("auto", {**TORCHRUN_2x2, "GROUP_WORLD_SIZE": "2", "GROUP_RANK": "2"})
         assert caught.value.variable == "GROUP_RANK" and "smaller than GROUP_WORLD_SIZE=2" in str(caught.value)
+
+    @pytest.mark.parametrize(("rank", "local_rank", "node_rank"), [("1", "1", 0), ("2", "0", 1), ("3", "1", 1)])
+    def test_without_group_rank_the_world_stated_is_planned_node_after_node(
+        self, rank: str, local_rank: str, node_rank: int
+    ) -> None:
+        variables = {**WITHOUT_GROUP_RANK, "RANK": rank, "LOCAL_RANK": local_rank}
+        plan = plan_for(cpu(variables=variables), accelerator="cpu")
+        assert (plan.cluster.kind, plan.launcher, plan.world_size, plan.num_nodes) == ("torchelastic", "external", 4, 2)
+        cluster = plan.cluster
+        assert (cluster.node_rank, cluster.global_rank, cluster.local_rank) == (node_rank, int(rank), int(local_rank))
+        (note,) = (note for note in plan.notes if note.code == "cluster-node-rank-inferred")
+        assert f"GROUP_RANK is not set: node rank {node_rank} inferred from RANK={rank}" in note.message
+
+    def test_without_group_rank_ranks_out_of_blocks_are_refused_naming_it(self) -> None:
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("auto", {**WITHOUT_GROUP_RANK, "RANK": "3", "LOCAL_RANK": "0"})
+        assert caught.value.variable == "GROUP_RANK"
+        assert "RANK=3, LOCAL_RANK=0, LOCAL_WORLD_SIZE=2" in caught.value.reason
+        assert "GROUP_RANK=<this node's rank>" in caught.value.fix
+
+    @pytest.mark.parametrize("missing", ["WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"])
+    def test_the_run_id_with_a_rank_names_what_else_is_missing(self, missing: str) -> None:
+        variables = {name: value for name, value in WITHOUT_GROUP_RANK.items() if name != missing}
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("auto", variables)
+        assert caught.value.variable == missing and "torchrun" in str(caught.value)
+
+    def test_a_stale_run_id_without_a_rank_is_no_torchelastic_worker(self) -> None:
+        # A run id left in a shell's environment (no RANK): not a worker, so SLURM's task is SLURM's.
+        assert detect("auto", {"TORCHELASTIC_RUN_ID": "x"}).kind == "local"
+        assert detect("auto", {**SLURM_2x4, "TORCHELASTIC_RUN_ID": "x"}).kind == "slurm"
 
     @pytest.mark.parametrize("port", [1, 65535])
     def test_every_tcp_port_is_a_main_port(self, port: int) -> None:

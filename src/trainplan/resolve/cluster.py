@@ -21,6 +21,7 @@ from trainplan.rules import (
     INFERRED_JOIN_SECONDS,
     LAUNCHED_MARKER,
     LAUNCHED_WORKERS,
+    NODE_RANK_INFERRED_NOTE,
     NODES_INFERRED_NOTE,
     RULES,
     RUN_ID_VARIABLE,
@@ -272,6 +273,8 @@ def _read(
     schemas = rule.schemas
     schema = next((each for each in schemas if _sets_world_size(each, variables)), schemas[-1])
     job = _Job.read(schema, variables, rule.job_port, rule.default_port)
+    if rule.node_rank_in_blocks:
+        job.node_rank_in_blocks(rule.node_rank_variable)
     template = schema.reason_asked if requested and schema.reason_asked else schema.reason
     reason = template.format(how="asked for" if requested else "detected", values=job.values, managers=index.managers)
     if passed and not rule.creates_processes:  # found, then passed by: say so, not "no variables were found"
@@ -396,6 +399,40 @@ class _Job:
         job.read_address()
         job.read_port(job_port, default)
         return job
+
+    def node_rank_in_blocks(self, variable: str) -> None:
+        """For a cluster that numbers ranks node after node (`ClusterRule.node_rank_in_blocks`) whose node rank
+        `variable` is not set: the node is global rank // processes per node where the local rank agrees (with a
+        note), and refused naming `variable` where it does not (the ranks are not in blocks: the node is unknown).
+        Left to the layout where the processes per node are no variable's (LSF's come from the plan)."""
+        values, names = self.values, self.names
+        rank, local, per_node = values["global_rank"], values["local_rank"], values["processes_per_node"]
+        if values["node_rank"] is not None or rank is None or local is None or per_node is None:
+            return
+        if not all(fact in names for fact in ("global_rank", "local_rank", "processes_per_node")):
+            return
+        stated = f"{names['global_rank']}={rank}, {names['local_rank']}={local}"
+        stated += f", {names['processes_per_node']}={per_node}"
+        if rank % per_node != local:
+            source = self.schema.node_rank
+            fix = source.unset_fix if isinstance(source, JobVariable) else "Set it in every process"
+            raise self.error(
+                variable,
+                f"it is not set, and the ranks ({stated}) are not numbered node after node (global rank {rank} "
+                f"would be local rank {rank % per_node} of node {rank // per_node}), so this process's node is unknown",
+                fix,
+            )
+        values["node_rank"] = rank // per_node
+        self.notes += (
+            Note(
+                code=NODE_RANK_INFERRED_NOTE,
+                level="info",
+                message=(
+                    f"{variable} is not set: node rank {rank // per_node} inferred from {stated} ({self.schema.label} "
+                    "numbers ranks node after node)"
+                ),
+            ),
+        )
 
     def inferred_note(self, world: int, per_node: int) -> Note:
         """The note of a node count inferred (world size / processes on this node), not stated by the launcher."""

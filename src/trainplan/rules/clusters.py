@@ -57,6 +57,10 @@ NODES_INFERRED_NOTE: Final[str] = "cluster-nodes-inferred"
 rather than stated by the launcher: `trainplan.join` then bounds its wait for rank 0's store (`INFERRED_JOIN_SECONDS`),
 since another rank may have read another layout and refused."""
 
+NODE_RANK_INFERRED_NOTE: Final[str] = "cluster-node-rank-inferred"
+"""The code of the note a plan carries when this node's rank was inferred (global rank // processes per node, for a
+cluster that numbers ranks node after node) because the cluster's node rank variable is not set."""
+
 INFERRED_JOIN_SECONDS: Final[int] = 60
 """How long `trainplan.join` waits for the world's store to form when the plan's node count was inferred."""
 
@@ -300,7 +304,13 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
         ClusterRule(
             name="torchelastic",
             description="torchrun / torch.distributed.elastic",
-            detect_variables=(frozenset({"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}),),
+            # torchrun's workers; or RANK with torchelastic's run id, which is how torch itself
+            # (`torch.distributed.is_torchelastic_launched`) and Lightning's TorchElasticEnvironment tell a torchelastic
+            # worker: a launcher that sets the run id without GROUP_RANK starts a torchelastic world all the same.
+            detect_variables=(
+                frozenset({"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}),
+                frozenset({RUN_ID_VARIABLE, "RANK"}),
+            ),
             # torchrun can run inside a SLURM allocation or under mpirun, so it is checked first (as Lightning does):
             # the innermost launcher wins.
             detect_priority=7,
@@ -309,12 +319,21 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
             schemas=(
                 JobVariables(
                     label="torchrun",
-                    reason="torchelastic was {how} (RANK, GROUP_RANK, LOCAL_RANK and LOCAL_WORLD_SIZE are set)",
+                    reason=(
+                        "torchelastic was {how} (RANK, LOCAL_RANK and LOCAL_WORLD_SIZE are set, with GROUP_RANK or "
+                        "TORCHELASTIC_RUN_ID)"
+                    ),
                     world_size=_required("WORLD_SIZE"),
                     processes_per_node=_required("LOCAL_WORLD_SIZE"),
                     global_rank=_required("RANK"),
                     local_rank=_required("LOCAL_RANK"),
-                    node_rank=_required("GROUP_RANK"),
+                    # torchrun sets it; a launcher that does not gets it in blocks (`node_rank_in_blocks`), where
+                    # LOCAL_RANK agrees.
+                    node_rank=JobVariable(
+                        names=("GROUP_RANK",),
+                        unset_fix="Start the script with torchrun, which sets it, or set GROUP_RANK=<this node's rank> "
+                        "in every worker",
+                    ),
                     num_nodes=_optional("GROUP_WORLD_SIZE"),  # the agents that met (torchrun sets it on every worker)
                     main_address=(_set_by_torchrun("MASTER_ADDR", "host"),),
                     main_port=_set_by_torchrun("MASTER_PORT", "port"),
@@ -325,6 +344,9 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
                 ),
             ),
             launch_hint="torchrun --nnodes={num_nodes} --nproc-per-node={processes_per_node}",
+            # torchelastic numbers ranks node after node (the agents' ranks in order, LOCAL_WORLD_SIZE each): without
+            # GROUP_RANK, a node's rank is RANK // LOCAL_WORLD_SIZE. Lightning reads GROUP_RANK with 0 for unset.
+            node_rank_in_blocks=True,
         ),
         ClusterRule(
             name="slurm",

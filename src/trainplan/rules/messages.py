@@ -477,6 +477,12 @@ DIFFERENCES: Final[Mapping[str, str]] = {
         "Under torchrun with one visible GPU, Lightning skips its check that the requested GPUs exist; "
         "trainplan refuses device indices this process cannot see, since it could not use them."
     ),
+    "torchelastic-without-group-rank": (
+        "A torchelastic worker without GROUP_RANK (RANK and TORCHELASTIC_RUN_ID set, as some launchers start them): "
+        "Lightning's TorchElasticEnvironment takes node rank 0 on every node; trainplan takes RANK // "
+        "LOCAL_WORLD_SIZE, since torchelastic numbers ranks node after node, and refuses, naming GROUP_RANK, a "
+        "worker whose LOCAL_RANK is not RANK % LOCAL_WORLD_SIZE (its node is unknown)."
+    ),
     "interactive-under-cluster": (
         "A notebook or REPL inside a SLURM or torchrun job with strategy='ddp': Lightning refuses it because "
         "its script launcher is not interactive-compatible; trainplan accepts it, since the cluster started "
