@@ -206,6 +206,7 @@ def _parser() -> argparse.ArgumentParser:
     env.add_argument("--json", action="store_true", help="print the report as JSON")
     completion = commands.add_parser("completion", help="print the shell code that completes trainplan's commands")
     completion.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
+    completion.add_argument("--json", action="store_true", help="the shell code as the string field script of a record")
     for name, command in commands.choices.items():
         description, examples = COMMAND_HELP[name]
         command.description = description
@@ -1137,6 +1138,14 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _command(arguments_list: list[str], command: list[str], wanted: dict[str, bool]) -> int:
+    if arguments_list and set(arguments_list) <= {"--version", "--json"} and "--version" in arguments_list:
+        # `trainplan --version --json` (either order): the version as a record
+        print(
+            json.dumps(versioned({"trainplan": __version__}), indent=2)
+            if wanted["json"]
+            else f"trainplan {__version__}"
+        )
+        return 0
     leading = next((index for index, word in enumerate(arguments_list) if word != "--json"), len(arguments_list))
     if 0 < leading < len(arguments_list) and arguments_list[leading] in SUBCOMMANDS:
         # `trainplan --json plan ...`: a global-looking --json before the command is the command's own flag
@@ -1178,7 +1187,10 @@ def _command(arguments_list: list[str], command: list[str], wanted: dict[str, bo
     if arguments.command == "env":
         return _run_env(arguments)
     if arguments.command == "completion":
-        print(_completion(arguments.shell))
+        script = _completion(arguments.shell)
+        print(
+            json.dumps(versioned({"shell": arguments.shell, "script": script}), indent=2) if arguments.json else script
+        )
         return 0
     if arguments.command == "launch":
         from trainplan.effects.extras import require_torch

@@ -60,6 +60,10 @@ def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, Any, 
         ("env", ("env", "--json")),
         ("problems", ("plan", "--no-probe", "--check", "--json")),
         ("matrix", ("matrix", "--json")),
+        ("version", ("--version", "--json")),
+        ("version", ("--json", "--version")),
+        ("completion", ("completion", "fish", "--json")),
+        ("completion", ("--json", "completion", "bash")),
     ],
 )
 def test_every_json_output_is_versioned_and_valid(
@@ -123,6 +127,16 @@ def test_an_error_is_a_record_on_stdout_with_the_same_exit_code(
     # one line, one prefix: "trainplan: error: trainplan plan has no flag ...", never "trainplan: error: trainplan:"
     assert text.startswith("trainplan: error: ") and text.count("trainplan:") == 1 and text.count("\n") == 1
     assert record["error"]["message"] in text
+
+
+def test_the_version_and_the_completion_as_records_say_what_the_text_says(capsys: pytest.CaptureFixture[str]) -> None:
+    import trainplan
+
+    assert run(capsys, "--version", "--json")[1]["trainplan"] == trainplan.__version__
+    code, record, _ = run(capsys, "completion", "zsh", "--json")
+    assert code == 0 and record["shell"] == "zsh"
+    assert main(["completion", "zsh"]) == 0
+    assert capsys.readouterr().out == record["script"] + "\n"
 
 
 def test_json_written_with_a_value_still_asks_for_a_record(capsys: pytest.CaptureFixture[str]) -> None:
