@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import signal
+import threading
+import time
 import warnings
 
 import pytest
@@ -125,3 +128,58 @@ class _Warns(torch.nn.Linear):
 def test_a_measured_modules_own_warnings_are_given_back() -> None:
     with pytest.warns(UserWarning, match="the module's own warning"):
         tp.measure_model(lambda: _Warns(8, 8), lambda: torch.randn(2, 8))
+
+
+class _Sleeps(torch.nn.Linear):
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        time.sleep(60)
+        return super().forward(inputs)
+
+
+class _Loops(torch.nn.Linear):
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        while True:
+            try:
+                inputs = inputs + 1  # a module that swallows its own errors does not swallow the deadline
+            except Exception:
+                continue
+
+
+@pytest.mark.parametrize("module", [_Sleeps, _Loops])
+def test_measuring_past_its_timeout_is_not_measurable_naming_the_time(module: type[torch.nn.Linear]) -> None:
+    handler, (left, _) = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
+    with pytest.raises(tp.NotMeasurable, match=r"took longer than timeout=0\.2 s.*timeout=600\) or timeout=None"):
+        tp.measure_model(lambda: module(8, 8), lambda: torch.randn(2, 8), timeout=0.2)
+    # the caller's alarm (pytest-timeout's here) is put back as it was, less the time taken
+    assert signal.getsignal(signal.SIGALRM) is handler
+    assert (signal.getitimer(signal.ITIMER_REAL)[0] > 0) == (left > 0)
+
+
+def test_measuring_in_another_thread_is_bounded_too() -> None:
+    caught: list[BaseException] = []
+
+    def measure() -> None:
+        try:
+            tp.measure_model(lambda: _Loops(8, 8), lambda: torch.randn(2, 8), timeout=0.2)
+        except BaseException as error:
+            caught.append(error)
+
+    worker = threading.Thread(target=measure)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive() and len(caught) == 1 and isinstance(caught[0], tp.NotMeasurable), caught
+
+
+def test_a_measurement_within_its_timeout_leaves_no_alarm_behind() -> None:
+    handler, (left, _) = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)
+    facts = tp.measure_model(lambda: torch.nn.Linear(8, 8), lambda: torch.randn(2, 8), timeout=30)
+    assert facts.parameter_count == 72
+    assert signal.getsignal(signal.SIGALRM) is handler
+    now = signal.getitimer(signal.ITIMER_REAL)[0]
+    assert now == 0 if left == 0 else left - 30 < now <= left  # the caller's timer, not the measurement's
+
+
+@pytest.mark.parametrize("timeout", [0, -1, True, "60"])
+def test_a_timeout_that_is_no_time_is_refused(timeout: object) -> None:
+    with pytest.raises(tp.NotMeasurable, match=r"timeout=.*write the seconds measuring may take"):
+        tp.measure_model(lambda: torch.nn.Linear(8, 8), lambda: torch.randn(2, 8), timeout=timeout)  # type: ignore[arg-type]

@@ -5,7 +5,12 @@ under torch's `MemTracker`, and returns the `ModelFacts` the memory-aware choice
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import logging
+import signal
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -24,6 +29,74 @@ class NotMeasurable(TrainplanError, RuntimeError):
     that reads storage, a wrong batch): the facts can still be written by hand."""
 
 
+MEASURE_TIMEOUT: Final = 120.0
+"""How long `measure_model` may take unless told (seconds): six times a Llama-shaped 7B's measurement at sequence
+4096 on two busy cores."""
+
+
+class _OutOfTime(BaseException):
+    """Raised into the measuring thread at its deadline; a BaseException, so that a module's `except Exception`
+    does not swallow it."""
+
+
+@functools.cache
+def _warmed(device: str) -> bool:
+    """One tiny step measured without a deadline, once a process and device, before any measurement with one: what
+    torch imports on a first measured step (sympy through the MemTracker, the profiler's monitors through the
+    optimizer) is then imported whole. An import cut off half-way by a deadline leaves a package without its
+    submodules for the rest of the process (`module 'sympy' has no attribute 'core'`)."""
+    import torch
+
+    measure_model(lambda: torch.nn.Linear(2, 2), lambda: torch.ones(1, 2), device=device, timeout=None)
+    return True
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float | None) -> Iterator[None]:
+    """Raise `_OutOfTime` in this thread after `seconds`: by SIGALRM in the main thread unless a timer of the
+    caller's would ring first (it interrupts a sleep too), else from a timer thread between two bytecodes of this
+    one (a sleep in C ends first)."""
+    if seconds is None:
+        yield
+        return
+    caller = signal.getitimer(signal.ITIMER_REAL) if hasattr(signal, "setitimer") else None
+    main = threading.current_thread() is threading.main_thread()
+    if main and caller is not None and (caller[0] == 0 or caller[0] > seconds):
+        # the caller's own timer (pytest-timeout's, an alarm) is put back with what was left of it
+        started = time.monotonic()
+
+        def ring(signum: int, frame: object) -> None:
+            raise _OutOfTime
+
+        previous = signal.signal(signal.SIGALRM, ring)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            if caller[0] > 0:
+                signal.setitimer(signal.ITIMER_REAL, max(caller[0] - (time.monotonic() - started), 1e-3), caller[1])
+        return
+    ident, lock, done = threading.get_ident(), threading.Lock(), [False]
+
+    def interrupt() -> None:
+        with lock:
+            if not done[0]:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(_OutOfTime))
+
+    timer = threading.Timer(seconds, interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            done[0] = True
+            timer.cancel()
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)  # one raised too late: dropped
+
+
 def measure_model(
     module_factory: Callable[[], torch.nn.Module],
     batch: Callable[[], Sequence[torch.Tensor] | torch.Tensor],
@@ -31,19 +104,26 @@ def measure_model(
     optimizer: Callable[[Iterable[torch.nn.Parameter]], torch.optim.Optimizer] | None = None,
     loss: Callable[[Any], torch.Tensor] | None = None,
     device: str = HOST_DEVICE,
+    timeout: float | None = MEASURE_TIMEOUT,
 ) -> ModelFacts:
     """The facts of one training step of `module_factory()` on `batch()` (built under FakeTensorMode: write the
     factories so they create their tensors inside, e.g. `lambda: torch.randint(0, 32000, (1, 4096))`).
 
     `optimizer` (default AdamW) builds the optimizer from the parameters; `loss` reduces the output to a scalar
     (default: its sum). Nothing is allocated and no GPU is used; `device` is the fake device the tensors sit on.
-    Raises `NotMeasurable` when the step cannot run under FakeTensorMode."""
+    Measuring stops after `timeout` seconds (None: never), a Llama-shaped 7B taking about 20 s on two busy cores.
+    Raises `NotMeasurable` when the step cannot run under FakeTensorMode or runs past `timeout`."""
     require_torch("trainplan.measure_model")
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    seconds: object = timeout  # read as an object: a caller without a type checker may pass anything
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0):
+        raise NotMeasurable(f"timeout={timeout!r}: write the seconds measuring may take, e.g. timeout=600, or None")
+    if timeout is not None:
+        _warmed(device)
     try:
-        with _quiet() as heard, FakeTensorMode(), torch.device(device):
+        with _deadline(timeout), _quiet() as heard, FakeTensorMode(), torch.device(device):
             model = module_factory()
             inputs = batch()
             arguments = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
@@ -70,6 +150,12 @@ def measure_model(
                 handle.remove()
     except TrainplanError:
         raise
+    except _OutOfTime:
+        raise NotMeasurable(
+            f"measuring the training step took longer than timeout={timeout:g} s (a module whose forward loops or "
+            f"waits?). Give it longer with measure_model(..., timeout={max(4 * (timeout or 0), 600):g}) or "
+            "timeout=None, or write the model's facts by hand (trainplan.ModelFacts or trainplan.transformer_facts)"
+        ) from None
     except Exception as error:  # any failure of the user's module under fake tensors
         first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
         raise NotMeasurable(
