@@ -1168,7 +1168,9 @@ def _command(arguments_list: list[str], command: list[str], wanted: dict[str, bo
         raise _unknown_words(parser, arguments.command, extra)
     arguments.words = arguments_list  # what was written, as written (`launch` passes on the flags it was given)
     wanted["json"] = bool(getattr(arguments, "json", False))
-    if sys.stdout is None and arguments.command != "launch":  # started with stdout closed (`>&-`): say so
+    # Started with stdout closed (`>&-`): say so. A launch too, before any worker starts: what its workers print would
+    # be dropped without a word for the whole run (`>/dev/null` says that is wanted).
+    if sys.stdout is None:
         raise CliError("stdout is closed: nothing could be written (give the command somewhere to write)")
     if arguments.command == "probe":
         return _run_probe(arguments)

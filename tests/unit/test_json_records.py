@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -201,6 +202,31 @@ def test_a_closed_stdout_is_said_on_stderr_with_exit_2() -> None:
             preexec_fn=lambda: os.close(1),
         )
         assert result.returncode == 2 and "stdout is closed" in result.stderr, arguments
+
+
+def test_a_launch_with_its_stdout_closed_is_refused_before_any_worker_starts(tmp_path: Path) -> None:
+    """docs/cli.md: every command started with `>&-` says so and exits 2. A launch ran its workers, dropped all they
+    printed without a word, and exited 0."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import child_environment
+
+    marker = tmp_path / "ran"
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\nprint('hello')\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "trainplan.cli", "launch", "--accelerator", "cpu", "--devices", "1", str(script)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_environment(),
+        timeout=120,
+        check=False,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert result.returncode == 2 and "stdout is closed" in result.stderr, result.stderr
+    assert not marker.exists()
 
 
 def test_check_and_emit_together_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
