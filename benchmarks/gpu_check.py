@@ -14,7 +14,8 @@ table. Without a GPU it says so and exits 0; with one it exits 1 if any check fa
    its peak by `torch.cuda.max_memory_allocated` against the single-device prediction from the facts
    `measure_model` gives, without and with activation checkpointing, each within ±15% (issue 23's band).
 6. With 2 GPUs or more: `model_parallel` meshes over NCCL: ep=2 (the expert mesh, `rt.expert_mesh`, its ep group
-   all-reducing), and cp=2 (context parallelism runs on CUDA only: `rt.mesh["dp_shard_cp"]` and its group).
+   all-reducing), cp=2 (context parallelism runs on CUDA only: `rt.mesh["dp_shard_cp"]` and its group), and tp=2
+   with `tp_group_backend="gloo"` (the tp group over gloo inside the NCCL world).
 """
 
 from __future__ import annotations
@@ -270,7 +271,17 @@ def _mesh_worker() -> dict[str, Any]:
         names = {"ep": list(torch.distributed.get_process_group_ranks(ep_group))}
         if layout.size("cp") > 1:
             names["dp_shard_cp"] = list(torch.distributed.get_process_group_ranks(rt.mesh["dp_shard_cp"].get_group()))
-        return {"sum": value.item(), "groups": names, "backend": str(torch.distributed.get_backend())}
+        backends = {
+            name: str(torch.distributed.get_backend(rt.mesh[name].get_group()))
+            for name in layout.dimensions
+            if layout.size(name) > 1
+        }
+        return {
+            "sum": value.item(),
+            "groups": names,
+            "backend": str(torch.distributed.get_backend()),
+            "group_backends": backends,
+        }
 
 
 def check_meshes_on_nccl() -> list[Result]:
@@ -283,15 +294,22 @@ def check_meshes_on_nccl() -> list[Result]:
     for options, expected in (
         (tp.ModelParallelOptions(ep=2), {"ep": [0, 1]}),
         (tp.ModelParallelOptions(dp_shard=1, cp=2), {"ep": [0], "dp_shard_cp": [0, 1]}),
+        # tp's groups over gloo inside the NCCL world (init_device_mesh's backend_override).
+        (tp.ModelParallelOptions(dp_shard=1, tp=2, tp_group_backend="gloo"), {"ep": [0]}),
     ):
         request = tp.Request(accelerator="cuda", devices=2, strategy="model_parallel", strategy_options=options)
-        reports = tp.launch_with(tp.resolve(request), _mesh_worker, timeout=240)
+        plan = tp.resolve(request)
+        assert plan.mesh is not None
+        reports = tp.launch_with(plan, _mesh_worker, timeout=240)
         expected_by_rank = [
             {name: [rank] if members == [0] else members for name, members in expected.items()} for rank in range(2)
         ]
+        mesh = plan.mesh
+        backends = {name: mesh.backends.get(name, "nccl") for name in mesh.dimensions if mesh.size(name) > 1}
         right = all(
             report["groups"] == expected_by_rank[rank]
             and report["backend"] == "nccl"
+            and report["group_backends"] == backends
             and report["sum"] == float(sum(member + 1 for member in expected_by_rank[rank]["ep"]))
             for rank, report in enumerate(reports)
         )

@@ -32,6 +32,7 @@ from trainplan.rules import (
     Refused,
     Rules,
     ThroughMesh,
+    ThroughMeshGroups,
     ThroughPipeline,
     TrueOrFalse,
     WholeNumber,
@@ -164,7 +165,7 @@ def spelled_keys(row: OptionRow, target: OptionTarget, rows: tuple[OptionRow, ..
         return tuple(key for name in spelling.by for key in spelled_keys(named[name], target, rows))
     if isinstance(spelling, ProcessGroupTimeout):  # Accelerate's InitProcessGroupKwargs; torch's joined group
         return ("InitProcessGroupKwargs.timeout",) if target == "accelerate" else ("timeout",)
-    if isinstance(spelling, (ThroughMesh, ThroughPipeline)):  # the pipeline record is the mesh's
+    if isinstance(spelling, (ThroughMesh, ThroughMeshGroups, ThroughPipeline)):  # the pipeline record is the mesh's
         return ("mesh",)
     assert isinstance(spelling, Refused) or spelling is None
     return ()

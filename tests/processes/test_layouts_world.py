@@ -28,7 +28,7 @@ def reports() -> list[dict[str, Any]]:
     return [json.loads(json.dumps(report)) for report in found]
 
 
-@pytest.mark.parametrize("layout", ["own", "dp_shard_4_ep_4", "pp_2_dp_shard_2", "sp_2_dp_shard_2"])
+@pytest.mark.parametrize("layout", ["own", "dp_shard_4_ep_4", "pp_2_dp_shard_2", "sp_2_dp_shard_2", "tp_over_gloo"])
 def test_dense_and_expert_meshes_are_the_ones_torch_builds_by_hand(reports: list[dict[str, Any]], layout: str) -> None:
     for rank, report in enumerate(reports):
         assert report["rank"] == rank
@@ -37,6 +37,17 @@ def test_dense_and_expert_meshes_are_the_ones_torch_builds_by_hand(reports: list
             assert seen["coordinate"] == seen["by_hand"] == seen["plan"], f"rank {rank}, {layout} {mesh} mesh"
             assert seen["groups"] == seen["groups_by_hand"] == seen["plan_groups"], f"rank {rank}, {layout} {mesh}"
         assert report[layout]["expert"]["names"] == ["pp", "dp_replicate", "efsdp", "ep"]
+
+
+def test_a_dimensions_backend_reaches_its_groups_and_the_names_for_them(reports: list[dict[str, Any]]) -> None:
+    """tp_group_backend='gloo' is passed to init_device_mesh as backend_override (the groups above equal torch's built
+    by hand with it) and to the flattened names that stand for the tp groups alone (Lightning's tensor_parallel); on CPU
+    gloo is the world's backend too, so the GPU script checks a gloo tp group inside an NCCL world."""
+    for rank, report in enumerate(reports):
+        seen = report["tp_over_gloo"]
+        assert seen["backends"]["tp"] == seen["alias_backends"]["tensor_parallel"] == "gloo"
+        pair = rank - rank % 2
+        assert seen["tp_sum"] == float(pair + 1 + pair + 2), "an all-reduce runs over the tp group"
 
 
 def test_expert_groups_follow_torchtitan(reports: list[dict[str, Any]]) -> None:

@@ -3,12 +3,14 @@ for dp_shard=4 with ep=4, the dense and expert meshes trainplan builds (`build_m
 ones torch builds by hand with `init_device_mesh`, and beside the plan's arithmetic; the peers' names on `rt.mesh`;
 a Lightning-style and a torchtitan-style parallelize function run unchanged; one step of a tiny mixture of 4
 experts split over ep=4; one step of a 2-stage pipeline; and, with sp=2 × dp_shard=2, one step of an attention layer
-whose sequence is split over sp (Ulysses)."""
+whose sequence is split over sp (Ulysses); and dp_shard=2 × tp=2 with the tp groups' backend written (tp_group_backend),
+beside init_device_mesh's backend_override."""
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import distributed
@@ -32,7 +34,8 @@ def _members(mesh: DeviceMesh, name: str | None = None) -> list[int]:
 
 def _meshes_report(layout: MeshLayout, built: dict[str, DeviceMesh], rank: int) -> dict[str, object]:
     dense, expert = built["mesh"], built["expert"]
-    by_hand = init_device_mesh("cpu", layout.shape, mesh_dim_names=layout.dimensions)
+    override: Any = dict(layout.backends) or None  # torch's type: a name and/or ProcessGroup Options
+    by_hand = init_device_mesh("cpu", layout.shape, mesh_dim_names=layout.dimensions, backend_override=override)
     expert_by_hand = init_device_mesh("cpu", layout.expert.shape, mesh_dim_names=layout.expert.dimensions)
     return {
         "dense": {
@@ -53,6 +56,8 @@ def _meshes_report(layout: MeshLayout, built: dict[str, DeviceMesh], rank: int) 
             "plan_groups": {name: list(layout.expert.group(rank, name)) for name in layout.expert.dimensions},
         },
         "aliases": {alias: _members(dense[alias]) for alias in MESH_ALIASES},
+        "backends": {name: str(distributed.get_backend(dense.get_group(name))) for name in layout.dimensions},
+        "alias_backends": {alias: str(distributed.get_backend(dense[alias].get_group())) for alias in MESH_ALIASES},
     }
 
 
@@ -193,6 +198,15 @@ def _pipeline_step(layout: MeshLayout, built: dict[str, DeviceMesh], rank: int) 
 SEQUENCE, HEADS, BATCH = 8, 2, 4
 
 
+def backends_layout() -> MeshLayout:
+    """dp_shard=2 × tp=2 with the tensor-parallel groups' backend written (`tp_group_backend`), as planned."""
+    options = tp.ModelParallelOptions(dp_shard=2, tp=2, tp_group_backend="gloo")
+    request = tp.Request(accelerator="cpu", devices=4, strategy="model_parallel", strategy_options=options)
+    plan = tp.resolve(request, tp.Environment(cpu_count=4))
+    assert plan.mesh is not None and dict(plan.mesh.backends) == {"tp": "gloo"}
+    return plan.mesh
+
+
 def sequence_layout() -> MeshLayout:
     """sp=2 × dp_shard=2 (Ulysses sequence parallelism inside FSDP's shards), as the planner plans it."""
     options = tp.ModelParallelOptions(sp=2, dp_shard=2)
@@ -303,4 +317,9 @@ def report() -> dict[str, object]:
         sequence_meshes = build_meshes(TorchWrappers(), "cpu", sequence)
         result["sp_2_dp_shard_2"] = _meshes_report(sequence, sequence_meshes, rt.rank)
         result["ulysses"] = _ulysses_step(sequence, sequence_meshes, rt.rank)
+        overridden = backends_layout()
+        overridden_meshes = build_meshes(TorchWrappers(), "cpu", overridden)
+        value = torch.tensor(float(rt.rank + 1))
+        distributed.all_reduce(value, group=overridden_meshes["mesh"].get_group("tp"))
+        result["tp_over_gloo"] = {**_meshes_report(overridden, overridden_meshes, rt.rank), "tp_sum": value.item()}
     return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -335,7 +335,13 @@ class TestThePlan:
         data = json.loads(json.dumps(plan.to_dict()))
         dimensions = ["pp", "dp_replicate", "dp_shard", "cp", "sp", "tp"]
         pipeline = {"schedule": "1F1B", "microbatches": 2, "virtual_stages": 1}  # one microbatch per stage
-        assert data["mesh"] == {"dimensions": dimensions, "shape": [2, 1, 2, 1, 1, 2], "ep": 1, "pipeline": pipeline}
+        assert data["mesh"] == {
+            "dimensions": dimensions,
+            "shape": [2, 1, 2, 1, 1, 2],
+            "ep": 1,
+            "pipeline": pipeline,
+            "backends": {},
+        }
         assert Plan.from_dict(data) == plan
 
     @pytest.mark.parametrize(
@@ -501,12 +507,14 @@ class MeshWrappers:
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
         raise AssertionError("not for a mesh")
 
-    def device_mesh(self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...]) -> Any:
-        self.calls.append(("device_mesh", (device_type, shape, names)))
+    def device_mesh(
+        self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...], backends: Mapping[str, str]
+    ) -> Any:
+        self.calls.append(("device_mesh", (device_type, shape, names, *([dict(backends)] if backends else []))))
         return FakeMesh(names)
 
-    def flatten(self, mesh: Any, names: tuple[str, ...], name: str) -> Any:
-        self.calls.append(("flatten", (names, name)))
+    def flatten(self, mesh: Any, names: tuple[str, ...], name: str, backend: str | None) -> Any:
+        self.calls.append(("flatten", (names, name, *([backend] if backend is not None else []))))
         return FakeMesh((name,))
 
     def unflatten(self, mesh: Any, shape: tuple[int, ...], names: tuple[str, ...]) -> Any:

@@ -27,6 +27,7 @@ from trainplan.rules import (
     Refused,
     Rules,
     ThroughMesh,
+    ThroughMeshGroups,
     option_checks,
     spellings,
 )
@@ -86,6 +87,11 @@ def test_every_option_reaches_each_framework_of_its_family_or_is_refused_by_name
                 assert plan.mesh.sizes != base.mesh.sizes
             if isinstance(seen, tuple):  # the framework cannot hold that mesh: refused, naming the dimension
                 assert seen[1] in ("lightning-mesh", "accelerate-mesh"), seen
+            continue
+        if isinstance(spelling, ThroughMeshGroups):  # how one dimension's groups run: the degrees stay
+            assert plan.mesh is not None and base.mesh is not None
+            assert plan.mesh != base.mesh and plan.mesh.sizes == base.mesh.sizes
+            assert plan.mesh.size(spelling.dimension) > 1, "an option of a dimension's groups needs groups"
             continue
         if isinstance(spelling, ProcessGroupTimeout):
             assert process_group_timeout(plan, rules) == found.value != process_group_timeout(base, rules)

@@ -470,6 +470,24 @@ CASES: dict[str, Case] = {
         "pipeline-virtual-stages",
         ("pp_virtual_stages=1", "several stages per rank", "Use pp_virtual_stages=2"),
     ),
+    "mesh backend of a dimension of degree 1": (
+        {"accelerator": "cpu", "devices": 4, "strategy_options": ModelParallelOptions(tp_group_backend="gloo")},
+        cpu(),
+        Incompatible,
+        "mesh-option-unused",
+        (
+            "tp_group_backend='gloo' is for the tensor-parallel groups, and tp=1",
+            "makes no tensor-parallel groups",
+            "Use tp=2",
+        ),
+    ),
+    "mesh backend of a dimension that cannot run on the accelerator": (
+        {"accelerator": "cpu", "devices": 4, "strategy_options": ModelParallelOptions(tp=2, tp_group_backend="nccl")},
+        cpu(),
+        Incompatible,
+        "mesh-group-backend",
+        ("tp_group_backend='nccl' asks for 'nccl' groups on 'cpu'", "CUDA tensors only", "Use tp_group_backend='gloo'"),
+    ),
     "mesh context parallel on cpu": (
         {"accelerator": "cpu", "devices": 4, "strategy_options": ModelParallelOptions(cp=2)},
         cpu(),

@@ -69,10 +69,12 @@ class FakeWrappers:
         self.calls.append(("sync_batchnorm", {}))
         return model
 
-    def device_mesh(self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
+    def device_mesh(
+        self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...], backends: Mapping[str, str]
+    ) -> DeviceMesh:
         raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
 
-    def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str) -> DeviceMesh:
+    def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str, backend: str | None) -> DeviceMesh:
         raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
 
     def unflatten(self, mesh: DeviceMesh, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:

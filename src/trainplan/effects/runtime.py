@@ -47,7 +47,7 @@ from trainplan.mapping.frameworks import (
 )
 from trainplan.rules import HOST_DEVICE, MESH_ALIASES, Rules
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
-from trainplan.rules.mesh import data_parallel, stage_indices
+from trainplan.rules.mesh import data_parallel, flattened_backend, stage_indices
 from trainplan.spec.errors import InvalidRequest, TrainplanError
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
@@ -92,12 +92,16 @@ class ModelWrappers(Protocol):
     def sync_batchnorm(self, model: torch.nn.Module) -> torch.nn.Module:
         """BatchNorm layers converted to SyncBatchNorm."""
 
-    def device_mesh(self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
-        """torch's `init_device_mesh(device_type, shape, mesh_dim_names=names)` over the default process group.
-        A collective: every rank calls it, with the same shape."""
+    def device_mesh(
+        self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...], backends: Mapping[str, str]
+    ) -> DeviceMesh:
+        """torch's `init_device_mesh(device_type, shape, mesh_dim_names=names, backend_override=backends)` over the
+        default process group: the groups of a dimension in `backends` run over its backend, the others over the
+        world's. A collective: every rank calls it, with the same shape."""
 
-    def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str) -> DeviceMesh:
-        """The dimensions `names` of `mesh` as one dimension called `name` (a collective: it makes a group)."""
+    def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str, backend: str | None) -> DeviceMesh:
+        """The dimensions `names` of `mesh` as one dimension called `name` (a collective: it makes a group), its
+        group over `backend` (None: the world's)."""
 
     def unflatten(self, mesh: DeviceMesh, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
         """A 1-D `mesh` split into `names` of sizes `shape` (torch's `DeviceMesh._unflatten(0, ...)`, as torchtitan
@@ -137,14 +141,17 @@ class TorchWrappers:
         converted: torch.nn.Module = convert(model)
         return converted
 
-    def device_mesh(self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
+    def device_mesh(
+        self, device_type: str, shape: tuple[int, ...], names: tuple[str, ...], backends: Mapping[str, str]
+    ) -> DeviceMesh:
         from torch.distributed.device_mesh import init_device_mesh
 
-        return init_device_mesh(device_type, shape, mesh_dim_names=names)
+        override: Any = dict(backends) or None  # torch's type: by index or name, a name and/or Options each
+        return init_device_mesh(device_type, shape, mesh_dim_names=names, backend_override=override)
 
-    def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str) -> DeviceMesh:
+    def flatten(self, mesh: DeviceMesh, names: tuple[str, ...], name: str, backend: str | None) -> DeviceMesh:
         # torch 2.13 has no public name for it yet; torchtitan and Accelerate flatten their meshes the same way.
-        return mesh[names]._flatten(name)
+        return mesh[names]._flatten(name, backend_override=backend)
 
     def unflatten(self, mesh: DeviceMesh, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
         return mesh._unflatten(0, shape, names)
@@ -250,23 +257,30 @@ def _checkpoint(model: torch.nn.Module, found: Mapping[str, torch.nn.Module]) ->
 
 def build_meshes(wrappers: ModelWrappers, device_type: str, layout: MeshLayout) -> dict[str, DeviceMesh]:
     """The meshes a runtime hands out for `layout`, built with torch's own `DeviceMesh` on every rank (a
-    collective): "mesh", the dense mesh (`pp, dp_replicate, dp_shard, cp, sp, tp`) answering the peers' names too
+    collective): "mesh", the dense mesh (`pp, dp_replicate, dp_shard, cp, sp, tp`, each dimension's groups over the
+    backend the plan gives it, else the world's) answering the peers' names too
     (`rules.MESH_ALIASES`, each a `_flatten` of the dimensions it stands for, kept as "alias NAME"); "data_parallel"
     (`dp`), "sharded" (what
     FSDP2 takes) and "expert" (`pp, dp_replicate, efsdp, ep`, unflattened from the whole world as torchtitan does).
     Any process group of the world may build more than one layout's meshes (a test compares several in one world)."""
-    mesh = wrappers.device_mesh(device_type, layout.shape, layout.dimensions)
-    built = {"mesh": mesh, "data_parallel": wrappers.flatten(mesh, ("dp_replicate", "dp_shard"), "dp")}
+    sizes, backends = layout.sizes, layout.backends
+
+    def flatten(dimensions: tuple[MeshDimension, ...], name: str) -> DeviceMesh:
+        return wrappers.flatten(mesh, dimensions, name, flattened_backend(dimensions, sizes, backends))
+
+    given: dict[str, str] = {name: backend for name, backend in backends.items()}
+    mesh = wrappers.device_mesh(device_type, layout.shape, layout.dimensions, given)
+    built = {"mesh": mesh, "data_parallel": flatten(("dp_replicate", "dp_shard"), "dp")}
     for alias, dimensions in MESH_ALIASES.items():
-        built[f"alias {alias}"] = wrappers.flatten(mesh, dimensions, alias)
+        built[f"alias {alias}"] = flatten(dimensions, alias)
     shard = "dp_shard"
     if layout.size("cp") > 1:  # context ranks shard parameters too
         shard = "dp_shard_cp"
     elif layout.size("sp") > 1:  # and sequence ranks (Ulysses): same parameters, other tokens (DeepSpeed: dp × sp)
         shard = "dp_shard_sp"
-        built["alias dp_shard_sp"] = wrappers.flatten(mesh, ("dp_shard", "cp", "sp"), shard)
+        built["alias dp_shard_sp"] = flatten(("dp_shard", "cp", "sp"), shard)
     built["sharded"] = mesh[("dp_replicate", shard)] if layout.size("dp_replicate") > 1 else mesh[shard]
-    world = wrappers.flatten(mesh, layout.dimensions, "world")
+    world = flatten(layout.dimensions, "world")
     built["expert"] = wrappers.unflatten(world, layout.expert.shape, layout.expert.dimensions)
     return built
 

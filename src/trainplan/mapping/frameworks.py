@@ -415,10 +415,13 @@ def lightning_arguments(
             strategy_class=recipe.lightning_strategy,
             supported=", ".join(repr(name) for name in sorted(recipe.lightning_precisions)),
         )
+    # The options first: one Lightning cannot express is refused by its own name (tp_group_backend, cp_rotate_method, a
+    # pipeline schedule), before the mesh's degrees it needs (pp, cp) are refused for Lightning's 2-D mesh.
+    keywords = option_keywords(plan, "lightning", _LIGHTNING_FRONT_ENDS[framework], rules)
     arguments: dict[str, object] = {}
     if plan.mesh is not None:  # the degrees' rows spell them through the mesh
         arguments.update(lightning_sizes(plan.mesh))
-    arguments.update(option_keywords(plan, "lightning", _LIGHTNING_FRONT_ENDS[framework], rules))
+    arguments.update(keywords)
     carried, in_parallelize = _lightning_blocks(plan, framework, recipe, blocks, checkpointed)
     arguments.update(carried)
     start_method = lookup(LAUNCHERS, plan.launcher, name="LAUNCHERS").start_method

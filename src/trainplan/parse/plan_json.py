@@ -28,7 +28,7 @@ from trainplan.rules import (
     option_checks,
 )
 from trainplan.rules.mesh import MESH_DIMENSIONS as MESH_RULES
-from trainplan.rules.mesh import layout_violations, pipeline_violation
+from trainplan.rules.mesh import group_backend_violations, layout_violations, pipeline_violation
 from trainplan.spec.errors import InvalidRequest, PlanFormatError
 from trainplan.spec.mesh import MeshLayout, PipelineLayout
 from trainplan.spec.names import (
@@ -37,6 +37,7 @@ from trainplan.spec.names import (
     CLUSTERS,
     CUSTOM_NAME,
     CUSTOM_PRECISION,
+    GROUP_BACKENDS,
     LAUNCHERS,
     MESH_DIMENSIONS,
     METRICS_STORES,
@@ -84,6 +85,7 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
             "shape": list(plan.mesh.shape),
             "ep": plan.mesh.ep,
             "pipeline": attrs.asdict(plan.mesh.pipeline),
+            "backends": {name: plan.mesh.backends[name] for name in MESH_DIMENSIONS if name in plan.mesh.backends},
         },
         "memory": memory_plan_to_dict(plan.memory),
         **({} if plan.rules is None else {"rules": plan.rules}),
@@ -174,7 +176,13 @@ def _mesh_from(read: Reader) -> MeshLayout | None:
             if not 1 <= count <= _MAX_DEGREE:
                 raise PlanFormatError(path=f"{stages.path}.{key}", reason=f"a whole number from 1 to {_MAX_DEGREE}")
         pipeline = PipelineLayout(schedule=schedule, **counts)
-    return MeshLayout(shape=tuple(shape), ep=ep, pipeline=pipeline)
+    backends = mesh.string_map("backends") if "backends" in mesh.data else {}
+    for name, backend in backends.items():
+        if name not in MESH_DIMENSIONS:
+            raise PlanFormatError(path=f"{mesh.path}.backends", reason=f"keys among {list(MESH_DIMENSIONS)}")
+        if backend not in GROUP_BACKENDS:
+            raise PlanFormatError(path=f"{mesh.path}.backends.{name}", reason=f"one of {list(GROUP_BACKENDS)}")
+    return MeshLayout(shape=tuple(shape), ep=ep, pipeline=pipeline, backends=backends)  # type: ignore[arg-type]
 
 
 _MAX_DEGREE = 2**31 - 1
@@ -397,9 +405,14 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
         or options.pp_schedule != pipeline.schedule
         or options.pp_virtual_stages not in (None, pipeline.virtual_stages)
         or options.pp_microbatches not in (None, pipeline.microbatches)
+        or options.backends != dict(mesh.backends)
         or any(getattr(options, size.argument) is not None for size in LIGHTNING_SIZES)
     ):
-        raise bad("strategy.options", f"the options in force are the mesh's degrees, {mesh.sizes}, ep={mesh.ep}")
+        raise bad(
+            "strategy.options",
+            f"the options in force are the mesh's degrees, {mesh.sizes}, ep={mesh.ep}, and its backends, "
+            f"{dict(mesh.backends)}",
+        )
     asked = plan.request.strategy_options
     if isinstance(asked, ModelParallelOptions):
         # The degrees written (a default of 1 may be the mesh's rest) and Lightning's sizes (None: not used).
@@ -424,6 +437,8 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
     ):
         where = "" if violation.dimension is None else f" ({violation.dimension}={violation.degree})"
         raise bad("mesh", f"it breaks the rule {violation.rule}{where}: {violation.detail}")
+    for rule, name, why in group_backend_violations(mesh.sizes, mesh.backends, accelerator=plan.accelerator):
+        raise bad(f"mesh.backends.{name}", f"it breaks the rule {rule} ({name}={mesh.size(name)}): {why}")
     broken = pipeline_violation(pipeline.schedule, mesh.size("pp"), pipeline.virtual_stages, pipeline.microbatches)
     if broken is not None:
         raise bad("mesh.pipeline", f"it breaks the rule {broken[0]}: {broken[1]}")

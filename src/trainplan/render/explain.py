@@ -121,7 +121,9 @@ def _draw_mesh(plan: Plan, mesh: MeshLayout) -> list[str]:
             shown_groups = " ".join("{" + ",".join(map(str, group)) + cut + "}" for group in groups)
             total = mesh.world_size // mesh.size(name)
             more = f" … ({total} groups)" if total > _DRAWN_GROUPS else ""
-            lines.append(f"  {name.ljust(width)}  {shown_groups}{more}")
+            backend = mesh.backends.get(name)
+            over = f"   over {backend} (the world: {plan.process_group_backend})" if backend is not None else ""
+            lines.append(f"  {name.ljust(width)}  {shown_groups}{more}{over}")
     coordinates = plan.mesh_coordinates
     if coordinates is not None:
         place = ", ".join(f"{name} {index}" for name, index in coordinates.items())

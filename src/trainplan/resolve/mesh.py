@@ -34,6 +34,8 @@ from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import (
     MeshViolation,
     expert_region,
+    group_backend_choices,
+    group_backend_violations,
     host_span,
     host_spans,
     layout_violations,
@@ -44,7 +46,7 @@ from trainplan.spec.errors import Incompatible
 from trainplan.spec.mesh import MeshLayout, PipelineLayout
 from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorKey, BackendKey, MeshDimension, PrecisionKey
 from trainplan.spec.notes import Note
-from trainplan.spec.options import Degree, ModelParallelOptions
+from trainplan.spec.options import Degree, ModelParallelOptions, backend_option
 
 ABSORBING: MeshDimension = next(
     name for name in MESH_DIMENSIONS if attrs.fields_dict(ModelParallelOptions)[name].default == "auto"
@@ -186,11 +188,20 @@ def _choose_mesh(
             f"; ep={options.ep} splits the experts over {options.ep} of the {region} ranks of "
             f"{' × '.join(EXPERT_REGION)} (efsdp={region // options.ep})"
         )
+    refusals = _group_backend_refusals(options, degrees, accelerator, backend)
+    return refusals or _mesh_choice(options, degrees, reason, notes)
+
+
+def _mesh_choice(
+    options: ModelParallelOptions, degrees: dict[MeshDimension, int], reason: str, notes: tuple[Note, ...]
+) -> MeshChoice:
+    """The layout of whole degrees, with its pipeline and group backends, and the options in force (the degrees
+    whole, Lightning's sizes read as them)."""
     pipeline = _pipeline(options, degrees["pp"])
     changes: dict[str, Any] = {size.argument: None for size in LIGHTNING_SIZES}
     changes.update((name, degree) for name, degree in degrees.items())
     resolved = attrs.evolve(options, **changes)
-    layout = MeshLayout(shape=tuple(degrees.values()), ep=options.ep, pipeline=pipeline)
+    layout = MeshLayout(shape=tuple(degrees.values()), ep=options.ep, pipeline=pipeline, backends=options.backends)
     return MeshChoice(layout=layout, options=resolved, reason=reason, notes=notes)
 
 
@@ -229,6 +240,31 @@ def _pipeline(options: ModelParallelOptions, pp: int) -> PipelineLayout:
             fit_microbatches=fit,
         )
     return PipelineLayout(schedule=options.pp_schedule, microbatches=microbatches, virtual_stages=virtual)
+
+
+def _group_backend_refusals(
+    options: ModelParallelOptions,
+    degrees: Mapping[MeshDimension, int],
+    accelerator: AcceleratorKey,
+    backend: BackendKey | None,
+) -> tuple[Incompatible, ...]:
+    """Each dimension's backend that cannot be (`rules.mesh.group_backend_violations`): a degree of 1 has no
+    groups; a backend must run on the accelerator."""
+    refusals: list[Incompatible] = []
+    for rule, name, why in group_backend_violations(degrees, options.backends, accelerator=accelerator):
+        option, asked = backend_option(name), options.backends[name]
+        values: dict[str, object] = {f"strategy_options.{option}": asked, name: degrees[name]}
+        if rule == "mesh-option-unused":
+            fields: dict[str, object] = {"title": MESH_RULES[name].title, "degree": degrees[name], "value": asked}
+            refusals.append(incompatible(rule, values, option=option, dimension=name, why=why, **fields))
+        else:
+            choices = " or ".join(repr(choice) for choice in group_backend_choices(accelerator))
+            world = backend if backend is not None else MESH_BACKENDS.get(accelerator)
+            values["accelerator"] = accelerator
+            refusals.append(
+                incompatible(rule, values, option=option, backend=asked, why=why, choices=choices, world=world)
+            )
+    return tuple(refusals)
 
 
 def _torchtitan_autos(options: ModelParallelOptions) -> tuple[ModelParallelOptions, tuple[Note, ...]]:

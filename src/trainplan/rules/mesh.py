@@ -10,19 +10,22 @@ from typing import Final, Literal
 import attrs
 
 from trainplan.rules.messages import RefusalId
+from trainplan.rules.precision import BACKENDS
 from trainplan.spec.frozen import freeze_nested_maps
 from trainplan.spec.mesh import MeshLayout
-from trainplan.spec.names import MESH_DIMENSIONS as MESH_DIMENSION_NAMES
 from trainplan.spec.names import (
+    GROUP_BACKENDS,
     AcceleratorKey,
     BackendKey,
     BackendName,
     ExpertDimension,
+    GroupBackend,
     MeshDimension,
     MeshName,
     PipelineSchedule,
     PrecisionKey,
 )
+from trainplan.spec.names import MESH_DIMENSIONS as MESH_DIMENSION_NAMES
 
 
 @attrs.frozen(kw_only=True)
@@ -353,6 +356,55 @@ MESH_ALIASES: Final[Mapping[MeshName, tuple[MeshDimension, ...]]] = {
 MESH_BACKENDS: Final[Mapping[AcceleratorKey, BackendName]] = {"cuda": "nccl", "cpu": "gloo"}
 """The backend a device mesh runs over on each accelerator: the ones torch's FSDP2 and DTensor are built and tested
 on (NCCL on CUDA; gloo on CPU, which also makes every layout testable without a GPU)."""
+
+# The backends one dimension's groups may run over instead of the world's (`tp_group_backend="gloo"`, torch's
+# `init_device_mesh(..., backend_override=...)`) are `names.GROUP_BACKENDS`, the mesh backends above (a test holds
+# them equal), each only where its row in `rules.BACKENDS` runs (gloo on CPU and CUDA, NCCL on CUDA only). A
+# ProcessGroup's `Options` object is not a value a plan can hold (it is torch's C++ object, and a plan is JSON), so
+# only the backend is planned.
+
+UNUSED_GROUPS: Final = (
+    "a degree of 1 makes no {title} groups (each rank is alone along it, and no collective runs there), so the "
+    "option would never be used"
+)
+"""Why an option about one dimension's groups (its backend, context parallelism's rotate method and load balancer)
+means nothing where its degree is 1."""
+
+
+def group_backend_violations(
+    degrees: Mapping[MeshDimension, int],
+    backends: Mapping[MeshDimension, GroupBackend],
+    *,
+    accelerator: AcceleratorKey,
+) -> Iterator[tuple[RefusalId, MeshDimension, str]]:
+    """Each dimension's backend (`backends`) that cannot be: its degree is 1 (no groups), or the backend does not run
+    on the accelerator (`rules.BACKENDS`' rows); as (rule, dimension, why), in the mesh's order."""
+    for name in MESH_DIMENSION_NAMES:
+        backend = backends.get(name)
+        if backend is None:
+            continue
+        if degrees[name] == 1:
+            yield "mesh-option-unused", name, UNUSED_GROUPS.format(title=MESH_DIMENSIONS[name].title)
+            continue
+        rule = BACKENDS[backend]
+        if accelerator not in rule.accelerators:
+            why = rule.why_not.get(accelerator, f"{backend} does not run on {accelerator!r}")
+            yield "mesh-group-backend", name, why
+
+
+def group_backend_choices(accelerator: AcceleratorKey) -> tuple[GroupBackend, ...]:
+    """The backends a dimension's groups may run over on `accelerator`."""
+    return tuple(name for name in GROUP_BACKENDS if accelerator in BACKENDS[name].accelerators)
+
+
+def flattened_backend(
+    dimensions: tuple[MeshDimension, ...], degrees: Mapping[MeshDimension, int], backends: Mapping[MeshDimension, str]
+) -> str | None:
+    """The backend of a mesh flattened from `dimensions` (a peer's name, `rt.mesh["tensor_parallel"]`): the one
+    every dimension of it above 1 was given, so that a name for the same groups gets the same backend; None (the
+    world's) where none was given or they differ (a flattened group spans them all, and no one backend was asked)."""
+    given = {backends.get(name) for name in dimensions if degrees[name] > 1}
+    return given.pop() if len(given) == 1 else None
 
 
 @attrs.frozen(kw_only=True)

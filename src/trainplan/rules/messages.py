@@ -32,7 +32,7 @@ RefusalId = Literal[
     # device meshes
     "mesh-product", "mesh-remainder", "mesh-autos", "mesh-spellings", "mesh-inside-node", "mesh-pipeline-nodes",
     "mesh-accelerator", "mesh-backend", "mesh-precision", "mesh-expert", "mesh-exclusive", "pipeline-virtual-stages",
-    "pipeline-microbatches",
+    "pipeline-microbatches", "mesh-option-unused", "mesh-group-backend",
     # memory
     "memory-nothing-fits", "memory-strategy-too-big",
 ]
@@ -396,6 +396,14 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
     "mesh-exclusive": Rule(
         reason="{took}{dimension}={degree} cannot be used with {other}={other_degree}: {why}",
         fix="Use {dimension}=1 or {other}=1, e.g. {fitting}",
+    ),
+    "mesh-option-unused": Rule(
+        reason="{option}={value!r} is for the {title} groups, and {dimension}={degree}: {why}",
+        fix="Use {dimension}=2 or more with it, or leave {option} unset",
+    ),
+    "mesh-group-backend": Rule(
+        reason="{option}={backend!r} asks for {backend!r} groups on {accelerator!r}: {why}",
+        fix="Use {option}={choices}, or leave it unset (the world's {world!r})",
     ),
     "pipeline-virtual-stages": Rule(
         reason="pp_schedule={schedule!r} with pp_virtual_stages={virtual_stages}: {why}",

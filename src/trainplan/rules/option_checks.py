@@ -26,6 +26,7 @@ from trainplan.rules.options import (
     ProcessGroupTimeout,
     Refused,
     ThroughMesh,
+    ThroughMeshGroups,
     ThroughPipeline,
     TrueOrFalse,
     WholeNumber,
@@ -213,11 +214,11 @@ def check_added_row(row: OptionRow, rows: OptionRows, where: str) -> None:
             fix="Write e.g. name='bucket_cap_mb'",
         )
     for spelling in (row.torch, row.lightning, row.accelerate, row.deepspeed_config):
-        if isinstance(spelling, ThroughMesh):
+        if isinstance(spelling, (ThroughMesh, ThroughMeshGroups)):
             raise InvalidRequest(
                 field=f"{where}",
                 value=spelling,
-                reason="a mesh's degrees are ModelParallelOptions' own fields",
+                reason="a mesh's degrees and how its groups run are ModelParallelOptions' own fields",
                 fix="Spell the option as a keyword, a handler field or Refused(reason)",
             )
     check_row(row, rows, where)
@@ -229,6 +230,7 @@ def _check_spelling(
     spelling: tuple[Keyword | HandlerField, ...]
     | ProcessGroupTimeout
     | ThroughMesh
+    | ThroughMeshGroups
     | ThroughPipeline
     | Carried
     | Refused
@@ -268,6 +270,8 @@ def _check_spelling(
         )
     elif isinstance(spelling, ThroughMesh) and spelling.dimension not in (*MESH_DIMENSIONS, "ep"):
         raise no_such("mesh dimension", f"{where}.dimension", spelling.dimension, (*MESH_DIMENSIONS, "ep"))
+    elif isinstance(spelling, ThroughMeshGroups) and spelling.dimension not in MESH_DIMENSIONS:
+        raise no_such("mesh dimension", f"{where}.dimension", spelling.dimension, MESH_DIMENSIONS)
     elif isinstance(spelling, Carried):
         unknown = [name for name in spelling.by if name not in names or name == row.name]
         if unknown or not spelling.by:

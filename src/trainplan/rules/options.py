@@ -23,7 +23,7 @@ from trainplan.rules.mesh import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.messages import RefusalId
 from trainplan.rules.strategies import OPTION_TYPES
 from trainplan.spec.frozen import freeze_nested_maps
-from trainplan.spec.names import MESH_DIMENSIONS, PIPELINE_SCHEDULES, MeshDimension, StrategyFamily
+from trainplan.spec.names import GROUP_BACKENDS, MESH_DIMENSIONS, PIPELINE_SCHEDULES, MeshDimension, StrategyFamily
 from trainplan.spec.options import (
     DEEPSPEED_STAGES,
     OFFLOAD_DEVICES,
@@ -33,6 +33,7 @@ from trainplan.spec.options import (
     FSDPOptions,
     ModelParallelOptions,
     StrategyOptions,
+    backend_option,
 )
 
 OptionTarget: TypeAlias = Literal["torch", "lightning", "accelerate", "deepspeed_config"]
@@ -159,6 +160,16 @@ class ThroughMesh:
 
 
 @attrs.frozen
+class ThroughMeshGroups:
+    """The option says how the groups along one dimension of the plan's device mesh run, beside its degree: their
+    backend (`plan.mesh.backends`, which the runtime passes to `init_device_mesh(..., backend_override=...)`), or for
+    `cp` torch's context-parallel rotate method and load balancer (`plan.mesh.context_parallel`, which
+    `rt.context_parallel` applies)."""
+
+    dimension: MeshDimension
+
+
+@attrs.frozen
 class ThroughPipeline:
     """The option is part of the plan's pipeline (`plan.mesh.pipeline`, checked against the schedule's row): the
     runtime's `rt.pipeline` hands it to torch's `torch.distributed.pipelining` schedule."""
@@ -185,6 +196,7 @@ Spelling: TypeAlias = (
     | tuple[HandlerField, ...]
     | ProcessGroupTimeout
     | ThroughMesh
+    | ThroughMeshGroups
     | ThroughPipeline
     | Carried
     | Refused
@@ -195,7 +207,7 @@ Each target has its own kinds (`SPELLING_KINDS`; `OptionRow`'s fields say them t
 
 
 SPELLING_KINDS: Final[Mapping[OptionTarget, tuple[type, ...]]] = {
-    "torch": (Keyword, ProcessGroupTimeout, ThroughMesh, ThroughPipeline, Carried, Refused),
+    "torch": (Keyword, ProcessGroupTimeout, ThroughMesh, ThroughMeshGroups, ThroughPipeline, Carried, Refused),
     "lightning": (Keyword, ThroughMesh, Carried, Refused),
     "accelerate": (HandlerField, ProcessGroupTimeout, ThroughMesh, Carried, Refused),
     "deepspeed_config": (Keyword, Carried, Refused),
@@ -222,7 +234,16 @@ class OptionRow:
     name: str
     default: object
     check: TrueOrFalse | OneOf | WholeNumber | ParallelDegree
-    torch: tuple[Keyword, ...] | ProcessGroupTimeout | ThroughMesh | ThroughPipeline | Carried | Refused | None
+    torch: (
+        tuple[Keyword, ...]
+        | ProcessGroupTimeout
+        | ThroughMesh
+        | ThroughMeshGroups
+        | ThroughPipeline
+        | Carried
+        | Refused
+        | None
+    )
     """The runtime's torch wrapper (DDP's, FSDP's keywords), or how the plan applies it."""
     lightning: tuple[Keyword, ...] | ThroughMesh | Carried | Refused | None
     """The Lightning/Fabric strategy's constructor keywords."""
@@ -241,6 +262,7 @@ def spellings(
     | tuple[HandlerField, ...]
     | ProcessGroupTimeout
     | ThroughMesh
+    | ThroughMeshGroups
     | ThroughPipeline
     | Carried
     | Refused
@@ -281,7 +303,14 @@ def _row(
     name: str,
     check: TrueOrFalse | OneOf | WholeNumber | ParallelDegree,
     *,
-    torch: tuple[Keyword, ...] | ProcessGroupTimeout | ThroughMesh | ThroughPipeline | Carried | Refused | None = None,
+    torch: tuple[Keyword, ...]
+    | ProcessGroupTimeout
+    | ThroughMesh
+    | ThroughMeshGroups
+    | ThroughPipeline
+    | Carried
+    | Refused
+    | None = None,
     lightning: tuple[Keyword, ...] | ThroughMesh | Carried | Refused | None = None,
     accelerate: tuple[HandlerField, ...] | ProcessGroupTimeout | ThroughMesh | Carried | Refused | None = None,
     deepspeed_config: tuple[Keyword, ...] | Carried | Refused | None = None,
@@ -517,6 +546,29 @@ BUILTIN_OPTIONS: Final[tuple[OptionRow, ...]] = (
             ),
             ("pp_schedule", OneOf(PIPELINE_SCHEDULES, "the pipeline schedules of torch.distributed.pipelining")),
         )
+    ),
+    *(
+        _row(
+            ModelParallelOptions,
+            backend_option(name),
+            OneOf(
+                (None, *GROUP_BACKENDS),
+                "a mesh dimension's groups run over NCCL or gloo (the backends torch's FSDP2 and DTensor are built "
+                "on), or None: the world's",
+            ),
+            torch=ThroughMeshGroups(name),
+            # Both build their mesh with init_device_mesh and no backend_override (lightning_fabric 2.6's
+            # _setup_device_mesh, accelerate 1.16's ParallelismConfig.build_device_mesh).
+            lightning=Refused(
+                "Lightning's ModelParallelStrategy builds its mesh with init_device_mesh and no backend_override, so "
+                "every group runs over the world's backend; run the plan's mesh through trainplan.runtime (rt.mesh)"
+            ),
+            accelerate=Refused(
+                "Accelerate's ParallelismConfig builds its mesh with init_device_mesh and no backend_override, so "
+                "every group runs over the world's backend; run the plan's mesh through trainplan.runtime (rt.mesh)"
+            ),
+        )
+        for name in MESH_DIMENSIONS
     ),
     # Lightning's spelling of two degrees, read as them (`resolve.mesh`); the plan holds the degrees only.
     *(

@@ -15,8 +15,15 @@ from collections.abc import Mapping
 import attrs
 
 from trainplan.spec.errors import MeshDimensionError, MeshQueryError, MeshRankError, shown
-from trainplan.spec.frozen import freeze_sequence
-from trainplan.spec.names import EXPERT_DIMENSIONS, MESH_DIMENSIONS, ExpertDimension, MeshDimension, PipelineSchedule
+from trainplan.spec.frozen import freeze_map, freeze_sequence
+from trainplan.spec.names import (
+    EXPERT_DIMENSIONS,
+    MESH_DIMENSIONS,
+    ExpertDimension,
+    GroupBackend,
+    MeshDimension,
+    PipelineSchedule,
+)
 
 
 def _freeze_dimensions(value: tuple[MeshDimension, ...] | list[MeshDimension]) -> tuple[MeshDimension, ...]:
@@ -25,6 +32,10 @@ def _freeze_dimensions(value: tuple[MeshDimension, ...] | list[MeshDimension]) -
 
 def _freeze_shape(value: tuple[int, ...] | list[int]) -> tuple[int, ...]:
     return freeze_sequence(value)  # type: ignore[return-value]
+
+
+def _freeze_backends(value: Mapping[MeshDimension, GroupBackend]) -> Mapping[MeshDimension, GroupBackend]:
+    return freeze_map(value)  # type: ignore[arg-type,return-value]  # a FrozenMap of dimension → backend names
 
 
 @attrs.frozen(kw_only=True)
@@ -54,6 +65,9 @@ class MeshLayout:
     so)."""
     pipeline: PipelineLayout = PipelineLayout()
     """How the pipeline stages run (schedule, microbatches, stages per rank)."""
+    backends: Mapping[MeshDimension, GroupBackend] = attrs.field(factory=dict, converter=_freeze_backends)
+    """The backend of each dimension's groups where the request named one (`tp_group_backend="gloo"`: `{"tp": "gloo"}`,
+    torch's `init_device_mesh(..., backend_override=...)`); a dimension left out runs over the world's backend."""
 
     @property
     def world_size(self) -> int:

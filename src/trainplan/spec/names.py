@@ -95,6 +95,11 @@ PrecisionFlag = Literal[64, 32, 16, "64", "32", "16", "bf16", PrecisionName]
 BackendName = Literal["nccl", "gloo", "mpi", "xla"]
 """A torch.distributed process-group backend."""
 
+GroupBackend = Literal["nccl", "gloo"]
+"""A backend one mesh dimension's groups may run over instead of the world's
+(`ModelParallelOptions(tp_group_backend=...)`): the device mesh's backends (`rules.MESH_BACKENDS`), each where it
+runs."""
+
 
 ClusterName = Literal["local", "slurm", "torchelastic", "lsf", "mpi", "kubeflow"]
 """A resolved cluster environment."""
@@ -150,6 +155,7 @@ LAUNCHERS: Final[tuple[LauncherName, ...]] = get_args(LauncherName)
 PRECISION_FLAGS: Final[tuple[PrecisionFlag, ...]] = get_args(PrecisionFlag)
 PRECISIONS: Final[tuple[PrecisionName, ...]] = get_args(PrecisionName)
 BACKENDS: Final[tuple[BackendName, ...]] = get_args(BackendName)
+GROUP_BACKENDS: Final[tuple[GroupBackend, ...]] = get_args(GroupBackend)
 CLUSTERS: Final[tuple[ClusterName, ...]] = get_args(ClusterName)
 CLUSTER_FLAGS: Final[tuple[ClusterFlag, ...]] = ("auto", *CLUSTERS)
 METRICS_STORES: Final[tuple[MetricsStore, ...]] = get_args(MetricsStore)

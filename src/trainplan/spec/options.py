@@ -17,7 +17,7 @@ from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 import attrs
 
-from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension, PipelineSchedule
+from trainplan.spec.names import MESH_DIMENSIONS, GroupBackend, MeshDimension, PipelineSchedule
 
 _Options = TypeVar("_Options")
 
@@ -212,6 +212,14 @@ class ModelParallelOptions:
     ZBVZeroBubble; None: the fewest the schedule takes."""
     pp_schedule: PipelineSchedule = "1F1B"
     """torch's pipeline schedule for the `pp` stages (`torch.distributed.pipelining`, by its own name)."""
+    pp_group_backend: GroupBackend | None = None
+    """The process-group backend of the `pp` groups (torch's `init_device_mesh(..., backend_override=...)`); None:
+    the world's. The same for every dimension below: `<dimension>_group_backend`, for a degree above 1."""
+    dp_replicate_group_backend: GroupBackend | None = None
+    dp_shard_group_backend: GroupBackend | None = None
+    cp_group_backend: GroupBackend | None = None
+    sp_group_backend: GroupBackend | None = None
+    tp_group_backend: GroupBackend | None = None
     data_parallel_size: Degree | None = None
     """Lightning's spelling of the data-parallel size (→ `dp_shard`); None: not used."""
     tensor_parallel_size: Degree | None = None
@@ -229,6 +237,18 @@ class ModelParallelOptions:
     def degrees(self) -> dict[MeshDimension, Degree]:
         """The degrees in the mesh's fixed order (`pp`, `dp_replicate`, `dp_shard`, `cp`, `sp`, `tp`)."""
         return {name: getattr(self, name) for name in MESH_DIMENSIONS}
+
+    @property
+    def backends(self) -> dict[MeshDimension, GroupBackend]:
+        """The backends written for the groups of some dimensions (`tp_group_backend="gloo"`: `{"tp": "gloo"}`), in the
+        mesh's order; a dimension left out runs over the world's backend."""
+        written = {name: getattr(self, backend_option(name)) for name in MESH_DIMENSIONS}
+        return {name: backend for name, backend in written.items() if backend is not None}
+
+
+def backend_option(dimension: MeshDimension) -> str:
+    """The option that names the backend of `dimension`'s groups: `tp_group_backend` for `tp`."""
+    return f"{dimension}_group_backend"
 
 
 StrategyOptions: TypeAlias = DDPOptions | FSDPOptions | DeepSpeedOptions | ModelParallelOptions
