@@ -300,3 +300,19 @@ def test_a_downstream_accelerator_without_devices_is_counted_by_the_clis_own_fla
     with pytest.raises(Unavailable) as caught:  # the library's own message names the library's spelling
         resolve(Request(accelerator=NPU), Environment(), RULES)
     assert "probe().with_device_counts({'npu': 8})" in str(caught.value)
+
+
+@pytest.mark.parametrize("fact", ["gpu-memory=40GiB", "host-memory=1TiB"])
+def test_plan_with_assumed_memory_and_no_model_says_the_memory_is_unused(
+    capsys: pytest.CaptureFixture[str], fact: str
+) -> None:
+    """`plan --assume gpu-memory=40GiB` printed the plan for 8 GPUs as if the memory had not been given."""
+    code, out, err = run(capsys, "plan", "--no-probe", "--assume", "cuda=8", "--assume", fact, "--json")
+    assert code == 0 and json.loads(out)["strategy"]["name"] == "ddp"  # stdout stays the JSON
+    assert f"note: --assume {fact} is used only with a model's facts" in err
+    assert "trainplan fit --params 7e9 --gpus 8x40GiB" in err
+
+
+def test_plan_without_assumed_memory_prints_no_memory_note(capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, err = run(capsys, "plan", "--no-probe", "--assume", "cuda=8")
+    assert "used only with a model" not in err

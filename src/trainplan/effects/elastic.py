@@ -34,6 +34,7 @@ import _thread
 import atexit
 import contextlib
 import ctypes
+import logging
 import math
 import os
 import shutil
@@ -955,6 +956,7 @@ def _run_engine(
                     with (
                         _loopback_stores(plan.num_nodes == 1 and not options.rdzv_endpoint),
                         _fresh_store_per_round(options.max_restarts > 0),
+                        _failures_said_by_the_launch(),
                     ):
                         launch_agent(config, entrypoint, worker_arguments)
                 except _Mismatched as mismatch:
@@ -963,16 +965,30 @@ def _run_engine(
                 except ChildFailedError as failure:
                     rank, first = failure.get_first_failure()
                     code = first.exitcode if first.exitcode > 0 else 128 - first.exitcode
-                    how = _signal_name(first.exitcode) or f"exit code {first.exitcode}"
                     tried = f" after {attempts[0]} attempt(s)" if attempts[0] > 1 else ""
-                    say(f"worker rank {rank} failed ({how}){tried}; the others were stopped")
-                    message: object = first.message
-                    if isinstance(message, dict):  # the error file's own record: {"message": ..., "extraInfo": ...}
-                        message = message.get("message")
-                    if os.path.isfile(first.error_file) and isinstance(message, str) and message.strip():
-                        # Without kept log files the error file is removed at the end: its text is quoted, not its path.
-                        where = f" ({first.error_file})" if keep_files else ""
-                        say(f"its error{where}: {message.strip().splitlines()[0]}")
+                    # One line per failed rank, the first (by time) first; the engine's own log of each is held back.
+                    # The siblings the engine stopped are in its failures too (SIGTERM, then SIGKILL): "stopped".
+                    stopped = (-signal.SIGTERM, -signal.SIGKILL)
+                    others = sorted(
+                        (
+                            each
+                            for each in failure.failures.items()
+                            if each[0] != rank and each[1].exitcode not in stopped
+                        ),
+                        key=lambda each: each[0],
+                    )
+                    for number, (failed_rank, failed) in enumerate([(rank, first), *others]):
+                        how = _signal_name(failed.exitcode) or f"exit code {failed.exitcode}"
+                        then = f"{tried}; the others were stopped" if number == 0 else " too"
+                        say(f"worker rank {failed_rank} failed ({how}){then}")
+                        message: object = failed.message
+                        if isinstance(message, dict):  # the error file's own record: {"message": ..., "extraInfo": ...}
+                            message = message.get("message")
+                        if os.path.isfile(failed.error_file) and isinstance(message, str) and message.strip():
+                            # Without kept log files the error file is removed at the end: its text is quoted, not
+                            # its path.
+                            where = f" ({failed.error_file})" if keep_files else ""
+                            say(f"its error{where}: {message.strip().splitlines()[0]}")
                 except (SignalException, _Interrupted) as stopped:
                     number = stopped.sigval if isinstance(stopped, SignalException) else stopped.number
                     code = 124 if timed_out.is_set() else 128 + int(number)
@@ -1079,6 +1095,41 @@ def _server_pid(server: Mapping[str, str] | None) -> int | None:
 
     pid: Any = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
     return pid if isinstance(pid, int) else None
+
+
+_ENGINE_FAILURE_LOGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("torch.distributed.elastic.multiprocessing.api", ("failed (exitcode", "Sending process")),
+    ("torch.multiprocessing.spawn", ("Terminating process",)),
+)
+"""What torch's engine logs of a failing worker, by logger and the start of its message: a traceback of its own
+polling (`ProcessExitedException: process 1 terminated with exit code 3`, or the worker's error a second time,
+wrapped in the engine's frames), and each sibling it stops. The launch says the same in a line per failed rank
+("worker rank 1 failed (exit code 3); the others were stopped"), and the worker's own traceback is on its stderr."""
+
+
+class _HeldBack(logging.Filter):
+    """Drops the records whose message starts with one of `starts`: the rest of the logger's records pass."""
+
+    def __init__(self, starts: tuple[str, ...]) -> None:
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.starts)
+
+
+@contextlib.contextmanager
+def _failures_said_by_the_launch() -> Iterator[None]:
+    """Hold back the engine's own log of failing workers (`_ENGINE_FAILURE_LOGS`) while it runs: the launch reports
+    them itself, one line per failed rank."""
+    held = [(logging.getLogger(name), _HeldBack(starts)) for name, starts in _ENGINE_FAILURE_LOGS]
+    for logger, held_back in held:
+        logger.addFilter(held_back)
+    try:
+        yield
+    finally:
+        for logger, held_back in held:
+            logger.removeFilter(held_back)
 
 
 def _start_server(command: Command, lifeline: Lifeline) -> dict[str, str] | None:
