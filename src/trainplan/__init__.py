@@ -25,7 +25,7 @@ from trainplan.spec.entry import install as _install
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads any TYPE_CHECKING as True)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Mapping
 
     from trainplan.effects.adapters import (
         accelerate_launch_flags,
@@ -262,19 +262,45 @@ sys.modules[__name__].__class__ = _Face
 
 
 def _load_entry_points() -> _EntryPoints:
-    """The records' entry points (`trainplan.spec.entry`), imported when a record first needs one."""
+    """The records' entry points (`trainplan.spec.entry`). Each imports its implementation on its own first call: a
+    plan's explanation (`trainplan plan`) loads neither the JSON wire format nor the legacy bridge."""
+    return _EntryPoints(
+        request_from_config=_request_from_config,
+        request_from_legacy=_request_from_legacy,
+        plan_to_dict=_plan_to_dict,
+        plan_from_dict=_plan_from_dict,
+        explain=_explain,
+    )
+
+
+def _request_from_config(record: type[Request], config: Mapping[str, object], rules: Rules | None) -> Request:
     from trainplan.parse.fields import request_from_config
+
+    return request_from_config(record, config, rules)
+
+
+def _request_from_legacy(record: type[Request], flags: Mapping[str, object]) -> Request:
     from trainplan.parse.legacy import from_legacy
-    from trainplan.parse.plan_json import plan_from_dict, plan_to_dict
+
+    return from_legacy(record, flags)
+
+
+def _plan_to_dict(plan: Plan) -> dict[str, object]:
+    from trainplan.parse.plan_json import plan_to_dict
+
+    return plan_to_dict(plan)
+
+
+def _plan_from_dict(data: object, rules: Rules | None) -> Plan:
+    from trainplan.parse.plan_json import plan_from_dict
+
+    return plan_from_dict(data, rules)
+
+
+def _explain(plan: Plan) -> str:
     from trainplan.render.explain import explain
 
-    return _EntryPoints(
-        request_from_config=request_from_config,
-        request_from_legacy=from_legacy,
-        plan_to_dict=plan_to_dict,
-        plan_from_dict=plan_from_dict,
-        explain=explain,
-    )
+    return explain(plan)
 
 
 _install(_load_entry_points)

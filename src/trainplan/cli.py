@@ -24,10 +24,10 @@ import attrs
 from trainplan._version import __version__
 
 # What only some subcommands run is imported in their functions: `trainplan plan` never imports the elastic
-# launcher, the bug report, the emitters, the memory model or python-dotenv.
+# launcher, the bug report, the emitters, the memory model, the legacy bridge, the --rules loader, the JSON wire
+# format or python-dotenv, and builds only its own subcommand's flags (`_parser`).
 from trainplan.effects.probing import probe
 from trainplan.parse.fields import REQUEST_FIELD_ROWS
-from trainplan.parse.legacy import LEGACY_FLAGS, MODERN_FLAGS
 from trainplan.render.explain import memory_table
 from trainplan.render.records import error_record, plain, problems_record, versioned
 from trainplan.resolve import check, resolve
@@ -130,7 +130,11 @@ def _unknown_words(parser: argparse.ArgumentParser, command: str | None, extra: 
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every subcommand with its flags, or (`command`) that subcommand's flags alone.
+
+    A command runs one subcommand, so it builds only that one's flags (`_COMMAND_FLAGS`): the others are listed by
+    name and help, as `trainplan --help` shows them, and filling theirs in would cost every run of the command."""
     parser = _Parser(
         prog="trainplan",
         description="Decide how a PyTorch training run is laid out on this machine (or a what-if one).",
@@ -138,7 +142,48 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"trainplan {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    plan = commands.add_parser("plan", help="resolve a request and print the plan (the default command)")
+    for name, (summary, usage) in COMMAND_SUMMARIES.items():
+        description, examples = COMMAND_HELP[name]
+        subparser = commands.add_parser(
+            name,
+            help=summary,
+            usage=usage,
+            description=description,
+            epilog="examples:\n" + "\n".join(f"  {example}" for example in examples),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            # `launch`: the script's own words (`--a 1` after it) must never match a flag's prefix
+            allow_abbrev=name != "launch",
+        )
+        if command is None or command == name:
+            _COMMAND_FLAGS[name](subparser)
+    return parser
+
+
+COMMAND_SUMMARIES: dict[str, tuple[str, str | None]] = {
+    # Each subcommand's line in `trainplan --help`, and its usage line where argparse's own would mislead.
+    "plan": ("resolve a request and print the plan (the default command)", None),
+    "fit": (
+        "which layout fits a model in the GPUs' memory, with the arithmetic (fit --params 7e9 --gpus 8x40GiB)",
+        None,
+    ),
+    "launch": (
+        "run a script on each of the plan's workers through torchrun's engine: trainplan launch [flags] train.py",
+        "trainplan launch [flags] (script.py | -m module | --no-python program) [script arguments]",
+    ),
+    "probe": ("print the facts trainplan reads from this machine", None),
+    "matrix": ("print the compatibility tables, generated from the rules", None),
+    "migrate": ("translate old Trainer flags (--gpus 2 --accelerator ddp ...) to the modern request", None),
+    "gpus": ("list visible GPUs: usable now or not, and why", None),
+    "env": (
+        "print a copy-paste block for bug reports: versions, driver and GPUs, facts, variables, packages",
+        None,
+    ),
+    "completion": ("print the shell code that completes trainplan's commands", None),
+}
+"""The subcommands in `trainplan --help`'s order: each one's summary line and its usage (None: argparse's)."""
+
+
+def _plan_flags(plan: argparse.ArgumentParser) -> None:
     _add_request_flags(plan)
     _add_environment_flags(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON (Plan.to_dict)")
@@ -157,17 +202,9 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="--emit kubeflow and --emit slurm: the PyTorchJob's or the SLURM job's name (default: train)",
     )
-    fit = commands.add_parser(
-        "fit",
-        help="which layout fits a model in the GPUs' memory, with the arithmetic (fit --params 7e9 --gpus 8x40GiB)",
-    )
-    _add_fit_flags(fit)
-    launch = commands.add_parser(
-        "launch",
-        help="run a script on each of the plan's workers through torchrun's engine: trainplan launch [flags] train.py",
-        usage="trainplan launch [flags] (script.py | -m module | --no-python program) [script arguments]",
-        allow_abbrev=False,  # the script's own words (`--a 1` after it) must never match a flag's prefix
-    )
+
+
+def _launch_flags(launch: argparse.ArgumentParser) -> None:
     _add_request_flags(launch)
     _add_environment_flags(launch)
     _add_rules_flag(launch)
@@ -177,15 +214,21 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a refusal as a JSON record on stdout (the workers' own output stays theirs)",
     )
-    probe_command = commands.add_parser("probe", help="print the facts trainplan reads from this machine")
+
+
+def _probe_flags(probe_command: argparse.ArgumentParser) -> None:
     _add_environment_flags(probe_command)
     probe_command.add_argument("--json", action="store_true", help="print the facts as JSON")
-    matrix = commands.add_parser("matrix", help="print the compatibility tables, generated from the rules")
+
+
+def _matrix_flags(matrix: argparse.ArgumentParser) -> None:
     _add_rules_flag(matrix)
     matrix.add_argument("--json", action="store_true", help="print the tables as JSON")
-    migrate = commands.add_parser(
-        "migrate", help="translate old Trainer flags (--gpus 2 --accelerator ddp ...) to the modern request"
-    )
+
+
+def _migrate_flags(migrate: argparse.ArgumentParser) -> None:
+    from trainplan.parse.legacy import LEGACY_FLAGS, MODERN_FLAGS
+
     old = migrate.add_argument_group("old and modern Trainer flags (as Request.from_legacy takes them)")
     for flag in LEGACY_FLAGS + MODERN_FLAGS:
         option = "--" + flag.replace("_", "-")
@@ -196,23 +239,21 @@ def _parser() -> argparse.ArgumentParser:
         elif _flag_kind(flag) != "options":
             old.add_argument(option, default=None, metavar="VALUE")
     migrate.add_argument("--json", action="store_true", help="print the modern request (and its notes) as JSON")
-    gpus = commands.add_parser("gpus", help="list visible GPUs: usable now or not, and why")
+
+
+def _gpus_flags(gpus: argparse.ArgumentParser) -> None:
     gpus.add_argument("count", nargs="?", default=None, help="exit 2 unless at least this many are usable")
     gpus.add_argument("--json", action="store_true", help="print the GPUs as JSON")
     gpus.add_argument("--timeout", type=float, default=15.0, help="seconds a confirming probe may take")
-    env = commands.add_parser(
-        "env", help="print a copy-paste block for bug reports: versions, driver and GPUs, facts, variables, packages"
-    )
+
+
+def _env_flags(env: argparse.ArgumentParser) -> None:
     env.add_argument("--json", action="store_true", help="print the report as JSON")
-    completion = commands.add_parser("completion", help="print the shell code that completes trainplan's commands")
+
+
+def _completion_flags(completion: argparse.ArgumentParser) -> None:
     completion.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
     completion.add_argument("--json", action="store_true", help="the shell code as the string field script of a record")
-    for name, command in commands.choices.items():
-        description, examples = COMMAND_HELP[name]
-        command.description = description
-        command.epilog = "examples:\n" + "\n".join(f"  {example}" for example in examples)
-        command.formatter_class = argparse.RawDescriptionHelpFormatter
-    return parser
 
 
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
@@ -305,11 +346,11 @@ def _add_rules_flag(parser: argparse.ArgumentParser) -> None:
 
 def _rules(arguments: argparse.Namespace) -> Rules:
     """The rule set `--rules module:NAME` names (imported, the current directory searched too), or the built-in one."""
-    from trainplan.effects.rules_loading import load_rules
-
     spelled: str | None = getattr(arguments, "rules", None)
     if spelled is None:
         return BUILTIN_RULES
+    from trainplan.effects.rules_loading import load_rules
+
     try:
         return load_rules(spelled, from_working_directory=True)
     except InvalidRequest as error:
@@ -700,6 +741,7 @@ def _strategy_options(items: list[str]) -> dict[str, object] | None:
 
 
 def _run_migrate(arguments: argparse.Namespace) -> int:
+    from trainplan.parse.legacy import LEGACY_FLAGS, MODERN_FLAGS
     from trainplan.parse.plan_json import request_to_dict
     from trainplan.render.spelling import flag_spelling, python_spelling
 
@@ -1093,6 +1135,20 @@ def _jsonable(value: object) -> object:
     return value
 
 
+_COMMAND_FLAGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "plan": _plan_flags,
+    "fit": _add_fit_flags,
+    "launch": _launch_flags,
+    "probe": _probe_flags,
+    "matrix": _matrix_flags,
+    "migrate": _migrate_flags,
+    "gpus": _gpus_flags,
+    "env": _env_flags,
+    "completion": _completion_flags,
+}
+"""What each subcommand's flags are added by (`_parser` fills in the running command's alone)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `trainplan` console script."""
     for stream in (sys.stdout, sys.stderr):
@@ -1162,7 +1218,8 @@ def _command(arguments_list: list[str], command: list[str], wanted: dict[str, bo
         )
     if not arguments_list or (arguments_list[0] not in SUBCOMMANDS and arguments_list[0] not in TOP_LEVEL_FLAGS):
         arguments_list.insert(0, "plan")
-    parser = _parser()
+    running = arguments_list[0] if arguments_list[0] in SUBCOMMANDS else None  # None: `--help`, `--version`
+    parser = _parser(running)
     arguments, extra = parser.parse_known_args(arguments_list)
     if extra:
         raise _unknown_words(parser, arguments.command, extra)

@@ -3,6 +3,7 @@ nothing above it, no module imports itself back through others; `import trainpla
 
 from __future__ import annotations
 
+import argparse
 import ast
 import subprocess
 import sys
@@ -134,7 +135,20 @@ def test_import_trainplan_builds_nothing_until_a_name_is_used() -> None:
 @pytest.mark.parametrize(
     ("argv", "unloaded"),
     [
-        ([], ("trainplan.effects.elastic", "trainplan.effects.launching", "trainplan.effects.report", "dotenv")),
+        (
+            [],
+            (
+                "trainplan.effects.elastic",
+                "trainplan.effects.launching",
+                "trainplan.effects.report",
+                "dotenv",
+                "trainplan.effects.rules_loading",  # the --rules loader: only with --rules
+                "trainplan.parse.legacy",  # the legacy bridge: migrate and Request.from_legacy
+                "trainplan.parse.plan_json",  # the JSON wire format: --json and Plan.to_dict
+                "trainplan.resolve.mesh",  # the device mesh: a model_parallel plan
+            ),
+        ),
+        (["plan", "--json"], ("trainplan.effects.elastic", "trainplan.parse.legacy", "trainplan.resolve.mesh")),
         (["matrix"], ("trainplan.effects.elastic", "trainplan.effects.report", "trainplan.render.emit")),
         (["migrate", "--gpus", "2"], ("trainplan.effects.elastic", "trainplan.render.matrix")),
     ],
@@ -150,3 +164,21 @@ def test_the_cli_imports_only_the_subcommand_it_runs(argv: list[str], unloaded: 
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_cli_builds_the_flags_of_the_subcommand_it_runs_alone() -> None:
+    """Every subcommand is listed (`trainplan --help`, "invalid choice"), but only the running one gets its flags."""
+    from trainplan.cli import SUBCOMMANDS, _parser
+
+    def flags(parser: argparse.ArgumentParser) -> dict[str, int]:
+        (commands,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+        return {name: len(subparser._actions) for name, subparser in commands.choices.items()}
+
+    everything = flags(_parser())
+    assert sorted(everything) == sorted(SUBCOMMANDS)
+    for running in SUBCOMMANDS:
+        built = flags(_parser(command=running))
+        assert built[running] == everything[running]
+        assert {name: count for name, count in built.items() if name != running} == dict.fromkeys(
+            set(SUBCOMMANDS) - {running}, 1
+        ), running  # the others have their -h alone

@@ -4,7 +4,6 @@ world, or every layout rule they break."""
 from __future__ import annotations
 
 from trainplan.resolve.draft import Draft
-from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
 from trainplan.spec.options import ModelParallelOptions
 
 
@@ -13,6 +12,9 @@ def lay_out_mesh(draft: Draft) -> None:
     options = draft.options
     if not isinstance(options, ModelParallelOptions):
         return
+    # The mesh's rules (two attrs classes and 600 lines) load with the first model_parallel plan, not with every plan.
+    from trainplan.resolve.mesh import MeshChoice, mesh_or_refusals
+
     outcome = mesh_or_refusals(
         options,
         num_nodes=draft.num_nodes,
