@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import pytest
 
+import trainplan as tp
 from trainplan import BUILTIN_RULES, Environment, InvalidRequest, PlanFormatError, Request, cli
 from trainplan.parse import fields
 from trainplan.parse.plan_json import request_from_json_text, request_to_dict
@@ -177,3 +178,40 @@ def test_the_cli_request_flags_are_the_rows_flags() -> None:
     flagged = {row.flag.dest: row.name for row in fields.REQUEST_FIELD_ROWS if row.flag is not None}
     # every field has a flag today but the memory records, which `trainplan fit` builds from its own flags
     assert set(flagged.values()) == set(ROW_FIELDS) - {"model", "memory_policy"}
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda n: tp.Request(devices=n(2)), "devices"),
+        (lambda n: tp.Request(devices=[n(0), n(1)]), "devices"),
+        (lambda n: tp.Request(num_nodes=n(1)), "num_nodes"),
+        (
+            lambda n: tp.Request(
+                model=attrs.evolve(tp.transformer_facts(parameters=7e9), parameter_count=n(7 * 10**9))
+            ),
+            "model.parameter_count",
+        ),
+        (
+            lambda n: tp.Request(model=attrs.evolve(tp.transformer_facts(parameters=7e9), batch_size=n(2))),
+            "model.batch_size",
+        ),
+    ],
+)
+def test_a_numpy_integer_is_refused_naming_int(
+    build: Callable[[Callable[[int], object]], tp.Request], field: str
+) -> None:
+    """Counts are Python ints in every field of a request (as JSON and the plan hold them); numpy's int64 was refused
+    as 'a int64 is not a device selection' or 'it must be a whole number from 1 to ...', which it is."""
+    numpy = pytest.importorskip("numpy")
+    env = tp.Environment(cuda_device_count=8, cuda_memory_bytes=(40 << 30,) * 8)
+    with pytest.raises(tp.InvalidRequest) as refused:
+        tp.resolve(build(numpy.int64), env)
+    assert refused.value.field == field
+    assert "numpy.int64 is not a Python int: write int(x)" in str(refused.value)
+
+
+def test_transformer_facts_names_int_for_a_numpy_count() -> None:
+    numpy = pytest.importorskip("numpy")
+    with pytest.raises(tp.InvalidRequest, match=r"numpy\.int64 is not a Python int: write int\(x\)"):
+        tp.transformer_facts(parameters=7e9, layers=numpy.int64(32))

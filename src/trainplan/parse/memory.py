@@ -16,6 +16,7 @@ import attrs
 from trainplan.parse.wire import Reader
 from trainplan.spec.errors import InvalidRequest, PlanFormatError
 from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
+from trainplan.spec.numbers import foreign_integer
 
 R = TypeVar("R")
 
@@ -95,7 +96,9 @@ def model_facts(value: object) -> ModelFacts | None:
             continue
         least = 1 if field.name in _AT_LEAST_ONE else 0
         if type(number) is not int or not least <= number <= MAX_BYTES:
-            raise _bad_fact(field.name, number, f"it must be a whole number from {least} to {MAX_BYTES}")
+            raise _bad_fact(
+                field.name, number, f"it must be a whole number from {least} to {MAX_BYTES}{foreign_integer(number)}"
+            )
     return value
 
 

@@ -43,7 +43,7 @@ from trainplan.spec.names import (
     StrategyFlag,
 )
 from trainplan.spec.notes import Note
-from trainplan.spec.numbers import whole_number
+from trainplan.spec.numbers import foreign_integer, whole_number
 from trainplan.spec.options import StrategyOptions, option_fields
 
 DevicesSpec: TypeAlias = Literal["auto"] | int | tuple[int, ...]
@@ -242,7 +242,7 @@ def num_nodes(value: object) -> int | Literal["auto"]:
         raise InvalidRequest(
             field="num_nodes",
             value=value,
-            reason=f"it must be a positive integer, not {type(value).__name__}",
+            reason=f"it must be a positive integer, not {type(value).__name__}{foreign_integer(value)}",
             fix="Write num_nodes='auto' (the job's nodes, else 1), or the number of machines, e.g. num_nodes=2",
         )
     if value > MAX_NODES:
@@ -340,13 +340,17 @@ def devices(value: object) -> DevicesSpec:
                 raise InvalidRequest(
                     field="devices",
                     value=value,
-                    reason=f"device indices must be integers, and {shown(item, 40)} is a {type(item).__name__}",
+                    reason=f"device indices must be integers, and {shown(item, 40)} is a {type(item).__name__}"
+                    f"{foreign_integer(item)}",
                     fix=_DEVICES_FIX,
                 )
             items.append(item)
         return _device_indices(value, items)
     raise InvalidRequest(
-        field="devices", value=value, reason=f"a {type(value).__name__} is not a device selection", fix=_DEVICES_FIX
+        field="devices",
+        value=value,
+        reason=f"a {type(value).__name__} is not a device selection{foreign_integer(value)}",
+        fix=_DEVICES_FIX,
     )
 
 

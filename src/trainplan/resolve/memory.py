@@ -22,6 +22,7 @@ from trainplan.rules.memory import (
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.memory import GIB, MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.names import AcceleratorKey, PrecisionKey
+from trainplan.spec.numbers import foreign_integer
 from trainplan.spec.sizes import compared
 
 MAX_WORLD_SEARCHED = 1 << 16
@@ -308,7 +309,7 @@ def _check_shape(**shape: object) -> None:
             raise InvalidRequest(
                 field=name,
                 value=value,
-                reason=f"a model's {name} is a whole number from 1 to {MAX_SHAPE:.0e}",
+                reason=f"a model's {name} is a whole number from 1 to {MAX_SHAPE:.0e}{foreign_integer(value)}",
                 fix=f"Write e.g. transformer_facts(parameters=7e9, {name}=...) with a positive {name}"
                 if name != "parameters"
                 else "Write e.g. transformer_facts(parameters=7e9)",

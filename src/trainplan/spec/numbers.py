@@ -8,6 +8,7 @@ from text goes through `whole_number`, which answers None for all of those.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Final
 
 MAX_DIGITS: Final[int] = 18
@@ -43,4 +44,14 @@ def real_number(value: object, *, finite: bool = True) -> float | None:
     return number
 
 
-__all__ = ["DIGITS", "MAX_DIGITS", "is_ascii_digits", "real_number", "whole_number"]
+def foreign_integer(value: object) -> str:
+    """For an integer that is not a Python int (numpy's `int64`, torch's sizes held as such), what to write instead:
+    " (numpy.int64 is not a Python int: write int(x))"; else "". Counts are Python ints everywhere in a request, as
+    JSON and the plan hold them, so such a value is refused by every field alike, with this spelling."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+        kind = type(value)
+        return f" ({kind.__module__.partition('.')[0]}.{kind.__name__} is not a Python int: write int(x))"
+    return ""
+
+
+__all__ = ["DIGITS", "MAX_DIGITS", "foreign_integer", "is_ascii_digits", "real_number", "whole_number"]
