@@ -969,6 +969,7 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
         # The emitted job runs a script on every worker, whatever this session is.
         request, env = script_request(request, rules), attrs.evolve(env, interactive=False)
     plan = _resolved(request, env, rules)
+    _note_unused_memory(arguments, request)
     if arguments.emit == "torchrun":
         from trainplan.render.emit import emit_torchrun
 
@@ -990,6 +991,23 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
     else:
         print(plan.explain())
     return 0
+
+
+MEMORY_FACTS = ("gpu-memory", "host-memory")
+"""The `--assume` facts only a model's facts read: the memory-aware choice fits a model to them."""
+
+
+def _note_unused_memory(arguments: argparse.Namespace, request: Request) -> None:
+    """`plan --assume gpu-memory=40GiB` with no model: the memory changes nothing, so say so (on stderr, leaving
+    --json and --emit clean) and where it is read."""
+    assumed = [text for text in arguments.assume if _assumed_fact(text) in MEMORY_FACTS]
+    if assumed and request.model is None:
+        print(
+            f"trainplan: note: --assume {' --assume '.join(assumed)} is used only with a model's facts, and `plan` "
+            "has none: fit a model to that memory with `trainplan fit --params 7e9 --gpus 8x40GiB` (or "
+            "Request(model=...) in Python)",
+            file=sys.stderr,
+        )
 
 
 def _size(flag: str, text: str) -> int:
