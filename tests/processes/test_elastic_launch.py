@@ -113,6 +113,32 @@ def test_log_files_error_files_and_the_console_filter_come_from_the_engine(tmp_p
     assert "[rank 0] ValueError: the learning rate is negative" in failing.stderr, "the traceback, rank-prefixed"
 
 
+def test_a_failing_rank_is_one_line_and_its_exit_code_without_the_engines_traceback(tmp_path: Path) -> None:
+    """A rank's sys.exit(3): exit 3 and the launch's one line, not torch's engine logging its own polling traceback
+    (`ProcessExitedException`), each sibling it stops, or a stopped sibling as a failure of its own; a rank that
+    raises shows its traceback once, rank-prefixed, not again inside the engine's frames."""
+    script = tmp_path / "exits.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    if sys.argv[1:] == ['raise']:\n"
+        "        raise ValueError('rank one gives up')\n"
+        "    sys.exit(3)\n"
+        "time.sleep(60)\n"
+    )
+    engine_words = ("Traceback", "failed (exitcode", "Terminating process", "closing signal", "Exception")
+    for program in ([str(script)], ["--no-python", sys.executable, str(script)]):  # forked from the server; a process
+        result = _run(["launch", "--quiet", "--accelerator", "cpu", "--devices", "2", *program])
+        assert result.returncode == 3, result.stderr[-3000:]
+        assert "trainplan: worker rank 1 failed (exit code 3); the others were stopped\n" in result.stderr
+        assert not [word for word in engine_words if word in result.stderr], result.stderr
+        assert "rank 0 failed" not in result.stderr, "a sibling the engine stopped is no failure"
+    raised = _run(["launch", "--quiet", "--accelerator", "cpu", "--devices", "2", str(script), "raise"])
+    assert raised.returncode == 1 and "trainplan: worker rank 1 failed (exit code 1)" in raised.stderr
+    assert raised.stderr.count("Traceback") == 1 and "[rank 1] Traceback" in raised.stderr, raised.stderr
+    assert "ProcessRaisedException" not in raised.stderr and "trainplan: its error: ValueError" in raised.stderr
+
+
 def _start_lonely_node(*flags: str) -> subprocess.Popen[str]:
     port = str(choose_free_port("127.0.0.1"))
     command = [*TRAINPLAN, "launch", "--accelerator", "cpu", "--num-nodes", "2", "--node-rank", "0", *flags]
