@@ -968,18 +968,18 @@ def _run_engine(
                     tried = f" after {attempts[0]} attempt(s)" if attempts[0] > 1 else ""
                     # One line per failed rank, the first (by time) first; the engine's own log of each is held back.
                     # The siblings the engine stopped are in its failures too (SIGTERM, then SIGKILL): "stopped".
-                    stopped = (-signal.SIGTERM, -signal.SIGKILL)
-                    others = sorted(
+                    engine_stopped = (-signal.SIGTERM, -signal.SIGKILL)
+                    also_failed = sorted(
                         (
                             each
                             for each in failure.failures.items()
-                            if each[0] != rank and each[1].exitcode not in stopped
+                            if each[0] != rank and each[1].exitcode not in engine_stopped
                         ),
                         key=lambda each: each[0],
                     )
-                    for number, (failed_rank, failed) in enumerate([(rank, first), *others]):
+                    for place, (failed_rank, failed) in enumerate([(rank, first), *also_failed]):
                         how = _signal_name(failed.exitcode) or f"exit code {failed.exitcode}"
-                        then = f"{tried}; the others were stopped" if number == 0 else " too"
+                        then = f"{tried}; the others were stopped" if place == 0 else " too"
                         say(f"worker rank {failed_rank} failed ({how}){then}")
                         message: object = failed.message
                         if isinstance(message, dict):  # the error file's own record: {"message": ..., "extraInfo": ...}
