@@ -473,3 +473,35 @@ def test_when_host_memory_binds_the_refusal_says_so_with_its_numbers() -> None:
     assert fix.startswith("use 19 nodes like this one (num_nodes=19, 1 such device(s) and 64.0 GiB of host memory")
     assert "give each node 1159 GiB of host memory (64.0 GiB here)" in fix
     assert "a model of at most 3,800,000,000 parameters" in fix
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "where"),
+    [
+        (("device_bytes",), -5, "plan.memory.device_bytes"),
+        (("device_bytes",), 0, "plan.memory.device_bytes"),
+        (("budget_bytes",), 2**63 - 1, "plan.memory.budget_bytes"),
+        (("budget_bytes",), (40 << 30) + 1, "plan.memory.budget_bytes"),  # more than the device holds
+        (("host_bytes",), -1, "plan.memory.host_bytes"),
+        (("chosen",), "nope", "plan.memory.chosen"),
+        (("policy", "headroom"), 1e308, "plan.memory.policy.headroom"),
+        (("policy", "headroom"), -0.5, "plan.memory.policy.headroom"),
+        (("candidates", 0, "parameters"), -1, "plan.memory.candidates[0].parameters"),
+        (("candidates", 3, "step"), 2**63 - 1, "plan.memory.candidates[3].step"),
+        (("candidates", 0, "tensor_parallel"), 0, "plan.memory.candidates[0].tensor_parallel"),
+    ],
+)
+def test_a_plans_memory_block_out_of_range_is_a_plan_format_error_at_its_path(
+    path: tuple[str | int, ...], value: object, where: str
+) -> None:
+    """Plan.from_dict took negative bytes, a budget past the device, a chosen layout no candidate has and a headroom of
+    1e308, and explain() then printed nonsense from them."""
+    plan = tp.resolve(tp.Request(model=SEVEN_B), _gpus(8, 40, host_memory_bytes=1 << 40))
+    data = json.loads(json.dumps(plan.to_dict()))
+    target = data["memory"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(tp.PlanFormatError) as refused:
+        tp.Plan.from_dict(data)
+    assert refused.value.path == where

@@ -174,19 +174,58 @@ def memory_plan_to_dict(memory: MemoryPlan | None) -> dict[str, object] | None:
     return data
 
 
+_DEGREES: Final = frozenset({"tensor_parallel", "data_parallel"})
+"""The counts of a `MemoryEstimate` that are degrees (at least 1); every other count is bytes (at least 0)."""
+MAX_DEGREE: Final = 1 << 20
+"""Beyond any world: a larger parallel degree is a mistake, not a layout."""
+
+
+def _checked_counts(read: Reader, record: MemoryPlan | MemoryEstimate, least_one: frozenset[str] = frozenset()) -> None:
+    """Every int field of a memory record read back from JSON in its range, else `PlanFormatError` at its path: a
+    plan's bytes are from 0 to `MAX_BYTES` (`explain()` divides and sums them) and its degrees from 1."""
+    for field in attrs.fields(type(record)):
+        value = getattr(record, field.name)
+        if type(value) is not int:
+            continue
+        least, most = (1, MAX_DEGREE) if field.name in least_one else (0, MAX_BYTES)
+        if not least <= value <= most:
+            raise PlanFormatError(path=f"{read.path}.{field.name}", reason=f"{value} is not from {least} to {most}")
+
+
 def memory_plan_from_json(read: Reader) -> MemoryPlan | None:
-    """A plan's `memory` (absent in plans written before it existed: None)."""
+    """A plan's `memory` (absent in plans written before it existed: None), its numbers in range and its choice one
+    of its candidates."""
     if read.data.get("memory") is None:
         return None
     memory = read.child("memory")
-    return MemoryPlan(
+    policy = _record(memory.child("policy"), MemoryPolicy)
+    if not 0 <= policy.headroom < 1:
+        raise PlanFormatError(path=f"{memory.path}.policy.headroom", reason=f"{policy.headroom} is not in [0, 1)")
+    readers = memory.children("candidates")
+    candidates = tuple(_record(item, MemoryEstimate) for item in readers)
+    for item, estimate in zip(readers, candidates, strict=True):
+        _checked_counts(item, estimate, _DEGREES)
+    plan = MemoryPlan(
         device_bytes=memory.field("device_bytes", int),
         budget_bytes=memory.field("budget_bytes", int),
         host_bytes=memory.optional("host_bytes", int),
-        policy=_record(memory.child("policy"), MemoryPolicy),
+        policy=policy,
         chosen=memory.optional("chosen", str),
-        candidates=tuple(_record(item, MemoryEstimate) for item in memory.children("candidates")),
+        candidates=candidates,
     )
+    _checked_counts(memory, plan)
+    if plan.device_bytes < 1 or plan.budget_bytes > plan.device_bytes:
+        raise PlanFormatError(
+            path=f"{memory.path}.{'device_bytes' if plan.device_bytes < 1 else 'budget_bytes'}",
+            reason=f"a device of {plan.device_bytes} bytes with a budget of {plan.budget_bytes}: the budget is the "
+            "device's memory less the headroom",
+        )
+    layouts = list(dict.fromkeys(item.layout for item in candidates))
+    if plan.chosen is not None and plan.chosen not in layouts:
+        raise PlanFormatError(
+            path=f"{memory.path}.chosen", reason=f"{plan.chosen!r} names no candidate (they are {layouts})"
+        )
+    return plan
 
 
 __all__ = [
