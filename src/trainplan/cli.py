@@ -485,7 +485,7 @@ def _add_environment_flags(parser: argparse.ArgumentParser) -> None:
         ),
     )
     group.add_argument(
-        "--env-file", type=Path, help="environment variables as a .env file (KEY=VALUE lines; export, quotes, comments)"
+        "--env-file", help="environment variables as a .env file (KEY=VALUE lines; export, quotes, comments)"
     )
     group.add_argument("--set-env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable")
 
@@ -696,7 +696,12 @@ def _given_variables(arguments: argparse.Namespace) -> dict[str, str]:
     """The variables of --env-file, then --set-env (a later one wins)."""
     variables: dict[str, str] = {}
     if arguments.env_file is not None:
-        variables.update(_read_env_file(arguments.env_file))
+        if not arguments.env_file.strip():  # Path("") is ".", a directory: the path was left out
+            raise CliError(
+                f"--env-file {arguments.env_file!r}: no path given; name the .env file, e.g. --env-file slurm.env "
+                "(or leave the flag out)"
+            )
+        variables.update(_read_env_file(Path(arguments.env_file)))
     for item in arguments.set_env:
         key, separator, value = item.partition("=")
         if not separator or not key.strip():

@@ -316,3 +316,37 @@ def test_plan_with_assumed_memory_and_no_model_says_the_memory_is_unused(
 def test_plan_without_assumed_memory_prints_no_memory_note(capsys: pytest.CaptureFixture[str]) -> None:
     _, _, err = run(capsys, "plan", "--no-probe", "--assume", "cuda=8")
     assert "used only with a model" not in err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        # a count no machine has is refused as a count, with the limit (not "neither a number nor a list")
+        (("--devices", "1" + "0" * 30), "more processes or devices than any one machine has (at most 4096)"),
+        (("--devices", "1," + "9" * 30), "higher indices, than any machine has (at most 4096)"),
+        (("--num-nodes", "-1"), "num_nodes=-1 is not accepted: it must be at least 1"),
+        (("--num-nodes", "9" * 30), "more machines than any cluster has (at most 1000000)"),
+        (("--strategy", "ddp", "--strategy-option", "timeout_seconds=1e30"), "int32 milliseconds: at most 2147483"),
+        (("--strategy", "ddp", "--strategy-option", "timeout_seconds=" + "9" * 30), "at most 2147483"),
+        (
+            ("--devices", "[0, 2]"),
+            "Python's list syntax: as text, indices are separated by commas alone. Write "
+            "devices='0,2' (on the command line: --devices 0,2)",
+        ),
+        (("--env-file", ""), "--env-file '': no path given; name the .env file"),
+        (("--strategy", "dpp"), "Did you mean strategy='ddp'?"),
+        (("--strategy", "ddp", "--strategy-option", "timeout=5"), "Did you mean timeout_seconds=5?"),
+        (("--strategy", "ddp", "--strategy-option", "static_grph=true"), "Did you mean static_graph=True?"),
+        (
+            ("--strategy", "model_parallel", "--strategy-option", "pp=2", "--strategy-option", "pp_microbatches=0"),
+            "Write e.g. pp_microbatches=8, or leave it unset",
+        ),
+    ],
+)
+def test_a_misleading_input_is_refused_for_what_it_is(
+    capsys: pytest.CaptureFixture[str], arguments: tuple[str, ...], words: str
+) -> None:
+    code, _, err = run(capsys, "plan", "--no-probe", "--assume", "cpu=4", "--accelerator", "cpu", *arguments)
+    assert code == 2 and words in err, err
+    for misleading in ("not str", "a int", "=None.", "neither a number", "strategy_options='", "--env-file .:"):
+        assert misleading not in err, err

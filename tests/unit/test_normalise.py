@@ -35,7 +35,9 @@ def test_strategy_options_from_a_mapping() -> None:
         ),
         ({"num_nodes": "two"}, "num_nodes", "positive integer"),
         ({"metrics_store": "gpu"}, "metrics_store", "not a known name"),
-        ({"process_group_backend": 3}, "process_group_backend", "not int"),
+        ({"process_group_backend": 3}, "process_group_backend", "not an int"),
+        ({"sync_batchnorm": 3}, "sync_batchnorm", "not an int"),
+        ({"devices": [0, "a"]}, "devices", "is a str"),
     ],
 )
 def test_unknown_keys_and_values_are_named(config: dict[str, object], field: str, words: str) -> None:

@@ -110,7 +110,7 @@ def test_size_bounds_are_plan_format_errors(two_nodes: dict[str, Any]) -> None:
         Plan.from_dict(dict(two_nodes, reasons={**two_nodes["reasons"], "devices": "x" * (MAX_TEXT + 1)}))
     with pytest.raises(PlanFormatError, match=f"more than {MAX_VALUES} values"):
         Plan.from_dict(dict(two_nodes, physical_devices=["0"] * (MAX_VALUES + 1)))
-    with pytest.raises(PlanFormatError, match="a key is a int"):
+    with pytest.raises(PlanFormatError, match="a key is an int"):
         Plan.from_dict(dict(two_nodes, reasons={1: "x"}))
     with pytest.raises(PlanFormatError, match=r"request\.notes"):
         request_from_json_text(json.dumps({"notes": [{"code": "c", "level": "info", "message": "a\nb"}]}))

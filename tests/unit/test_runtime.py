@@ -366,7 +366,7 @@ class TestRefusals:
 
     def test_a_rule_set_that_is_not_one_is_refused_by_name(self) -> None:
         plan = resolve(Request(accelerator="cpu"), cpu())
-        with pytest.raises(InvalidRequest, match=r"the runtime takes a trainplan\.Rules, not int"):
+        with pytest.raises(InvalidRequest, match=r"the runtime takes a trainplan\.Rules, not an int"):
             trainplan.runtime(plan, rules=5)  # type: ignore[arg-type]
 
     def test_a_cuda_plan_on_a_torch_without_cuda_is_a_join_error(self) -> None:

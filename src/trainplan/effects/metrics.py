@@ -44,7 +44,7 @@ from trainplan.effects.extras import require_torch
 from trainplan.effects.world import check_group
 from trainplan.resolve import place_metric
 from trainplan.rules import DEVICE_TYPES_WITHOUT_FLOAT64, HOST_DEVICE
-from trainplan.spec.errors import InvalidRequest, TrainplanError
+from trainplan.spec.errors import InvalidRequest, TrainplanError, a_kind
 from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan
 
@@ -577,7 +577,7 @@ class MetricStore:
             raise InvalidMetric(
                 field=name,
                 value=value,
-                reason=f"a {type(value).__name__} is not a number, a tensor or a metric object",
+                reason=f"{a_kind(value)} is not a number, a tensor or a metric object",
                 fix="Log a number, a tensor, or a torchmetrics Metric",
             )
         self._log_number(name, value, reduce, weight_value, policy)

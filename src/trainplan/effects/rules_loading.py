@@ -18,7 +18,7 @@ import attrs
 
 from trainplan.parse.plan_json import plan_from_json_text
 from trainplan.rules import BUILTIN_RULES, LAUNCHER_RULES_VARIABLE, UNNAMED_RULES, Rules, is_rules_reference
-from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.errors import InvalidRequest, a_kind
 from trainplan.spec.plan import Plan
 
 
@@ -37,7 +37,7 @@ def _rules_in(module: object, reference: str) -> Rules:
     module_name, _, attribute = reference.partition(":")
     found: object = getattr(module, attribute, None)
     if not isinstance(found, Rules):
-        what = "nothing" if found is None else f"a {type(found).__name__}"
+        what = "nothing" if found is None else a_kind(found)
         raise InvalidRequest(
             field="rules",
             value=reference,

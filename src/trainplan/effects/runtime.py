@@ -48,7 +48,7 @@ from trainplan.mapping.frameworks import (
 from trainplan.rules import HOST_DEVICE, MESH_ALIASES, Rules
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import data_parallel, flattened_backend, stage_indices
-from trainplan.spec.errors import InvalidRequest, TrainplanError
+from trainplan.spec.errors import InvalidRequest, TrainplanError, a_kind
 from trainplan.spec.mesh import MeshLayout
 from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
 from trainplan.spec.plan import Plan
@@ -230,7 +230,7 @@ def checkpoint_blocks(model: torch.nn.Module, blocks: Blocks | None = None) -> t
 
     given: object = model
     if not isinstance(given, torch.nn.Module):
-        raise NotWrappable(f"checkpoint_blocks takes a torch.nn.Module, not a {type(given).__name__}")
+        raise NotWrappable(f"checkpoint_blocks takes a torch.nn.Module, not {a_kind(given)}")
     found = find_blocks(model, blocks)
     if not found:
         raise NotWrappable(
@@ -478,9 +478,7 @@ class Runtime:
 
         given: object = model
         if not isinstance(given, torch.nn.Module):
-            raise NotWrappable(
-                f"rt.wrap takes a torch.nn.Module, not a {type(given).__name__}: wrap the model, then call it"
-            )
+            raise NotWrappable(f"rt.wrap takes a torch.nn.Module, not {a_kind(given)}: wrap the model, then call it")
         wrapper = _wrapper_of(given)
         if wrapper is not None or given in self._wrapped:
             what = f"already a {wrapper}" if wrapper is not None else "a model this runtime wrapped already"
@@ -604,7 +602,7 @@ class Runtime:
             parallel = parallelize(model, self.mesh)
             if not isinstance(parallel, torch.nn.Module):
                 raise NotWrappable(
-                    f"The parallelize function returned a {type(parallel).__name__}, not the model: return the "
+                    f"The parallelize function returned {a_kind(parallel)}, not the model: return the "
                     "torch.nn.Module it parallelized"
                 )
             return self._wrappers.place(parallel, self.device, dtype)
@@ -666,7 +664,7 @@ class Runtime:
             )
         if not (callable(getattr(optimizer, "step", None)) and callable(getattr(optimizer, "zero_grad", None))):
             raise NotWrappable(
-                f"rt.step takes the optimizer to step, not {type(optimizer).__name__}: e.g. torch.optim.SGD(...)"
+                f"rt.step takes the optimizer to step, not {a_kind(optimizer)}: e.g. torch.optim.SGD(...)"
             )
         backward: Any  # Tensor.backward is untyped in torch
         if self.grad_scaler is None:
@@ -693,7 +691,7 @@ class Runtime:
         given: object = dataset
         if not isinstance(given, Sized):
             raise NotWrappable(
-                f"rt.sampler takes a dataset with a length (a map-style Dataset), not a {type(given).__name__}; "
+                f"rt.sampler takes a dataset with a length (a map-style Dataset), not {a_kind(given)}; "
                 "an iterable dataset shards itself (torch.utils.data.get_worker_info, the rank)"
             )
         return DistributedSampler(
@@ -797,7 +795,7 @@ def _same_rules(plan: Plan, rules: Rules) -> Rules:
         raise InvalidRequest(
             field="rules",
             value=given,
-            reason=f"the runtime takes a trainplan.Rules, not {type(given).__name__}",
+            reason=f"the runtime takes a trainplan.Rules, not {a_kind(given)}",
             fix="Pass the rule set the plan was made from (trainplan.BUILTIN_RULES, or one built with extend), or "
             "leave rules out",
         )
@@ -826,9 +824,7 @@ def runtime(
     its plans). `devices` binds a downstream accelerator's device (see `trainplan.join`)."""
     require_torch("trainplan.runtime")  # its device, wrappers, autocast and sampler are torch's
     if plan is not None and not isinstance(plan, Plan):
-        raise NotWrappable(
-            f"runtime takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve()"
-        )
+        raise NotWrappable(f"runtime takes a trainplan.Plan, not {a_kind(plan)}: build one with trainplan.resolve()")
     if plan is None:
         import trainplan
 

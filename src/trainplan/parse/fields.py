@@ -28,7 +28,7 @@ from trainplan.parse.wire import (
     options_to_dict,
 )
 from trainplan.rules import BUILTIN_RULES, DEFAULT_PRECISION, Rules, option_checks
-from trainplan.spec.errors import InvalidRequest, PlanFormatError, did_you_mean
+from trainplan.spec.errors import InvalidRequest, PlanFormatError, a_kind, did_you_mean
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
@@ -420,7 +420,7 @@ def request_from_config(record: type[Request], config: Mapping[str, object], rul
         raise InvalidRequest(
             field="config",
             value=config,
-            reason=f"from_config takes a mapping of field names to values, not a {type(given).__name__}",
+            reason=f"from_config takes a mapping of field names to values, not {a_kind(given)}",
             fix="Pass a dict, e.g. Request.from_config({'accelerator': 'cpu', 'devices': 2})",
         )
     unknown = [key for key in config if key not in REQUEST_FIELDS]

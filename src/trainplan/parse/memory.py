@@ -14,7 +14,7 @@ from typing import Final, TypeVar
 import attrs
 
 from trainplan.parse.wire import Reader
-from trainplan.spec.errors import InvalidRequest, PlanFormatError
+from trainplan.spec.errors import InvalidRequest, PlanFormatError, a_kind
 from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.numbers import foreign_integer
 
@@ -84,7 +84,7 @@ def model_facts(value: object) -> ModelFacts | None:
         raise InvalidRequest(
             field="model",
             value=value,
-            reason=f"model takes trainplan.ModelFacts, not {type(value).__name__}",
+            reason=f"model takes trainplan.ModelFacts, not {a_kind(value)}",
             fix="Write ModelFacts(...) by hand, build one with trainplan.transformer_facts(...), or measure a module "
             "with trainplan.measure_model(...)",
         )
@@ -119,7 +119,7 @@ def memory_policy(value: object) -> MemoryPolicy | None:
         raise InvalidRequest(
             field="memory_policy",
             value=value,
-            reason=f"memory_policy takes trainplan.MemoryPolicy, not {type(value).__name__}",
+            reason=f"memory_policy takes trainplan.MemoryPolicy, not {a_kind(value)}",
             fix="Write MemoryPolicy(headroom=0.1, activation_checkpointing=True, offload=True), or leave it out",
         )
     headroom: object = value.headroom

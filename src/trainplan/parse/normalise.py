@@ -20,11 +20,13 @@ from trainplan.rules import (
     PRECISION_ALIASES,
     PRECISION_FLAG_ALIASES,
     STRATEGY_ALIASES,
+    OptionRow,
     ParallelDegree,
     Rules,
 )
 from trainplan.rules.option_checks import strategy_options
-from trainplan.spec.errors import InvalidRequest, shown
+from trainplan.rules.options import spellings
+from trainplan.spec.errors import InvalidRequest, a_kind, did_you_mean, shown
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
     BACKENDS,
@@ -43,7 +45,7 @@ from trainplan.spec.names import (
     StrategyFlag,
 )
 from trainplan.spec.notes import Note
-from trainplan.spec.numbers import foreign_integer, whole_number
+from trainplan.spec.numbers import foreign_integer, is_ascii_digits, whole_number
 from trainplan.spec.options import StrategyOptions, option_fields
 
 DevicesSpec: TypeAlias = Literal["auto"] | int | tuple[int, ...]
@@ -67,7 +69,7 @@ def _name(field: str, value: object, table: Mapping[str, str], allowed: tuple[ob
         raise InvalidRequest(
             field=field,
             value=value,
-            reason=f"it must be a name (a string), not {type(value).__name__}",
+            reason=f"it must be a name (a string), not {a_kind(value)}",
             allowed=allowed,
         )
     key = value.strip().lower().replace(" ", "_")
@@ -200,7 +202,7 @@ def precision(value: object) -> PrecisionName:
     raise InvalidRequest(
         field="precision",
         value=value,
-        reason=f"it must be a precision name or 64/32/16, not {type(value).__name__}",
+        reason=f"it must be a precision name or 64/32/16, not {a_kind(value)}",
         allowed=PRECISIONS,
     )
 
@@ -238,24 +240,32 @@ def num_nodes(value: object) -> int | Literal["auto"]:
     """A positive number of machines, or "auto" (the nodes a started job has, else 1)."""
     if isinstance(value, str) and value.strip().lower() == "auto":
         return "auto"
+    original = value
+    if isinstance(value, str) and is_ascii_digits(value.strip().removeprefix("-")):
+        value = _big_number(value.strip(), MAX_NODES)  # a count written as text ("-1", 30 digits): judged as one
+        if 1 <= value <= MAX_NODES:  # a good count, but as text (from_config reads text; Request takes the int)
+            raise InvalidRequest(
+                field="num_nodes", value=original, reason="it is text, not a number", fix=f"Write num_nodes={value}"
+            )
     if isinstance(value, bool) or not isinstance(value, int):
+        kind = "neither" if isinstance(value, str) else f"not {a_kind(value)}"
         raise InvalidRequest(
             field="num_nodes",
             value=value,
-            reason=f"it must be a positive integer, not {type(value).__name__}{foreign_integer(value)}",
+            reason=f"it must be a positive integer or 'auto', and it is {kind}{foreign_integer(value)}",
             fix="Write num_nodes='auto' (the job's nodes, else 1), or the number of machines, e.g. num_nodes=2",
         )
     if value > MAX_NODES:
         raise InvalidRequest(
             field="num_nodes",
-            value=value,
+            value=original,
             reason=f"it is more machines than any cluster has (at most {MAX_NODES})",
             fix="Write the number of machines, e.g. num_nodes=2",
         )
     if value < 1:
         raise InvalidRequest(
             field="num_nodes",
-            value=value,
+            value=original,
             reason="it must be at least 1",
             fix="Write num_nodes=1 for this machine alone, or the number of machines, e.g. num_nodes=2",
         )
@@ -263,11 +273,21 @@ def num_nodes(value: object) -> int | Literal["auto"]:
 
 
 def loose_number(value: object) -> object:
-    """A count from a config file: digit strings are numbers; anything else is kept for the normaliser to judge."""
+    """A count from a config file: digit strings are numbers (a sign too, "-1": the normaliser refuses it as a
+    number); anything else is kept for the normaliser to judge."""
     if isinstance(value, str):
-        counted = whole_number(value.strip())
+        counted = whole_number(value.strip(), signed=True)
         return value if counted is None else counted
     return value
+
+
+def _big_number(text: str, limit: int) -> int:
+    """A signed run of ASCII digits as an int, or `limit + 1` (`-limit - 1` when negative) where it has more digits
+    than any count has (its digits are never all read: `int()` of 5000 digits raises)."""
+    counted = whole_number(text, signed=True)
+    if counted is None:
+        return -limit - 1 if text.startswith("-") else limit + 1
+    return counted
 
 
 def loose_bool(value: object) -> object:
@@ -284,7 +304,7 @@ def flag(field: str, value: object) -> bool:
         raise InvalidRequest(
             field=field,
             value=value,
-            reason=f"it must be True or False, not {type(value).__name__}",
+            reason=f"it must be True or False, not {a_kind(value)}",
             allowed=(True, False),
         )
     return value
@@ -306,7 +326,7 @@ def devices(value: object) -> DevicesSpec:
         return "auto"
     if isinstance(value, (bool, float)):
         raise InvalidRequest(
-            field="devices", value=value, reason=f"a {type(value).__name__} is not a device selection", fix=_DEVICES_FIX
+            field="devices", value=value, reason=f"{a_kind(value)} is not a device selection", fix=_DEVICES_FIX
         )
     if isinstance(value, int):
         return _device_count(value, value)
@@ -314,11 +334,21 @@ def devices(value: object) -> DevicesSpec:
         text = value.strip().lower()
         if text == "auto":
             return "auto"
+        if text.startswith(("[", "(")) and text.endswith(("]", ")")):
+            inner = ",".join(part.strip() for part in text[1:-1].split(","))
+            raise InvalidRequest(
+                field="devices",
+                value=value,
+                reason="brackets are Python's list syntax: as text, indices are separated by commas alone",
+                fix=f"Write devices={inner!r} (on the command line: --devices {inner})",
+            )
         if "," in text:
             parts = [part.strip() for part in text.split(",")]
             if parts and parts[-1] == "":
                 parts = parts[:-1]  # "1," names index 1, as in Lightning
             numbers = [whole_number(part) for part in parts]
+            if parts and all(is_ascii_digits(part) for part in parts):  # an index of 19 digits or more
+                numbers = [_big_number(part, MAX_DEVICES_PER_NODE) for part in parts]
             if not parts or any(number is None for number in numbers):
                 raise InvalidRequest(
                     field="devices",
@@ -327,9 +357,8 @@ def devices(value: object) -> DevicesSpec:
                     fix=_DEVICES_FIX,
                 )
             return _device_indices(value, [number for number in numbers if number is not None])
-        count = whole_number(text, signed=True)
-        if count is not None:
-            return _device_count(value, count)
+        if is_ascii_digits(text.removeprefix("-")):
+            return _device_count(value, _big_number(text, MAX_DEVICES_PER_NODE))
         raise InvalidRequest(
             field="devices", value=value, reason="it is neither a number nor a list of indices", fix=_DEVICES_FIX
         )
@@ -340,7 +369,7 @@ def devices(value: object) -> DevicesSpec:
                 raise InvalidRequest(
                     field="devices",
                     value=value,
-                    reason=f"device indices must be integers, and {shown(item, 40)} is a {type(item).__name__}"
+                    reason=f"device indices must be integers, and {shown(item, 40)} is {a_kind(item)}"
                     f"{foreign_integer(item)}",
                     fix=_DEVICES_FIX,
                 )
@@ -349,7 +378,7 @@ def devices(value: object) -> DevicesSpec:
     raise InvalidRequest(
         field="devices",
         value=value,
-        reason=f"a {type(value).__name__} is not a device selection{foreign_integer(value)}",
+        reason=f"{a_kind(value)} is not a device selection{foreign_integer(value)}",
         fix=_DEVICES_FIX,
     )
 
@@ -422,6 +451,16 @@ def _loose_degree(value: object) -> object:
     return value
 
 
+def _option_meant(written: str, rows: tuple[OptionRow, ...]) -> str | None:
+    """The option `written` most likely means: the one a framework spells so (Lightning's `timeout` is
+    `timeout_seconds`), else the closest name."""
+    for row in rows:
+        for spelling in spellings(row).values():
+            if isinstance(spelling, tuple) and any(part.key == written for part in spelling) and row.name != written:
+                return row.name
+    return did_you_mean(written, [row.name for row in rows])
+
+
 def options_from_config(
     strategy_name: StrategyFlag | CustomName, value: object, rules: Rules
 ) -> StrategyOptions | None:
@@ -460,12 +499,17 @@ def options_from_config(
     values = {str(key): item for key, item in value.items()}
     unknown = [key for key in values if key not in rows]
     if unknown:
-        raise InvalidRequest(
+        meant = _option_meant(unknown[0], tuple(rows.values()))
+        names = ", ".join(repr(name) for name in rows)
+        refusal = InvalidRequest(
             field="strategy_options",
             value=dict(value),
             reason=f"{options_type.__name__} does not take these options ({', '.join(map(repr, unknown))})",
             allowed=tuple(rows),
+            fix=None if meant is None else f"Did you mean {meant}={values[unknown[0]]!r}? The options: {names}",
         )
+        refusal.suggestion = meant  # the option's name (the record's own would read strategy_options='...')
+        raise refusal
     loose = {
         key: _loose_degree(item) if isinstance(rows[key].check, ParallelDegree) else item
         for key, item in values.items()

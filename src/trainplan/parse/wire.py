@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from trainplan.rules import OPTION_TYPES
-from trainplan.spec.errors import PlanFormatError
+from trainplan.spec.errors import PlanFormatError, a_kind
 from trainplan.spec.names import CUSTOM_NAME, NOTE_LEVELS, CustomName
 from trainplan.spec.notes import Note
 from trainplan.spec.options import StrategyOptions, option_fields
@@ -59,7 +59,7 @@ def check_document(data: object, path: str) -> None:
         elif isinstance(value, Mapping):
             for key, item in value.items():
                 if not isinstance(key, str):
-                    raise PlanFormatError(path=where, reason=f"a key is a {type(key).__name__}, not a string")
+                    raise PlanFormatError(path=where, reason=f"a key is {a_kind(key)}, not a string")
                 _check_text(key, f"{where} (a key)")
                 pending.append((item, f"{where}.{key}", depth + 1))
         elif isinstance(value, (list, tuple)):

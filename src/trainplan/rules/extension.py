@@ -41,7 +41,7 @@ from trainplan.rules.row_checks import (
     check_strategy,
 )
 from trainplan.rules.strategies import OPTION_TYPES, FamilyRule, StrategyRule
-from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.errors import InvalidRequest, a_kind
 from trainplan.spec.names import (
     ACCELERATORS as ACCELERATOR_NAMES,
 )
@@ -314,7 +314,7 @@ def counterparts(draft: Draft, field: str, table: object) -> dict[StrategyKey, S
         raise InvalidRequest(
             field=f"rules.{field}",
             value=given,
-            reason=f"it maps a strategy to its counterpart, not a {type(given).__name__}",
+            reason=f"it maps a strategy to its counterpart, not {a_kind(given)}",
             fix=f"Write e.g. {field}={{'my_strategy': 'ddp'}}",
         )
     name = field.replace("counterparts", "strategy_for")  # fork_counterparts adds to fork_strategy_for
@@ -391,7 +391,7 @@ def kubernetes_resources(draft: Draft, given: Mapping[AcceleratorKey, str] | Non
         raise InvalidRequest(
             field="rules.kubernetes_resources",
             value=mapping,
-            reason=f"it maps an accelerator to the Kubernetes resource of its devices, not a {type(mapping).__name__}",
+            reason=f"it maps an accelerator to the Kubernetes resource of its devices, not {a_kind(mapping)}",
             fix="Write e.g. kubernetes_resources={'npu': 'huawei.com/Ascend910'}",
         )
     for name, resource in mapping.items():
@@ -449,15 +449,13 @@ def _rows(rows: object, kind: type[R], field: str) -> tuple[R, ...]:
         raise InvalidRequest(
             field=field,
             value=rows,
-            reason=f"it takes a list of {kind.__name__}, not a {type(rows).__name__}",
+            reason=f"it takes a list of {kind.__name__}, not {a_kind(rows)}",
             fix=f"Write e.g. {field.rsplit('.', maxsplit=1)[-1]}=[{kind.__name__}(...)]",
         )
     found = tuple(rows)
     for row in found:
         if not isinstance(row, kind):
-            raise InvalidRequest(
-                field=field, value=row, reason=f"each row is a {kind.__name__}, not a {type(row).__name__}"
-            )
+            raise InvalidRequest(field=field, value=row, reason=f"each row is a {kind.__name__}, not {a_kind(row)}")
     return found
 
 

@@ -33,8 +33,9 @@ from trainplan.rules.options import (
     spellings,
 )
 from trainplan.rules.strategies import OPTION_TYPES
-from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.errors import InvalidRequest, a_kind
 from trainplan.spec.names import CUSTOM_NAME, MESH_DIMENSIONS, StrategyFamily
+from trainplan.spec.numbers import MAX_DIGITS, is_ascii_digits, real_number
 from trainplan.spec.options import RECORD_FIELDS, StrategyOptions, option_fields, option_value
 
 OptionRows = Mapping[StrategyFamily, tuple[OptionRow, ...]]
@@ -54,7 +55,7 @@ def strategy_options(value: object, rows: OptionRows = OPTIONS) -> StrategyOptio
         raise InvalidRequest(
             field="strategy_options",
             value=value,
-            reason=f"a {type(value).__name__} is not a strategy options record",
+            reason=f"{a_kind(value)} is not a strategy options record",
             fix=f"Pass {', '.join(others)} or {last}, or None",
         )
     family = _FAMILY_OF[type(value)]
@@ -112,10 +113,14 @@ def check_value(row: OptionRow, value: object, field: str | None = None) -> None
     elif isinstance(check, WholeNumber):
         if value is None and check.optional:
             return
+        if _beyond(value, check.maximum):  # 1e30, or a count written as 30 digits of text: the limit is why
+            raise InvalidRequest(field=where, value=value, reason=check.above, fix=check.fix)
         if isinstance(value, bool) or not isinstance(value, int) or value < check.minimum:
             whole = "a positive integer" if check.minimum == 1 else f"a whole number from {check.minimum}"
+            # the row's own example where its default is no number (None: one the plan works out)
+            fix = f"Write e.g. {row.name}={row.default!r}" if isinstance(row.default, int) else check.fix
             raise InvalidRequest(
-                field=where, value=value, reason=f"it must be {whole}", fix=f"Write e.g. {row.name}={row.default!r}"
+                field=where, value=value, reason=f"it must be {whole}, at most {check.maximum}", fix=fix
             )
         if value > check.maximum:
             raise InvalidRequest(field=where, value=value, reason=check.above, fix=check.fix)
@@ -135,6 +140,23 @@ def check_value(row: OptionRow, value: object, field: str | None = None) -> None
                 fix=f"Write e.g. {row.name}=2"
                 + (f", or {row.name}='auto' to take what the other degrees leave" if check.takes_auto else ""),
             )
+
+
+def _beyond(value: object, maximum: int) -> bool:
+    """`value` is a number above `maximum` that is not an int (a float, or text spelling a number); an int is
+    judged as one."""
+    if isinstance(value, str):
+        text = value.strip()
+        if is_ascii_digits(text):
+            return len(text) > MAX_DIGITS or int(text) > maximum
+        if len(text) > 32:  # no number a person writes; float() is not asked to read it
+            return False
+        try:
+            value = float(text)
+        except ValueError:
+            return False
+    number = real_number(value, finite=False)
+    return not isinstance(value, int) and number is not None and number > maximum
 
 
 def check_row(row: OptionRow, rows: OptionRows, where: str) -> None:

@@ -33,7 +33,7 @@ from trainplan.rules.options import OptionRow
 from trainplan.rules.precision import BackendRule, PrecisionRule
 from trainplan.rules.recipes import AccelerateMixedPrecision, DtypeName, PrecisionRecipe, RecipeEngine
 from trainplan.rules.strategies import OPTION_TYPES, FamilyRule, StrategyRule
-from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.errors import InvalidRequest, a_kind
 from trainplan.spec.names import (
     CUSTOM_NAME,
     STRATEGY_FLAGS,
@@ -329,7 +329,7 @@ def plain_fields(
             raise InvalidRequest(
                 field=f"{where}.{field}",
                 value=value,
-                reason=f"it is a set of names, not a {type(value).__name__}",
+                reason=f"it is a set of names, not {a_kind(value)}",
                 fix=f"Write {field}=frozenset({{...}})",
             )
     for field in text_maps:

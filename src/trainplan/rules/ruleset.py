@@ -71,7 +71,7 @@ from trainplan.rules.strategies import (
     FamilyRule,
     StrategyRule,
 )
-from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.errors import InvalidRequest, a_kind
 from trainplan.spec.memory import MemoryPolicy
 from trainplan.spec.names import (
     ACCELERATOR_FLAGS,
@@ -328,7 +328,7 @@ def _derive(rules: Rules) -> None:
             raise InvalidRequest(
                 field=f"rules.{attribute.name}",
                 value=value,
-                reason=f"a rule set's {attribute.name} is a {kind}, not a {type(value).__name__}",
+                reason=f"a rule set's {attribute.name} is a {kind}, not {a_kind(value)}",
                 fix=f"Write e.g. {attribute.name}=BUILTIN_RULES.{attribute.name}",
             )
         if isinstance(value, Mapping):

@@ -17,10 +17,27 @@ def did_you_mean(value: object, allowed: Iterable[object]) -> str | None:
     import difflib  # on a refusal only: not a cost of every `import trainplan`
 
     names = {str(name).lower(): str(name) for name in allowed}
-    matches = difflib.get_close_matches(value.lower(), list(names), n=1, cutoff=0.6)
-    if not matches or names[matches[0]] == value:
+    typed = value.lower()
+    matches = difflib.get_close_matches(typed, list(names), n=len(names) or 1, cutoff=0.6)
+    if not matches:
         return None
-    return names[matches[0]]
+    # Of the close names, the fewest keystrokes away, then as long as what was typed: `dpp` is a slip for `ddp`
+    # (one letter swapped) before `dp` (one dropped), though difflib ranks `dp` first.
+    best = min(matches, key=lambda name: (_edits(typed, name), abs(len(name) - len(typed)), matches.index(name)))
+    return None if names[best] == value else names[best]
+
+
+def _edits(first: str, second: str) -> int:
+    """The letters to insert, delete, change or swap with a neighbour to turn `first` into `second` (both short)."""
+    previous_row: list[int] | None = None
+    row = list(range(len(second) + 1))
+    for i, letter in enumerate(first, start=1):
+        before, previous_row, row = previous_row, row, [i] + [0] * len(second)
+        for j, other in enumerate(second, start=1):
+            row[j] = min(previous_row[j] + 1, row[j - 1] + 1, previous_row[j - 1] + (letter != other))
+            if before is not None and i > 1 and j > 1 and letter == second[j - 2] and first[i - 2] == other:
+                row[j] = min(row[j], before[j - 2] + 1)
+    return row[-1]
 
 
 def shown(value: object, limit: int = 160) -> str:
@@ -32,6 +49,12 @@ def shown(value: object, limit: int = 160) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text)} characters)"
+
+
+def a_kind(value: object) -> str:
+    """The type of `value` with its article, for a message: "an int", "a str", "an OptionMap"."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 class TrainplanError(Exception):

@@ -9,7 +9,7 @@ from trainplan.parse.memory import MAX_BYTES
 from trainplan.resolve.draft import Draft
 from trainplan.rules import MAX_CPU_COUNT, MAX_DEVICES_PER_NODE, SUPPLIED_COUNTS, Rules
 from trainplan.spec.environment import Environment
-from trainplan.spec.errors import InvalidRequest
+from trainplan.spec.errors import InvalidRequest, a_kind
 from trainplan.spec.frozen import all_strings
 from trainplan.spec.names import START_METHODS
 from trainplan.spec.request import Request
@@ -42,7 +42,7 @@ def check_arguments(draft: Draft) -> None:
             raise InvalidRequest(
                 field=field,
                 value=value,
-                reason=f"resolve takes a trainplan.{name}, not {type(value).__name__}",
+                reason=f"resolve takes a trainplan.{name}, not {a_kind(value)}",
                 fix=fix,
             )
 
