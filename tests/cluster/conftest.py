@@ -142,4 +142,4 @@ def scenarios(request: pytest.FixtureRequest, engines: None) -> Iterator[harness
         try:
             yield pool
         finally:
-            pool.close()
+            pool.close(interrupted=request.session.exitstatus == pytest.ExitCode.INTERRUPTED)

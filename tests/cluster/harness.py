@@ -279,6 +279,8 @@ class Job:
         self._outputs: list[Path] = []
         self._returncodes: dict[int, int | None] = {}
         self._timed_out = False
+        self.finished = False
+        """Whether `finish` ran (it stops whatever the job left); a job that never got there is aborted."""
         self.slurm: dict[str, dict[str, str]] = {}
         self.notes: dict[str, Any] = {}
 
@@ -457,6 +459,7 @@ class Job:
             for job_id, _ in stale:
                 self.cancel(job_id)
             _signal_all([pid for pid, _ in leftovers], signal.SIGKILL)
+        self.finished = True
         return Run(
             name=self.name,
             mark=self.mark,
@@ -549,6 +552,7 @@ class Pool:
         self.started = time.monotonic()
         self._condition = threading.Condition()
         self._running: dict[str, int] = {}
+        self._jobs: dict[str, Job] = {}  # the job of each scenario running now, for `close` to stop
         self._closed = False
         self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers)]
         for thread in self._threads:
@@ -590,13 +594,27 @@ class Pool:
     def _attempts(self, chosen: Scenario) -> Run:
         """The scenario's run, started again (up to ATTEMPTS times) when SLURM could not lay out a step's tasks."""
         attempt = 1
-        run = chosen.run(Job(chosen.name, self.base))
+        run = self._run_once(chosen, chosen.name)
         while attempt < ATTEMPTS and any(LAYOUT_FAILURE in output for output in run.outputs):
             time.sleep(5.0 * attempt)  # until the jobs that hold the host's CPUs end
             attempt += 1
-            run = chosen.run(Job(f"{chosen.name}-attempt{attempt}", self.base))
+            run = self._run_once(chosen, f"{chosen.name}-attempt{attempt}")
         run.notes["attempts"] = attempt
         return run
+
+    def _run_once(self, chosen: Scenario, name: str) -> Run:
+        """One run of the scenario; whatever it started is stopped (bounded: `Job.abort`) when it did not get to
+        `Job.finish`: it raised, or `close` abandoned it. An MPI rank of a page job was once left running."""
+        job = Job(name, self.base)
+        with self._condition:
+            self._jobs[chosen.name] = job
+        try:
+            return chosen.run(job)
+        finally:
+            with self._condition:
+                self._jobs.pop(chosen.name, None)
+            if not job.finished:
+                job.abort()
 
     @property
     def wall(self) -> float:
@@ -618,11 +636,21 @@ class Pool:
             raise outcome
         return outcome
 
-    def close(self, timeout: float = 120.0) -> None:
-        """No new scenario starts; the running ones end within their own bounds."""
+    def close(self, timeout: float = 120.0, *, interrupted: bool = False) -> None:
+        """No new scenario starts; the running ones end within their own bounds (`timeout` s in all), or at once
+        when the session was `interrupted` (Ctrl-C). Either way every job still running then is aborted: its
+        commands' process groups and marked processes killed, its SLURM jobs cancelled, so nothing a scenario
+        started outlives the session (the pool's threads are daemons, which the interpreter drops at exit)."""
         with self._condition:
             self._closed = True
             self._condition.notify_all()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (0.0 if interrupted else timeout)
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        with self._condition:
+            running = list(self._jobs.values())
+        for job in running:
+            job.abort()
+        ended = time.monotonic() + 30.0  # each thread then reads its killed commands' exits and returns
+        for thread in self._threads:
+            thread.join(max(0.0, ended - time.monotonic()))
