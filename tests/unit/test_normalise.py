@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainplan import DDPOptions, InvalidRequest, Request
+from trainplan import DDPOptions, Environment, InvalidRequest, ModelParallelOptions, Request, resolve
 
 
 def test_case_aliases_and_digit_strings() -> None:
@@ -13,6 +13,19 @@ def test_case_aliases_and_digit_strings() -> None:
     )
     assert request == Request(accelerator="xla", devices=(0, 2), num_nodes=2, precision="16-mixed", sync_batchnorm=True)
     assert [note.code for note in request.notes] == ["precision-alias"]
+
+
+def test_options_under_auto_fill_the_record_of_the_one_family_auto_would_take() -> None:
+    """`--strategy-option timeout_seconds=60` without --strategy was refused: auto chooses ddp for several devices
+    (and model_parallel only for a mesh's degrees), so a key only DDP's record and the mesh's take is DDP's."""
+    assert Request.from_config({"strategy_options": {"timeout_seconds": 60}}).strategy_options == DDPOptions(
+        timeout_seconds=60
+    )
+    assert Request.from_config({"strategy_options": {"tp": 2}}).strategy_options == ModelParallelOptions(tp=2)
+    plan = resolve(Request.from_config({"devices": 2, "strategy_options": {"timeout_seconds": 60}}), Environment())
+    assert plan.strategy.name == "ddp" and plan.strategy.options == DDPOptions(timeout_seconds=60)
+    with pytest.raises(InvalidRequest, match="strategy='deepspeed'"):  # auto never chooses deepspeed
+        Request.from_config({"strategy_options": {"stage": 3}})
 
 
 def test_strategy_options_from_a_mapping() -> None:

@@ -42,6 +42,7 @@ from trainplan.spec.names import (
     MetricsStore,
     PrecisionKey,
     PrecisionName,
+    StrategyFamily,
     StrategyFlag,
 )
 from trainplan.spec.notes import Note
@@ -461,6 +462,36 @@ def _option_meant(written: str, rows: tuple[OptionRow, ...]) -> str | None:
     return did_you_mean(written, [row.name for row in rows])
 
 
+def _auto_family(keys: set[str], value: Mapping[object, object], rules: Rules) -> StrategyFamily:
+    """The family whose options record a mapping fills under strategy='auto': the one family that strategy='auto'
+    may choose by the devices (`rules.auto_strategies`: ddp on several) whose options take every key, else the one
+    an options record makes it choose (`rules.auto_for_options`: a mesh's degrees), where exactly one fits; else
+    the request is refused, naming the strategy to write."""
+
+    def fitting(families: list[StrategyFamily]) -> list[StrategyFamily]:
+        takes = {family: {row.name for row in rules.options.get(family, ())} for family in families}
+        return [family for family in dict.fromkeys(families) if family in OPTION_TYPES and keys <= takes[family]]
+
+    by_devices = fitting([rules.strategies[row.strategy].family for row in rules.auto_strategies])
+    by_options = fitting(list(rules.auto_for_options))
+    for found in (by_devices, by_options):
+        if len(found) == 1:
+            return found[0]
+    suggested = next(iter(by_devices or by_options or fitting(list(OPTION_TYPES)) or OPTION_TYPES))
+    raise InvalidRequest(
+        field="strategy_options",
+        value=dict(value),
+        reason="options given as a mapping need a strategy to say which options record they fill, and "
+        + (
+            "these fit several"
+            if len(by_devices) + len(by_options) > 1
+            else "strategy='auto' chooses none that takes them"
+        ),
+        fix=f"Name the strategy too, e.g. strategy={suggested!r}, or pass {OPTION_TYPES[suggested].__name__}(...) "
+        "itself",
+    )
+
+
 def options_from_config(
     strategy_name: StrategyFlag | CustomName, value: object, rules: Rules
 ) -> StrategyOptions | None:
@@ -470,23 +501,9 @@ def options_from_config(
     if value is None or not isinstance(value, Mapping):
         return strategy_options(value, rules.options)
     if strategy_name == "auto":
-        # Suggest the strategy whose options take every key given (ddp when none does).
-        keys = {str(key) for key in value}
-        family = next(
-            (
-                family
-                for family in OPTION_TYPES
-                if family in rules.strategies and keys <= {row.name for row in rules.options.get(family, ())}
-            ),
-            next(iter(OPTION_TYPES)),
-        )
-        raise InvalidRequest(
-            field="strategy_options",
-            value=dict(value),
-            reason="options given as a mapping need a strategy to say which options record they fill",
-            fix=f"Name the strategy too, e.g. strategy={family!r}, or pass {OPTION_TYPES[family].__name__}(...) itself",
-        )
-    family = rules.strategies[strategy_name].family
+        family = _auto_family({str(key) for key in value}, value, rules)
+    else:
+        family = rules.strategies[strategy_name].family
     options_type = OPTION_TYPES.get(family)
     if options_type is None:
         raise InvalidRequest(
