@@ -231,6 +231,23 @@ def test_the_cli_imports_rules_from_the_working_directory_and_names_a_module_tha
     assert "Traceback" not in error
 
 
+@pytest.mark.parametrize("code", [0, 3, "done"])
+def test_a_rules_module_that_exits_on_import_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], code: object
+) -> None:
+    """A module whose top level calls sys.exit(0) (a script without its __main__ guard) made `--rules` exit 0 with
+    nothing printed, as if the command had succeeded."""
+    name = f"exiting_rules_for_trainplan_{abs(hash(code))}"
+    (tmp_path / f"{name}.py").write_text(f"import sys\nsys.exit({code!r})\n")
+    monkeypatch.chdir(tmp_path)
+    for arguments in (["matrix"], ["plan", "--no-probe"]):
+        with pytest.raises(SystemExit) as exited:
+            main([*arguments, "--rules", f"{name}:RULES"])
+        error = capsys.readouterr().err
+        assert exited.value.code == 2, error
+        assert f"importing {name!r} called sys.exit({code!r})" in error and '__name__ == "__main__"' in error
+
+
 def _mine(family: str = "ddp", launcher: str = "subprocess", **preset: object) -> StrategyRule:
     return StrategyRule(name=CustomName("mine"), family=family, launcher=launcher, preset=preset)  # type: ignore[arg-type]
 

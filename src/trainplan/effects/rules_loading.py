@@ -65,6 +65,15 @@ def load_rules(reference: str, *, from_working_directory: bool = False) -> Rules
         sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
+    except SystemExit as leaving:  # sys.exit() at its top level (a script's, unguarded): not a rule set, not an exit
+        raise InvalidRequest(
+            field="rules",
+            value=reference,
+            reason=f"importing {module_name!r} called sys.exit({leaving.code!r}): a module that ends the process "
+            "when imported builds no rule set",
+            fix='Put the module\'s script part under `if __name__ == "__main__":`, or name the module that '
+            "builds the rules",
+        ) from None
     except Exception as error:  # a downstream module may raise anything while it runs its top level
         raise InvalidRequest(
             field="rules",
