@@ -975,6 +975,11 @@ def _run_plan(arguments: argparse.Namespace, command: list[str]) -> int:
         request, env = script_request(request, rules), attrs.evolve(env, interactive=False)
     plan = _resolved(request, env, rules)
     _note_unused_memory(arguments, request)
+    if arguments.emit in ("torchrun", "slurm") and not command:  # (kubeflow's emitter refuses it with its own fix)
+        raise CliError(
+            f"--emit {arguments.emit} writes a job that runs a script, and none was named: write it after --, "
+            f"e.g. trainplan plan --emit {arguments.emit} -- train.py --lr 0.1"
+        )
     if arguments.emit == "torchrun":
         from trainplan.render.emit import emit_torchrun
 

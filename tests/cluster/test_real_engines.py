@@ -1085,7 +1085,7 @@ LIGHTNING_TABLE: dict[str, Verdict] = {
         "Incompatible slurm-batch-step",
     ),
     "emitted-sbatch-2-nodes": Verdict(
-        "sbatch job.sbatch  # trainplan plan --devices 2 --num-nodes 2 --emit slurm",
+        "sbatch job.sbatch  # trainplan plan --devices 2 --num-nodes 2 --emit slurm -- train.py",
         "TorchElasticEnvironment",
         (0, 1, 2, 3),
         4,

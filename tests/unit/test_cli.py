@@ -123,7 +123,9 @@ def test_console_script_runs_as_a_module() -> None:
 
 def test_an_emitted_job_is_a_script_even_from_a_notebook(capsys: pytest.CaptureFixture[str]) -> None:
     arguments = ["--no-probe", "--assume", "cpu=4", "--assume", "interactive", "--accelerator", "cpu"]
-    code, out, _ = run(capsys, *arguments, "--strategy", "ddp_notebook", "--devices", "2", "--emit", "torchrun")
+    code, out, _ = run(
+        capsys, *arguments, "--strategy", "ddp_notebook", "--devices", "2", "--emit", "torchrun", "--", "t.py"
+    )
     assert code == 0 and "torchrun --standalone" in out and "# note: strategy='ddp_notebook'" in out
 
 

@@ -210,7 +210,9 @@ class TestEmitted:
         self, capsys: pytest.CaptureFixture[str]
     ) -> None:
         flags = ["plan", "--no-probe", "--assume", "cpu=4", "--rules", "tests.downstream_rules:RULES", "--devices", "2"]
-        assert main([*flags, "--strategy", "ddp_custom_checkpoint_io_notebook", "--emit", "torchrun"]) == 0
+        assert (
+            main([*flags, "--strategy", "ddp_custom_checkpoint_io_notebook", "--emit", "torchrun", "--", "t.py"]) == 0
+        )
         note, line = capsys.readouterr().out.splitlines()
         assert "runs it as strategy='ddp_custom_checkpoint_io'" in note
         assert '"strategy":"ddp_custom_checkpoint_io"' in line and "_notebook" not in line.partition("notes")[0]

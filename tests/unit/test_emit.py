@@ -249,8 +249,8 @@ def test_the_cli_names_the_sbatch_job(capsys: pytest.CaptureFixture[str]) -> Non
     assert main([*flags, "--emit", "slurm", "--", "train.py"]) == 0
     assert "\n#SBATCH --job-name=train\n" in capsys.readouterr().out
     refusals = {
-        ("--emit", "slurm", "--job-name", "my job"): "a SLURM job name is letters, digits",
-        ("--emit", "torchrun", "--job-name", "llm"): "--emit torchrun has no job name to set",
+        ("--emit", "slurm", "--job-name", "my job", "--", "train.py"): "a SLURM job name is letters, digits",
+        ("--emit", "torchrun", "--job-name", "llm", "--", "train.py"): "--emit torchrun has no job name to set",
         ("--job-name", "llm"): "a plan has no job name to set",
     }
     for arguments, message in refusals.items():
@@ -485,3 +485,13 @@ def test_the_manifest_carries_characters_beyond_the_basic_plane_as_yaml_reads_th
     (manifest,) = yaml.safe_load_all(text)
     container = manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert container["command"][-len(command) :] == command
+
+
+@pytest.mark.parametrize("form", ["torchrun", "slurm", "kubeflow"])
+def test_an_emitted_job_needs_the_script_it_runs(capsys: pytest.CaptureFixture[str], form: str) -> None:
+    """`--emit torchrun` without a script printed a job that ran `train.py`, a name the user never wrote."""
+    image = ["--image", "img"] if form == "kubeflow" else []
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--no-probe", "--assume", "cpu=2", "--accelerator", "cpu", "--emit", form, *image])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and "after --, e.g. trainplan plan --emit" in error and "-- train.py" in error

@@ -314,7 +314,18 @@ CLI_CASES = [
     ["gpus", "²"],
     ["launch"],
     ["launch", "--"],
-    ["plan", "--no-probe", "--num-nodes", "2", "--set-env", "MASTER_ADDR=node0;touch${IFS}pwned", "--emit", "torchrun"],
+    [
+        "plan",
+        "--no-probe",
+        "--num-nodes",
+        "2",
+        "--set-env",
+        "MASTER_ADDR=node0;touch${IFS}pwned",
+        "--emit",
+        "torchrun",
+        "--",
+        "t.py",
+    ],
 ]
 
 
