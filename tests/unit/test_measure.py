@@ -27,6 +27,7 @@ def test_a_small_decoder_is_measured_by_category() -> None:
     assert 8 * count <= facts.optimizer_bytes <= 8 * count + 1024  # AdamW: momentum and variance (+ step counters)
     assert facts.layer_count == 3 and facts.batch_size == 2
     assert facts.layer_input_bytes_per_sample == 64 * 128 * 4
+    assert facts.hidden_size == 128  # a block's input width: what tensor parallelism must divide
     assert facts.activation_bytes_per_sample > facts.layer_count * facts.layer_input_bytes_per_sample
 
 

@@ -4,6 +4,7 @@ fits, an explicit strategy is checked, and what cannot fit is refused with the a
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import attrs
 import pytest
@@ -505,3 +506,38 @@ def test_a_plans_memory_block_out_of_range_is_a_plan_format_error_at_its_path(
     with pytest.raises(tp.PlanFormatError) as refused:
         tp.Plan.from_dict(data)
     assert refused.value.path == where
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "says"),
+    [
+        ({"layer_count": 10**10}, "model.layer_count", "blocks cannot share"),
+        ({"largest_layer_bytes": SEVEN_B.parameter_bytes}, "model.largest_layer_bytes", "parts of the parameters"),
+        (
+            {"layer_input_bytes_per_sample": SEVEN_B.activation_bytes_per_sample + 1},
+            "model.layer_input_bytes_per_sample",
+            "more than every activation saved",
+        ),
+        ({"hidden_size": 1000}, "model.hidden_size", "does not divide layer_input_bytes_per_sample"),
+        ({"dtype": "bf16"}, "model.dtype", "Did you mean model.dtype='bfloat16'?"),
+        ({"dtype": "anything at all"}, "model.dtype", "one of float32, bfloat16"),
+    ],
+)
+def test_facts_that_cannot_all_be_true_are_refused_naming_the_field(
+    change: dict[str, Any], field: str, says: str
+) -> None:
+    """ModelFacts took any dtype text, 10^10 blocks of a 7B model and a block as large as the whole model."""
+    with pytest.raises(tp.InvalidRequest) as refused:
+        tp.resolve(tp.Request(model=attrs.evolve(SEVEN_B, **change)), _gpus(8, 40))
+    assert refused.value.field == field and says in str(refused.value)
+    assert refused.value.fix  # and what to write instead
+
+
+def test_tensor_parallel_that_does_not_divide_the_hidden_size_is_not_a_candidate() -> None:
+    odd = tp.transformer_facts(parameters=13e9, layers=40, hidden=5124)  # 5124 = 4 × 1281: tp 2 and 4, not 8
+    plan = tp.resolve(tp.Request(model=odd), _gpus(8, 40))
+    assert plan.memory is not None
+    verdicts = {item.layout: item.verdict for item in plan.memory.candidates if not item.checkpointing}
+    assert verdicts["tp8_fsdp"] == "not allowed: tp=8 does not divide the hidden size 5124"
+    assert not verdicts["tp4_fsdp"].startswith("not allowed")
+    assert SEVEN_B.hidden_size == 4096  # transformer_facts states it

@@ -129,10 +129,10 @@ def measure_model(
             arguments = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
             step = (optimizer or (lambda parameters: torch.optim.AdamW(parameters, foreach=True)))(model.parameters())
             layers = _repeated_layers(model)
-            layer_input: list[int] = []
+            layer_input: list[tuple[int, int]] = []
             handle = (
                 layers[0].register_forward_pre_hook(
-                    lambda module, args: layer_input.append(_bytes(args)) if not layer_input else None
+                    lambda module, args: layer_input.append((_bytes(args), _width(args))) if not layer_input else None
                 )
                 if layers
                 else None
@@ -175,13 +175,14 @@ def measure_model(
         optimizer_bytes=_category(after, "OPT"),
         activation_bytes_per_sample=-(-activations // samples),
         layer_count=max(len(layers), 1),
-        layer_input_bytes_per_sample=-(-(layer_input[0] if layer_input else 0) // samples),
+        layer_input_bytes_per_sample=-(-(layer_input[0][0] if layer_input else 0) // samples),
         largest_layer_bytes=largest,
         root_bytes=_module_bytes(model) - in_layers if layers else 0,
         temporary_bytes=_category(peak, "TEMP"),
         # the step's own buffers: the optimizer's peak over the states it keeps
         optimizer_step_bytes=max(_category(peak, "OPT") - _category(after, "OPT"), 0),
         batch_size=samples,
+        hidden_size=layer_input[0][1] if layer_input else 0,
         dtype=str(parameters[0].dtype).removeprefix("torch.") if parameters else "float32",
     )
 
@@ -250,6 +251,15 @@ def _bytes(arguments: object) -> int:
 
     items = arguments if isinstance(arguments, tuple) else (arguments,)
     return sum(item.numel() * item.element_size() for item in items if isinstance(item, torch.Tensor))
+
+
+def _width(arguments: object) -> int:
+    """The last dimension of a block's first tensor input (a transformer's hidden size); 0 without one."""
+    import torch
+
+    items = arguments if isinstance(arguments, tuple) else (arguments,)
+    first = next((item for item in items if isinstance(item, torch.Tensor) and item.dim()), None)
+    return 0 if first is None else int(first.shape[-1])
 
 
 def _module_bytes(module: torch.nn.Module) -> int:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final, TypeVar
 
 import attrs
 
 from trainplan.parse.wire import Reader
+from trainplan.rules.memory import MODEL_DTYPES
 from trainplan.spec.errors import InvalidRequest, PlanFormatError, a_kind
 from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.numbers import foreign_integer
@@ -91,15 +92,65 @@ def model_facts(value: object) -> ModelFacts | None:
     for field in attrs.fields(ModelFacts):
         number: object = getattr(value, field.name)
         if _kind(ModelFacts, field.name) is str:
-            if not isinstance(number, str) or not number:
-                raise _bad_fact(field.name, number, "it is a dtype's name, e.g. 'bfloat16'")
+            if not isinstance(number, str) or number not in MODEL_DTYPES:
+                raise InvalidRequest(
+                    field=f"model.{field.name}",
+                    value=number,
+                    reason="it is the parameters' dtype, by torch's name",
+                    allowed=MODEL_DTYPES,
+                    fix="Write torch's name without 'torch.' (str(torch.bfloat16): dtype='bfloat16'), one of "
+                    + ", ".join(MODEL_DTYPES),
+                )
             continue
         least = 1 if field.name in _AT_LEAST_ONE else 0
         if type(number) is not int or not least <= number <= MAX_BYTES:
             raise _bad_fact(
                 field.name, number, f"it must be a whole number from {least} to {MAX_BYTES}{foreign_integer(number)}"
             )
+    for field_name, broken, reason, fix in _CONSISTENCY:
+        if broken(value):
+            raise InvalidRequest(
+                field=f"model.{field_name}", value=getattr(value, field_name), reason=reason(value), fix=fix
+            )
     return value
+
+
+_CONSISTENCY: Final[tuple[tuple[str, Callable[[ModelFacts], bool], Callable[[ModelFacts], str], str], ...]] = (
+    (
+        "layer_count",
+        lambda facts: facts.layer_count > facts.parameter_count,
+        lambda facts: f"{facts.layer_count} blocks cannot share {facts.parameter_count} parameters",
+        "Write the number of repeated blocks (a transformer's layers, e.g. layer_count=32)",
+    ),
+    (
+        "largest_layer_bytes",
+        lambda facts: facts.largest_layer_bytes + facts.root_bytes > facts.parameter_bytes,
+        lambda facts: (
+            f"a block of {facts.largest_layer_bytes} bytes and the root's {facts.root_bytes} are more than "
+            f"the model's parameter_bytes={facts.parameter_bytes}: both are parts of the parameters"
+        ),
+        "Write one block's parameter bytes (the whole model's divided by layer_count, about), not the whole model's",
+    ),
+    (
+        "layer_input_bytes_per_sample",
+        lambda facts: facts.layer_input_bytes_per_sample > facts.activation_bytes_per_sample,
+        lambda facts: (
+            f"one block's input of {facts.layer_input_bytes_per_sample} bytes is more than every "
+            f"activation saved (activation_bytes_per_sample={facts.activation_bytes_per_sample}), of which it is a part"
+        ),
+        "Write one block's input per sample (sequence × hidden × bytes), and the activations of all blocks",
+    ),
+    (
+        "hidden_size",
+        lambda facts: facts.hidden_size > 0 and facts.layer_input_bytes_per_sample % facts.hidden_size != 0,
+        lambda facts: (
+            f"a block's input per sample is sequence × hidden × bytes, but hidden_size={facts.hidden_size} "
+            f"does not divide layer_input_bytes_per_sample={facts.layer_input_bytes_per_sample}"
+        ),
+        "Write the width of a block's input (a transformer's hidden size, e.g. 4096), or 0 when not known",
+    ),
+)
+"""Facts that cannot all be true together: (the field named, when it is broken, why, what to write)."""
 
 
 def _bad_fact(name: str, value: object, reason: str) -> InvalidRequest:

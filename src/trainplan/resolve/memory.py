@@ -97,9 +97,15 @@ def estimate(
 
 
 def why_not_allowed(
-    layout: MemoryLayout, checkpointing: bool, hardware: Hardware, policy: MemoryPolicy, rules: Rules
+    layout: MemoryLayout,
+    checkpointing: bool,
+    hardware: Hardware,
+    policy: MemoryPolicy,
+    rules: Rules,
+    hidden_size: int = 0,
 ) -> str | None:
-    """Why the rules do not allow `layout` on this hardware under `policy` (None: allowed)."""
+    """Why the rules do not allow `layout` on this hardware under `policy` for a model whose blocks are
+    `hidden_size` wide (0: not known) (None: allowed)."""
     family = rules.families[rules.strategies[layout.strategy].family]
     world, per_node = hardware.world_size, hardware.processes_per_node
     offloads = "host" in (layout.parameters, layout.gradients, layout.optimizer)
@@ -119,6 +125,10 @@ def why_not_allowed(
         (layout.max_processes is not None and world > layout.max_processes, f"runs on {layout.max_processes} device"),
         (hardware.num_nodes < layout.min_nodes, f"needs at least {layout.min_nodes} nodes"),
         (per_node % layout.tensor_parallel != 0, f"tp={layout.tensor_parallel} does not divide a node's {per_node}"),
+        (
+            hidden_size % layout.tensor_parallel != 0,
+            f"tp={layout.tensor_parallel} does not divide the hidden size {hidden_size}",
+        ),
     )
     return next((reason for broken, reason in reasons if broken), None)
 
@@ -142,7 +152,7 @@ def candidates(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rule
     for name, checkpointing in rules.memory_order.candidates():
         layout = layouts[name]
         estimated = estimate(layout, checkpointing, facts, hardware.num_nodes, hardware.processes_per_node)
-        refused = why_not_allowed(layout, checkpointing, hardware, policy, rules)
+        refused = why_not_allowed(layout, checkpointing, hardware, policy, rules, facts.hidden_size)
         if refused is not None:
             yield attrs.evolve(estimated, verdict=f"not allowed: {refused}")
         else:
@@ -365,6 +375,7 @@ def transformer_facts(
         temporary_bytes=0,
         optimizer_step_bytes=4 * count,
         batch_size=batch_size,
+        hidden_size=hidden,
         dtype="bfloat16" if weights == 2 else "float32" if weights == 4 else "float64",
     )
 

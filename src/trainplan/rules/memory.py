@@ -214,6 +214,14 @@ BYTES_PER_PARAMETER: Final = {
 WHAT_IF_PRECISION: Final = "bf16-mixed"
 """The precision `transformer_facts` assumes unless told: how large models are trained."""
 
+MODEL_DTYPES: Final[tuple[str, ...]] = (
+    "float32", "bfloat16", "float16", "float64",
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2",
+    "int8", "uint8", "int16", "int32", "int64", "complex32", "complex64", "complex128",
+)  # fmt: skip
+"""The dtypes a model's parameters are held in, by torch's names (`str(torch.bfloat16)` less `torch.`):
+`ModelFacts.dtype` is one of them."""
+
 MEMORY_ACCELERATORS: Final[frozenset[str]] = frozenset({"cuda"})
 """The accelerators whose devices' memory the environment states (`Environment.cuda_memory_bytes`, NVML's)."""
 
@@ -229,6 +237,7 @@ __all__ = [
     "MEMORY_LAYOUTS",
     "MEMORY_ORDER",
     "MEMORY_POLICY",
+    "MODEL_DTYPES",
     "WHAT_IF_PRECISION",
     "WHAT_IF_VOCABULARY",
     "MemoryLayout",

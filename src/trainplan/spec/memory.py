@@ -45,6 +45,8 @@ class ModelFacts:
     parameters), sharded as the optimizer's states are."""
     batch_size: int = 1
     """Samples per device in one step (the activations scale with it)."""
+    hidden_size: int = 0
+    """The width of a block's input (a transformer's hidden size), which tensor parallelism splits; 0: not known."""
     dtype: str = "bfloat16"
     """The parameters' dtype as measured or assumed (for the explanation)."""
 
