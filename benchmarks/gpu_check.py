@@ -15,7 +15,9 @@ table. Without a GPU it says so and exits 0; with one it exits 1 if any check fa
    `measure_model` gives, without and with activation checkpointing, each within ±15% (issue 23's band).
 6. With 2 GPUs or more: `model_parallel` meshes over NCCL: ep=2 (the expert mesh, `rt.expert_mesh`, its ep group
    all-reducing), cp=2 (context parallelism runs on CUDA only: `rt.mesh["dp_shard_cp"]` and its group), and tp=2
-   with `tp_group_backend="gloo"` (the tp group over gloo inside the NCCL world).
+   with `tp_group_backend="gloo"` (the tp group over gloo inside the NCCL world); with cp=2, causal SDPA run as ring
+   attention inside `rt.context_parallel` (allgather, and alltoall with head-tail balancing) equals the whole
+   sequence's attention to 1e-3.
 """
 
 from __future__ import annotations
@@ -269,8 +271,10 @@ def _mesh_worker() -> dict[str, Any]:
         layout = rt.plan.mesh
         assert layout is not None
         names = {"ep": list(torch.distributed.get_process_group_ranks(ep_group))}
+        attention_error = None
         if layout.size("cp") > 1:
             names["dp_shard_cp"] = list(torch.distributed.get_process_group_ranks(rt.mesh["dp_shard_cp"].get_group()))
+            attention_error = _ring_attention_error(rt)
         backends = {
             name: str(torch.distributed.get_backend(rt.mesh[name].get_group()))
             for name in layout.dimensions
@@ -281,7 +285,24 @@ def _mesh_worker() -> dict[str, Any]:
             "groups": names,
             "backend": str(torch.distributed.get_backend()),
             "group_backends": backends,
+            "attention_error": attention_error,
         }
+
+
+def _ring_attention_error(rt: Any) -> float:
+    """Causal SDPA over a sequence split by `rt.context_parallel` (ring attention with the plan's rotate method and
+    load balancer), gathered back: its largest difference from the whole sequence's attention on one rank."""
+    import torch
+    from torch.distributed.tensor.experimental._attention import context_parallel_unshard
+    from torch.nn import functional
+
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 16, generator=generator).to(rt.device) for _ in range(3))
+    whole = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with rt.context_parallel([q, k, v], [2, 2, 2]):
+        local = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        (gathered,) = context_parallel_unshard(rt.mesh["cp"], [local], [2])
+    return float((gathered - whole).abs().max().item())
 
 
 def check_meshes_on_nccl() -> list[Result]:
@@ -296,6 +317,8 @@ def check_meshes_on_nccl() -> list[Result]:
         (tp.ModelParallelOptions(dp_shard=1, cp=2), {"ep": [0], "dp_shard_cp": [0, 1]}),
         # tp's groups over gloo inside the NCCL world (init_device_mesh's backend_override).
         (tp.ModelParallelOptions(dp_shard=1, tp=2, tp_group_backend="gloo"), {"ep": [0]}),
+        # ring attention through rt.context_parallel with the non-default rotate method.
+        (tp.ModelParallelOptions(dp_shard=1, cp=2, cp_rotate_method="alltoall"), {"ep": [0], "dp_shard_cp": [0, 1]}),
     ):
         request = tp.Request(accelerator="cuda", devices=2, strategy="model_parallel", strategy_options=options)
         plan = tp.resolve(request)
@@ -310,6 +333,7 @@ def check_meshes_on_nccl() -> list[Result]:
             report["groups"] == expected_by_rank[rank]
             and report["backend"] == "nccl"
             and report["group_backends"] == backends
+            and (report["attention_error"] is None or report["attention_error"] < 1e-3)
             and report["sum"] == float(sum(member + 1 for member in expected_by_rank[rank]["ep"]))
             for rank, report in enumerate(reports)
         )

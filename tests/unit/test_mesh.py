@@ -4,9 +4,11 @@ world; a real one-process mesh)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -340,6 +342,7 @@ class TestThePlan:
             "shape": [2, 1, 2, 1, 1, 2],
             "ep": 1,
             "pipeline": pipeline,
+            "context_parallel": {"rotate_method": "allgather", "load_balancer": "head_tail"},  # torch's defaults
             "backends": {},
         }
         assert Plan.from_dict(data) == plan
@@ -524,6 +527,19 @@ class MeshWrappers:
     def fully_shard(self, model: torch.nn.Module, mesh: Any) -> torch.nn.Module:
         self.calls.append(("fully_shard", mesh.mesh_dim_names))
         return model
+
+    def context_parallel(
+        self,
+        mesh: Any,
+        buffers: tuple[torch.Tensor, ...],
+        seq_dims: tuple[int, ...],
+        no_restore: tuple[torch.Tensor, ...],
+        rotate_method: str,
+        load_balance: bool,
+    ) -> AbstractContextManager[None]:
+        shapes = [tuple(buffer.shape) for buffer in buffers]
+        self.calls.append(("context_parallel", (mesh.mesh_dim_names, shapes, seq_dims, rotate_method, load_balance)))
+        return contextlib.nullcontext()
 
 
 def runtime_for(plan: Plan, rank: int) -> tuple[Runtime, MeshWrappers]:

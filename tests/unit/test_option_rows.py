@@ -40,6 +40,7 @@ HANDLERS = {
     "DistributedDataParallelKwargs": "ddp",
     "InitProcessGroupKwargs": "process_group",
     "FullyShardedDataParallelPlugin": "fsdp",
+    "TorchContextParallelConfig": "context_parallel",
     "DeepSpeedPlugin": "deepspeed",
 }
 """Which field of `AccelerateArguments` holds each Accelerate object's keywords."""

@@ -4,6 +4,7 @@ runtime's wrapping of every strategy family (the CUDA-only ones through what-if 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -81,6 +82,17 @@ class FakeWrappers:
         raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
 
     def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
+        raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
+
+    def context_parallel(
+        self,
+        mesh: DeviceMesh,
+        buffers: tuple[torch.Tensor, ...],
+        seq_dims: tuple[int, ...],
+        no_restore: tuple[torch.Tensor, ...],
+        rotate_method: str,
+        load_balance: bool,
+    ) -> AbstractContextManager[None]:
         raise AssertionError("only a model_parallel plan has a device mesh (tests/unit/test_mesh.py)")
 
 

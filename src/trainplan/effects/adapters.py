@@ -183,9 +183,10 @@ def accelerator_arguments(
 
 def accelerate_parallelism_config(plan: Plan) -> Any:
     """Accelerate's `ParallelismConfig` with the sizes of the plan's device mesh (Accelerate 1.15 has one:
-    dp_replicate, dp_shard, tp and cp; no pipeline). Its `build_device_mesh(device_type)` gives Accelerate's own mesh
-    over the same ranks."""
-    sizes = accelerate_arguments(plan, rules_of(plan)).parallelism
+    dp_replicate, dp_shard, tp and cp; no pipeline), and context parallelism's rotate method as its `cp_handler`.
+    Its `build_device_mesh(device_type)` gives Accelerate's own mesh over the same ranks."""
+    mapped = accelerate_arguments(plan, rules_of(plan))
+    sizes = mapped.parallelism
     if sizes is None:
         raise TrainplanError(
             f"strategy {plan.strategy.name!r} has no device mesh, so there is no ParallelismConfig to build: resolve a "
@@ -195,6 +196,10 @@ def accelerate_parallelism_config(plan: Plan) -> Any:
     if sizes.get("tp_size", 1) > 1 and importlib.util.find_spec("transformers") is None:
         # Accelerate applies tensor parallelism through a transformers model's tp_plan (TorchTensorParallelConfig).
         raise MissingExtra(framework="transformers (for Accelerate's tensor parallelism)", install="transformers")
+    if mapped.context_parallel is not None:  # the rotate method: Accelerate's cp_comm_strategy
+        utils = _framework("accelerate.utils", "accelerate")
+        handler = utils.TorchContextParallelConfig(**mapped.context_parallel)
+        return module.ParallelismConfig(**sizes, cp_handler=handler)
     return module.ParallelismConfig(**sizes)
 
 

@@ -14,7 +14,8 @@ A `model_parallel` plan also gets its device mesh: `rt.mesh` is torch's `DeviceM
 (every rank builds it: its groups are collectives); it answers the names Lightning and torchtitan index theirs by
 too (`rt.mesh["tensor_parallel"]`, `rt.mesh["dp_shard_cp"]`, `rt.mesh["batch"]`, ...: `rules.MESH_ALIASES`).
 `rt.submesh("tp")`, `rt.fsdp_mesh`, `rt.data_parallel_mesh` and `rt.expert_mesh` (`pp, dp_replicate, efsdp, ep`)
-hand out the meshes a parallelize function needs.
+hand out the meshes a parallelize function needs; `rt.context_parallel(buffers, seq_dims)` runs torch's context
+parallelism over the cp groups with the plan's rotate method and load balancer.
 
 Every decision comes from the plan and `mapping.frameworks` (the precision recipe, the family's wrapper);
 this module only builds the torch objects. The torch constructors sit behind `ModelWrappers`, a small seam
@@ -27,7 +28,8 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
@@ -50,7 +52,7 @@ from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import data_parallel, flattened_backend, stage_indices
 from trainplan.spec.errors import InvalidRequest, TrainplanError, a_kind
 from trainplan.spec.mesh import MeshLayout
-from trainplan.spec.names import MESH_DIMENSIONS, MeshDimension
+from trainplan.spec.names import MESH_DIMENSIONS, ContextParallelRotate, MeshDimension
 from trainplan.spec.plan import Plan
 
 if TYPE_CHECKING:
@@ -110,6 +112,20 @@ class ModelWrappers(Protocol):
     def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
         """FSDP2's `fully_shard(model, mesh=mesh)`: sharded over a 1-D mesh, or replicated × sharded over a 2-D one."""
 
+    def context_parallel(
+        self,
+        mesh: DeviceMesh,
+        buffers: tuple[torch.Tensor, ...],
+        seq_dims: tuple[int, ...],
+        no_restore: tuple[torch.Tensor, ...],
+        rotate_method: ContextParallelRotate,
+        load_balance: bool,
+    ) -> AbstractContextManager[None]:
+        """torch's `context_parallel(mesh, buffers=..., buffer_seq_dims=..., no_restore_buffers=...)` with its rotate
+        method (`set_rotate_method`) and load balancing (`_cp_options.enable_load_balance`) set for the context and
+        put back after it: inside, each buffer holds this rank's shard of its sequence and SDPA runs as ring
+        attention over `mesh`."""
+
 
 class TorchWrappers:
     """`ModelWrappers` with torch's own classes."""
@@ -155,6 +171,31 @@ class TorchWrappers:
 
     def unflatten(self, mesh: DeviceMesh, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
         return mesh._unflatten(0, shape, names)
+
+    @contextlib.contextmanager
+    def context_parallel(
+        self,
+        mesh: DeviceMesh,
+        buffers: tuple[torch.Tensor, ...],
+        seq_dims: tuple[int, ...],
+        no_restore: tuple[torch.Tensor, ...],
+        rotate_method: ContextParallelRotate,
+        load_balance: bool,
+    ) -> Iterator[None]:
+        from torch.distributed.tensor.experimental import context_parallel
+        from torch.distributed.tensor.experimental._attention import _cp_options, set_rotate_method
+
+        # torch keeps both in one module-level record: set for this context, then put back as they were.
+        rotate, balance = _cp_options.rotate_method, _cp_options.enable_load_balance
+        set_rotate_method(rotate_method)
+        _cp_options.enable_load_balance = load_balance
+        try:
+            with context_parallel(
+                mesh, buffers=list(buffers), buffer_seq_dims=list(seq_dims), no_restore_buffers=set(no_restore)
+            ):
+                yield
+        finally:
+            _cp_options.rotate_method, _cp_options.enable_load_balance = rotate, balance
 
     def fully_shard(self, model: torch.nn.Module, mesh: DeviceMesh) -> torch.nn.Module:
         from torch.distributed.fsdp import fully_shard
@@ -431,6 +472,51 @@ class Runtime:
         mesh = self._mesh("rt.pipeline")
         assert self.plan.mesh is not None
         return PipelineStages(self.plan.mesh, mesh["pp"].get_group(), self.rank)
+
+    def context_parallel(
+        self,
+        buffers: Sequence[torch.Tensor],
+        seq_dims: Sequence[int],
+        *,
+        no_restore: Iterable[torch.Tensor] = (),
+    ) -> AbstractContextManager[None]:
+        """torch's context parallelism over the plan's `cp` groups, as a context: `with rt.context_parallel([inputs,
+        targets], [1, 1]): loss = loss_fn(model(inputs), targets)`. Inside, each buffer (batch, labels, positions)
+        holds this rank's shard of its sequence dimension (`seq_dims`, one per buffer) and SDPA runs as ring
+        attention (CUDA kernels only), with the plan's rotate method and load balancer (`plan.mesh.context_parallel`);
+        after it, the buffers are whole again (except `no_restore`) and torch's settings are as they were.
+
+        The head-tail load balancer cuts each sequence into 2·cp chunks (no balancer: cp blocks): a sequence whose
+        length they do not divide is refused (`NotWrappable`), where torch would silently split it unbalanced."""
+        mesh = self._mesh("rt.context_parallel")
+        layout = self.plan.mesh
+        assert layout is not None  # a runtime with a mesh has the plan's
+        cp, context = layout.size("cp"), layout.context_parallel
+        if cp == 1:
+            raise NotWrappable(
+                "rt.context_parallel: the plan's cp is 1, so no sequence is split and there is nothing to run; plan "
+                "cp=2 or more (ModelParallelOptions(cp=2), on CUDA)"
+            )
+        buffers, seq_dims = tuple(buffers), tuple(seq_dims)
+        if not buffers or len(buffers) != len(seq_dims):
+            raise NotWrappable(
+                f"rt.context_parallel takes the buffers to split and one sequence dimension for each: {len(buffers)} "
+                f"buffer(s) and {len(seq_dims)} dimension(s) given; write e.g. rt.context_parallel([inputs, targets], "
+                "[1, 1])"
+            )
+        balance = context.load_balancer == "head_tail"
+        chunks = 2 * cp if balance else cp
+        length = buffers[0].shape[seq_dims[0]]
+        if length % chunks:
+            how = f"the head-tail load balancer cuts it into 2·cp = {chunks} chunks" if balance else f"cp={cp} blocks"
+            raise NotWrappable(
+                f"rt.context_parallel: the sequence has {length} tokens and {how}, which do not divide it (torch "
+                f"would split it {'without balancing' if balance else 'unevenly'}); pad it to a multiple of {chunks}"
+                + (", or plan cp_load_balancer='none'" if balance else "")
+            )
+        return self._wrappers.context_parallel(
+            mesh["cp"], buffers, seq_dims, tuple(no_restore), context.rotate_method, balance
+        )
 
     @property
     def expert_mesh(self) -> DeviceMesh:

@@ -499,6 +499,7 @@ class AccelerateArguments:
     deepspeed: dict[str, object] | None  # DeepSpeedPlugin
     launch_flags: list[str]
     parallelism: dict[str, int] | None = None  # ParallelismConfig (a device mesh's sizes)
+    context_parallel: dict[str, object] | None = None  # ParallelismConfig's cp_handler (TorchContextParallelConfig)
 
 
 def accelerate_arguments(
@@ -577,6 +578,7 @@ def accelerate_arguments(
         deepspeed=deepspeed,
         launch_flags=flags,
         parallelism=parallelism,
+        context_parallel=handlers.get("TorchContextParallelConfig"),
     )
 
 

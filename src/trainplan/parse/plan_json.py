@@ -28,13 +28,20 @@ from trainplan.rules import (
     option_checks,
 )
 from trainplan.rules.mesh import MESH_DIMENSIONS as MESH_RULES
-from trainplan.rules.mesh import group_backend_violations, layout_violations, pipeline_violation
+from trainplan.rules.mesh import (
+    context_parallel_violations,
+    group_backend_violations,
+    layout_violations,
+    pipeline_violation,
+)
 from trainplan.spec.errors import InvalidRequest, PlanFormatError
-from trainplan.spec.mesh import MeshLayout, PipelineLayout
+from trainplan.spec.mesh import ContextParallelLayout, MeshLayout, PipelineLayout
 from trainplan.spec.names import (
     ACCELERATORS,
     BACKENDS,
     CLUSTERS,
+    CONTEXT_PARALLEL_BALANCERS,
+    CONTEXT_PARALLEL_ROTATES,
     CUSTOM_NAME,
     CUSTOM_PRECISION,
     GROUP_BACKENDS,
@@ -85,6 +92,7 @@ def plan_to_dict(plan: Plan) -> dict[str, object]:
             "shape": list(plan.mesh.shape),
             "ep": plan.mesh.ep,
             "pipeline": attrs.asdict(plan.mesh.pipeline),
+            "context_parallel": attrs.asdict(plan.mesh.context_parallel),
             "backends": {name: plan.mesh.backends[name] for name in MESH_DIMENSIONS if name in plan.mesh.backends},
         },
         "memory": memory_plan_to_dict(plan.memory),
@@ -176,13 +184,26 @@ def _mesh_from(read: Reader) -> MeshLayout | None:
             if not 1 <= count <= _MAX_DEGREE:
                 raise PlanFormatError(path=f"{stages.path}.{key}", reason=f"a whole number from 1 to {_MAX_DEGREE}")
         pipeline = PipelineLayout(schedule=schedule, **counts)
+    context = ContextParallelLayout()
+    if "context_parallel" in mesh.data:
+        cp = mesh.child("context_parallel")
+        context = ContextParallelLayout(
+            rotate_method=cp.choice("rotate_method", CONTEXT_PARALLEL_ROTATES),
+            load_balancer=cp.choice("load_balancer", CONTEXT_PARALLEL_BALANCERS),
+        )
     backends = mesh.string_map("backends") if "backends" in mesh.data else {}
     for name, backend in backends.items():
         if name not in MESH_DIMENSIONS:
             raise PlanFormatError(path=f"{mesh.path}.backends", reason=f"keys among {list(MESH_DIMENSIONS)}")
         if backend not in GROUP_BACKENDS:
             raise PlanFormatError(path=f"{mesh.path}.backends.{name}", reason=f"one of {list(GROUP_BACKENDS)}")
-    return MeshLayout(shape=tuple(shape), ep=ep, pipeline=pipeline, backends=backends)  # type: ignore[arg-type]
+    return MeshLayout(
+        shape=tuple(shape),
+        ep=ep,
+        pipeline=pipeline,
+        context_parallel=context,
+        backends=backends,  # type: ignore[arg-type]  # checked above: dimension → group backend
+    )
 
 
 _MAX_DEGREE = 2**31 - 1
@@ -406,6 +427,8 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
         or options.pp_virtual_stages not in (None, pipeline.virtual_stages)
         or options.pp_microbatches not in (None, pipeline.microbatches)
         or options.backends != dict(mesh.backends)
+        or (options.cp_rotate_method, options.cp_load_balancer)
+        != (mesh.context_parallel.rotate_method, mesh.context_parallel.load_balancer)
         or any(getattr(options, size.argument) is not None for size in LIGHTNING_SIZES)
     ):
         raise bad(
@@ -437,6 +460,8 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
     ):
         where = "" if violation.dimension is None else f" ({violation.dimension}={violation.degree})"
         raise bad("mesh", f"it breaks the rule {violation.rule}{where}: {violation.detail}")
+    for field, option in context_parallel_violations(mesh.size("cp"), mesh.context_parallel):
+        raise bad(f"mesh.context_parallel.{field}", f"it breaks the rule mesh-option-unused ({option} with cp=1)")
     for rule, name, why in group_backend_violations(mesh.sizes, mesh.backends, accelerator=plan.accelerator):
         raise bad(f"mesh.backends.{name}", f"it breaks the rule {rule} ({name}={mesh.size(name)}): {why}")
     broken = pipeline_violation(pipeline.schedule, mesh.size("pp"), pipeline.virtual_stages, pipeline.microbatches)

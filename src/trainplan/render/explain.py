@@ -124,6 +124,12 @@ def _draw_mesh(plan: Plan, mesh: MeshLayout) -> list[str]:
             backend = mesh.backends.get(name)
             over = f"   over {backend} (the world: {plan.process_group_backend})" if backend is not None else ""
             lines.append(f"  {name.ljust(width)}  {shown_groups}{more}{over}")
+    if mesh.size("cp") > 1:
+        context = mesh.context_parallel
+        lines.append(
+            f"context parallelism: key/value shards rotated by {context.rotate_method}, sequences split "
+            + ("head-tail (load-balanced)" if context.load_balancer == "head_tail" else "in contiguous blocks")
+        )
     coordinates = plan.mesh_coordinates
     if coordinates is not None:
         place = ", ".join(f"{name} {index}" for name, index in coordinates.items())

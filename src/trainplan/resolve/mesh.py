@@ -32,7 +32,9 @@ from trainplan.rules import (
 )
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import (
+    UNUSED_CONTEXT_PARALLEL,
     MeshViolation,
+    context_parallel_violations,
     expert_region,
     group_backend_choices,
     group_backend_violations,
@@ -43,7 +45,7 @@ from trainplan.rules.mesh import (
     strides,
 )
 from trainplan.spec.errors import Incompatible
-from trainplan.spec.mesh import MeshLayout, PipelineLayout
+from trainplan.spec.mesh import ContextParallelLayout, MeshLayout, PipelineLayout
 from trainplan.spec.names import MESH_DIMENSIONS, AcceleratorKey, BackendKey, MeshDimension, PrecisionKey
 from trainplan.spec.notes import Note
 from trainplan.spec.options import Degree, ModelParallelOptions, backend_option
@@ -198,11 +200,36 @@ def _mesh_choice(
     """The layout of whole degrees, with its pipeline and group backends, and the options in force (the degrees
     whole, Lightning's sizes read as them)."""
     pipeline = _pipeline(options, degrees["pp"])
+    context = _context_parallel(options, degrees["cp"])
     changes: dict[str, Any] = {size.argument: None for size in LIGHTNING_SIZES}
     changes.update((name, degree) for name, degree in degrees.items())
     resolved = attrs.evolve(options, **changes)
-    layout = MeshLayout(shape=tuple(degrees.values()), ep=options.ep, pipeline=pipeline, backends=options.backends)
+    layout = MeshLayout(
+        shape=tuple(degrees.values()),
+        ep=options.ep,
+        pipeline=pipeline,
+        context_parallel=context,
+        backends=options.backends,
+    )
     return MeshChoice(layout=layout, options=resolved, reason=reason, notes=notes)
+
+
+def _context_parallel(options: ModelParallelOptions, cp: int) -> ContextParallelLayout:
+    """The context-parallel record; an option of it away from torch's default is refused where cp is 1."""
+    layout = ContextParallelLayout(rotate_method=options.cp_rotate_method, load_balancer=options.cp_load_balancer)
+    for _, option in context_parallel_violations(cp, layout):
+        value = getattr(options, option)
+        raise incompatible(
+            "mesh-option-unused",
+            {f"strategy_options.{option}": value, "cp": cp},
+            option=option,
+            value=value,
+            title=MESH_RULES["cp"].title,
+            dimension="cp",
+            degree=cp,
+            why=UNUSED_CONTEXT_PARALLEL,
+        )
+    return layout
 
 
 def _pipeline(options: ModelParallelOptions, pp: int) -> PipelineLayout:

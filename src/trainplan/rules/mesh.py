@@ -12,7 +12,7 @@ import attrs
 from trainplan.rules.messages import RefusalId
 from trainplan.rules.precision import BACKENDS
 from trainplan.spec.frozen import freeze_nested_maps
-from trainplan.spec.mesh import MeshLayout
+from trainplan.spec.mesh import ContextParallelLayout, MeshLayout
 from trainplan.spec.names import (
     GROUP_BACKENDS,
     AcceleratorKey,
@@ -369,6 +369,29 @@ UNUSED_GROUPS: Final = (
 )
 """Why an option about one dimension's groups (its backend, context parallelism's rotate method and load balancer)
 means nothing where its degree is 1."""
+
+
+CONTEXT_PARALLEL_OPTIONS: Final[Mapping[str, str]] = {
+    "rotate_method": "cp_rotate_method",
+    "load_balancer": "cp_load_balancer",
+}
+"""The fields of the plan's context-parallel record (`MeshLayout.context_parallel`) and the options that set them."""
+
+UNUSED_CONTEXT_PARALLEL: Final = (
+    "no sequence is split over context-parallel ranks, so torch's context parallelism never runs and the option "
+    "would never be used"
+)
+
+
+def context_parallel_violations(cp: int, layout: ContextParallelLayout) -> Iterator[tuple[str, str]]:
+    """The context-parallel options away from torch's defaults where `cp` is 1 (nothing to apply them to), as
+    (field, option); nothing where cp is above 1."""
+    if cp > 1:
+        return
+    default = ContextParallelLayout()
+    for field, option in CONTEXT_PARALLEL_OPTIONS.items():
+        if getattr(layout, field) != getattr(default, field):
+            yield field, option
 
 
 def group_backend_violations(

@@ -23,7 +23,15 @@ from trainplan.rules.mesh import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.messages import RefusalId
 from trainplan.rules.strategies import OPTION_TYPES
 from trainplan.spec.frozen import freeze_nested_maps
-from trainplan.spec.names import GROUP_BACKENDS, MESH_DIMENSIONS, PIPELINE_SCHEDULES, MeshDimension, StrategyFamily
+from trainplan.spec.names import (
+    CONTEXT_PARALLEL_BALANCERS,
+    CONTEXT_PARALLEL_ROTATES,
+    GROUP_BACKENDS,
+    MESH_DIMENSIONS,
+    PIPELINE_SCHEDULES,
+    MeshDimension,
+    StrategyFamily,
+)
 from trainplan.spec.options import (
     DEEPSPEED_STAGES,
     OFFLOAD_DEVICES,
@@ -48,7 +56,11 @@ as torch's `ShardingStrategy`; a flag as torch's `CPUOffload(offload_params=...)
 a 2-D `DeviceMesh` (replicate × shard)."""
 
 AccelerateHandler: TypeAlias = Literal[
-    "DistributedDataParallelKwargs", "InitProcessGroupKwargs", "FullyShardedDataParallelPlugin", "DeepSpeedPlugin"
+    "DistributedDataParallelKwargs",
+    "InitProcessGroupKwargs",
+    "FullyShardedDataParallelPlugin",
+    "DeepSpeedPlugin",
+    "TorchContextParallelConfig",
 ]
 """Accelerate's objects that take options: its kwargs handlers and plugins, by class name."""
 
@@ -546,6 +558,45 @@ BUILTIN_OPTIONS: Final[tuple[OptionRow, ...]] = (
             ),
             ("pp_schedule", OneOf(PIPELINE_SCHEDULES, "the pipeline schedules of torch.distributed.pipelining")),
         )
+    ),
+    # Context parallelism's options, for cp above 1 (`resolve.mesh` refuses them at cp=1): the runtime applies them
+    # around torch's context_parallel (`rt.context_parallel`). Lightning has no context-parallel dimension at all.
+    _row(
+        ModelParallelOptions,
+        "cp_rotate_method",
+        OneOf(
+            CONTEXT_PARALLEL_ROTATES, "torch's context parallelism rotates key/value shards by all-gather or all-to-all"
+        ),
+        torch=ThroughMeshGroups("cp"),
+        lightning=Refused(
+            "Lightning's ModelParallelStrategy has no context-parallel dimension; run the plan's mesh through "
+            "trainplan.runtime (rt.context_parallel)"
+        ),
+        # accelerate 1.16: ParallelismConfig(cp_handler=TorchContextParallelConfig(cp_comm_strategy=...)), which its
+        # _prepare_cp hands to torch's set_rotate_method; `accelerate launch --parallelism_config_cp_comm_strategy`.
+        accelerate=(
+            HandlerField(
+                "TorchContextParallelConfig",
+                "cp_comm_strategy",
+                write=functools.partial(_unless, "cp_rotate_method", "allgather"),
+                flag="--parallelism_config_cp_comm_strategy",
+            ),
+        ),
+    ),
+    _row(
+        ModelParallelOptions,
+        "cp_load_balancer",
+        OneOf(CONTEXT_PARALLEL_BALANCERS, "torch's context_parallel splits sequences head-tail or not at all"),
+        torch=ThroughMeshGroups("cp"),
+        lightning=Refused(
+            "Lightning's ModelParallelStrategy has no context-parallel dimension; run the plan's mesh through "
+            "trainplan.runtime (rt.context_parallel)"
+        ),
+        # accelerate 1.16's _prepare_cp calls context_parallel(mesh=...) and never sets torch's enable_load_balance.
+        accelerate=Refused(
+            "Accelerate's context parallelism always runs torch's default head-tail load balancer (no setting turns "
+            "it off); run the plan's mesh through trainplan.runtime (rt.context_parallel)"
+        ),
     ),
     *(
         _row(

@@ -19,6 +19,8 @@ from trainplan.spec.frozen import freeze_map, freeze_sequence
 from trainplan.spec.names import (
     EXPERT_DIMENSIONS,
     MESH_DIMENSIONS,
+    ContextParallelBalancer,
+    ContextParallelRotate,
     ExpertDimension,
     GroupBackend,
     MeshDimension,
@@ -50,6 +52,15 @@ class PipelineLayout:
 
 
 @attrs.frozen(kw_only=True)
+class ContextParallelLayout:
+    """How the `cp` dimension runs torch's context parallelism: its rotate method (`set_rotate_method`) and load
+    balancer (`context_parallel`'s head-tail one, or none); `rt.context_parallel` applies both."""
+
+    rotate_method: ContextParallelRotate = "allgather"
+    load_balancer: ContextParallelBalancer = "head_tail"
+
+
+@attrs.frozen(kw_only=True)
 class MeshLayout:
     """A device mesh: its dimensions (always `pp, dp_replicate, dp_shard, cp, sp, tp`, outermost first) and their sizes.
 
@@ -65,6 +76,8 @@ class MeshLayout:
     so)."""
     pipeline: PipelineLayout = PipelineLayout()
     """How the pipeline stages run (schedule, microbatches, stages per rank)."""
+    context_parallel: ContextParallelLayout = ContextParallelLayout()
+    """How context parallelism runs (rotate method, load balancer): torch's defaults unless `cp` > 1 says otherwise."""
     backends: Mapping[MeshDimension, GroupBackend] = attrs.field(factory=dict, converter=_freeze_backends)
     """The backend of each dimension's groups where the request named one (`tp_group_backend="gloo"`: `{"tp": "gloo"}`,
     torch's `init_device_mesh(..., backend_override=...)`); a dimension left out runs over the world's backend."""
@@ -234,4 +247,4 @@ def spelled(degrees: Mapping[MeshDimension, int]) -> str:
 # The rules a layout must keep, in the order they are checked.
 
 
-__all__ = ["ExpertLayout", "MeshLayout", "PipelineLayout"]
+__all__ = ["ContextParallelLayout", "ExpertLayout", "MeshLayout", "PipelineLayout"]

@@ -95,6 +95,16 @@ PrecisionFlag = Literal[64, 32, 16, "64", "32", "16", "bf16", PrecisionName]
 BackendName = Literal["nccl", "gloo", "mpi", "xla"]
 """A torch.distributed process-group backend."""
 
+ContextParallelRotate = Literal["allgather", "alltoall"]
+"""How torch's context parallelism passes key/value shards between the cp ranks
+(`torch.distributed.tensor.experimental._attention.set_rotate_method`): all-gathered after the first block, or
+passed around by all-to-all."""
+
+ContextParallelBalancer = Literal["head_tail", "none"]
+"""How torch's `context_parallel` splits each sequence over the cp ranks: `head_tail` (its default load balancer:
+2·cp chunks, rank r taking chunk r and chunk 2·cp - 1 - r, so causal attention costs each rank the same), or
+`none` (rank r takes the r-th contiguous block)."""
+
 GroupBackend = Literal["nccl", "gloo"]
 """A backend one mesh dimension's groups may run over instead of the world's
 (`ModelParallelOptions(tp_group_backend=...)`): the device mesh's backends (`rules.MESH_BACKENDS`), each where it
@@ -156,6 +166,8 @@ PRECISION_FLAGS: Final[tuple[PrecisionFlag, ...]] = get_args(PrecisionFlag)
 PRECISIONS: Final[tuple[PrecisionName, ...]] = get_args(PrecisionName)
 BACKENDS: Final[tuple[BackendName, ...]] = get_args(BackendName)
 GROUP_BACKENDS: Final[tuple[GroupBackend, ...]] = get_args(GroupBackend)
+CONTEXT_PARALLEL_ROTATES: Final[tuple[ContextParallelRotate, ...]] = get_args(ContextParallelRotate)
+CONTEXT_PARALLEL_BALANCERS: Final[tuple[ContextParallelBalancer, ...]] = get_args(ContextParallelBalancer)
 CLUSTERS: Final[tuple[ClusterName, ...]] = get_args(ClusterName)
 CLUSTER_FLAGS: Final[tuple[ClusterFlag, ...]] = ("auto", *CLUSTERS)
 METRICS_STORES: Final[tuple[MetricsStore, ...]] = get_args(MetricsStore)

@@ -17,7 +17,14 @@ from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 import attrs
 
-from trainplan.spec.names import MESH_DIMENSIONS, GroupBackend, MeshDimension, PipelineSchedule
+from trainplan.spec.names import (
+    MESH_DIMENSIONS,
+    ContextParallelBalancer,
+    ContextParallelRotate,
+    GroupBackend,
+    MeshDimension,
+    PipelineSchedule,
+)
 
 _Options = TypeVar("_Options")
 
@@ -212,6 +219,12 @@ class ModelParallelOptions:
     ZBVZeroBubble; None: the fewest the schedule takes."""
     pp_schedule: PipelineSchedule = "1F1B"
     """torch's pipeline schedule for the `pp` stages (`torch.distributed.pipelining`, by its own name)."""
+    cp_rotate_method: ContextParallelRotate = "allgather"
+    """How context parallelism passes key/value shards between the cp ranks (torch's `set_rotate_method`):
+    "allgather" (torch's default) or "alltoall"; for cp above 1."""
+    cp_load_balancer: ContextParallelBalancer = "head_tail"
+    """How each sequence is split over the cp ranks (torch's `context_parallel`): "head_tail" (torch's default load
+    balancer, even work under causal attention) or "none" (contiguous blocks); for cp above 1."""
     pp_group_backend: GroupBackend | None = None
     """The process-group backend of the `pp` groups (torch's `init_device_mesh(..., backend_override=...)`); None:
     the world's. The same for every dimension below: `<dimension>_group_backend`, for a degree above 1."""
