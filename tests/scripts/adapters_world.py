@@ -199,7 +199,10 @@ def _objects(target: str, plan: tp.Plan, world: Any, found: Witness) -> dict[str
         if plan.mesh is not None:
             config = arguments["parallelism_config"]
             sizes = {"dp_replicate": config.dp_replicate_size, "dp_shard": config.dp_shard_size, "cp": config.cp_size}
-            readers["ParallelismConfig"] = _mesh({**sizes, "tp": config.tp_size}, None)
+            mesh_sizes = {**sizes, "tp": config.tp_size}
+            readers["ParallelismConfig"] = lambda key: mesh_sizes if key == "mesh" else _NOT_HERE
+            if config.cp_handler is not None:  # context parallelism's rotate method: Accelerate's cp_comm_strategy
+                readers["TorchContextParallelConfig"] = _handler("TorchContextParallelConfig", config.cp_handler)
         if found.accelerator == "cpu":  # the DDP Accelerate's `prepare` builds
             # Accelerate's state is one per process (the job's plan made it at another precision): made again.
             accelerate.state.AcceleratorState._reset_state()
