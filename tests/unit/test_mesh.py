@@ -663,10 +663,13 @@ class TestCommandLine:
         code, _, err = self.run(capsys, *flags, "--strategy-option", "tp=2", "--strategy-option", "tp=4")
         assert code == 2 and "'tp=2'" in err and "'tp=4'" in err and "give each option once" in err
 
-    def test_degrees_without_a_strategy_suggest_model_parallel(self, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_degrees_without_a_strategy_plan_a_mesh(self, capsys: pytest.CaptureFixture[str]) -> None:
+        # strategy='auto' with a mesh's degrees runs model_parallel (as it does with ModelParallelOptions itself)
         flags = ["plan", "--no-probe", "--accelerator", "cpu", "--devices", "4", "--strategy-option", "tp=2"]
-        code, _, err = self.run(capsys, *flags)
-        assert code == 2 and "strategy='model_parallel'" in err and "ModelParallelOptions(...)" in err
+        code, out, err = self.run(capsys, *flags, "--json")
+        assert code == 0 and json.loads(out)["strategy"]["name"] == "model_parallel", err
+        code, _, err = self.run(capsys, *flags, "--strategy-option", "stage=3")  # no family auto takes has both
+        assert code == 2 and "strategy_options=" in err and "Name the strategy too" in err
 
     def test_a_refusal_exits_2_naming_the_layout_that_fits(self, capsys: pytest.CaptureFixture[str]) -> None:
         flags = ["plan", "--no-probe", "--assume", "cuda=4", "--devices", "4", "--strategy-option", "tp=8"]
