@@ -55,6 +55,7 @@ from trainplan.spec.names import (
     StartMethod,
 )
 from trainplan.spec.numbers import is_ascii_digits, whole_number
+from trainplan.spec.options import options_text
 from trainplan.spec.plan import Plan
 from trainplan.spec.request import Request
 from trainplan.spec.text import host_address
@@ -1095,7 +1096,7 @@ def _run_fit(arguments: argparse.Namespace) -> int:
         return 0
     chosen = plan.memory.estimate
     ckpt = " with activation checkpointing" if chosen is not None and chosen.checkpointing else ""
-    options = "" if plan.strategy.options is None else f" {plan.strategy.options!r}"
+    options = "" if plan.strategy.options is None else f" {options_text(plan.strategy.options)}"
     print(f"choice: {plan.strategy.name}{options}{ckpt} on {plan.world_size} GPU(s)")
     print("\n".join(memory_table(plan.memory)))
     return 0

@@ -76,3 +76,29 @@ def test_the_stages_a_rank_holds_follow_the_schedules_style() -> None:
     assert [stage_indices("1F1B", rank, 4, 1) for rank in range(4)] == [(0,), (1,), (2,), (3,)]
     assert [stage_indices("Interleaved1F1B", rank, 2, 3) for rank in range(2)] == [(0, 2, 4), (1, 3, 5)]
     assert [stage_indices("ZBVZeroBubble", rank, 2, 2) for rank in range(2)] == [(0, 3), (1, 2)]
+
+
+FOUR = Environment(cpu_count=4)
+
+
+def test_explain_shows_the_pipeline_as_it_runs_with_the_defaults_it_took() -> None:
+    """Interleaved1F1B's virtual stages and microbatches were worked out but never shown by explain()."""
+    options = ModelParallelOptions(pp=2, pp_schedule="Interleaved1F1B")
+    plan = resolve(Request(strategy="model_parallel", accelerator="cpu", devices=4, strategy_options=options), FOUR)
+    text = plan.explain()
+    assert "  pipeline     Interleaved1F1B, 2 stage(s) per rank (4 in all), 4 microbatch(es) per step" in text
+    assert "defaults taken: pp_virtual_stages=2 (the fewest Interleaved1F1B takes), pp_microbatches=4" in text
+    written = ModelParallelOptions(pp=2, pp_schedule="Interleaved1F1B", pp_virtual_stages=2, pp_microbatches=8)
+    plan = resolve(Request(strategy="model_parallel", accelerator="cpu", devices=4, strategy_options=written), FOUR)
+    assert "8 microbatch(es) per step\n                 why: as asked" in plan.explain()
+
+
+def test_explain_never_shows_the_records_bookkeeping() -> None:
+    """`given=[...]` (which options were written, part of the record's value) showed in the plan's text."""
+    options = ModelParallelOptions(pp=2, pp_microbatches=3)
+    plan = resolve(Request(strategy="model_parallel", accelerator="cpu", devices=4, strategy_options=options), FOUR)
+    assert "given" in repr(plan.strategy.options)  # the repr rebuilds the value
+    assert "ModelParallelOptions(pp=2, dp_shard=2, pp_microbatches=3)" in plan.explain()
+    assert "given" not in plan.explain()
+    preset = resolve(Request(strategy="ddp_find_unused_parameters_true", accelerator="cpu", devices=2), FOUR)
+    assert "given" not in preset.explain() and "find_unused_parameters=True" in preset.explain()

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from trainplan.rules.memory import MEMORY_ORDER
 from trainplan.rules.mesh import EXPERT_MESH
+from trainplan.spec.options import options_text
 from trainplan.spec.sizes import size, unit_of
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ _DRAWN_MEMBERS = 16
 
 def explain(plan: Plan) -> str:
     """A human-readable account of the plan: each choice with its reason, then the notes."""
-    options = "" if plan.strategy.options is None else f" {plan.strategy.options!r}"
+    options = "" if plan.strategy.options is None else f" {options_text(plan.strategy.options)}"
+    pipeline, why = (None, None) if plan.mesh is None or plan.mesh.size("pp") == 1 else _pipeline(plan, plan.mesh)
     cluster = plan.cluster
     port = "chosen at launch" if cluster.main_port is None else str(cluster.main_port)
     rank = (
@@ -43,6 +45,7 @@ def explain(plan: Plan) -> str:
             "layout",
         ),
         *(() if plan.mesh is None else (("mesh", f"{plan.mesh.describe()} = {plan.mesh.world_size} rank(s)", "mesh"),)),
+        *(() if pipeline is None else (("pipeline", pipeline, "pipeline"),)),
         ("launcher", plan.launcher, "launcher"),
         (
             "cluster",
@@ -61,7 +64,7 @@ def explain(plan: Plan) -> str:
     lines = ["trainplan: the plan"]
     for label, value, key in rows:
         lines.append(f"  {label.ljust(width)}  {value}")
-        reason = plan.reasons.get(key)
+        reason = why if label == "pipeline" else plan.reasons.get(key)  # the pipeline's why is its own
         if reason:
             lines.append(f"  {' ' * width}    why: {reason}")
     if plan.mesh is not None:
@@ -74,6 +77,27 @@ def explain(plan: Plan) -> str:
         lines.append("notes:")
         lines.extend(f"  - {note}" for note in plan.notes)
     return "\n".join(lines)
+
+
+def _pipeline(plan: Plan, mesh: MeshLayout) -> tuple[str, str]:
+    """The pipeline as it runs (schedule, stages per rank, microbatches), and which of those were defaults taken."""
+    pipeline, pp = mesh.pipeline, mesh.size("pp")
+    value = (
+        f"{pipeline.schedule}, {pipeline.virtual_stages} stage(s) per rank ({pp * pipeline.virtual_stages} in all), "
+        f"{pipeline.microbatches} microbatch(es) per step"
+    )
+    options = plan.strategy.options
+    written = set() if options is None else set(options.given)
+    taken = [
+        f"{name}={getattr(pipeline, field)!r} ({why})"
+        for name, field, why in (
+            ("pp_schedule", "schedule", "the default schedule"),
+            ("pp_virtual_stages", "virtual_stages", f"the fewest {pipeline.schedule} takes"),
+            ("pp_microbatches", "microbatches", "one per stage"),
+        )
+        if name not in written
+    ]
+    return value, ("defaults taken: " + ", ".join(taken) if taken else "as asked")
 
 
 def _draw_mesh(plan: Plan, mesh: MeshLayout) -> list[str]:

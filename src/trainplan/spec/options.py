@@ -108,6 +108,16 @@ def _options_repr(self: Any) -> str:
     return f"{type(self).__name__}({', '.join(parts)})"
 
 
+def options_text(options: StrategyOptions) -> str:
+    """The record for a person (`Plan.explain`): the options written or away from their default, and `extra`; never
+    `given`, which is bookkeeping (the repr keeps it, to rebuild the value)."""
+    defaults = _DEFAULTS[type(options)]
+    shown = [name for name in defaults if name in options.given or getattr(options, name) != defaults[name]]
+    parts = [f"{name}={getattr(options, name)!r}" for name in shown]
+    parts.extend(f"{name}={value!r}" for name, value in options.extra.items())
+    return f"{type(options).__name__}({', '.join(parts)})"
+
+
 RECORD_FIELDS: Final[tuple[str, ...]] = ("extra", "given")
 """The fields every options record has beside its options: `extra` (a downstream rule set's options, by name) and
 `given` (which options were written). Neither is an option: no row names them."""
