@@ -313,8 +313,8 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
     `devices="auto"` and `num_nodes="auto"` take the layout the job started and the launcher is `external`.
     With no arguments: in a worker of trainplan's own launchers, the launcher's plan (its strategy, precision
     and options) seen from this worker; with a request there, the launch's choices fill the fields the request
-    leaves at their defaults, and a field it sets otherwise keeps its value with a `launch-choice-overridden`
-    warning. With no request: in an emitted job (`trainplan plan --emit
+    leaves out, and a field it sets otherwise (a default value written included) keeps its value with a
+    `launch-choice-overridden` warning. With no request: in an emitted job (`trainplan plan --emit
     torchrun|slurm|kubeflow`), the request the job was emitted for (TRAINPLAN_REQUEST), decided by the rule set
     it was emitted with (TRAINPLAN_RULES: `rules`, or that rule set when the script has imported it; a variable
     never imports a module); `env` may then add what

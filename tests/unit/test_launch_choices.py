@@ -109,3 +109,27 @@ def test_a_spawn_strategy_runs_as_the_launchs_with_its_options() -> None:
     script = with_launch_choices(Request(strategy="ddp_spawn"), LAUNCHED)
     assert script.strategy == "ddp" and script.strategy_options == LAUNCHED.strategy_options
     assert not script.notes, "ddp_spawn runs as ddp under a launcher: the same choice as the launch's"
+
+
+def test_a_default_the_script_writes_is_written_and_kept_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Request(precision="32-true")` under `trainplan launch --precision bf16-mixed` ran bf16-mixed with no word:
+    a field written at its default value counted as left. It is the script's, with the warning on every rank."""
+    _in_worker(monkeypatch)
+    with pytest.warns(tp.TrainplanWarning, match=r"launch chose precision='bf16-mixed' \(--precision\).*'32-true'"):
+        plan = tp.resolve(Request(accelerator="cpu", precision="32-true"))
+    assert plan.precision == "32-true"
+    assert plan.request.strategy_options == LAUNCHED.strategy_options  # what it left still comes from the launch
+    written = with_launch_choices(Request(strategy="auto", strategy_options=None), LAUNCHED)
+    assert (written.strategy, written.strategy_options) == ("auto", None)
+    (note,) = written.notes  # the options travel with the launch's strategy, which the script does not run
+    assert note.code == "launch-choice-overridden" and "sets strategy='auto'" in note.message
+
+
+def test_a_request_records_the_fields_written_and_keeps_them_through_evolve() -> None:
+    import attrs
+
+    assert Request().given == frozenset() and Request(precision="32-true").given == {"precision"}
+    assert Request(precision="32-true") == Request()  # what it asks for is the same: only a launch tells them apart
+    assert attrs.evolve(Request(precision="32-true"), devices=2).given == {"precision"}
+    assert Request.from_config({"precision": "32", "devices": 2}).given == {"precision", "devices"}
+    assert "given" not in repr(Request(precision="32-true"))

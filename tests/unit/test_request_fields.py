@@ -23,9 +23,11 @@ from trainplan.parse.plan_json import request_from_json_text, request_to_dict
 from trainplan.resolve import check, pipeline
 from trainplan.resolve.draft import Fields
 
-RECORD_FIELDS = tuple(field.name for field in attrs.fields(Request))
-ROW_FIELDS = tuple(name for name in RECORD_FIELDS if name != "notes")
-"""`notes` is the record's own bookkeeping (carried from `from_legacy`, not asked for): it has no row."""
+BOOKKEEPING = ("notes", "given")
+"""The record's own bookkeeping, not asked for: `notes` (carried from `from_legacy`) and `given` (the fields written,
+which a launched worker reads). Neither has a row; `notes` travels through resolve's record, `given` does not."""
+RECORD_FIELDS = tuple(field.name for field in attrs.fields(Request) if field.name != "given")
+ROW_FIELDS = tuple(name for name in RECORD_FIELDS if name not in BOOKKEEPING)
 
 
 class Stranger:

@@ -248,7 +248,7 @@ def carried_request(plan: Plan) -> str | None:
     chosen = [
         name
         for name in attrs.fields_dict(Request)
-        if name not in _LAYOUT_FIELDS and getattr(request, name) != getattr(default, name)
+        if name not in (*_LAYOUT_FIELDS, "given") and getattr(request, name) != getattr(default, name)
     ]
     downstream = plan.accelerator not in ACCELERATORS
     if not chosen and not downstream:
@@ -322,12 +322,13 @@ def with_launch_choices(
     script: Request, launched: Request, chosen: frozenset[str] = frozenset(), rules: Rules = BUILTIN_RULES
 ) -> Request:
     """A script's own `Request` inside a worker of trainplan's launchers: the launch's choices (strategy,
-    precision, options, backend, ...) fill the fields the script leaves at their defaults; a field the script
+    precision, options, backend, ...) fill the fields the script leaves out; a field the script
     sets otherwise keeps the script's value, with a `launch-choice-overridden` warning note naming both.
 
     The launch's choices are the fields of `launched` away from their defaults, and the fields in `chosen` (those
-    its flags wrote, a default value included). A script's field counts as left when it equals its default (a
-    `Request` does not record what was written). Options travel with their strategy: the script's strategy, or
+    its flags wrote, a default value included). A script's field counts as left when it equals its default and the
+    script did not write it (`Request.given`: `Request(precision="32-true")` sets precision, though to its default).
+    Options travel with their strategy: the script's strategy, or
     the script-mode counterpart a launcher runs it as (`ddp_spawn` runs as `ddp`), must be the launch's."""
     default = Request()
     taken: dict[str, object] = {}
@@ -340,7 +341,8 @@ def with_launch_choices(
             launched.strategy, rules
         ):
             continue
-        if mine == getattr(default, field) or (field == "strategy" and _runs_as(mine, rules) == theirs):
+        left = mine == getattr(default, field) and field not in script.given
+        if left or (field == "strategy" and _runs_as(mine, rules) == theirs):
             taken[field] = theirs
             continue
         notes.append(
@@ -396,7 +398,7 @@ def launch_choices_line(request: Request, chosen: frozenset[str] = frozenset()) 
     if not given:
         return None
     return (
-        f"a script's own Request takes {', '.join(given)} where it leaves them at their defaults (a field it sets "
+        f"a script's own Request takes {', '.join(given)} where it leaves them out (a field it sets "
         "otherwise keeps its own, with a warning)"
     )
 

@@ -447,4 +447,5 @@ def request_from_config(record: type[Request], config: Mapping[str, object], rul
         if row.notes is not None and row.config_notes
         for note in row.notes(raw[row.name], normal[row.name], rules)
     ]
-    return record(**normal, notes=tuple(notes))  # type: ignore[arg-type]  # each value normalised by its row
+    # The config's keys are what was written (a default value included); every field is passed, normalised.
+    return record(**normal, notes=tuple(notes), given=frozenset(config))  # type: ignore[arg-type]  # normalised rows

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
@@ -42,6 +42,29 @@ def freeze_devices(value: int | str | Sequence[int]) -> Devices:
     return value  # type: ignore[return-value]  # a wrong type is kept for resolve to reject by name
 
 
+def _remember_given(cls: type[Request]) -> type[Request]:
+    """Record which fields the caller wrote (`given`): the keywords passed. A request built with `given=` (as
+    `attrs.evolve` builds one) keeps the names it is told."""
+    generated: Callable[..., None] = cls.__init__
+
+    def __init__(self: Request, **fields: Any) -> None:
+        if "given" not in fields:
+            fields["given"] = frozenset(fields) - {"notes"}
+        generated(self, **fields)
+
+    __init__.__doc__ = generated.__doc__
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    return cls
+
+
+def _written(value: object) -> frozenset[str]:
+    """Converter of `given`: names as a frozenset (what is not a collection of names is no name: none)."""
+    if isinstance(value, (set, frozenset, list, tuple)):
+        return frozenset(str(name) for name in value)
+    return frozenset()
+
+
+@_remember_given
 @attrs.frozen(kw_only=True, cache_hash=True)  # a value: hashed once (the memo's key)
 class Request:
     """What to run on, how to distribute it and at which precision. Every field defaults to "decide for me".
@@ -72,6 +95,10 @@ class Request:
     notes: tuple[Note, ...] = attrs.field(default=(), converter=freeze_notes, eq=False)
     """Deprecation notes carried from `Request.from_legacy`; they flow into the plan's notes.
     They are not part of the request's identity (two requests that ask for the same are equal)."""
+    given: frozenset[str] = attrs.field(factory=frozenset, converter=_written, eq=False, repr=False)
+    """The fields written explicitly (`Request(precision="32-true")` wrote precision, though it is the default;
+    `from_config`: the config's keys). Not part of the request's identity either: only a launched worker reads it,
+    where the launch's choices fill the fields a script's own Request leaves out (`trainplan launch`)."""
 
     @classmethod
     def from_config(cls, config: Mapping[str, object], rules: Rules | None = None) -> Request:
