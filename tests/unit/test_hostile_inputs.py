@@ -98,7 +98,9 @@ class TestAbsurdSizes:
             (",".join(["n[1-100000]"] * 300), "n1"),
             ("n[" + ",".join(["1-100000"] * 200) + "]", "n1"),
             ("n" + "[1-99999]" * 2000, None),  # 18 KB: its first host is 2,001 characters, not a host name
-            ("n" + "[1-99999]" * 60, "n" + "1" * 60),
+            ("n" + "[1-99999]" * 40, "n" + "1" * 40),  # its longest name: 201 characters
+            ("n" + "[1-99999]" * 60, None),  # names of up to 301 characters: over DNS's 253
+            ("n" + "[1]" * 33000, None),  # read in one pass (each group was a copy of the rest: 2.4 s)
             ("n[0-100000]", "n0"),  # the widest range: 100,001 names
         ],
     )
@@ -113,6 +115,21 @@ class TestAbsurdSizes:
         assert plan.cluster.main_address == first
         with pytest.raises(ValueError, match="more than 100000 hosts"):
             expand_hostlist(nodelist)
+
+    def test_an_uneven_job_with_absurd_host_names_is_refused_before_anything_is_expanded(self) -> None:
+        """An uneven layout expands the whole list (each rank's host): names of 99,985 characters, 100,000 of them,
+        ran 25 s to a MemoryError traceback; a name is at most 253 characters."""
+        uneven = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_NTASKS": "3", "SLURM_PROCID": "0"}
+        uneven |= {"SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NNODES": "2", "SLURM_TASKS_PER_NODE": "2,1"}
+        for names in ("a" * 300 + "[0-9]", "a" * 99980 + "[00000-99999]"):
+            env = cpu(variables={**uneven, "SLURM_JOB_NODELIST": names})
+            with pytest.raises(ClusterEnvironmentError, match="SLURM_TASKS_PER_NODE") as refused:
+                resolve(Request(accelerator="cpu"), env)
+            # Its hosts are not names: the refusal counts the nodes instead of naming them.
+            assert "2 tasks on node 0 and 1 task on node 1" in str(refused.value)
+        with pytest.raises(ValueError, match="over 253 characters"):
+            expand_hostlist("a" * 250 + "[1-9999]")
+        assert expand_hostlist("a" * 249 + "[1-9999]")[-1] == "a" * 249 + "9999"
 
     def test_a_range_wider_than_the_most_hosts_is_refused_even_for_its_first_host(self) -> None:
         env = cpu(variables={**SLURM_TASK, "SLURM_NODELIST": "n[0-100001]"})

@@ -817,23 +817,35 @@ def _split_top_level(text: str) -> list[str]:
 
 
 _HOST_CHARACTERS = re.compile(r"[A-Za-z0-9._-]*", flags=re.ASCII)
+_BRACKET_GROUP = re.compile(r"([^\[]*)\[([^\]]*)\]")
+MAX_HOST_NAME = 253
+"""The longest host name (DNS's limit): a longer one in a host list is refused before anything is expanded."""
 
 
 def _parse_item(item: str) -> list[_Segment]:
-    """`name[1-3]x[07,9]` as segments ("name", ranges), ("x", ranges), ("", ()) — checked, not expanded."""
+    """`name[1-3]x[07,9]` as segments ("name", ranges), ("x", ranges), ("", ()) — checked, not expanded; read in
+    one pass (each bracket group from where the last ended, never a copy of the rest)."""
     segments: list[_Segment] = []
-    rest = item
+    position = 0
+    length = 0  # the longest name the item expands to
     while True:
-        match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", rest)
-        literal = rest if match is None else match.group(1)
+        match = _BRACKET_GROUP.match(item, position)
+        literal = item[position:] if match is None else match.group(1)
         if not _HOST_CHARACTERS.fullmatch(literal):
-            raise ValueError(f"{item!r} is not a host name")
-        if match is None:
+            raise ValueError(f"{item[:60]!r} is not a host name")
+        length += len(literal)
+        if match is not None:
+            ranges = _parse_ranges(match.group(2), item)
+            segments.append((literal, ranges))
+            length += max(max(len(str(high)), width) for _, high, width in ranges)
+        else:
             segments.append((literal, ()))
+        if length > MAX_HOST_NAME:
+            raise ValueError(f"{item[:60]!r} is not a host name: it names hosts of over {MAX_HOST_NAME} characters")
+        if match is None:
             return segments
-        segments.append((literal, _parse_ranges(match.group(2), item)))
-        rest = match.group(3)
-        if not rest:
+        position = match.end()
+        if position == len(item):
             return segments
 
 
@@ -843,7 +855,7 @@ def _parse_ranges(text: str, item: str) -> tuple[tuple[int, int, int], ...]:
         part = raw_part.strip()
         bounds = re.fullmatch(r"(\d{1,18})(?:-(\d{1,18}))?", part, flags=re.ASCII)
         if bounds is None:
-            raise ValueError(f"{part!r} in {item!r} is not a number or a range like 001-004")
+            raise ValueError(f"{part[:40]!r} in {item[:60]!r} is not a number or a range like 001-004")
         low_text, high_text = bounds.group(1), bounds.group(2) or bounds.group(1)
         low, high = int(low_text), int(high_text)
         if high < low:
