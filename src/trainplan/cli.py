@@ -8,6 +8,7 @@ and exits 2. Every command but `launch` works without torch installed.
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import functools
 import io
@@ -1178,13 +1179,29 @@ _COMMAND_FLAGS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
 """What each subcommand's flags are added by (`_parser` fills in the running command's alone)."""
 
 
+_OUTPUT_ERRORS = "trainplan-original-bytes"
+
+
+def _original_bytes(error: UnicodeError) -> tuple[str | bytes, int]:
+    """The CLI's output error handler: a byte the operating system gave undecoded (an argument or file name that
+    is not UTF-8, held as a surrogate escape) is written back as that byte, so an emitted line runs the very word
+    it was given; any other character the stream cannot encode is written as a backslash escape."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    bad = error.object[error.start : error.end]
+    if all("\udc80" <= character <= "\udcff" for character in bad):
+        return bytes(ord(character) - 0xDC00 for character in bad), error.end
+    return codecs.backslashreplace_errors(error)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `trainplan` console script."""
+    codecs.register_error(_OUTPUT_ERRORS, _original_bytes)
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if callable(reconfigure):  # a value that the terminal's encoding cannot show is escaped, not fatal
             with contextlib.suppress(ValueError, OSError):
-                reconfigure(errors="backslashreplace")
+                reconfigure(errors=_OUTPUT_ERRORS)
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (`trainplan completion`): answer, exit
         import argcomplete
 

@@ -495,3 +495,33 @@ def test_an_emitted_job_needs_the_script_it_runs(capsys: pytest.CaptureFixture[s
         main(["plan", "--no-probe", "--assume", "cpu=2", "--accelerator", "cpu", "--emit", form, *image])
     error = capsys.readouterr().err
     assert exited.value.code == 2 and "after --, e.g. trainplan plan --emit" in error and "-- train.py" in error
+
+
+def test_a_word_that_is_not_utf8_is_emitted_as_its_own_bytes_or_refused_for_a_pod() -> None:
+    """`-- train.py $'\\xff'`: the operating system gives the byte as a surrogate escape; the CLI wrote it as the six
+    characters '\\udcff', so the emitted job ran a different argument, silently."""
+    import sys
+
+    for emit in ("torchrun", "slurm"):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainplan",
+                "plan",
+                "--accelerator",
+                "cpu",
+                "--emit",
+                emit,
+                "--",
+                "train.py",
+                b"\xff",
+            ],
+            capture_output=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert b"train.py '\xff'" in result.stdout and b"udcff" not in result.stdout
+    with pytest.raises(InvalidRequest, match="not UTF-8") as refused:
+        emit_kubeflow(resolve(Request(accelerator="cpu"), Environment(cpu_count=2)), ["train.py", "\udcff"], image="i")
+    assert refused.value.fix == "Rename the file or write the argument in UTF-8 text"

@@ -340,6 +340,16 @@ def emit_kubeflow(
             reason="a PyTorchJob runs a script in its image, and none was named",
             fix="Name the script after --, e.g. trainplan plan --emit kubeflow --image IMAGE -- train.py --lr 0.1",
         )
+    for position, word in enumerate(command):
+        if any("\ud800" <= character <= "\udfff" for character in word):
+            raise InvalidRequest(
+                field="script",
+                value=word,
+                reason=f"word {position} of the command holds bytes that are not UTF-8 (a file name or argument "
+                "as the operating system gave it), and a PyTorchJob's command is UTF-8 text: the pod would run "
+                "a different word",
+                fix="Rename the file or write the argument in UTF-8 text",
+            )
     # The kubelet expands $(VAR) in a container's command and env, and reads `$$` as `$`: every `$` of the
     # script's words and of the carried values is doubled, so each reaches the process as written.
     words = [_kubelet_literal(word) for word in command]
@@ -389,7 +399,7 @@ def emit_kubeflow(
             f"choose physical GPUs: Kubernetes gives each pod {len(chosen)} GPU(s) of its choosing"
         )
     header.append(
-        f"# {plan.num_nodes} pod(s) × {plan.processes_per_node} process(es) = world size {plan.world_size}; "
+        f"# {plan.num_nodes} pod(s) x {plan.processes_per_node} process(es) = world size {plan.world_size}; "
         "kubectl apply -f this file"
     )
     return "\n".join([*header, *_yaml(manifest, 0)])
