@@ -214,3 +214,16 @@ def test_a_host_list_of_many_bracket_groups_is_read_without_expanding_it() -> No
     with pytest.raises(ValueError, match="is not a host name"):
         first_host("n" + "[1-99999]" * 2000)  # its first name is 2,001 characters long
     assert first_host("n" + "[1-99999]" * 20) == "n" + "1" * 20
+
+
+@pytest.mark.parametrize("name", ["0,1,2,3", "0 1", "GPU-1,GPU-2", "$(id)", "", "GPU-" + "a" * 200])
+def test_a_physical_device_is_one_index_or_uuid(name: str) -> None:
+    """`physical_devices: ["0,1,2,3", "4"]` for devices [1, 3] emitted CUDA_VISIBLE_DEVICES=0,1,2,3,4: a 2-GPU plan
+    made 5 GPUs visible (fresh-eyes review of issue 24, D6)."""
+    env = Environment(cuda_device_count=8, variables={"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    data = resolve(Request(devices=[1, 3]), env).to_dict()
+    assert data["physical_devices"] == ["5", "7"]
+    assert Plan.from_dict({**data, "physical_devices": ["GPU-5e1c-ab", "MIG-GPU-5e1c/1/0"]}).physical_devices
+    with pytest.raises(PlanFormatError, match="physical_devices") as refused:
+        Plan.from_dict({**data, "physical_devices": [name, "4"]})
+    assert "CUDA_VISIBLE_DEVICES" in str(refused.value)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Callable
 
 import attrs
@@ -59,6 +60,10 @@ from trainplan.spec.options import ModelParallelOptions, StrategyOptions, option
 from trainplan.spec.plan import ClusterInfo, MetricPlacement, Plan, StrategyChoice
 from trainplan.spec.request import Request
 from trainplan.spec.text import host_address
+
+_PHYSICAL_DEVICE = re.compile(r"\d{1,6}|(?:GPU|MIG)-[A-Za-z0-9/-]{1,120}", flags=re.ASCII)
+"""A physical device as CUDA_VISIBLE_DEVICES names it: an index, or a GPU's or MIG device's UUID (MIG-GPU-<uuid>/1/0
+in old drivers' form)."""
 
 
 def plan_to_dict(plan: Plan) -> dict[str, object]:
@@ -315,6 +320,13 @@ def _check_plan(plan: Plan, given: Rules | None) -> None:
         len(plan.physical_devices) != len(devices) or len(set(plan.physical_devices)) != len(devices)
     ):
         raise bad("physical_devices", "it names one distinct physical GPU per device")
+    for name in plan.physical_devices:
+        if not _PHYSICAL_DEVICE.fullmatch(name):
+            raise bad(
+                "physical_devices",
+                f"{name[:40]!r} is not a GPU's index or UUID (digits, or GPU-/MIG- and letters, digits, '-' and '/'): "
+                "it is written into CUDA_VISIBLE_DEVICES, where a ',' would make it several GPUs",
+            )
     if family is not None and plan.accelerator not in family.accelerators:
         raise bad("accelerator", f"strategy family {family_name!r} does not run on {plan.accelerator!r}")
     launcher_rule = rules.launchers.get(plan.launcher)
