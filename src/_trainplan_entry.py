@@ -1,11 +1,12 @@
 """The `trainplan` command's first code, outside the package so that it runs before anything of trainplan is
 imported: Ctrl-C at any moment, even while trainplan (or, for `trainplan launch`, torch) is still being imported,
-is one line and exit 130, never a KeyboardInterrupt traceback."""
+is one line and exit 130, never a KeyboardInterrupt traceback. The handler is set through the interpreter's
+built-in `_signal` (`import signal` builds enums first: a Ctrl-C then printed a traceback from its import)."""
 
 from __future__ import annotations
 
+import _signal
 import os
-import signal
 import sys
 
 
@@ -19,11 +20,11 @@ def _interrupted(number: int, frame: object) -> None:
 
 def main() -> int:
     """The console script: `trainplan.cli.main`, imported under a handler that ends the command on Ctrl-C."""
-    default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    default = _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
     if default:  # an ignored SIGINT (a background job's) stays ignored
-        signal.signal(signal.SIGINT, _interrupted)
+        _signal.signal(_signal.SIGINT, _interrupted)
     from trainplan.cli import main as run
 
     if default:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on the CLI handles Ctrl-C itself
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)  # from here on the CLI handles Ctrl-C itself
     return run()
