@@ -19,7 +19,7 @@ from sybil import Document, Example
 
 from tests.downstream_rules import RULES as DOWNSTREAM_RULES
 from tests.readme_examples import ELSEWHERE, Session, parse
-from tools import cli_reference
+from tools import cli_reference, readme_sections
 from trainplan import BUILTIN_RULES, Rules
 from trainplan.render.matrix import render_matrix, render_policies
 
@@ -30,7 +30,20 @@ SESSIONS = {page: Session(elsewhere=ELSEWHERE, name=f"docs/{page.name}") for pag
 DOCUMENTS = {page: parse(page, SESSIONS[page]) for page in PAGES}
 # The README's file blocks (train.py, slurm.env...) are the pages' too: the pages are read with it.
 README = parse(ROOT / "README.md", Session(elsewhere=ELSEWHERE))
-EXAMPLES = [(page, example) for page in PAGES for example in DOCUMENTS[page]]
+
+
+def _copied_lines(page: Path) -> set[int]:
+    """The lines of `page` that copy a README section (`tools/readme_sections.py`): the README's own examples, run
+    by tests/unit/test_readme.py, and checked equal to it below, so not run a second time here."""
+    text = page.read_text()
+    lines: set[int] = set()
+    for body in readme_sections.copies(text).values():
+        first = text[: text.index(body)].count("\n") + 1
+        lines |= set(range(first, first + body.count("\n") + 1))
+    return lines
+
+
+EXAMPLES = [(page, example) for page in PAGES for example in DOCUMENTS[page] if example.line not in _copied_lines(page)]
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +142,20 @@ def test_the_docstring_examples_in_the_api_reference_run() -> None:
                 runner.run(test)
     assert {"resolve", "check"} <= set(ran), ran
     assert runner.summarize(verbose=False).failed == 0, "a docstring example printed otherwise (doctest's report above)"
+
+
+def test_the_getting_started_page_carries_the_readme_sections_as_they_are() -> None:
+    """The page reads as plain Markdown (GitHub shows a snippet directive as a bare `--8<--` line): its quickstarts
+    are copies of the README's sections, kept equal here."""
+    text = (DOCS / "getting-started.md").read_text()
+    assert "--8<--" not in text
+    found = readme_sections.copies(text)
+    assert list(found) == ["install", "quickstart-library", "quickstart-cli", "quickstart-launchers"]
+    for name, body in found.items():
+        assert body == readme_sections.readme_section(name), f"{name}: regenerate with python tools/readme_sections.py"
+    assert "## Quickstart: the library" in text and "```python" in text
+    stale = text.replace("## Install", "## Installing", 1)
+    assert readme_sections.render(stale) == text  # the tool restores a copy that drifted
 
 
 def test_the_cli_reference_is_generated_from_the_parser() -> None:
