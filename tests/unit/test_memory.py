@@ -251,6 +251,18 @@ def test_a_plan_with_its_memory_round_trips_through_json() -> None:
     assert tp.Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
 
 
+def test_a_plan_saved_before_model_facts_had_a_hidden_size_is_read_as_not_known() -> None:
+    plan = tp.resolve(tp.Request(model=SEVEN_B), _gpus(8, 40))
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["request"]["model"].pop("hidden_size") == SEVEN_B.hidden_size
+    read = tp.Plan.from_dict(data)
+    assert read.request.model is not None and read.request.model.hidden_size == 0
+    assert (read.strategy, read.memory) == (plan.strategy, plan.memory)
+    data["request"]["model"].pop("layer_count")  # a field every saved plan has is still required
+    with pytest.raises(tp.PlanFormatError, match="layer_count"):
+        tp.Plan.from_dict(data)
+
+
 @pytest.mark.parametrize(
     ("request_", "field"),
     [

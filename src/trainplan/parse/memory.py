@@ -192,10 +192,16 @@ def to_dict(record: object) -> dict[str, object] | None:
     return None if record is None else attrs.asdict(record)  # type: ignore[arg-type]
 
 
+_ADDED_LATER: Final = frozenset({"hidden_size"})
+"""Fields a plan saved before they existed lacks (`ModelFacts.hidden_size`, 0: not known): read as their default."""
+
+
 def _record(read: Reader, record: type[R]) -> R:
     values: dict[str, object] = {}
     for field in attrs.fields(record):  # type: ignore[arg-type]
         kind = _kind(record, field.name)
+        if field.name in _ADDED_LATER and field.name not in read.data:
+            continue  # a plan saved before the field existed: its default ("not known")
         if kind is float:
             number = read._get(field.name)
             if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
