@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +33,15 @@ def _sleeper(job: harness.Job, started: threading.Event, marks: list[str]) -> No
     marks.append(job.mark)
     job.spawn(["sleep", "300"])
     started.set()
+
+
+def _marked_once_started(mark: str) -> list[int]:
+    """The marked processes, once the command has exec'd (a child not yet past exec carries its parent's environment,
+    without the mark): polled, bounded."""
+    deadline = time.monotonic() + 60.0
+    while not (found := harness.marked_processes(mark)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid, _ in found]
 
 
 def test_a_scenario_that_raises_has_its_commands_stopped(
@@ -68,7 +78,7 @@ def test_closing_an_interrupted_pool_stops_the_commands_of_its_running_scenarios
     pool = harness.Pool(["pool-test-sleeps"], tmp_path, workers=1)
     try:
         assert started.wait(60)
-        (pid,) = [pid for pid, _ in harness.marked_processes(marks[0])]
+        (pid,) = _marked_once_started(marks[0])
         pool.close(interrupted=True)  # what the session fixture does after Ctrl-C
         assert harness.marked_processes(marks[0]) == []
         assert not [thread for thread in pool._threads if thread.is_alive()]
