@@ -329,14 +329,14 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
         >>> plan.accelerator, plan.strategy.name, plan.world_size, plan.precision
         ('cuda', 'ddp', 2, 'bf16-mixed')
     """
-    probe, resolve_core, BUILTIN_RULES, Request, TrainplanWarning, warn = _resolving()
+    probe, resolve_core, BUILTIN_RULES, Request, TrainplanWarning, warn, PLAN_VARIABLE = _resolving()
     rules = BUILTIN_RULES if rules is None else rules
     if request is None:
         import os
 
         from trainplan.effects.launching import worker_plan
         from trainplan.parse.plan_json import request_from_json_text
-        from trainplan.rules import PLAN_VARIABLE, REQUEST_VARIABLE, RULES_VARIABLE
+        from trainplan.rules import REQUEST_VARIABLE, RULES_VARIABLE
 
         launched = worker_plan() if env is None else None
         if launched is not None:
@@ -363,25 +363,40 @@ def resolve(request: Request | None = None, env: Environment | None = None, rule
             outer = outer_plan.request
             request = attrs.evolve(outer, devices="auto", num_nodes="auto", cluster="auto", select_usable_gpus=False)
     elif env is None:
-        import os
-
-        from trainplan.effects.launching import worker_plan
-        from trainplan.mapping.workers import with_launch_choices
-        from trainplan.rules import LAUNCH_CHOICES_VARIABLE
-
-        launched = worker_plan()
-        if launched is not None:  # a script's own Request in a launched worker: the launch fills what it leaves
-            written = frozenset(filter(None, os.environ.get(LAUNCH_CHOICES_VARIABLE, "").split(",")))
-            request = with_launch_choices(request, launched.request, written, rules)
+        env = _probed(probe, request, rules)
+        if PLAN_VARIABLE in env.variables:  # the probe copies trainplan's variables: maybe a launched worker
+            request = _with_launch_choices(request, rules)
     request = Request() if request is None else request
     if env is None:
-        # The auto_select_gpus bridge needs to know which GPUs are free: probe that only when asked.
-        env = probe(usable_gpus=getattr(request, "select_usable_gpus", False) is True, rules=rules)
+        env = _probed(probe, request, rules)
     plan = resolve_core(request, env, rules)
     for note in plan.notes:
         if note.level == "warning":  # said where it is seen, not only kept in the plan (filter TrainplanWarning)
             warn(TrainplanWarning(f"{note.code}: {note.message}", note.code), stacklevel=2)
     return plan
+
+
+def _probed(probe: Callable[..., Environment], request: object, rules: Rules) -> Environment:
+    """This machine's facts for `request`. The auto_select_gpus bridge needs to know which GPUs are free: that is
+    probed only when asked."""
+    return probe(usable_gpus=getattr(request, "select_usable_gpus", False) is True, rules=rules)
+
+
+def _with_launch_choices(request: Request, rules: Rules) -> Request:
+    """A script's own Request in a worker trainplan launched: the launch fills what it leaves (`with_launch_choices`;
+    never `select_usable_gpus`, a field of the layout, so the probe made for the script's request stands).
+    Elsewhere: as given."""
+    import os
+
+    from trainplan.effects.launching import worker_plan
+    from trainplan.mapping.workers import with_launch_choices
+    from trainplan.rules import LAUNCH_CHOICES_VARIABLE
+
+    launched = worker_plan()
+    if launched is None:
+        return request
+    written = frozenset(filter(None, os.environ.get(LAUNCH_CHOICES_VARIABLE, "").split(",")))
+    return with_launch_choices(request, launched.request, written, rules)
 
 
 def _resolving() -> _Resolving:
@@ -392,10 +407,10 @@ def _resolving() -> _Resolving:
 
     from trainplan.effects.probing import probe
     from trainplan.resolve import resolve as resolve_core
-    from trainplan.rules import BUILTIN_RULES
+    from trainplan.rules import BUILTIN_RULES, PLAN_VARIABLE
     from trainplan.spec import Request, TrainplanWarning
 
-    _resolving_parts.append((probe, resolve_core, BUILTIN_RULES, Request, TrainplanWarning, warn))
+    _resolving_parts.append((probe, resolve_core, BUILTIN_RULES, Request, TrainplanWarning, warn, PLAN_VARIABLE))
     return _resolving_parts[0]
 
 
@@ -407,6 +422,7 @@ if TYPE_CHECKING:
         type[Request],
         type[TrainplanWarning],
         Callable[..., None],
+        str,
     ]
 _resolving_parts: list[_Resolving] = []
 

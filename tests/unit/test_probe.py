@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import ClassVar
+from types import FrameType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
 from trainplan import GpuFacts
 from trainplan.effects import ProbeError, probe
 from trainplan.resolve.visible import AmbiguousDevice, visible_device_order
+
+if TYPE_CHECKING:
+    from _typeshed import TraceFunction
 
 UUIDS = ["GPU-aaaa1111", "GPU-bbbb2222", "GPU-bbbc3333", "GPU-dddd4444"]
 
@@ -187,6 +191,27 @@ class TestProbeAgain:
         assert "WORLD_SIZE" not in before.variables
         assert after.variables["WORLD_SIZE"] == "2"
 
+    @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+    def test_the_cpus_this_process_may_run_on_are_read_again(self) -> None:
+        # taskset, a cgroup or the job's own code may narrow a running process to fewer CPUs between two calls.
+        allowed = os.sched_getaffinity(0)
+        first = probe()
+        try:
+            os.sched_setaffinity(0, {min(allowed)})
+            narrowed = probe()
+        finally:
+            os.sched_setaffinity(0, allowed)
+        assert first.cpu_count == len(allowed)
+        assert narrowed.cpu_count == 1
+        assert probe().cpu_count == len(allowed)
+
+    def test_an_interactive_session_begun_between_two_calls_is_seen(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+        monkeypatch.delattr(sys, "ps1", raising=False)
+        assert probe().interactive is False
+        monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)  # the REPL sets it when it starts
+        assert probe().interactive is True
+
     def test_a_given_mapping_changed_in_place_is_read_again(self) -> None:
         environ = {"RANK": "0", "HOME": "/root"}
         assert dict(probe(environ=environ, nvml=FakeInventory(None)).variables) == {"RANK": "0"}
@@ -239,3 +264,29 @@ def test_the_variables_probe_reads_from_its_own_copy_are_relevant_ones() -> None
     assert [
         name for name in read if name not in RELEVANT_VARIABLES and not name.startswith(RELEVANT_VARIABLE_PREFIXES)
     ] == []
+
+
+def test_resolve_again_without_an_environment_raises_nothing_on_its_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`trainplan.resolve(request)` a framework calls again (it probes each time) asks for no variable that is not
+    there: outside a launched worker it reads the probe's copy of trainplan's variables, not `os.environ` (whose
+    lookup of a missing name raises and catches a KeyError, most of a probe's cost once)."""
+    import trainplan
+
+    for name in [name for name in os.environ if name.startswith("TRAINPLAN_")]:
+        monkeypatch.delenv(name)
+    request = trainplan.Request(accelerator="cpu", devices=2, strategy="ddp")
+    trainplan.resolve(request)
+    raised: list[str] = []
+
+    def trace(frame: FrameType, event: str, argument: Any) -> TraceFunction:
+        if event == "exception":
+            raised.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {argument[0].__name__}")
+        return trace
+
+    sys.settrace(trace)
+    try:
+        plan = trainplan.resolve(request)
+    finally:
+        sys.settrace(None)
+    assert plan.world_size == 2
+    assert raised == []

@@ -24,7 +24,9 @@ class Verdict:
 def visible_gpus(value: str | None, gpus: Sequence[GpuFacts]) -> tuple[GpuFacts, ...]:
     """The devices CUDA_VISIBLE_DEVICES exposes, in visible order: GPUs by index or `GPU-` UUID, or MIG
     devices by `MIG-` UUID (matched against the MIG devices of GPUs in MIG mode)."""
-    if value is not None and value.strip().startswith("MIG-"):
+    if value is None:  # unset: every device, in the driver's order
+        return tuple(gpus)
+    if value.strip().startswith("MIG-"):
         migs = [mig for gpu in gpus for mig in gpu.mig_devices]
         return tuple(migs[index] for index in visible_device_order(value, [mig.uuid for mig in migs]))
     return tuple(gpus[index] for index in visible_device_order(value, [gpu.uuid for gpu in gpus]))
