@@ -68,6 +68,30 @@ def test_rt_mesh_answers_the_peers_names(reports: list[dict[str, Any]]) -> None:
         assert report["own"]["aliases"] == expected
 
 
+def test_with_sp_the_peers_names_fold_the_sequence_ranks_as_torchtitan_folds_cp(
+    reports: list[dict[str, Any]],
+) -> None:
+    """sp=2 × dp_shard=2 (rank = 2 · shard + position along sp): the names FSDP and the loss reduce over hold all
+    four ranks (the two shards and, in each, the two sp ranks that hold the same parameters), `batch` only the ranks
+    that read different batches, `tensor_parallel` each rank alone; groups written by hand."""
+    for rank, report in enumerate(reports):
+        every, shards = [0, 1, 2, 3], [rank % 2, rank % 2 + 2]
+        expected = {name: every for name in ("fsdp", "dp_shard_cp", "loss", "dp_cp", "data_parallel")}
+        expected.update(batch=shards, tensor_parallel=[rank])
+        assert report["sp_2_dp_shard_2"]["aliases"] == expected, f"rank {rank}"
+
+
+def test_with_sp_fsdp_over_the_peers_names_gives_every_rank_the_mean_gradient(reports: list[dict[str, Any]]) -> None:
+    """Each of the 4 ranks feeds its own tokens to one linear layer sharded over `fsdp`, `dp_shard_cp` or
+    `data_parallel`: every rank (sp ranks of one shard hold the same parameters) ends with the mean over the 4 ranks'
+    gradients of one process, not the mean over its shard's ranks alone."""
+    inputs = [layouts_world.token_shard(rank // 2, rank % 2) for rank in range(4)]
+    expected = (sum(tokens.sum(dim=0) for tokens in inputs) / 4).tolist()  # type: ignore[union-attr]
+    for rank, report in enumerate(reports):
+        for name in layouts_world.SHARDED_NAMES:
+            assert report["sp_sharded_grads"][name] == pytest.approx(expected, rel=1e-5), f"rank {rank}: {name}"
+
+
 @pytest.mark.parametrize("written_for", ["lightning", "torchtitan"])
 def test_a_peers_parallelize_function_runs_unchanged(reports: list[dict[str, Any]], written_for: str) -> None:
     inputs, targets = mesh_world.data()

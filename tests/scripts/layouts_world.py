@@ -295,6 +295,33 @@ def _ulysses_step(layout: MeshLayout, built: dict[str, DeviceMesh], rank: int) -
     }
 
 
+SHARDED_NAMES = ("fsdp", "dp_shard_cp", "data_parallel")
+"""The peers' names their parallelize functions give fully_shard (torchtitan's, Lightning's)."""
+
+
+def token_shard(shard: int, position: int) -> torch.Tensor:
+    """The tokens one rank of sp=2 × dp_shard=2 feeds: its own for each (shard, position along sp)."""
+    return torch.randn(3, 4, generator=torch.Generator().manual_seed(10 * shard + position))
+
+
+def _sharded_over_peer_names(layout: MeshLayout, built: dict[str, DeviceMesh], rank: int) -> dict[str, list[float]]:
+    """A linear layer sharded with FSDP2 over each name of `SHARDED_NAMES`, each rank feeding its own tokens (the sp
+    ranks of a shard other tokens of the same batch): the gradient each rank ends with."""
+    from torch.distributed.fsdp import fully_shard
+
+    coordinates = layout.coordinates(rank)
+    shard, position = (coordinates[layout.dimensions.index(name)] for name in ("dp_shard", "sp"))
+    grads: dict[str, list[float]] = {}
+    for name in SHARDED_NAMES:
+        torch.manual_seed(0)
+        linear = torch.nn.Linear(4, 1, bias=False)
+        fully_shard(linear, mesh=built["mesh"][name])
+        linear(token_shard(shard, position)).sum().backward()
+        gradient: Any = linear.weight.grad
+        grads[name] = gradient.full_tensor().flatten().tolist()
+    return grads
+
+
 def report() -> dict[str, object]:
     with tp.runtime() as rt:
         layout = rt.plan.mesh
@@ -317,6 +344,7 @@ def report() -> dict[str, object]:
         sequence_meshes = build_meshes(TorchWrappers(), "cpu", sequence)
         result["sp_2_dp_shard_2"] = _meshes_report(sequence, sequence_meshes, rt.rank)
         result["ulysses"] = _ulysses_step(sequence, sequence_meshes, rt.rank)
+        result["sp_sharded_grads"] = _sharded_over_peer_names(sequence, sequence_meshes, rt.rank)
         overridden = backends_layout()
         overridden_meshes = build_meshes(TorchWrappers(), "cpu", overridden)
         value = torch.tensor(float(rt.rank + 1))

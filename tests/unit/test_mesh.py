@@ -567,7 +567,7 @@ class TestRuntime:
             ("flatten", (dimensions, "world")),
             ("unflatten", ((1, 2, 4, 1), ("pp", "dp_replicate", "efsdp", "ep"))),
         ]
-        assert MESH_ALIASES["dp_shard_cp"] == ("dp_shard", "cp")
+        assert MESH_ALIASES["dp_shard_cp"] == ("dp_shard", "cp", "sp")
         assert rt.expert_mesh.mesh_dim_names == ("pp", "dp_replicate", "efsdp", "ep")
         assert rt.fsdp_mesh.mesh_dim_names == ("dp_replicate", "dp_shard_cp")
         assert rt.data_parallel_mesh.mesh_dim_names == ("dp",)

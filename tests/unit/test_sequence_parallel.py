@@ -13,7 +13,7 @@ from tests.unit.test_mesh import TWO_NODES, runtime_for
 from trainplan import Incompatible, ModelParallelOptions, Request, TrainplanWarning
 from trainplan.mapping.frameworks import accelerate_arguments, lightning_arguments
 from trainplan.resolve import resolve
-from trainplan.rules import MESH_DIMENSIONS, MESH_EXCLUSIONS
+from trainplan.rules import MESH_ALIASES, MESH_DIMENSIONS, MESH_EXCLUSIONS
 from trainplan.spec.names import MESH_DIMENSIONS as NAMES
 
 
@@ -66,6 +66,19 @@ def test_fsdp_shards_over_the_sequence_ranks_too() -> None:
     assert ("flatten", (("dp_shard", "cp", "sp"), "dp_shard_sp")) in fakes.calls
     assert rt.fsdp_mesh.mesh_dim_names == ("dp_shard_sp",)
     assert rt.data_parallel_size == 2 and rt.data_parallel_rank == 0
+
+
+def test_the_peers_names_fold_the_sequence_ranks_in_where_they_fold_the_context_ranks() -> None:
+    """sp's ranks read the same batch and hold the same parameters, as cp's do: every peer name that flattens cp
+    (torchtitan's fsdp, dp_shard_cp, loss, dp_cp; Lightning's data_parallel, which its parallelize functions give
+    fully_shard) flattens sp too, and `batch` (the ranks that read different batches) neither."""
+    folded = {name for name, dimensions in MESH_ALIASES.items() if "cp" in dimensions}
+    assert folded == {name for name, dimensions in MESH_ALIASES.items() if "sp" in dimensions}
+    assert folded == {"fsdp", "dp_shard_cp", "loss", "dp_cp", "data_parallel"}
+    assert MESH_ALIASES["batch"] == ("dp_replicate", "dp_shard")
+    assert MESH_ALIASES["fsdp"] == ("dp_shard", "cp", "sp")
+    _, fakes = runtime_for(sequence_plan(sp=2, dp_shard=2), rank=1)
+    assert ("flatten", (("dp_shard", "cp", "sp"), "fsdp")) in fakes.calls
 
 
 def test_lightning_and_accelerate_refuse_sp_by_name() -> None:

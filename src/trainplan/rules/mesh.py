@@ -339,13 +339,20 @@ MESH_EXCLUSIONS: Final[tuple[MeshExclusion, ...]] = (
 MESH_ALIASES: Final[Mapping[MeshName, tuple[MeshDimension, ...]]] = {
     # torchtitan's ParallelDims: `batch` for data loading, `fsdp` (and, before it, `dp_shard_cp`) for FSDP over the
     # shards and the context ranks, `loss` (and `dp_cp`) for the all-reduce of the loss over every data rank.
+    # torchtitan has no sp; sp's ranks are folded in exactly where cp's are, for the same reason: they read the same
+    # batch (so not `batch`) but other tokens of it, and hold the same parameters, so their gradients must be
+    # reduced together (FSDP over dp_shard alone leaves the sp ranks of one shard with different gradients).
+    # cp and sp exclude each other (MESH_EXCLUSIONS), so one of the two is always 1 here.
     "batch": ("dp_replicate", "dp_shard"),
-    "fsdp": ("dp_shard", "cp"),
-    "dp_shard_cp": ("dp_shard", "cp"),
-    "loss": ("dp_replicate", "dp_shard", "cp"),
-    "dp_cp": ("dp_replicate", "dp_shard", "cp"),
-    # Lightning's ModelParallelStrategy: a 2-D mesh (data_parallel, tensor_parallel).
-    "data_parallel": ("dp_replicate", "dp_shard"),
+    "fsdp": ("dp_shard", "cp", "sp"),
+    "dp_shard_cp": ("dp_shard", "cp", "sp"),
+    "loss": ("dp_replicate", "dp_shard", "cp", "sp"),
+    "dp_cp": ("dp_replicate", "dp_shard", "cp", "sp"),
+    # Lightning's ModelParallelStrategy: a 2-D mesh (data_parallel, tensor_parallel) that is the whole world, and its
+    # parallelize functions give `data_parallel` to fully_shard: so it is every rank that holds the same parameters
+    # (cp and sp included, as in torchtitan's `fsdp`, plus the replicas). Batches are read over `rt.sampler`
+    # (trainplan's dp), never over this name.
+    "data_parallel": ("dp_replicate", "dp_shard", "cp", "sp"),
     "tensor_parallel": ("tp",),
 }
 """The names peers index their meshes by, as the dense dimensions they flatten (torch's `DeviceMesh._flatten`):
