@@ -118,7 +118,7 @@ class TestDetection:
     def test_the_plan_says_whether_this_machine_was_asked_for_or_found(self) -> None:
         assert plan_for(cpu(), cluster="local").reasons["cluster"] == "cluster='local' was asked for"
         assert plan_for(cpu()).reasons["cluster"] == (
-            "no cluster manager's variables were found (torchrun, MPI, SLURM, Kubeflow, LSF)"
+            "no cluster manager's variables were found (torchrun, MPI, SLURM, Kubeflow, LSF, env:// launcher)"
         )
 
     def test_a_cluster_found_after_passing_anothers_non_task_keeps_its_own_reason(self) -> None:
@@ -254,6 +254,141 @@ class TestTorchelastic:
     @pytest.mark.parametrize("port", [1, 65535])
     def test_every_tcp_port_is_a_main_port(self, port: int) -> None:
         assert detect("auto", {**TORCHRUN_2x2, "MASTER_PORT": str(port)}).main_port == port
+
+
+# What a launcher that sets torch's env:// variables alone gives a process (DeepSpeed's, torch.distributed.launch
+# --use_env, a hand-written wrapper): no TORCHELASTIC_RUN_ID, no GROUP_RANK.
+TORCH_ENV_2x2: Mapping[str, str] = {
+    "RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
+
+class TestTorchEnv:
+    """A process with RANK, WORLD_SIZE and LOCAL_RANK and no cluster manager's variables is one rank of the world they
+    state (torch's env://), found after every named cluster manager; its node is NODE_RANK or GROUP_RANK, else RANK //
+    LOCAL_WORLD_SIZE, else unknown and refused."""
+
+    def test_the_world_the_variables_state_is_planned_not_a_lone_process(self) -> None:
+        plan = plan_for(cpu(variables=TORCH_ENV_2x2), accelerator="cpu")
+        assert (plan.cluster.kind, plan.launcher, plan.world_size, plan.num_nodes) == ("torch_env", "external", 4, 2)
+        cluster = plan.cluster
+        assert (cluster.global_rank, cluster.local_rank, cluster.node_rank) == (1, 1, 0)
+        assert (cluster.main_address, cluster.main_port) == ("10.0.0.1", 29500)
+        (note,) = (note for note in plan.notes if note.code == "cluster-node-rank-inferred")
+        assert note.level == "info"
+        assert "NODE_RANK is not set: node rank 0 inferred from RANK=1, LOCAL_RANK=1, LOCAL_WORLD_SIZE=2" in (
+            note.message
+        )
+        assert plan.reasons["cluster"].startswith("torch's env:// variables were detected")
+
+    def test_a_stated_node_rank_is_read(self) -> None:
+        plan = plan_for(cpu(variables={**TORCH_ENV_2x2, "RANK": "3", "NODE_RANK": "1"}), accelerator="cpu")
+        assert (plan.cluster.kind, plan.cluster.node_rank, plan.cluster.global_rank) == ("torch_env", 1, 3)
+        assert "cluster-node-rank-inferred" not in {note.code for note in plan.notes}
+
+    @pytest.mark.parametrize("variable", ["NODE_RANK", "GROUP_RANK"])
+    def test_a_node_rank_without_local_world_size_takes_the_layout_asked_for(self, variable: str) -> None:
+        # (GROUP_RANK with LOCAL_WORLD_SIZE is torchrun's set of variables: torchelastic's row reads it.)
+        variables = {name: value for name, value in TORCH_ENV_2x2.items() if name != "LOCAL_WORLD_SIZE"}
+        variables |= {"RANK": "3", variable: "1"}
+        plan = plan_for(cpu(variables=variables), accelerator="cpu", devices=2, num_nodes=2)
+        assert (plan.cluster.kind, plan.world_size, plan.cluster.node_rank) == ("torch_env", 4, 1)
+
+    def test_without_node_rank_or_local_world_size_the_node_is_unknown_and_refused(self) -> None:
+        variables = {name: value for name, value in TORCH_ENV_2x2.items() if name != "LOCAL_WORLD_SIZE"}
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            plan_for(cpu(variables=variables), accelerator="cpu", devices=2, num_nodes=2)
+        assert caught.value.variable == "NODE_RANK"
+        assert "nor LOCAL_WORLD_SIZE" in caught.value.reason and "RANK=1, LOCAL_RANK=1" in caught.value.reason
+        assert "NODE_RANK=<this node's rank>" in caught.value.fix and "LOCAL_WORLD_SIZE=" in caught.value.fix
+
+    @pytest.mark.parametrize(
+        ("changes", "variable", "words"),
+        [
+            ({"RANK": "4"}, "RANK", "smaller than WORLD_SIZE=4"),
+            ({"LOCAL_RANK": "2"}, "LOCAL_RANK", "smaller than LOCAL_WORLD_SIZE=2"),
+            # Out of blocks without a node rank: the node is unknown.
+            ({"RANK": "3", "LOCAL_RANK": "0"}, "NODE_RANK", "RANK=3, LOCAL_RANK=0, LOCAL_WORLD_SIZE=2"),
+            # A stated node rank that the ranks contradict, either way.
+            ({"RANK": "3", "LOCAL_RANK": "0", "NODE_RANK": "1"}, "LOCAL_RANK", "is local rank 1 of node 1"),
+            ({"RANK": "3", "NODE_RANK": "0"}, "NODE_RANK", "global rank 3 is on node 1"),
+            ({"WORLD_SIZE": "3"}, "LOCAL_WORLD_SIZE", "3 does not split into nodes of 2"),
+        ],
+    )
+    def test_inconsistent_values_are_refused_with_the_numbers(
+        self, changes: dict[str, str], variable: str, words: str
+    ) -> None:
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("auto", {**TORCH_ENV_2x2, **changes})
+        assert caught.value.variable == variable and words in str(caught.value), caught.value
+
+    def test_torchruns_group_rank_is_checked_against_its_ranks_too(self) -> None:
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("auto", {**TORCHRUN_2x2, "GROUP_RANK": "0"})
+        assert caught.value.variable == "GROUP_RANK" and "global rank 3 is on node 1" in str(caught.value)
+
+    def test_rank_and_world_size_without_local_rank_plan_this_machine_alone_with_a_warning(self) -> None:
+        plan = plan_for(cpu(variables={"RANK": "1", "WORLD_SIZE": "4"}), accelerator="cpu")
+        assert (plan.cluster.kind, plan.world_size, plan.cluster.global_rank) == ("local", 1, 0)
+        (note,) = (note for note in plan.notes if note.code == "env-without-local-rank")
+        assert note.level == "warning" and "RANK=1 and WORLD_SIZE=4 are set without LOCAL_RANK" in note.message
+        assert "env:// launcher's variables are set, but it is not one of its tasks" in plan.reasons["cluster"]
+        alone = plan_for(cpu(variables={"RANK": "0", "WORLD_SIZE": "1"}), accelerator="cpu")
+        assert {note.code: note.level for note in alone.notes}["env-without-local-rank"] == "info"
+
+    def test_asked_for_by_name_without_local_rank_it_names_it(self) -> None:
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("torch_env", {"RANK": "1", "WORLD_SIZE": "4"})
+        assert caught.value.variable == "LOCAL_RANK" and "LOCAL_RANK=<this process's index" in caught.value.fix
+
+    @pytest.mark.parametrize(
+        ("others", "kind"),
+        [
+            (TORCHRUN_2x2, "torchelastic"),
+            ({"TORCHELASTIC_RUN_ID": "x"}, "torchelastic"),
+            (SLURM_2x4, "slurm"),
+            ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, "mpi"),
+            ({"PMI_SIZE": "4", "PMI_RANK": "1", "MPI_LOCALNRANKS": "2"}, "mpi"),
+            ({"KUBERNETES_PORT": "tcp://10.0.0.9:443", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}, "kubeflow"),
+            (
+                {"LSB_JOBID": "1", "JSM_NAMESPACE_SIZE": "4", "JSM_NAMESPACE_RANK": "1"}
+                | {"JSM_NAMESPACE_LOCAL_RANK": "1", "LSB_MCPU_HOSTS": "b 1 c1 2 c2 2"},
+                "lsf",
+            ),
+        ],
+    )
+    def test_every_named_cluster_manager_is_found_first(self, others: Mapping[str, str], kind: str) -> None:
+        assert detect("auto", {**TORCH_ENV_2x2, **others}).kind == kind
+
+    def test_a_worker_trainplan_launched_is_trainplans(self) -> None:
+        facts = detect("auto", LAUNCHED_1_OF_2)
+        assert (facts.kind, facts.launched) == ("local", True)
+
+    def test_without_master_port_one_node_meets_on_torchs_port_and_several_are_refused(self) -> None:
+        one_node = {**TORCH_ENV_2x2, "WORLD_SIZE": "2"}
+        del one_node["MASTER_PORT"], one_node["MASTER_ADDR"]
+        plan = plan_for(cpu(variables=one_node), accelerator="cpu")
+        assert (plan.cluster.main_address, plan.cluster.main_port, plan.num_nodes) == ("127.0.0.1", 29500, 1)
+        assert "env-default-port" in {note.code for note in plan.notes}
+        two_nodes = {name: value for name, value in TORCH_ENV_2x2.items() if name != "MASTER_PORT"}
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("auto", two_nodes)
+        assert caught.value.variable == "MASTER_PORT"
+        without_address = {name: value for name, value in TORCH_ENV_2x2.items() if name != "MASTER_ADDR"}
+        with pytest.raises(Incompatible) as refused:
+            plan_for(cpu(variables=without_address), accelerator="cpu")
+        assert refused.value.rule == "cluster-main-address" and "MASTER_ADDR=" in str(refused.value)
+
+    def test_another_layout_asked_for_is_refused_with_the_launch_line(self) -> None:
+        with pytest.raises(Incompatible) as caught:
+            plan_for(cpu(variables=TORCH_ENV_2x2), accelerator="cpu", devices=4, num_nodes=1)
+        assert caught.value.rule == "cluster-world-size"
+        assert "4 processes, 4 on each of 1 node(s)" in str(caught.value), caught.value
 
 
 class TestOthers:
@@ -446,7 +581,8 @@ class TestANewClusterIsOneRow:
         assert plan.cluster.kind == "local"
         assert detect("auto", PBS_JOB, PBS_RULES).reason.startswith("PBS was detected")
         alone = detect("auto", {}, PBS_RULES).reason
-        assert alone == "no cluster manager's variables were found (PBS, torchrun, MPI, SLURM, Kubeflow, LSF)"
+        managers = "PBS, torchrun, MPI, SLURM, Kubeflow, LSF, env:// launcher"
+        assert alone == f"no cluster manager's variables were found ({managers})"
 
     @pytest.mark.parametrize(
         ("variable", "value", "words"),

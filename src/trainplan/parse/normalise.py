@@ -165,7 +165,7 @@ def backend(value: object) -> BackendName | None:
 
 
 def cluster(value: object) -> ClusterFlag:
-    """`auto` (detect), `local`, `slurm`, `torchelastic`, `lsf`, `mpi`, `kubeflow`."""
+    """`auto` (detect), `local`, `slurm`, `torchelastic`, `lsf`, `mpi`, `kubeflow`, `torch_env`."""
     return _CLUSTERS[_name("cluster", value, _CLUSTERS, CLUSTER_FLAGS)]
 
 

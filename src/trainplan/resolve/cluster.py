@@ -403,19 +403,53 @@ class _Job:
     def node_rank_in_blocks(self, variable: str) -> None:
         """For a cluster that numbers ranks node after node (`ClusterRule.node_rank_in_blocks`) whose node rank
         `variable` is not set: the node is global rank // processes per node where the local rank agrees (with a
-        note), and refused naming `variable` where it does not (the ranks are not in blocks: the node is unknown).
+        note), and refused naming `variable` where it does not (the ranks are not in blocks: the node is unknown), or
+        where the processes per node are unset too (a schema whose variable could state them). A stated node rank is
+        checked against the blocks (local rank = global rank % processes per node, node = global rank // them).
         Left to the layout where the processes per node are no variable's (LSF's come from the plan)."""
-        values, names = self.values, self.names
+        values, names, schema = self.values, self.names, self.schema
         rank, local, per_node = values["global_rank"], values["local_rank"], values["processes_per_node"]
-        if values["node_rank"] is not None or rank is None or local is None or per_node is None:
+        node = values["node_rank"]
+        if rank is None or local is None or not all(fact in names for fact in ("global_rank", "local_rank")):
             return
-        if not all(fact in names for fact in ("global_rank", "local_rank", "processes_per_node")):
+        per_node_source, node_source = schema.processes_per_node, schema.node_rank
+        if node is None and per_node is None and isinstance(per_node_source, JobVariable):
+            # Neither the node nor the processes per node are stated, where variables could state them: unknown.
+            fix = node_source.unset_fix if isinstance(node_source, JobVariable) else "Set it in every process"
+            raise self.error(
+                variable,
+                f"it is not set, nor {per_node_source.names[0]}, so the node of this process "
+                f"({names['global_rank']}={rank}, {names['local_rank']}={local}) is unknown",
+                fix,
+            )
+        if per_node is None or "processes_per_node" not in names:
             return
         stated = f"{names['global_rank']}={rank}, {names['local_rank']}={local}"
         stated += f", {names['processes_per_node']}={per_node}"
+        if node is not None and "node_rank" in names:
+            # A stated node rank: the ranks still run node after node (node × processes per node + local rank).
+            if rank % per_node != local:
+                raise self.error(
+                    names["local_rank"],
+                    f"it disagrees with the ranks ({stated}, {names['node_rank']}={node}): global rank {rank} is "
+                    f"local rank {rank % per_node} of node {rank // per_node} when ranks run node after node",
+                    f"Check how the job was started: each process needs {names['local_rank']} = "
+                    f"{names['global_rank']} % {names['processes_per_node']}",
+                )
+            if rank // per_node != node:
+                raise self.error(
+                    names["node_rank"],
+                    f"it disagrees with the ranks ({stated}): global rank {rank} is on node {rank // per_node} when "
+                    f"ranks run node after node (node {node} holds ranks {node * per_node} to "
+                    f"{node * per_node + per_node - 1})",
+                    f"Check how the job was started: each process needs {names['node_rank']} = "
+                    f"{names['global_rank']} // {names['processes_per_node']}",
+                )
+            return
+        if node is not None:
+            return
         if rank % per_node != local:
-            source = self.schema.node_rank
-            fix = source.unset_fix if isinstance(source, JobVariable) else "Set it in every process"
+            fix = node_source.unset_fix if isinstance(node_source, JobVariable) else "Set it in every process"
             raise self.error(
                 variable,
                 f"it is not set, and the ranks ({stated}) are not numbered node after node (global rank {rank} "

@@ -601,6 +601,87 @@ CLUSTERS: Final[Mapping[ClusterKey, ClusterRule]] = {
             launch_hint="a PyTorchJob with {num_nodes} replicas",
         ),
         ClusterRule(
+            name="torch_env",
+            description=(
+                "another launcher with torch's env:// variables (DeepSpeed's, torch.distributed.launch --use_env, "
+                "a hand-written mpirun or ssh wrapper)"
+            ),
+            # RANK and WORLD_SIZE are what torch's init_process_group("env://") reads; LOCAL_RANK (below, not a task
+            # without it) is what Lightning's LightningEnvironment takes for "processes created externally". Tried
+            # after every named cluster manager, whose processes may carry these variables too.
+            detect_variables=(frozenset({"RANK", "WORLD_SIZE"}),),
+            detect_priority=1,
+            creates_processes=True,
+            node_rank_variable="NODE_RANK",
+            schemas=(
+                JobVariables(
+                    label="env:// launcher",
+                    reason=(
+                        "torch's env:// variables were {how} (RANK, WORLD_SIZE and LOCAL_RANK are set, and no cluster "
+                        "manager's)"
+                    ),
+                    world_size=_required("WORLD_SIZE"),
+                    processes_per_node=_optional("LOCAL_WORLD_SIZE"),
+                    global_rank=_required("RANK"),
+                    local_rank=JobVariable(
+                        names=("LOCAL_RANK",),
+                        required=True,
+                        unset_reason="it is not set, and it names this process's device on its node",
+                        unset_fix="Set LOCAL_RANK=<this process's index on its node> in every process",
+                    ),
+                    # Lightning's order (NODE_RANK, then GROUP_RANK); without either, RANK // LOCAL_WORLD_SIZE
+                    # (`node_rank_in_blocks`), and without LOCAL_WORLD_SIZE too the node is refused as unknown.
+                    node_rank=JobVariable(
+                        names=("NODE_RANK", "GROUP_RANK"),
+                        unset_fix=(
+                            "Set NODE_RANK=<this node's rank> (0 on one machine) or LOCAL_WORLD_SIZE=<processes per "
+                            "node> in every process, or start the script with torchrun, which sets both"
+                        ),
+                    ),
+                    main_address=(_MAIN_ADDRESS,),
+                    loopback_needs_one_node=True,
+                    main_port=_MAIN_PORT,
+                    uneven_fix=(
+                        "Start the same number of processes on every node: {per_node} on each of {num_nodes} "
+                        "(WORLD_SIZE={world_size}, LOCAL_WORLD_SIZE={per_node})"
+                    ),
+                ),
+            ),
+            launch_hint=(
+                "{world_size} processes, {processes_per_node} on each of {num_nodes} node(s) (WORLD_SIZE, "
+                "LOCAL_WORLD_SIZE, NODE_RANK, RANK and LOCAL_RANK in each)"
+            ),
+            # torch's customary port on one machine (torch's env:// itself refuses a missing MASTER_PORT).
+            default_port=DefaultPort(
+                port=DEFAULT_MAIN_PORT,
+                note_code="env-default-port",
+                note="{variable} is not set: the processes meet on torch's customary port {port}",
+                one_node_only=True,
+            ),
+            # Ranks numbered node after node, as torch's launchers (and DeepSpeed's) number them.
+            node_rank_in_blocks=True,
+            not_tasks=(
+                # Lightning ignores RANK and WORLD_SIZE without LOCAL_RANK (this machine alone); torch's env://
+                # would use them. Without LOCAL_RANK this process's device is unknown, and stale variables left in a
+                # shell would make every lone run wait for a world that never forms: planned alone, with a note.
+                NotATask(
+                    code="env-without-local-rank",
+                    unset=frozenset({"LOCAL_RANK"}),
+                    tasks=("WORLD_SIZE",),
+                    when_one="alone",
+                    when_many="alone",
+                    level="warning",
+                    level_when_one="info",
+                    message=(
+                        "RANK={RANK} and WORLD_SIZE={WORLD_SIZE} are set without LOCAL_RANK: trainplan plans this "
+                        "machine alone and does not join a world of {tasks}. If a launcher started this process as "
+                        "one of {tasks}, set LOCAL_RANK (and NODE_RANK or LOCAL_WORLD_SIZE) in every process; "
+                        "otherwise unset RANK and WORLD_SIZE"
+                    ),
+                ),
+            ),
+        ),
+        ClusterRule(
             name="local",
             description="this machine (or machines you start yourself with NODE_RANK and MASTER_ADDR)",
             detect_variables=(frozenset(),),

@@ -111,7 +111,7 @@ GroupBackend = Literal["nccl", "gloo"]
 runs."""
 
 
-ClusterName = Literal["local", "slurm", "torchelastic", "lsf", "mpi", "kubeflow"]
+ClusterName = Literal["local", "slurm", "torchelastic", "lsf", "mpi", "kubeflow", "torch_env"]
 """A resolved cluster environment."""
 
 ClusterFlag: TypeAlias = Literal["auto"] | ClusterName
