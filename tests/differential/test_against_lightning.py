@@ -66,6 +66,13 @@ EXPLAINED: dict[str, Explanation] = {
     "interactive-under-cluster": lambda flags, env, mine, theirs, error: (
         theirs.error and not mine.error and env.interactive and mine.launcher == "external"
     ),
+    # Found by RANK, WORLD_SIZE and LOCAL_RANK with no cluster manager's: planned or refused here as the variables'
+    # world, where Lightning's LightningEnvironment ('local') plans num_nodes × devices.
+    "torch-env-detected": lambda flags, env, mine, theirs, error: (
+        _torch_env(env)
+        and theirs.cluster in ("local", None)
+        and (mine.cluster == "torch_env" or isinstance(error, ClusterEnvironmentError))
+    ),
     "auto-adopts-job": lambda flags, env, mine, theirs, error: (
         flags["devices"] == "auto"
         and _cluster_variables(env)
@@ -120,6 +127,14 @@ EXPLAINED: dict[str, Explanation] = {
         flags["strategy"] == "xla_fsdp" and theirs.error and not mine.error
     ),
 }
+
+
+def _torch_env(env: Environment) -> bool:
+    """torch's env:// variables without torchelastic's (its run id, GROUP_RANK with LOCAL_WORLD_SIZE) or SLURM's."""
+    variables = env.variables
+    torchelastic = "TORCHELASTIC_RUN_ID" in variables or {"GROUP_RANK", "LOCAL_WORLD_SIZE"} <= set(variables)
+    stated = {"RANK", "WORLD_SIZE", "LOCAL_RANK"} <= set(variables)
+    return stated and not torchelastic and "SLURM_NTASKS" not in variables
 
 
 def _lightning_auto(flags: dict[str, Any]) -> bool:
@@ -245,3 +260,37 @@ def test_torchelastic_without_group_rank_is_read_node_after_node_where_lightning
         plan = resolve(Request(accelerator="cpu"), env)
         assert (plan.cluster.kind, plan.world_size) == ("torchelastic", theirs.world_size())
         assert (plan.cluster.node_rank, plan.cluster.global_rank) == (mine_node, theirs.global_rank())
+
+
+def test_torch_env_variables_are_the_world_here_and_num_nodes_times_devices_in_lightning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both take RANK, WORLD_SIZE and LOCAL_RANK without torchelastic's variables for processes started externally
+    (Lightning: LightningEnvironment, by LOCAL_RANK); Lightning's world is the flags' and its node NODE_RANK or 0,
+    trainplan's the variables' (the same where the flags agree), its node NODE_RANK or RANK // LOCAL_WORLD_SIZE; a
+    process whose node is unknown is refused here, planned as node 0 there: the named difference explains both."""
+    from lightning_fabric.plugins.environments import LightningEnvironment
+
+    base = {"WORLD_SIZE": "4", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    for name in ("TORCHELASTIC_RUN_ID", "GROUP_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    flags: dict[str, Any] = {"accelerator": "cpu", "strategy": "ddp", "devices": 2, "num_nodes": 2}
+    flags |= {"precision": "32-true"}
+    for extra, node in (({"LOCAL_WORLD_SIZE": "2"}, 1), ({"NODE_RANK": "1"}, 1), ({}, None)):
+        variables = {**base, "RANK": "3", "LOCAL_RANK": "1", **extra}
+        env = Environment(cpu_count=8, variables=variables)
+        with monkeypatch.context() as patch:
+            for name, value in variables.items():
+                patch.setenv(name, value)
+            assert LightningEnvironment().creates_processes_externally
+        mine, theirs = ours(request_for(flags), env), lightning(monkeypatch, flags, env)
+        assert (theirs.cluster, theirs.launcher, theirs.world_size) == ("local", "external", 4)
+        error = _our_error(flags, env)
+        explained = [name for name, explains in EXPLAINED.items() if explains(flags, env, mine, theirs, error)]
+        assert explained == ["torch-env-detected"], (extra, mine, error)
+        if node is None:
+            assert isinstance(error, ClusterEnvironmentError) and error.variable == "NODE_RANK"
+            continue
+        plan = resolve(request_for(flags), env)
+        assert (plan.cluster.kind, plan.launcher, plan.world_size) == ("torch_env", "external", theirs.world_size)
+        assert (plan.cluster.node_rank, plan.cluster.global_rank, plan.cluster.local_rank) == (node, 3, 1)

@@ -37,7 +37,8 @@ def _environment(**extra: str) -> dict[str, str]:
     environment.update(
         PATH=BIN + os.pathsep + environment.get("PATH", ""),
         PET_LOCAL_ADDR="127.0.0.1",  # torchrun's --local-addr: its rendezvous and MASTER_ADDR stay on loopback
-        PYTHONPATH=str(ROOT),
+        # The caller's own path after the root's (a checkout's src/ ahead of an installed copy).
+        PYTHONPATH=os.pathsep.join(path for path in (str(ROOT), os.environ.get("PYTHONPATH", "")) if path),
     )
     environment.update(extra)
     return environment
@@ -93,6 +94,27 @@ def test_the_script_under_trainplan_launch() -> None:
 def test_the_script_through_trainplan_launch(strategy: str) -> None:
     plan = tp.resolve(tp.Request(accelerator="cpu", devices=2, strategy=strategy))  # type: ignore[arg-type]
     _check_world(tp.launch(plan, plain_world.main), "local")
+
+
+def test_the_script_under_a_launcher_that_sets_torchs_env_variables_alone() -> None:
+    # As DeepSpeed's launcher, torch.distributed.launch --use_env or a hand-written wrapper start them: RANK,
+    # WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and MASTER_ADDR/PORT, without TORCHELASTIC_RUN_ID or GROUP_RANK.
+    port = str(choose_free_port("127.0.0.1"))
+    world = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    running = [
+        subprocess.Popen(
+            [sys.executable, SCRIPT],
+            cwd=ROOT,
+            env=_environment(**world, RANK=str(rank), LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [process.communicate(timeout=90) for process in running]
+    assert all(process.returncode == 0 for process in running), outputs
+    _check_world(_reports("".join(out for out, _ in outputs)), "torch_env")
 
 
 def test_the_process_group_timeout_is_the_strategys() -> None:

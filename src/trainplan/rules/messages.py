@@ -517,6 +517,15 @@ DIFFERENCES: Final[Mapping[str, str]] = {
         "as a started job; Lightning detects it only when asked for (its KubeflowEnvironment cannot detect itself), "
         "so there each pod would plan a world of its own."
     ),
+    "torch-env-detected": (
+        "A process with torch's env:// variables and no cluster manager's (RANK, WORLD_SIZE and LOCAL_RANK without "
+        "TORCHELASTIC_RUN_ID or GROUP_RANK: DeepSpeed's launcher, torch.distributed.launch --use_env, a hand-written "
+        "wrapper): Lightning's LightningEnvironment takes LOCAL_RANK for processes created externally and ignores "
+        "WORLD_SIZE and RANK (its world is num_nodes × devices, its node NODE_RANK, else GROUP_RANK, else 0); "
+        "trainplan plans the world the variables state (cluster 'torch_env'), takes the node from NODE_RANK, "
+        "GROUP_RANK, else RANK // LOCAL_WORLD_SIZE, and refuses, naming the variable, a process whose node is unknown "
+        "or whose ranks disagree."
+    ),
     "auto-adopts-job": (
         "devices='auto' and num_nodes='auto' inside a started job (torchrun, srun, mpirun, jsrun, trainplan "
         "launch): trainplan takes the layout the job started (its processes per node and nodes); Lightning "
