@@ -4,13 +4,17 @@ stages a rank holds as torch's schedules place them."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 from torch.distributed.pipelining.schedules import get_schedule_class
 
-from trainplan import Environment, Incompatible, ModelParallelOptions, Plan, Request
+from trainplan import Environment, Incompatible, ModelParallelOptions, Plan, PlanFormatError, Request
 from trainplan.resolve import resolve
 from trainplan.rules import PIPELINE_SCHEDULE_RULES
 from trainplan.rules.mesh import stage_indices
+from trainplan.spec.mesh import PipelineLayout
 from trainplan.spec.names import PIPELINE_SCHEDULES
 
 
@@ -19,7 +23,7 @@ def pipeline_plan(**options: object) -> Plan:
         accelerator="cpu",
         devices=4,
         strategy="model_parallel",
-        strategy_options=ModelParallelOptions(pp=2, **options),  # type: ignore[arg-type]
+        strategy_options=ModelParallelOptions(**{"pp": 2, **options}),  # type: ignore[arg-type]
     )
     return resolve(request, Environment(cpu_count=4))
 
@@ -70,6 +74,51 @@ def test_a_pipeline_torch_would_refuse_is_refused_with_the_numbers(
     with pytest.raises(Incompatible) as refused:
         pipeline_plan(**options)
     assert refused.value.rule == rule and words in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("pp_schedule", "GPipe"), ("pp_microbatches", 4), ("pp_virtual_stages", 2), ("pp_schedule", "Interleaved1F1B")],
+)
+def test_a_pipeline_option_is_refused_where_pp_is_1_as_the_context_parallel_ones_are(
+    option: str, value: object
+) -> None:
+    with pytest.raises(Incompatible) as refused:
+        pipeline_plan(**{option: value, "pp": 1})
+    assert refused.value.rule == "mesh-option-unused"
+    assert refused.value.values == {f"strategy_options.{option}": value, "pp": 1}
+    message = str(refused.value)
+    assert f"{option}={value!r} is for the pipeline groups, and pp=1" in message
+    assert "no schedule runs" in message and f"Use pp=2 or more with it, or leave {option} unset" in message
+
+
+def test_the_default_schedule_written_at_pp_1_is_no_option_at_all() -> None:
+    plan = pipeline_plan(pp=1, pp_schedule="1F1B")
+    assert plan.mesh is not None and plan.mesh.pipeline == PipelineLayout()
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "value"),
+    [
+        ({}, "microbatches", 5),  # the options leave microbatches unset: one per stage, 2
+        ({"pp_schedule": "Interleaved1F1B", "pp_microbatches": 4}, "virtual_stages", 3),  # unset: the fewest, 2
+        ({"pp_schedule": "Interleaved1F1B"}, "virtual_stages", 1),
+    ],
+)
+def test_from_dict_derives_the_pipeline_record_from_the_options_it_left_unset(
+    options: dict[str, object], field: str, value: int
+) -> None:
+    data: dict[str, Any] = json.loads(json.dumps(pipeline_plan(**options).to_dict()))
+    data["mesh"]["pipeline"][field] = value
+    with pytest.raises(PlanFormatError, match=rf"plan\.mesh\.pipeline .*the record says .*{field}={value}"):
+        Plan.from_dict(data)
+
+
+def test_from_dict_refuses_a_pipeline_option_at_pp_1() -> None:
+    data: dict[str, Any] = json.loads(json.dumps(pipeline_plan(pp=1).to_dict()))
+    data["strategy"]["options"]["pp_microbatches"] = 4
+    with pytest.raises(PlanFormatError, match=r"mesh-option-unused \(pp_microbatches with pp=1\)"):
+        Plan.from_dict(data)
 
 
 def test_the_stages_a_rank_holds_follow_the_schedules_style() -> None:

@@ -33,7 +33,9 @@ from trainplan.rules.mesh import (
     context_parallel_violations,
     group_backend_violations,
     layout_violations,
+    pipeline_option_violations,
     pipeline_violation,
+    planned_pipeline,
 )
 from trainplan.spec.errors import InvalidRequest, PlanFormatError
 from trainplan.spec.mesh import ContextParallelLayout, MeshLayout, PipelineLayout
@@ -435,9 +437,6 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
     if (
         options.degrees != mesh.sizes
         or options.ep != mesh.ep
-        or options.pp_schedule != pipeline.schedule
-        or options.pp_virtual_stages not in (None, pipeline.virtual_stages)
-        or options.pp_microbatches not in (None, pipeline.microbatches)
         or options.backends != dict(mesh.backends)
         or (options.cp_rotate_method, options.cp_load_balancer)
         != (mesh.context_parallel.rotate_method, mesh.context_parallel.load_balancer)
@@ -447,6 +446,21 @@ def _check_mesh(plan: Plan, bad: Callable[[str, str], PlanFormatError]) -> None:
             "strategy.options",
             f"the options in force are the mesh's degrees, {mesh.sizes}, ep={mesh.ep}, and its backends, "
             f"{dict(mesh.backends)}",
+        )
+    for option in pipeline_option_violations(
+        mesh.size("pp"), options.pp_schedule, options.pp_virtual_stages, options.pp_microbatches
+    ):
+        raise bad(f"strategy.options.{option}", f"it breaks the rule mesh-option-unused ({option} with pp=1)")
+    planned = planned_pipeline(options.pp_schedule, mesh.size("pp"), options.pp_virtual_stages, options.pp_microbatches)
+    if pipeline != planned:
+        # Derived as the resolver derives it, so a record the options left unset cannot drift either.
+        raise bad(
+            "mesh.pipeline",
+            f"the options in force (pp={mesh.size('pp')}, pp_schedule={options.pp_schedule!r}, "
+            f"pp_virtual_stages={options.pp_virtual_stages}, pp_microbatches={options.pp_microbatches}) plan "
+            f"schedule={planned.schedule!r}, virtual_stages={planned.virtual_stages}, "
+            f"microbatches={planned.microbatches}; the record says schedule={pipeline.schedule!r}, "
+            f"virtual_stages={pipeline.virtual_stages}, microbatches={pipeline.microbatches}",
         )
     asked = plan.request.strategy_options
     if isinstance(asked, ModelParallelOptions):

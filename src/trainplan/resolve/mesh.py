@@ -33,6 +33,7 @@ from trainplan.rules import (
 from trainplan.rules import MESH_DIMENSIONS as MESH_RULES
 from trainplan.rules.mesh import (
     UNUSED_CONTEXT_PARALLEL,
+    UNUSED_PIPELINE,
     MeshViolation,
     context_parallel_violations,
     expert_region,
@@ -41,7 +42,9 @@ from trainplan.rules.mesh import (
     host_span,
     host_spans,
     layout_violations,
+    pipeline_option_violations,
     pipeline_violation,
+    planned_pipeline,
     strides,
 )
 from trainplan.spec.errors import Incompatible
@@ -218,26 +221,37 @@ def _context_parallel(options: ModelParallelOptions, cp: int) -> ContextParallel
     """The context-parallel record; an option of it away from torch's default is refused where cp is 1."""
     layout = ContextParallelLayout(rotate_method=options.cp_rotate_method, load_balancer=options.cp_load_balancer)
     for _, option in context_parallel_violations(cp, layout):
-        value = getattr(options, option)
-        raise incompatible(
-            "mesh-option-unused",
-            {f"strategy_options.{option}": value, "cp": cp},
-            option=option,
-            value=value,
-            title=MESH_RULES["cp"].title,
-            dimension="cp",
-            degree=cp,
-            why=UNUSED_CONTEXT_PARALLEL,
-        )
+        raise _unused(options, option, "cp", cp, UNUSED_CONTEXT_PARALLEL)
     return layout
+
+
+def _unused(
+    options: ModelParallelOptions, option: str, dimension: MeshDimension, degree: int, why: str
+) -> Incompatible:
+    """The refusal of an option about `dimension`'s groups where its degree leaves none (rule mesh-option-unused)."""
+    value = getattr(options, option)
+    return incompatible(
+        "mesh-option-unused",
+        {f"strategy_options.{option}": value, dimension: degree},
+        option=option,
+        value=value,
+        title=MESH_RULES[dimension].title,
+        dimension=dimension,
+        degree=degree,
+        why=why,
+    )
 
 
 def _pipeline(options: ModelParallelOptions, pp: int) -> PipelineLayout:
     """The pipeline record, its microbatches made whole (one per stage unless written), checked against the
-    schedule's row (`rules.PIPELINE_SCHEDULE_RULES`)."""
+    schedule's row (`rules.PIPELINE_SCHEDULE_RULES`); a pipeline option written where pp is 1 is refused."""
+    for option in pipeline_option_violations(
+        pp, options.pp_schedule, options.pp_virtual_stages, options.pp_microbatches
+    ):
+        raise _unused(options, option, "pp", pp, UNUSED_PIPELINE)
     row = PIPELINE_SCHEDULE_RULES[options.pp_schedule]
-    virtual = row.virtual_stages[0] if options.pp_virtual_stages is None else options.pp_virtual_stages
-    microbatches = pp * virtual if options.pp_microbatches is None else options.pp_microbatches
+    planned = planned_pipeline(options.pp_schedule, pp, options.pp_virtual_stages, options.pp_microbatches)
+    virtual, microbatches = planned.virtual_stages, planned.microbatches
     broken = pipeline_violation(options.pp_schedule, pp, virtual, microbatches)
     if broken is not None:
         rule, why = broken
@@ -266,7 +280,7 @@ def _pipeline(options: ModelParallelOptions, pp: int) -> PipelineLayout:
             other=other,
             fit_microbatches=fit,
         )
-    return PipelineLayout(schedule=options.pp_schedule, microbatches=microbatches, virtual_stages=virtual)
+    return planned
 
 
 def _group_backend_refusals(

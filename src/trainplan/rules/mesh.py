@@ -12,7 +12,7 @@ import attrs
 from trainplan.rules.messages import RefusalId
 from trainplan.rules.precision import BACKENDS
 from trainplan.spec.frozen import freeze_nested_maps
-from trainplan.spec.mesh import ContextParallelLayout, MeshLayout
+from trainplan.spec.mesh import ContextParallelLayout, MeshLayout, PipelineLayout
 from trainplan.spec.names import (
     GROUP_BACKENDS,
     AcceleratorKey,
@@ -305,6 +305,38 @@ def pipeline_violation(
     if rule.microbatches == "multiple_of_rounds" and microbatches % rounds:
         return "pipeline-microbatches", rule.why_microbatches
     return None
+
+
+def planned_pipeline(
+    schedule: PipelineSchedule, pp: int, virtual_stages: int | None, microbatches: int | None
+) -> PipelineLayout:
+    """The pipeline record options plan (the resolver's and `Plan.from_dict`'s one derivation): the virtual stages
+    the schedule takes at least (`PIPELINE_SCHEDULE_RULES`) and one microbatch per stage where they are unset."""
+    virtual = PIPELINE_SCHEDULE_RULES[schedule].virtual_stages[0] if virtual_stages is None else virtual_stages
+    return PipelineLayout(
+        schedule=schedule, microbatches=pp * virtual if microbatches is None else microbatches, virtual_stages=virtual
+    )
+
+
+UNUSED_PIPELINE: Final = (
+    "the model is not cut into pipeline stages, so no schedule runs and the option would never be used"
+)
+"""Why a pipeline option (schedule, microbatches, virtual stages) means nothing where `pp` is 1."""
+
+
+def pipeline_option_violations(
+    pp: int, schedule: PipelineSchedule, virtual_stages: int | None, microbatches: int | None
+) -> Iterator[str]:
+    """The pipeline options written (the schedule away from its default, microbatches or virtual stages given) where
+    `pp` is 1 (no stages to schedule), as their option names; nothing where pp is above 1."""
+    if pp > 1:
+        return
+    if schedule != PipelineLayout().schedule:
+        yield "pp_schedule"
+    if microbatches is not None:
+        yield "pp_microbatches"
+    if virtual_stages is not None:
+        yield "pp_virtual_stages"
 
 
 def stage_indices(schedule: PipelineSchedule, pp_rank: int, pp: int, virtual_stages: int) -> tuple[int, ...]:
