@@ -10,11 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -98,6 +101,39 @@ def test_kill_9_of_a_launch_caller_leaves_nothing(strategy: str, tmp_path: Path)
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A TMPDIR short enough for the forkserver's socket under it (AF_UNIX paths: 108 bytes): pytest's own tmp_path,
+    under xdist, is too long, and spawn then starts its workers unserved."""
+    path = Path(tempfile.mkdtemp(prefix="tpl-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork", "ddp_spawn-unserved"])
+def test_kill_9_of_a_caller_between_launches_leaves_nothing(strategy: str, short_tmp: Path) -> None:
+    """A spawn launch keeps its forkserver for the next one; a kill -9 of the caller after the launch returned left
+    the server's socket directory (pymp-*) in TMPDIR. Unserved (no forkserver on the platform, or a TMPDIR too long
+    for its socket), the directory spawn's resource tracker was given stayed too."""
+    mark = uuid.uuid4().hex
+    unserved = ["no-forkserver"] if strategy.endswith("-unserved") else []
+    command = [sys.executable, SCRIPT, strategy.removesuffix("-unserved"), *unserved, "then-wait"]
+    caller = _start(command, mark, short_tmp, LINGER="quick")
+    assert caller.stdout is not None
+    deadline = time.monotonic() + 120
+    while "DONE" not in caller.stdout.readline():
+        assert time.monotonic() < deadline and caller.poll() is None, "the launch did not return"
+    caller.kill()
+    caller.wait(10)
+    assert _gone_within(mark, 5.0) == []
+    deadline = time.monotonic() + 5.0
+    while list(short_tmp.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(short_tmp.iterdir()) == []
+
+
 def test_kill_9_of_trainplan_launch_leaves_nothing(tmp_path: Path) -> None:
     mark = uuid.uuid4().hex
     launcher = _launch(tmp_path, mark)
@@ -175,12 +211,12 @@ def _forkserver_of(mark: str) -> int | None:
 
 @pytest.mark.parametrize("delay", [0.0, 0.4, 1.2])
 def test_a_terminals_ctrl_c_while_the_forkserver_imports_torch_is_one_line_and_130(
-    delay: float, tmp_path: Path
+    delay: float, short_tmp: Path
 ) -> None:
     """A terminal's Ctrl-C goes to the whole foreground process group, the forkserver included, which was still
     importing torch: it printed a KeyboardInterrupt traceback before the launcher's one line."""
     mark = uuid.uuid4().hex
-    launcher = _launch(tmp_path, mark)
+    launcher = _launch(short_tmp, mark)
     deadline = time.monotonic() + 60
     while _forkserver_of(mark) is None:
         assert time.monotonic() < deadline and launcher.poll() is None, "no forkserver started"

@@ -5,6 +5,7 @@ READY with its pid, then does what `LINGER` says.
 - `LINGER=stubborn`: a grandchild in a session of its own that ignores SIGTERM, SIGINT and SIGHUP, then exit 0;
 - `LINGER=respawn`: a grandchild that, on SIGTERM, forks a replacement in a new session and exits; then exit 0;
 - `LINGER=print`: print 200,000 lines (for a reader that goes away), then return 1;
+- `LINGER=quick`: say READY and return 0 (the launch ends by itself);
 - `LINGER=sides`: what `sleep` starts, and two that only their ancestry ties to the launch, each in a session of its
   own with an empty environment: an `os.fork` child, and a subprocess holding a descriptor of the worker's
   (`pass_fds`); then sleep 120 s.
@@ -12,8 +13,9 @@ READY with its pid, then does what `LINGER` says.
 Every process it starts inherits the environment, and with it the test's marker variable (`LINGER_MARK`), which the
 test looks for in /proc afterwards; the two of `sides` carry it on their command line instead.
 
-As a `tp.launch` caller: `python lingering.py STRATEGY [no-forkserver]` says LAUNCH, then launches (`no-forkserver`:
-as on a platform without one, so that spawn starts fresh interpreters itself).
+As a `tp.launch` caller: `python lingering.py STRATEGY [no-forkserver] [then-wait]` says LAUNCH, then launches
+(`no-forkserver`: as on a platform without one, so that spawn starts fresh interpreters itself; `then-wait`: once the
+launch has returned, say DONE and sleep 120 s, with what the launch keeps for the next one still there).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ def work(how: str | None = None) -> int:
         for line in range(200_000):
             print("line", line)
         return 1
+    if how == "quick":
+        print("READY", os.getpid(), flush=True)
+        return 0
     if how in ("sleep", "sides"):
         subprocess.Popen([sys.executable, "-c", _SLEEP])
         subprocess.Popen([sys.executable, "-c", _SLEEP], start_new_session=True)
@@ -79,7 +84,7 @@ if __name__ == "__main__":
 
         import trainplan as tp
 
-        if sys.argv[2:] == ["no-forkserver"]:
+        if "no-forkserver" in sys.argv[2:]:
             multiprocessing.get_all_start_methods = lambda: ["fork", "spawn"]
 
         environment = tp.Environment(cpu_count=4, start_methods=("fork", "spawn", "forkserver"))
@@ -87,5 +92,8 @@ if __name__ == "__main__":
         plan = tp.resolve(request, environment)
         print("LAUNCH", flush=True)
         print(tp.launch(plan, work), file=sys.stderr, flush=True)
+        if "then-wait" in sys.argv[2:]:
+            print("DONE", flush=True)
+            time.sleep(120)
     else:  # a trainplan launch worker
         work()

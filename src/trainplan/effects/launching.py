@@ -18,6 +18,7 @@ this module only carries it out:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -927,6 +928,7 @@ def launch_with(
                 for helper in _multiprocessing_helpers():
                     lifeline.watch(helper)
                 lifeline.remove(_multiprocessing_directory())
+                _keep_between_launches(_multiprocessing_helpers(), _multiprocessing_directory())
                 return _supervise(  # type: ignore[return-value]
                     workers, specs, timeout=timeout, grace=grace_period, begun=begun
                 )
@@ -975,6 +977,31 @@ def _multiprocessing_helpers() -> list[int]:
     server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
     pid = getattr(server, "_forkserver_pid", None)
     return [pid] if isinstance(pid, int) and pid > 0 else []
+
+
+_KEEPER: list[Lifeline] = []
+"""The watcher of what a launch leaves for the next one in this process (`_keep_between_launches`), once started."""
+
+
+def _keep_between_launches(helpers: list[int], directory: str | None) -> None:
+    """A spawn launch keeps its forkserver for the next launch, and with it multiprocessing's directory of the
+    server's socket: both are told to a watcher of this process's whole life (released at its exit, when
+    multiprocessing removes them itself), so that a kill -9 between two launches leaves nothing either; so is the
+    directory alone where spawn started its workers unserved (a TMPDIR too long for the server's socket). Nothing is
+    started where a launch keeps neither."""
+    if not helpers and directory is None:
+        return
+    if not _KEEPER:
+        _KEEPER.append(Lifeline())
+        atexit.register(_KEEPER[0].release)  # before multiprocessing's own exit function, which runs later
+    for pid in helpers:
+        _KEEPER[0].watch(pid)
+    _KEEPER[0].remove(directory)
+
+
+# A forked child has its own life: its copy of the keeper's pipe is closed (`close_inherited_lifelines`), and a
+# launch it makes starts a keeper of its own.
+os.register_at_fork(after_in_child=_KEEPER.clear)
 
 
 def _multiprocessing_directory() -> str | None:
