@@ -49,6 +49,18 @@ def test_a_downstream_strategy_resolves_with_its_preset_and_launcher() -> None:
     assert plan.strategy.options == DDPOptions(static_graph=True, given=[])  # the preset's value; nothing written
 
 
+def test_a_rule_set_names_its_own_strategies_and_lists_them_for_one_it_lacks() -> None:
+    assert RULES.strategy_name("ddp_custom_checkpoint_io") == CHECKPOINT_IO
+    assert RULES.strategy_name("ddp") == "ddp"
+    for rules, name in ((BUILTIN_RULES, "ddp_custom_checkpoint_io"), (RULES, "auto"), (RULES, "nowhere")):
+        with pytest.raises(InvalidRequest, match=f"strategy='{name}' is not accepted: this rule set has no such"):
+            rules.strategy_name(name)
+    with pytest.raises(InvalidRequest) as caught:
+        BUILTIN_RULES.strategy_name("ddp_custom_checkpoint_io")
+    assert caught.value.allowed == tuple(BUILTIN_RULES.strategies)
+    assert CHECKPOINT_IO not in caught.value.allowed
+
+
 def test_the_builtin_rule_set_refuses_the_downstream_name_and_is_unchanged() -> None:
     with pytest.raises(InvalidRequest, match="strategy='ddp_custom_checkpoint_io'"):
         resolve(Request(accelerator="cpu", devices=2, strategy=CHECKPOINT_IO), cpu())
