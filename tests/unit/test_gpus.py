@@ -101,6 +101,14 @@ class TestJudge:
         verdict = judge(gpu(0, mig_enabled=True, mig_devices=(GpuFacts(uuid="MIG-1111"),)))
         assert verdict.usable is False and "MIG-1111" in (verdict.reason or "")
 
+    def test_mig_enabled_gpu_without_instances_says_none_are_created(self) -> None:
+        verdict = judge(gpu(0, mig_enabled=True, mig_devices=()))
+        assert verdict.usable is False
+        assert verdict.reason == (
+            "MIG is enabled, so work runs on its MIG devices (none created yet); select one with "
+            "CUDA_VISIBLE_DEVICES=MIG-<uuid>"
+        )
+
     def test_unknown_mode_needs_a_probe(self) -> None:
         assert judge(gpu(0, compute_mode="unknown")).usable is None
 
