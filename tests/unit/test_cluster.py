@@ -175,6 +175,14 @@ class TestSlurm:
             detect("slurm", {**SLURM_2x4, "SLURM_NTASKS_PER_NODE": "4(x1),2"})
         assert caught.value.variable == "SLURM_NTASKS_PER_NODE"
 
+    def test_uneven_tasks_per_node_names_each_group_of_nodes(self) -> None:
+        """Nodes with the same count are one group, named by its first and last host."""
+        uneven = {**SLURM_2x4, "SLURM_NTASKS": "5", "SLURM_NNODES": "3", "SLURM_NODELIST": "node[001-003]"}
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            detect("slurm", {**uneven, "SLURM_NTASKS_PER_NODE": "2(x2),1", "SLURM_PROCID": "1", "SLURM_NODEID": "0"})
+        assert "SLURM put 2 tasks on each of 2 nodes (node001 … node002) and 1 task on node003 " in str(caught.value)
+        assert "srun --nodes=3 --ntasks-per-node=2 (6 tasks)" in str(caught.value)
+
     def test_missing_rank_is_named(self) -> None:
         variables = {key: value for key, value in SLURM_2x4.items() if key != "SLURM_LOCALID"}
         with pytest.raises(ClusterEnvironmentError) as caught:
@@ -789,6 +797,16 @@ class TestClusterRefusalsSpeakOfTheirRow:
         assert caught.value.rule == "cluster-main-address" and caught.value.fix == schema.main_address_fix
         assert str(caught.value).startswith("PBS spans 2 nodes (PBS_NP=8, PBS_NUM_PPN=4)")
         assert "mpirun" not in str(caught.value) and "MASTER_ADDR" in caught.value.fix
+
+    def test_a_cluster_without_a_port_variable_speaks_of_the_main_port(self) -> None:
+        """A downstream cluster that names no port variable: a fix that would name it says "the main port"."""
+        job_id = JobVariable(names=("PBS_JOBNUM",), format="job_number")
+        schema = attrs.evolve(PBS.schemas[0], main_port=None, job_id=job_id)
+        rules = BUILTIN_RULES.extend(clusters=[attrs.evolve(PBS, schemas=(schema,))])
+        with pytest.raises(ClusterEnvironmentError) as caught:
+            resolve_uncached(Request(accelerator="cpu"), cpu(variables={**PBS_JOB, "PBS_JOBNUM": "job7"}), rules)
+        assert caught.value.variable == "PBS_JOBNUM"
+        assert str(caught.value).endswith("it is not a job number. Set the main port to choose the port yourself.")
 
 
 def test_mpich_over_two_nodes_without_a_port_is_refused_in_its_rows_words() -> None:
