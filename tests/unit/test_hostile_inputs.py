@@ -400,3 +400,15 @@ def test_probe_takes_a_stub_module_for_installed() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert result.stdout.strip() == "True", result.stderr
+
+
+def test_the_effects_refuse_what_is_not_a_plan_with_its_article() -> None:
+    """'launch takes a trainplan.Plan, not int' read as a typo: the effects name the kind as the rest does."""
+    import trainplan as tp
+    from trainplan.effects.elastic import launch_script
+
+    for call, name in ((lambda: tp.launch(7, print), "launch"), (lambda: tp.join(7), "join")):  # type: ignore[arg-type]
+        with pytest.raises(tp.TrainplanError, match=rf"^{name} takes a trainplan.Plan, not an int: build one"):
+            call()
+    with pytest.raises(tp.TrainplanError, match="launch_script takes a trainplan.Plan, not a dict"):
+        launch_script({}, ["train.py"])  # type: ignore[arg-type]

@@ -77,6 +77,7 @@ from trainplan.mapping.workers import (
     torchrun_variables,
 )
 from trainplan.rules import LAUNCH_CHOICES_VARIABLE, RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX
+from trainplan.spec.errors import a_kind
 from trainplan.spec.plan import Plan
 
 if TYPE_CHECKING:
@@ -751,7 +752,7 @@ def launch_script(
     128 + N when this process got signal N); nothing it started is alive when it returns.
     """
     if not isinstance(plan, Plan):
-        raise LaunchError(f"launch_script takes a trainplan.Plan, not {type(plan).__name__}")
+        raise LaunchError(f"launch_script takes a trainplan.Plan, not {a_kind(plan)}")
     _check_times(timeout, grace_period)
     restarts: object = options.max_restarts
     if not isinstance(restarts, int) or restarts < 0:

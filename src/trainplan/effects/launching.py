@@ -58,7 +58,7 @@ from trainplan.mapping.workers import (
 )
 from trainplan.resolve.cluster import launched_by_trainplan
 from trainplan.rules import FORKSERVER_PRELOAD, LAUNCHED_MARKER, PLAN_VARIABLE, UNNAMED_RULES, LauncherRule
-from trainplan.spec.errors import TrainplanError
+from trainplan.spec.errors import TrainplanError, a_kind
 from trainplan.spec.names import StartMethod
 from trainplan.spec.numbers import real_number
 from trainplan.spec.plan import Plan
@@ -883,9 +883,7 @@ def launch_with(
 ) -> list[R]:
     """`launch` with its options: a timeout for the whole world, the grace period, the port chooser."""
     if not isinstance(plan, Plan):
-        raise LaunchError(
-            f"launch takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve(...)"
-        )
+        raise LaunchError(f"launch takes a trainplan.Plan, not {a_kind(plan)}: build one with trainplan.resolve(...)")
     _check_times(timeout, grace_period)
     if not callable(fn):
         raise LaunchError(f"launch runs a function on each worker, and {fn!r} is not callable")

@@ -30,7 +30,7 @@ from trainplan.mapping.workers import (
     started_by_another_launcher,
 )
 from trainplan.rules import INFERRED_JOIN_SECONDS, JOB_IDENTITY_VARIABLES, NODES_INFERRED_NOTE
-from trainplan.spec.errors import TrainplanError
+from trainplan.spec.errors import TrainplanError, a_kind
 from trainplan.spec.names import BackendKey
 from trainplan.spec.plan import Plan
 
@@ -155,7 +155,7 @@ def join(plan: Plan, *, devices: DeviceBinder | None = None) -> World:
     CUDA). A downstream device needs the accelerator's torch plugin imported in this process; without it,
     `JoinError` names the accelerator and its rule set."""
     if not isinstance(plan, Plan):
-        raise JoinError(f"join takes a trainplan.Plan, not {type(plan).__name__}: build one with trainplan.resolve()")
+        raise JoinError(f"join takes a trainplan.Plan, not {a_kind(plan)}: build one with trainplan.resolve()")
     if plan.launcher in STARTING_LAUNCHERS:
         raise JoinError(
             f"This plan starts its {plan.world_size} workers itself (launcher {plan.launcher!r}), so this process is "
