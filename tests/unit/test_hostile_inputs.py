@@ -410,5 +410,5 @@ def test_the_effects_refuse_what_is_not_a_plan_with_its_article() -> None:
     for call, name in ((lambda: tp.launch(7, print), "launch"), (lambda: tp.join(7), "join")):  # type: ignore[arg-type]
         with pytest.raises(tp.TrainplanError, match=rf"^{name} takes a trainplan.Plan, not an int: build one"):
             call()
-    with pytest.raises(tp.TrainplanError, match="launch_script takes a trainplan.Plan, not a dict"):
+    with pytest.raises(tp.TrainplanError, match=r"launch_script takes a trainplan\.Plan, not a dict"):
         launch_script({}, ["train.py"])  # type: ignore[arg-type]
