@@ -92,6 +92,13 @@ def test_with_sp_fsdp_over_the_peers_names_gives_every_rank_the_mean_gradient(re
             assert report["sp_sharded_grads"][name] == pytest.approx(expected, rel=1e-5), f"rank {rank}: {name}"
 
 
+def test_rt_mesh_answers_the_expert_names_with_the_expert_meshs_groups(reports: list[dict[str, Any]]) -> None:
+    """torchtitan's `efsdp` and `ep` (dp_shard=2 × tp=2, ep=2): rt.mesh[name] is rt.expert_mesh[name]'s group."""
+    for rank, report in enumerate(reports):
+        pair = [rank - rank % 2, rank - rank % 2 + 1]
+        assert report["expert_names"] == {"ep": [pair, pair], "efsdp": [[rank % 2, rank % 2 + 2]] * 2}
+
+
 @pytest.mark.parametrize("written_for", ["lightning", "torchtitan"])
 def test_a_peers_parallelize_function_runs_unchanged(reports: list[dict[str, Any]], written_for: str) -> None:
     inputs, targets = mesh_world.data()

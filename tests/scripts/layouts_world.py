@@ -25,6 +25,8 @@ from trainplan.spec.mesh import MeshLayout
 warnings.filterwarnings("ignore")
 
 EXPERTS = 4
+EXPERT = ("efsdp", "ep")
+"""The expert mesh's own names (torchtitan's), which rt.mesh answers too."""
 WIDTH = 8
 
 
@@ -332,6 +334,7 @@ def report() -> dict[str, object]:
         built = build_meshes(TorchWrappers(), "cpu", other)
         result["dp_shard_4_ep_4"] = _meshes_report(other, built, rt.rank)
         result["peer_names"] = {name: rt.mesh[name].mesh.flatten().tolist() for name in MESH_ALIASES}
+        result["expert_names"] = {name: [_members(rt.mesh[name]), _members(rt.expert_mesh[name])] for name in EXPERT}
         result["lightning"] = _step(rt, lightning_parallelize)
         result["torchtitan"] = _step(rt, torchtitan_parallelize)
         result["moe"] = _moe_step(built["expert"], rt.rank)

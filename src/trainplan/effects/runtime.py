@@ -170,7 +170,15 @@ class TorchWrappers:
         return mesh[names]._flatten(name, backend_override=backend)
 
     def unflatten(self, mesh: DeviceMesh, shape: tuple[int, ...], names: tuple[str, ...]) -> DeviceMesh:
-        return mesh._unflatten(0, shape, names)
+        unflattened = mesh._unflatten(0, shape, names)
+        # Its new names (the expert mesh's efsdp and ep) answered by the root mesh too, as its flattened names are:
+        # torch keeps those in the root's `_flatten_mapping` (what `_flatten` writes), and the unflattened mesh's
+        # groups are already in the root's registry, so `rt.mesh["ep"]` is `rt.expert_mesh["ep"]`'s groups.
+        root = unflattened._get_root_mesh()
+        for name in names:
+            if name not in (root.mesh_dim_names or ()) and name not in root._flatten_mapping:
+                root._flatten_mapping[name] = unflattened[name]
+        return unflattened
 
     @contextlib.contextmanager
     def context_parallel(

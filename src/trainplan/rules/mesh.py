@@ -390,7 +390,7 @@ MESH_ALIASES: Final[Mapping[MeshName, tuple[MeshDimension, ...]]] = {
 """The names peers index their meshes by, as the dense dimensions they flatten (torch's `DeviceMesh._flatten`):
 `rt.mesh[name]` answers each, so a parallelize function written for Lightning or torchtitan runs unchanged (and
 `dp`, trainplan's own `rt.data_parallel_mesh`). The expert mesh's `efsdp` and `ep` are `rt.expert_mesh`'s
-(torchtitan's sparse mesh holds them apart too)."""
+(torchtitan's sparse mesh holds them apart too), and `rt.mesh` answers them with the expert mesh's groups."""
 
 MESH_BACKENDS: Final[Mapping[AcceleratorKey, BackendName]] = {"cuda": "nccl", "cpu": "gloo"}
 """The backend a device mesh runs over on each accelerator: the ones torch's FSDP2 and DTensor are built and tested
