@@ -126,6 +126,14 @@ class TestTorchtitanAuto:
         ]
         assert Plan.from_dict(plan.to_dict()) == plan
 
+    def test_a_config_files_minus_one_text_is_read_as_the_command_line_reads_it(self) -> None:
+        for text in ("-1", " -1 "):
+            request = Request.from_config({"strategy": "model_parallel", "strategy_options": {"dp_shard": text}})
+            assert isinstance(request.strategy_options, ModelParallelOptions)
+            assert request.strategy_options.dp_shard == -1
+        with pytest.raises(InvalidRequest, match=r"strategy_options\.tp=-2 is not accepted"):
+            Request.from_config({"strategy": "model_parallel", "strategy_options": {"tp": "-2"}})
+
     @pytest.mark.parametrize("name", ["pp", "dp_replicate", "cp", "tp"])
     def test_only_dp_shard_reads_minus_one(self, name: str) -> None:
         with pytest.raises(InvalidRequest, match=rf"strategy_options\.{name}"):

@@ -441,14 +441,16 @@ def _device_indices(original: object, indices: list[int]) -> tuple[int, ...]:
 
 
 def _loose_degree(value: object) -> object:
-    """A degree from a config file: "AUTO" is "auto" and digit strings are numbers; anything else is kept for
-    `strategy_options` to refuse by name."""
+    """A degree from a config file: "AUTO" is "auto" and digit strings are numbers, a minus sign included ("-1",
+    torchtitan's dp_shard=-1, as the command line reads it); anything else is kept for `strategy_options` to refuse
+    by name."""
     if isinstance(value, str):
         text = value.strip().lower()
         if text == "auto":
             return "auto"
-        number = whole_number(text)
-        return value if number is None else number
+        negative = text.startswith("-")
+        number = whole_number(text[1:] if negative else text)
+        return value if number is None else -number if negative else number
     return value
 
 
