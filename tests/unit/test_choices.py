@@ -223,6 +223,12 @@ class TestMemo:
         with pytest.raises(InvalidRequest):
             plan_for(cuda(2), devices=(True,))
 
+    def test_true_is_not_one_among_the_indices(self) -> None:
+        """(1,) == (True,) and they hash alike: the memo keys the indices' types too."""
+        assert plan_for(cuda(2), devices=(1,)).devices == (1,)
+        with pytest.raises(InvalidRequest, match="devices"):
+            plan_for(cuda(2), devices=(True,))
+
     def test_notes_are_part_of_the_key(self) -> None:
         note = Note(code="legacy", level="deprecation", message="old flag")
         plain = resolve(Request(devices=1), cuda(2))
