@@ -553,3 +553,13 @@ def test_tensor_parallel_that_does_not_divide_the_hidden_size_is_not_a_candidate
     assert verdicts["tp8_fsdp"] == "not allowed: tp=8 does not divide the hidden size 5124"
     assert not verdicts["tp4_fsdp"].startswith("not allowed")
     assert SEVEN_B.hidden_size == 4096  # transformer_facts states it
+
+
+def test_the_memory_a_fix_names_is_the_first_whole_gib_from_the_need_that_fits() -> None:
+    """The host or device memory "To fit it" names: the need rounded up to a whole GiB, or the next few, as fits."""
+    from trainplan.resolve.memory import _whole_gib_that_fits
+
+    gib = 1 << 30
+    assert _whole_gib_that_fits(5 * gib + 1, lambda size: True) == 6 * gib
+    assert _whole_gib_that_fits(5 * gib + 1, lambda size: size >= 8 * gib) == 8 * gib
+    assert _whole_gib_that_fits(5 * gib + 1, lambda size: size >= 10 * gib) is None  # only a few are tried
