@@ -26,7 +26,7 @@ from trainplan import (
     TrainplanError,
     Unavailable,
 )
-from trainplan.resolve import check, place_metric, resolve
+from trainplan.resolve import check, place_metric, resolve, resolve_uncached
 from trainplan.resolve.memory import transformer_facts
 from trainplan.rules import (
     FORK_STRATEGY_FOR,
@@ -592,6 +592,18 @@ def test_rule_rejects_with_reason_and_fix(name: str) -> None:
         assert word in str(caught.value), f"{word!r} not in {caught.value}"
 
 
+@pytest.mark.parametrize(
+    ("variables", "hides"),
+    [({}, False), ({"CUDA_VISIBLE_DEVICES": "-1"}, True), ({"CUDA_VISIBLE_DEVICES": "0"}, False)],
+)
+def test_absent_cuda_blames_the_visibility_variable_only_when_it_hides_every_gpu(
+    variables: dict[str, str], hides: bool
+) -> None:
+    with pytest.raises(Unavailable) as caught:
+        resolve(Request(accelerator="cuda"), cpu(variables=variables))
+    assert ("(CUDA_VISIBLE_DEVICES hides every GPU)" in str(caught.value)) is hides
+
+
 def test_every_rule_in_the_table_is_exercised() -> None:
     exercised = {case[3] for case in CASES.values() if case[3] is not None}
     for old, _, _ in LEGACY_CONFLICTS.values():
@@ -801,6 +813,17 @@ def test_wrong_record_types_are_invalid_requests(request_value: object, env_valu
     with pytest.raises(InvalidRequest) as caught:
         resolve(request_value, env_value)  # type: ignore[arg-type]
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize("usable", [(0, 0), (2,), (True,), (-1,)])
+def test_usable_devices_that_are_not_distinct_visible_indices_are_refused(usable: tuple[int, ...]) -> None:
+    env = cuda(2, usable_cuda_devices=usable)
+    with pytest.raises(InvalidRequest, match="usable devices are distinct visible CUDA indices") as caught:
+        resolve_uncached(Request(), env)
+    assert caught.value.field == "Environment.usable_cuda_devices"
+    assert [problem.field for problem in check(Request(), env) if isinstance(problem, InvalidRequest)] == [
+        "Environment.usable_cuda_devices"
+    ]
 
 
 def test_the_counterpart_maps_are_derived_from_the_strategy_rows() -> None:
