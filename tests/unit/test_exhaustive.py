@@ -138,3 +138,17 @@ def test_the_downstream_matrix_shows_its_strategies_and_the_builtin_one_does_not
     assert "`ddp_custom_checkpoint_io`" in render_matrix(DOWNSTREAM_RULES)
     assert "`ddp_custom_checkpoint_io`" not in render_matrix()
     assert "`int8-qat`" in render_matrix(DOWNSTREAM_RULES) and "`int8-qat`" not in render_matrix()
+
+
+def test_the_matrix_says_every_mesh_rule_that_refuses() -> None:
+    """The ep rule, the cp/sp exclusion, the pipeline schedules' rules and Accelerate's refusal of sp were rows the
+    compatibility page never showed (its sp row named Accelerate's sp_size, which the adapter refuses)."""
+    from trainplan.rules import EXPERT_REGION, MESH_EXCLUSIONS, PIPELINE_SCHEDULE_RULES
+
+    text = render_matrix()
+    assert "`ep` (expert-parallel) is borrowed from " + " × ".join(f"`{name}`" for name in EXPERT_REGION) in text
+    for exclusion in MESH_EXCLUSIONS:
+        assert f"`{exclusion.dimensions[0]}` and `{exclusion.dimensions[1]}` exclude each other" in text
+    for name in PIPELINE_SCHEDULE_RULES:
+        assert f"- pipeline schedule `{name}`: " in text
+    assert "| `sp_size` (refused: see below) |" in text and "- sp above 1 under Accelerate: " in text

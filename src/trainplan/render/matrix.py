@@ -11,9 +11,12 @@ import textwrap
 
 from trainplan.rules import (
     BUILTIN_RULES,
+    EXPERT_REGION,
     MESH_BACKENDS,
     MESH_DIMENSIONS,
+    MESH_EXCLUSIONS,
     OPTION_TYPES,
+    PIPELINE_SCHEDULE_RULES,
     AutoStrategyRule,
     ClusterRule,
     Rules,
@@ -83,6 +86,8 @@ def render_matrix(rules: Rules = BUILTIN_RULES) -> str:
         refused = ", ".join(f"`{name}`" for name in dimension.precisions_refused)
         lightning = f"`{dimension.lightning_size}`" if dimension.lightning_size else "—"
         accelerate = f"`{dimension.accelerate_size}`" if dimension.accelerate_size else "—"
+        if dimension.accelerate_size and dimension.accelerate_why_not:
+            accelerate += " (refused: see below)"
         lines.append(
             f"| `{dimension.name}` ({dimension.title}) | {groups} | "
             + " | ".join(cells)
@@ -95,6 +100,26 @@ def render_matrix(rules: Rules = BUILTIN_RULES) -> str:
         "planned as written, and where its groups span hosts (or its stages straddle a node) the plan warns with "
         "the numbers."
     )
+    lines.append(
+        "- `ep` (expert-parallel) is borrowed from "
+        + " × ".join(f"`{name}`" for name in EXPERT_REGION)
+        + ", as torchtitan's is: it divides their product and adds nothing to the world size; the expert mesh is "
+        "`efsdp` × `ep`."
+    )
+    for exclusion in MESH_EXCLUSIONS:
+        first, second = exclusion.dimensions
+        lines.append(f"- `{first}` and `{second}` exclude each other: {exclusion.why}.")
+    schedules = {
+        "any": "any number of microbatches",
+        "at_least_stages": "at least as many microbatches as stages",
+        "multiple_of_rounds": "a multiple of its rounds of microbatches",
+    }
+    for schedule in PIPELINE_SCHEDULE_RULES.values():
+        least, most = schedule.virtual_stages
+        stages = f"{least} stage(s) per rank" if least == most else f"{least} or more stages per rank"
+        if most is not None and least != most:
+            stages = f"{least} to {most} stages per rank"
+        lines.append(f"- pipeline schedule `{schedule.name}`: {stages}, {schedules[schedule.microbatches]}.")
     lines.append(
         "- A mesh's collectives run over "
         + ", ".join(f"{backend} on {accelerator}" for accelerator, backend in MESH_BACKENDS.items())
@@ -112,6 +137,8 @@ def render_matrix(rules: Rules = BUILTIN_RULES) -> str:
             lines.append(f"- {dimension.name} above 1 on {accelerator}: {why}.")
         for precision_name, why in dimension.precisions_refused.items():
             lines.append(f"- {dimension.name} above 1 with {precision_name}: {why}.")
+        if dimension.accelerate_size and dimension.accelerate_why_not:
+            lines.append(f"- {dimension.name} above 1 under Accelerate: {dimension.accelerate_why_not}.")
     return "\n".join(lines)
 
 
