@@ -356,6 +356,11 @@ REFERENCE_CASES: list[tuple[dict[str, Any], str, str]] = [
         "no such backend",
     ),
     (
+        {"clusters": {**B.clusters, "slurm": _with(B.clusters["slurm"], same_job_as=("nope",))}},
+        "rules.clusters['slurm'].same_job_as",
+        "no such cluster",
+    ),
+    (
         {"default_precision": "bf16-mixed"},
         "rules.default_precision",
         "a request's default precision is fixed ('32-true'",
@@ -472,6 +477,14 @@ def test_a_downstream_accelerator_does_not_take_another_accelerators_spelling(
     assert f"the resource of {owner}:" in str(caught.value) or f"Lightning spells {owner}:" in str(caught.value)
 
 
+def test_a_resource_another_accelerator_holds_is_refused_with_where_to_read_the_right_one() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        RULES.extend(kubernetes_resources={NPU: "nvidia.com/gpu"})
+    assert caught.value.fix == (
+        "Write the resource 'npu''s device plugin advertises (what `kubectl describe node` lists under Allocatable)"
+    )
+
+
 def test_a_precision_no_family_lists_any_more_is_refused() -> None:
     """Replacing the families can orphan a downstream precision (the built-in set lists every precision)."""
     dropped = [
@@ -483,6 +496,10 @@ def test_a_precision_no_family_lists_any_more_is_refused() -> None:
     with pytest.raises(InvalidRequest, match="no family lists the precision") as caught:
         RULES.extend(families=dropped)
     assert caught.value.field == "rules.precisions['int8-qat']"
+    assert caught.value.fix == (
+        "Keep 'int8-qat' in the precisions of the family rows it runs with (a replaced family row drops what it does "
+        "not list)"
+    )
     assert RULES.extend(families=dropped[:3]).families[dropped[2].family] == dropped[2]
 
 
