@@ -37,6 +37,19 @@ def test_measured_facts_plan_a_what_if() -> None:
     assert tp.resolve(tp.Request(model=facts), env).strategy.name == "ddp"
 
 
+def test_measured_facts_say_the_precision_their_step_ran_at() -> None:
+    # no autocast in the measured step: fp32 parameters are 32-true's facts, bf16 ones bf16-true's
+    assert tp.measure_model(_small, lambda: torch.randint(0, 1000, (2, 64))).precision == "32-true"
+    bf16 = tp.measure_model(
+        lambda: torch.nn.Sequential(*(torch.nn.Linear(64, 64, dtype=torch.bfloat16) for _ in range(3))),
+        lambda: torch.randn(2, 64, dtype=torch.bfloat16),
+    )
+    assert (bf16.dtype, bf16.precision) == ("bfloat16", "bf16-true")
+    env = tp.Environment(cuda_device_count=2, cuda_memory_bytes=(1 << 30, 1 << 30))
+    with pytest.raises(tp.Incompatible, match="built for 'bf16-true'"):
+        tp.resolve(tp.Request(model=bf16, precision="bf16-mixed"), env)
+
+
 def test_a_module_that_cannot_run_is_not_measurable() -> None:
     def wrong_batch() -> torch.Tensor:
         return torch.randn(2, 3)  # floats where the embedding wants token ids

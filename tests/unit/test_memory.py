@@ -563,3 +563,53 @@ def test_the_memory_a_fix_names_is_the_first_whole_gib_from_the_need_that_fits()
     assert _whole_gib_that_fits(5 * gib + 1, lambda size: True) == 6 * gib
     assert _whole_gib_that_fits(5 * gib + 1, lambda size: size >= 8 * gib) == 8 * gib
     assert _whole_gib_that_fits(5 * gib + 1, lambda size: size >= 10 * gib) is None  # only a few are tried
+
+
+def test_an_unwritten_precision_takes_the_one_the_facts_were_built_for() -> None:
+    # the request's default is 32-true; planned at it with bf16-mixed facts, fsdp "fit" at 31.3 GiB, while facts
+    # built for 32-true need 49.6 GiB under fsdp and tp2_fsdp is the first that fits
+    plan = resolve_uncached(tp.Request(model=SEVEN_B), _gpus(8, 40))
+    assert plan.precision == "bf16-mixed" and plan.memory is not None and plan.memory.chosen == "fsdp"
+    (note,) = [note for note in plan.notes if note.code == "precision-from-model"]
+    assert note.level == "info" and "'bf16-mixed'" in note.message
+    fp32 = tp.transformer_facts(parameters=7e9, layers=32, hidden=4096, precision="32-true")
+    plan = resolve_uncached(tp.Request(model=fp32), _gpus(8, 40))
+    assert plan.precision == "32-true" and plan.memory is not None and plan.memory.chosen == "tp2_fsdp"
+    verdicts = {(item.layout, item.checkpointing): item.verdict for item in plan.memory.candidates}
+    assert verdicts["fsdp", False].startswith("needs 49.6 GiB")
+    assert "precision-from-model" not in [note.code for note in plan.notes]
+
+
+def test_a_written_precision_other_than_the_facts_is_refused_naming_both() -> None:
+    with pytest.raises(tp.Incompatible) as refused:
+        resolve_uncached(tp.Request(model=SEVEN_B, precision="32-true"), _gpus(8, 40))
+    assert refused.value.rule == "memory-precision"
+    message = str(refused.value)
+    assert "precision='32-true' was asked for" in message and "built for 'bf16-mixed'" in message
+    assert "transformer_facts(..., precision='32-true')" in message
+
+
+def test_the_resolve_cache_tells_a_written_precision_from_the_default() -> None:
+    # Request(precision="32-true") equals Request() (the default), but only the first writes it
+    planned = tp.resolve(tp.Request(model=SEVEN_B), _gpus(8, 40))
+    assert planned.precision == "bf16-mixed"
+    with pytest.raises(tp.Incompatible, match="built for 'bf16-mixed'"):
+        tp.resolve(tp.Request(model=SEVEN_B, precision="32-true"), _gpus(8, 40))
+
+
+def test_facts_written_by_hand_say_no_precision_and_take_the_requests() -> None:
+    facts = attrs.evolve(SEVEN_B, precision=None)
+    assert resolve_uncached(tp.Request(model=facts, precision="32-true"), _gpus(8, 40)).precision == "32-true"
+    with pytest.raises(tp.InvalidRequest) as refused:
+        wrong = attrs.evolve(SEVEN_B, precision="bf17")  # type: ignore[arg-type]
+        resolve_uncached(tp.Request(model=wrong), _gpus(8, 40))
+    assert refused.value.field == "model.precision"
+
+
+def test_a_plan_saved_before_model_facts_had_a_precision_reads_it_as_not_said() -> None:
+    plan = tp.resolve(tp.Request(model=SEVEN_B, precision="bf16-mixed"), _gpus(8, 40))
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["request"]["model"].pop("precision") == "bf16-mixed"
+    read = tp.Plan.from_dict(data)
+    assert read.request.model is not None and read.request.model.precision is None
+    assert (read.strategy, read.memory, read.precision) == (plan.strategy, plan.memory, plan.precision)

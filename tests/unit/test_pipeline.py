@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import attrs
 import pytest
 
 import trainplan
@@ -128,7 +129,8 @@ GOES_ON: dict[str, tuple[Request, Environment, str]] = {
         "mesh-remainder",
     ),
     "memory": (
-        Request(model=transformer_facts(parameters=70e9), precision="transformer-engine"),
+        # facts that say no precision of their own: the request's is theirs
+        Request(model=attrs.evolve(transformer_facts(parameters=70e9), precision=None), precision="transformer-engine"),
         Environment(cuda_device_count=1, cuda_memory_bytes=(24 << 30,), host_memory_bytes=64 << 30),
         "precision-package",
     ),

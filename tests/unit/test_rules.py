@@ -576,6 +576,13 @@ CASES: dict[str, Case] = {
         "memory-strategy-too-big",
         ("strategy 'ddp' will not fit", "These fit: fsdp"),
     ),
+    "precision other than the facts'": (
+        {"model": transformer_facts(parameters=7e9), "precision": "32-true"},
+        cuda(8, cuda_memory_bytes=(40 << 30,) * 8),
+        Incompatible,
+        "memory-precision",
+        ("built for 'bf16-mixed'", "precision='32-true'", "leave precision unwritten"),
+    ),
 }
 
 

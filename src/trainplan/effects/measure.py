@@ -12,13 +12,13 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from trainplan.effects.extras import require_torch
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.memory import ModelFacts
-from trainplan.spec.names import HOST_DEVICE
+from trainplan.spec.names import HOST_DEVICE, PrecisionName
 
 if TYPE_CHECKING:
     import torch
@@ -166,6 +166,7 @@ def measure_model(
         warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     samples = int(arguments[0].shape[0]) if arguments and arguments[0].dim() else 1
     parameters = list(model.parameters())
+    dtype = str(parameters[0].dtype).removeprefix("torch.") if parameters else "float32"
     largest = max((_module_bytes(layer) for layer in layers), default=_module_bytes(model))
     in_layers = sum(_module_bytes(layer) for layer in layers)
     return ModelFacts(
@@ -183,8 +184,19 @@ def measure_model(
         optimizer_step_bytes=max(_category(peak, "OPT") - _category(after, "OPT"), 0),
         batch_size=samples,
         hidden_size=layer_input[0][1] if layer_input else 0,
-        dtype=str(parameters[0].dtype).removeprefix("torch.") if parameters else "float32",
+        dtype=dtype,
+        precision=MEASURED_PRECISION.get(dtype),
     )
+
+
+MEASURED_PRECISION: Final[Mapping[str, PrecisionName]] = {
+    "float32": "32-true",
+    "bfloat16": "bf16-true",
+    "float16": "16-true",
+    "float64": "64-true",
+}
+"""The precision a measured step ran at, by its parameters' dtype: the step runs without autocast, so the module's
+own dtype throughout (another dtype: not said)."""
 
 
 FAKE_TENSOR_LOGGERS: Final = ("torch._subclasses.fake_tensor",)

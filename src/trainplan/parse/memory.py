@@ -17,11 +17,19 @@ from trainplan.parse.wire import Reader
 from trainplan.rules.memory import MODEL_DTYPES
 from trainplan.spec.errors import InvalidRequest, PlanFormatError, a_kind
 from trainplan.spec.memory import MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
+from trainplan.spec.names import CUSTOM_PRECISION, PRECISIONS
 from trainplan.spec.numbers import foreign_integer
 
 R = TypeVar("R")
 
-_KINDS: Final[Mapping[str, type]] = {"int": int, "float": float, "bool": bool, "str": str, "StrategyKey": str}
+_KINDS: Final[Mapping[str, type]] = {
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "str": str,
+    "StrategyKey": str,
+    "PrecisionKey": str,
+}
 _AT_LEAST_ONE: Final = frozenset({"parameter_count", "layer_count", "batch_size"})
 """The counts of `ModelFacts` that cannot be zero (every other byte count may be)."""
 MAX_BYTES: Final = 1 << 62
@@ -91,6 +99,9 @@ def model_facts(value: object) -> ModelFacts | None:
         )
     for field in attrs.fields(ModelFacts):
         number: object = getattr(value, field.name)
+        if field.name == "precision":
+            _check_precision(number)
+            continue
         if _kind(ModelFacts, field.name) is str:
             if not isinstance(number, str) or number not in MODEL_DTYPES:
                 raise InvalidRequest(
@@ -153,6 +164,19 @@ _CONSISTENCY: Final[tuple[tuple[str, Callable[[ModelFacts], bool], Callable[[Mod
 """Facts that cannot all be true together: (the field named, when it is broken, why, what to write)."""
 
 
+def _check_precision(value: object) -> None:
+    """`ModelFacts.precision`: None (not said), or a precision's name in its normal form."""
+    if value is None or (isinstance(value, str) and (value in PRECISIONS or CUSTOM_PRECISION.fullmatch(value))):
+        return
+    raise InvalidRequest(
+        field="model.precision",
+        value=value,
+        reason="it is the training precision the facts were built or measured for, by its normal name",
+        allowed=PRECISIONS,
+        fix="Write e.g. precision='bf16-mixed' (as transformer_facts(precision=...) does), or None when not known",
+    )
+
+
 def _bad_fact(name: str, value: object, reason: str) -> InvalidRequest:
     return InvalidRequest(
         field=f"model.{name}",
@@ -192,8 +216,9 @@ def to_dict(record: object) -> dict[str, object] | None:
     return None if record is None else attrs.asdict(record)  # type: ignore[arg-type]
 
 
-_ADDED_LATER: Final = frozenset({"hidden_size"})
-"""Fields a plan saved before they existed lacks (`ModelFacts.hidden_size`, 0: not known): read as their default."""
+_ADDED_LATER: Final = frozenset({"hidden_size", "precision"})
+"""Fields a plan saved before they existed lacks (`ModelFacts.hidden_size`, 0: not known; `ModelFacts.precision`,
+None: not said): read as their default."""
 
 
 def _record(read: Reader, record: type[R]) -> R:

@@ -377,6 +377,7 @@ def transformer_facts(
         batch_size=batch_size,
         hidden_size=hidden,
         dtype="bfloat16" if weights == 2 else "float32" if weights == 4 else "float64",
+        precision=precision,
     )
 
 

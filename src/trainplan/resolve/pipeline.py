@@ -57,6 +57,8 @@ STEPS: Final[tuple[Step, ...]] = (
     Step("environment", environment.check_facts),
     # 3. The request's fields in normal form (a refused one takes its default).
     Step("normalise", normalise.normalise),
+    # 3a. The precision the model's facts were built for: an unwritten precision takes it, another is refused.
+    Step("model_precision", memory.take_model_precision),
     # 4. The cluster, from the environment's variables, and the nodes.
     Step("cluster", cluster.read_cluster, instead=cluster.this_machine),
     # 5. The accelerator, and that it is there.
@@ -103,7 +105,9 @@ def resolve(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) ->
     if not isinstance(given[0], Request) or not isinstance(given[1], Environment):
         return resolve_uncached(request, env, rules)  # reports the wrong type as an InvalidRequest
     try:
-        return _resolve_cached(request, request.notes, env, rules, _types(request, env))
+        # `given` is no part of a request's equality, but which fields were written decides (an unwritten precision
+        # takes the model's facts'), so it is part of the key
+        return _resolve_cached(request, request.notes, request.given, env, rules, _types(request, env))
     except (TypeError, ValueError, RecursionError) as error:
         if isinstance(error, TrainplanError):
             raise  # a refusal (InvalidRequest is a ValueError too): raised once, never cached
@@ -114,7 +118,9 @@ def resolve(request: Request, env: Environment, rules: Rules = BUILTIN_RULES) ->
 
 
 @functools.lru_cache(maxsize=1024)
-def _resolve_cached(request: Request, notes: object, env: Environment, rules: Rules, types: object) -> Plan:
+def _resolve_cached(
+    request: Request, notes: object, given: frozenset[str], env: Environment, rules: Rules, types: object
+) -> Plan:
     return resolve_uncached(request, env, rules)
 
 

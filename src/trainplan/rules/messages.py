@@ -34,7 +34,7 @@ RefusalId = Literal[
     "mesh-accelerator", "mesh-backend", "mesh-precision", "mesh-expert", "mesh-exclusive", "pipeline-virtual-stages",
     "pipeline-microbatches", "mesh-option-unused", "mesh-group-backend",
     # memory
-    "memory-nothing-fits", "memory-strategy-too-big",
+    "memory-nothing-fits", "memory-strategy-too-big", "memory-precision",
 ]
 """Every refusal's id, a row of `RULES` each: the refusal helpers take one, so a type checker catches a misspelt id."""
 # fmt: on
@@ -336,6 +336,18 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
             "after the policy's {headroom} headroom"
         ),
         fix="{fix}",
+    ),
+    "memory-precision": Rule(
+        reason=(
+            "precision={precision!r} was asked for, but the model's facts were built for {facts!r}: their bytes a "
+            "parameter, gradients, optimizer states and activations are {facts!r}'s, and no single factor turns "
+            "them into another precision's (mixed precision keeps fp32 master weights, activations change width "
+            "layer by layer)"
+        ),
+        fix=(
+            "Build the facts for it (transformer_facts(..., precision={precision!r}); a measured module: build it "
+            "in that precision's dtype), or leave precision unwritten to plan at the facts' {facts!r}"
+        ),
     ),
     "mesh-product": Rule(
         reason=(

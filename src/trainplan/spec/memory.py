@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import attrs
 
-from trainplan.spec.names import StrategyKey
+from trainplan.spec.names import PrecisionKey, StrategyKey
 
 GIB = 1 << 30
 
@@ -49,6 +49,12 @@ class ModelFacts:
     """The width of a block's input (a transformer's hidden size), which tensor parallelism splits; 0: not known."""
     dtype: str = "bfloat16"
     """The parameters' dtype as measured or assumed (for the explanation)."""
+    precision: PrecisionKey | None = None
+    """The training precision the facts were built or measured for: their bytes a parameter and their activations
+    follow it (`transformer_facts(precision=...)` says it; `measure_model` measures a step without autocast, so its
+    facts are the parameters' dtype's '-true' precision). A request that writes no precision takes it; one that
+    writes another is refused, since no factor turns one precision's facts into another's. None: not said (facts
+    written by hand), and the request's precision is taken as theirs."""
 
     @property
     def activation_bytes_per_layer(self) -> int:

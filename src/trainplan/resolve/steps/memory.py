@@ -22,9 +22,45 @@ from trainplan.resolve.memory import (
 )
 from trainplan.resolve.refusal import incompatible
 from trainplan.rules.memory import MEMORY_ACCELERATORS, MemoryLayout
+from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.memory import GIB, MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.options import FSDPOptions, ModelParallelOptions
 from trainplan.spec.sizes import compared, size
+
+
+def take_model_precision(draft: Draft) -> None:
+    """The model's facts say which precision they were built or measured for: a request that writes no precision
+    takes theirs (with a note); one that writes another is refused (the facts cannot be rescaled to it honestly)."""
+    facts = draft.fields.model
+    if facts is None or facts.precision is None or facts.precision == draft.fields.precision:
+        return
+    if facts.precision not in draft.rules.precisions:
+        draft.refuse(
+            InvalidRequest(
+                field="model.precision",
+                value=facts.precision,
+                reason="the rule set has no such precision",
+                allowed=tuple(draft.rules.precisions),
+                fix="Write the precision the facts were built for, e.g. precision='bf16-mixed', or None",
+            )
+        )
+        return
+    if "precision" not in draft.request.given:
+        draft.note(
+            "precision-from-model",
+            "info",
+            f"precision={facts.precision!r}: the model's facts were built for it and the request wrote no precision "
+            f"(the default is {draft.fields.precision!r}); write precision= to state it",
+        )
+        draft.fields.precision = facts.precision
+        return
+    draft.refuse(
+        incompatible(
+            "memory-precision",
+            {"precision": draft.fields.precision, "model": facts.parameter_count},
+            facts=facts.precision,
+        )
+    )
 
 
 def _hardware(draft: Draft) -> Hardware | None:
