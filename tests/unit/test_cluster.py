@@ -706,6 +706,21 @@ class TestANewClusterIsOneRow:
                             code="x",
                             unset=frozenset({"A"}),
                             tasks=("B",),
+                            when_one="alone",
+                            when_many="alone",
+                            message="{",
+                        ),
+                    )
+                },
+                "rules.clusters['pbs'].not_tasks[0].message",
+            ),
+            (
+                {
+                    "not_tasks": (
+                        NotATask(
+                            code="x",
+                            unset=frozenset({"A"}),
+                            tasks=("B",),
                             when_one="maybe",  # type: ignore[arg-type]  # no such verdict: what is refused
                             when_many="alone",
                         ),
@@ -719,6 +734,46 @@ class TestANewClusterIsOneRow:
         with pytest.raises(InvalidRequest) as caught:
             BUILTIN_RULES.extend(clusters=[attrs.evolve(PBS, **changes)])
         assert caught.value.field == field
+
+    @pytest.mark.parametrize(
+        ("changes", "words"),
+        [
+            (
+                {"name": CustomName("Pbs")},
+                "is not accepted: a downstream name is lowercase letters, digits and underscores, starting with a "
+                "letter",
+            ),
+            ({"started_by_fact": "PBS_MOM"}, "started_by_fact='PBS_MOM' is not accepted: it names a fact of"),
+            ({"not_tasks": ("PBS_MOM",)}, "is not accepted: it is a NotATask: a process with the variables"),
+            (
+                {
+                    "not_tasks": (
+                        NotATask(
+                            code="x",
+                            unset=frozenset({"A"}),
+                            tasks=("B",),
+                            when_one="alone",
+                            when_many="alone",
+                            level="loud",  # type: ignore[arg-type]  # the check under test
+                        ),
+                    )
+                },
+                "level='loud' is not accepted: no such level",
+            ),
+        ],
+    )
+    def test_a_malformed_row_is_refused_in_words_naming_the_value(self, changes: dict[str, Any], words: str) -> None:
+        with pytest.raises(InvalidRequest, match=re.escape(words)):
+            BUILTIN_RULES.extend(clusters=[attrs.evolve(PBS, **changes)])
+
+    def test_a_second_new_row_cannot_take_a_built_in_rows_priority(self) -> None:
+        """The priorities taken grow with each row added; the built-in rows' stay taken."""
+        other = attrs.evolve(PBS, name=CustomName("pbs2"), detect_variables=(frozenset({"PBS2_JOBNUM"}),))
+        slurm = BUILTIN_RULES.clusters["slurm"].detect_priority
+        for rows in ([PBS, attrs.evolve(other, detect_priority=slurm)], [PBS, attrs.evolve(other, detect_priority=8)]):
+            with pytest.raises(InvalidRequest, match="has that priority too") as caught:
+                BUILTIN_RULES.extend(clusters=rows)
+            assert caught.value.field == "rules.clusters['pbs2'].detect_priority"
 
     @pytest.mark.parametrize(
         ("changes", "field"),
