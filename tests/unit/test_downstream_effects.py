@@ -294,7 +294,10 @@ def _spelled(**changes: Any) -> FrameworkAccelerator:
         ({"framework_accelerators": [_spelled(accelerate_processes=1)]}, "True or False"),
         ({"framework_accelerators": [RULES.accelerators[NPU]]}, "each row is a FrameworkAccelerator"),
         ({"kubernetes_resources": {"cuda": "nvidia.com/gpu"}}, "a built-in accelerator's"),
-        ({"kubernetes_resources": {NPU: "Ascend910"}}, "domain/name"),
+        (
+            {"kubernetes_resources": {NPU: "Ascend910"}},
+            "domain/name. Write e.g. 'huawei.com/Ascend910' (what `kubectl describe node` lists under Allocatable).",
+        ),
         ({"kubernetes_resources": {NPU: 2}}, "domain/name"),
         ({"kubernetes_resources": [NPU]}, "not a list"),
     ],
