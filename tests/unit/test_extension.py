@@ -360,7 +360,7 @@ def _option(**fields: object) -> OptionRow:
         (
             _option(torch=ProcessGroupTimeout(), accelerate=ProcessGroupTimeout()),
             "rules.options['ddp', 'bucket_cap_mb'].torch",
-            "already has the process group's timeout",
+            "already has the process group's timeout, 'timeout_seconds'",
         ),
         (_option(torch=ProcessGroupTimeout()), "rules.options['ddp', 'bucket_cap_mb'].accelerate", "is one"),
         (
