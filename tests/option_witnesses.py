@@ -109,15 +109,19 @@ def _reached(row: OptionRow) -> list[OptionTarget]:
 
 
 def _companions(row: OptionRow, rows: tuple[OptionRow, ...]) -> Iterator[dict[str, object]]:
-    """The other options' values to try beside the row's: none, what it needs, what carries it, then any one."""
+    """The other options' values to try beside the row's: none, what it needs, what carries it, then any one, then
+    any two (an interleaved schedule's stages per rank need both pp above 1 and an interleaved schedule)."""
     needed = dict(row.needs.values) if row.needs is not None else {}
     yield needed
     carriers = {name for spelling in spellings(row).values() if isinstance(spelling, Carried) for name in spelling.by}
-    others = [other for other in rows if other.name != row.name]
-    for other in sorted(others, key=lambda other: other.name not in carriers):
+    others = [other for other in rows if other.name != row.name and other.name not in needed]
+    others.sort(key=lambda other: other.name not in carriers)
+    for other in others:
         for value in candidates(other):
-            if other.name not in needed:
-                yield {**needed, other.name: value}
+            yield {**needed, other.name: value}
+    for first, second in itertools.combinations(others, 2):
+        for one, two in itertools.product(candidates(first), candidates(second)):
+            yield {**needed, first.name: one, second.name: two}
 
 
 def witness(row: OptionRow, rules: Rules) -> Witness | None:

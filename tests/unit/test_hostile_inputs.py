@@ -412,3 +412,15 @@ def test_the_effects_refuse_what_is_not_a_plan_with_its_article() -> None:
             call()
     with pytest.raises(tp.TrainplanError, match=r"launch_script takes a trainplan\.Plan, not a dict"):
         launch_script({}, ["train.py"])  # type: ignore[arg-type]
+
+
+def test_stages_per_rank_no_schedule_fits_are_refused_not_a_stopiteration() -> None:
+    """pp=2, pp_virtual_stages=77, pp_microbatches=77: no schedule fits, and the search for one to suggest ran dry
+    (StopIteration out of resolve)."""
+    import trainplan as tp
+
+    options = tp.ModelParallelOptions(pp=2, pp_virtual_stages=77, pp_microbatches=77)
+    with pytest.raises(tp.Incompatible) as refused:
+        resolve(Request(accelerator="cpu", devices=2, strategy="model_parallel", strategy_options=options), cpu())
+    assert refused.value.rule == "pipeline-virtual-stages"
+    assert "Use pp_virtual_stages=1, or pp_schedule='Interleaved1F1B'" in str(refused.value)

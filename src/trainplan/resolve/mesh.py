@@ -256,10 +256,23 @@ def _pipeline(options: ModelParallelOptions, pp: int) -> PipelineLayout:
     if broken is not None:
         rule, why = broken
         least, _ = row.virtual_stages
+        # A schedule these numbers fit, else one that takes this many stages per rank (its microbatches then said
+        # by its own refusal), else this one (pp_virtual_stages=77 with 77 microbatches fits no schedule).
         other = next(
-            name
-            for name, candidate in PIPELINE_SCHEDULE_RULES.items()
-            if pipeline_violation(name, pp, virtual, microbatches) is None or candidate.virtual_stages[0] == virtual
+            (
+                name
+                for name, candidate in PIPELINE_SCHEDULE_RULES.items()
+                if pipeline_violation(name, pp, virtual, microbatches) is None or candidate.virtual_stages[0] == virtual
+            ),
+            next(
+                (
+                    name
+                    for name, candidate in PIPELINE_SCHEDULE_RULES.items()
+                    if candidate.virtual_stages[0] <= virtual
+                    and (candidate.virtual_stages[1] is None or virtual <= candidate.virtual_stages[1])
+                ),
+                options.pp_schedule,
+            ),
         )
         rounds = max(1, microbatches // pp)
         fit = pp * virtual if row.microbatches == "at_least_stages" else microbatches - microbatches % rounds or pp
