@@ -78,8 +78,13 @@ def test_a_backend_that_cannot_be_is_refused_with_the_fix(
 
 
 def test_a_backend_no_mesh_runs_over_and_a_dimension_that_is_none_are_refused_by_name() -> None:
-    with pytest.raises(InvalidRequest, match=r"strategy_options.tp_group_backend='mpi'.*None, 'nccl', 'gloo'"):
+    with pytest.raises(InvalidRequest, match=r"tp_group_backend='mpi'.*'nccl', 'gloo', or leave it unset \(None\)"):
         mesh_plan(cuda(4), tp=2, tp_group_backend="mpi")
+    # 'none' (the CLI's text) was told "Did you mean 'None'?", and 'None' then refused as text.
+    with pytest.raises(InvalidRequest) as refused:
+        mesh_plan(cuda(4), tp=2, tp_group_backend="none")
+    assert refused.value.suggestion is None and "Did you mean" not in str(refused.value)
+    assert "or leave it unset (None)" in str(refused.value)
     config = {"strategy": "model_parallel", "strategy_options": {"tq_group_backend": "gloo"}}
     with pytest.raises(InvalidRequest, match=r"'tq_group_backend'.*'tp_group_backend'"):
         Request.from_config(config)

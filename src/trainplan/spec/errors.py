@@ -106,7 +106,10 @@ class InvalidRequest(TrainplanError, ValueError):
         self.value = value
         self.reason = reason
         self.allowed = tuple(allowed)
-        self.suggestion = suggestion if suggestion is not None else did_you_mean(value, self.allowed)
+        # None is no word to suggest for a text ('none' would become 'None', itself refused as text): it is said as
+        # leaving the field unset.
+        spelled = tuple(name for name in self.allowed if name is not None)
+        self.suggestion = suggestion if suggestion is not None else did_you_mean(value, spelled)
         if self.suggestion is not None and self.suggestion == str(value):
             self.suggestion = None  # suggesting the refused value itself helps nobody
         parts = [f"{field}={shown(value)} is not accepted: {reason}."]
@@ -115,8 +118,12 @@ class InvalidRequest(TrainplanError, ValueError):
         if fix is not None:
             parts.append(fix if fix.endswith(".") else fix + ".")
         elif self.allowed:
-            names = ", ".join(repr(name) for name in self.allowed)
-            parts.append(f"Write one of: {names}.")
+            names = ", ".join(repr(name) for name in spelled)
+            unset = len(spelled) < len(self.allowed)
+            if not spelled:
+                parts.append("Leave it unset (None).")
+            else:
+                parts.append(f"Write one of: {names}" + (", or leave it unset (None)." if unset else "."))
         self.fix = fix
         super().__init__(" ".join(parts))
 
