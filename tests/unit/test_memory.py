@@ -394,7 +394,7 @@ def test_small_sizes_print_in_a_unit_that_shows_the_difference() -> None:
     message = str(refused.value)
     assert "0.0 GiB" not in message
     assert "1 device(s) of 20.0 MiB (18.0 MiB each" in message
-    assert "host memory: 45.8 MiB a node > 30.0 MiB" in message
+    assert "host memory: 45.8 MiB a node > 27.0 MiB (30.0 MiB less 10% headroom)" in message
     hundred_mib = tp.Environment(cuda_device_count=1, cuda_memory_bytes=(100 << 20,))
     explained = tp.resolve(tp.Request(model=small), hundred_mib).explain()
     assert "memory per device (MiB): 100.0 a device, budget 90.0" in explained
@@ -613,3 +613,43 @@ def test_a_plan_saved_before_model_facts_had_a_precision_reads_it_as_not_said() 
     read = tp.Plan.from_dict(data)
     assert read.request.model is not None and read.request.model.precision is None
     assert (read.strategy, read.memory, read.precision) == (plan.strategy, plan.memory, plan.precision)
+
+
+def test_the_host_verdict_prints_the_room_the_check_used() -> None:
+    # it printed "57.9 GiB a node > 64.0 GiB" while the check compared with 64 GiB less the headroom
+    env = memory_world(1, 24 * GIB, 64 * GIB)
+    with pytest.raises(tp.Incompatible) as refused:
+        resolve_uncached(tp.Request(model=SEVENTY_B), env)
+    assert "a node > 57.6 GiB (64.0 GiB less 10% headroom)" in str(refused.value)
+
+
+def test_without_the_host_memory_offload_is_not_checked_and_not_chosen() -> None:
+    # 70B on one 24 GiB GPU chose fsdp_offload + ckpt, needing 1043 GiB of host memory nobody had stated
+    one_24gb = _gpus(1, 24)
+    with pytest.raises(tp.Incompatible) as refused:
+        resolve_uncached(tp.Request(model=SEVENTY_B), one_24gb)
+    message = str(refused.value)
+    assert "host memory not known: not checked (1043.1 GiB a node to offload)" in message
+    assert "state each node's host memory (Environment(host_memory_bytes=...), --host-memory 1TiB)" in message
+    with_host = resolve_uncached(tp.Request(model=SEVENTY_B), attrs.evolve(one_24gb, host_memory_bytes=2 << 40))
+    assert with_host.memory is not None and with_host.memory.chosen == "fsdp_offload"
+
+
+def test_an_explicit_offload_strategy_without_the_host_memory_is_taken_with_a_warning() -> None:
+    plan = resolve_uncached(tp.Request(model=SEVENTY_B, strategy="fsdp_cpu_offload"), _gpus(1, 24))
+    assert plan.memory is not None and plan.memory.chosen == "fsdp_offload"
+    (note,) = [note for note in plan.notes if note.code == "memory-host-not-checked"]
+    assert note.level == "warning" and "1043.1 GiB a node" in note.message
+
+
+def test_trainplan_fit_without_host_memory_chooses_no_offload(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        tp.cli.main(["fit", "--params", "70B", "--gpus", "1x24GiB"])
+    assert exited.value.code == 2
+    assert "host memory not known" in capsys.readouterr().err
+
+
+def test_an_explicit_strategy_refused_says_its_breakdown_is_with_checkpointing() -> None:
+    with pytest.raises(tp.Incompatible) as refused:
+        resolve_uncached(tp.Request(model=SEVEN_B, strategy="ddp"), _gpus(8, 40))
+    assert "130.4 GiB needed per rank even with activation checkpointing (" in str(refused.value)

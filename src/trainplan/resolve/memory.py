@@ -23,7 +23,7 @@ from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.memory import GIB, MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.names import AcceleratorKey, PrecisionKey
 from trainplan.spec.numbers import foreign_integer
-from trainplan.spec.sizes import compared
+from trainplan.spec.sizes import compared, size
 
 MAX_WORLD_SEARCHED = 1 << 16
 """How far a refusal looks for the number of devices that would fit (a model past it names no count)."""
@@ -139,10 +139,22 @@ def judge(estimated: MemoryEstimate, budget: int, hardware: Hardware, policy: Me
         needed, available = compared(estimated.total, budget)
         return attrs.evolve(estimated, verdict=f"needs {needed} > {available}")
     host_needed = estimated.host * hardware.processes_per_node
-    if hardware.host_bytes is not None and host_needed > hardware.host_bytes * (1 - policy.headroom):
-        needed, available = compared(host_needed, hardware.host_bytes)
-        return attrs.evolve(estimated, verdict=f"host memory: {needed} a node > {available}")
+    if host_needed and hardware.host_bytes is None:
+        # offload moves the states to host memory: a layout that may not fit there is not chosen on trust
+        return attrs.evolve(estimated, verdict=f"{HOST_NOT_KNOWN} ({size(host_needed)} a node to offload)")
+    host_room = None if hardware.host_bytes is None else int(hardware.host_bytes * (1 - policy.headroom))
+    if host_room is not None and host_needed > host_room:
+        needed, available = compared(host_needed, host_room)  # the room the check used: the host less the headroom
+        return attrs.evolve(
+            estimated,
+            verdict=f"host memory: {needed} a node > {available} ({size(hardware.host_bytes or 0)} less "
+            f"{policy.headroom:.0%} headroom)",
+        )
     return attrs.evolve(estimated, fits=True, verdict="fits")
+
+
+HOST_NOT_KNOWN: Final = "host memory not known: not checked"
+"""The verdict's start for an offloading layout when the nodes' host memory is not stated: it is not chosen."""
 
 
 def candidates(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> Iterator[MemoryEstimate]:
@@ -382,6 +394,7 @@ def transformer_facts(
 
 
 __all__ = [
+    "HOST_NOT_KNOWN",
     "Hardware",
     "biggest_model",
     "candidates",

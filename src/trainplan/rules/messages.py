@@ -332,7 +332,7 @@ RULES: Final[Mapping[RefusalId, Rule]] = {
     ),
     "memory-strategy-too-big": Rule(
         reason=(
-            "strategy {strategy!r} will not fit: {needed} needed per rank ({breakdown}), {budget} per device "
+            "strategy {strategy!r} will not fit: {needed} needed per rank{how} ({breakdown}), {budget} per device "
             "after the policy's {headroom} headroom"
         ),
         fix="{fix}",

@@ -8,8 +8,10 @@ import attrs
 
 from trainplan.resolve.draft import Draft
 from trainplan.resolve.memory import (
+    HOST_NOT_KNOWN,
     Hardware,
     biggest_model,
+    candidates,
     choose,
     closest,
     device_memory_needed,
@@ -151,6 +153,13 @@ def _ways_out(
     denser = devices_per_node_needed(facts, hardware, policy, rules)
     if denser is not None and (more_nodes is None or denser * nodes != more_nodes * per_node):
         changes.append(f"use {denser} such devices {'on one node' if nodes == 1 else f'a node on the {nodes} nodes'}")
+    if hardware.host_bytes is None and any(
+        item.verdict.startswith(HOST_NOT_KNOWN) for item in candidates(facts, hardware, policy, rules)
+    ):
+        changes.append(
+            "state each node's host memory (Environment(host_memory_bytes=...), --host-memory 1TiB): offloading "
+            "layouts were not checked against it, so none was chosen"
+        )
     host_needed = host_memory_needed(facts, hardware, policy, rules)
     if host_needed is not None and hardware.host_bytes is not None:
         changes.append(f"give each node {host_needed // GIB} GiB of host memory ({size(hardware.host_bytes)} here)")
@@ -239,6 +248,17 @@ def check_memory(draft: Draft) -> None:
         if why_not_allowed(layout, checkpointing, hardware, policy, draft.rules) is None or not checkpointing
     ]
     fitting = next((item for item in own if item.fits), None)
+    if fitting is None:
+        # an explicit offloading strategy is the user's call on host memory nobody stated: taken, and said
+        fitting = next((item for item in own if item.verdict.startswith(HOST_NOT_KNOWN)), None)
+        if fitting is not None:
+            draft.note(
+                "memory-host-not-checked",
+                "warning",
+                f"strategy {draft.strategy_name!r} offloads {size(fitting.host * hardware.processes_per_node)} a node "
+                "to host memory, which was not checked: the host's memory is not known (state it with "
+                "Environment(host_memory_bytes=...) or --host-memory 1TiB)",
+            )
     draft.memory = attrs.evolve(
         everything,
         chosen=layout.name if fitting is not None else None,
@@ -251,6 +271,7 @@ def check_memory(draft: Draft) -> None:
                 "memory-strategy-too-big",
                 {"strategy": draft.strategy_name, "model": facts.parameter_count},
                 needed=compared(own[-1].total, everything.budget_bytes)[0],
+                how=" even with activation checkpointing" if own[-1].checkpointing else "",
                 breakdown=_breakdown(own[-1]),
                 budget=compared(own[-1].total, everything.budget_bytes)[1],
                 headroom=f"{policy.headroom:.0%}",
