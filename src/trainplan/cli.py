@@ -1093,7 +1093,13 @@ def _run_fit(arguments: argparse.Namespace) -> int:
         f"batch {facts.batch_size} per GPU, {precision}"
     )
     if plan.memory is None:
-        print(f"strategy: {plan.strategy.name} (the GPUs' memory is not known: pass --gpus 8x40GiB)")
+        codes = {note.code for note in plan.notes}
+        why = (
+            "the GPUs' memory is not known: pass --gpus 8x40GiB"
+            if "memory-unknown" in codes
+            else f"memory not checked: no arithmetic for strategy {plan.strategy.name!r}"
+        )
+        print(f"strategy: {plan.strategy.name} ({why})")
         return 0
     chosen = plan.memory.estimate
     ckpt = " with activation checkpointing" if chosen is not None and chosen.checkpointing else ""

@@ -15,6 +15,7 @@ from tests.helpers import memory_world, ways_out
 from trainplan.resolve import resolve_uncached
 from trainplan.resolve.memory import estimate
 from trainplan.rules.memory import MEMORY_LAYOUTS
+from trainplan.spec.names import StrategyName
 
 LAYOUTS = {layout.name: layout for layout in MEMORY_LAYOUTS}
 GB = 10**9
@@ -653,3 +654,37 @@ def test_an_explicit_strategy_refused_says_its_breakdown_is_with_checkpointing()
     with pytest.raises(tp.Incompatible) as refused:
         resolve_uncached(tp.Request(model=SEVEN_B, strategy="ddp"), _gpus(8, 40))
     assert "130.4 GiB needed per rank even with activation checkpointing (" in str(refused.value)
+
+
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork", "ddp_find_unused_parameters_true", "ddp_notebook"])
+def test_every_ddp_flavour_is_checked_by_ddps_arithmetic(strategy: StrategyName) -> None:
+    # they gave plan.memory=None with no note: DDP's replicas, however the processes start
+    with pytest.raises(tp.Incompatible) as refused:
+        resolve_uncached(tp.Request(model=SEVEN_B, strategy=strategy), _gpus(8, 80))
+    assert f"strategy {strategy!r} will not fit: 130.4 GiB" in str(refused.value)
+    small = tp.transformer_facts(parameters=1e8, layers=12, hidden=768, sequence=1024)
+    plan = resolve_uncached(tp.Request(model=small, strategy=strategy), _gpus(8, 80))
+    assert plan.memory is not None and plan.memory.chosen == "ddp" and plan.memory.estimate is not None
+
+
+def test_deepspeed_stage_3_offload_is_checked_by_the_offload_row() -> None:
+    env = _gpus(8, 80, host_memory_bytes=2 << 40, packages=frozenset({"deepspeed"}))
+    plan = resolve_uncached(tp.Request(model=SEVEN_B, strategy="deepspeed_stage_3_offload"), env)
+    assert plan.memory is not None and plan.memory.chosen == "zero3_offload"
+    assert plan.memory.estimate is not None and plan.memory.estimate.host > 0
+
+
+@pytest.mark.parametrize("strategy", ["dp", "deepspeed"])
+def test_a_strategy_with_no_arithmetic_says_its_memory_was_not_checked(strategy: StrategyName) -> None:
+    env = _gpus(8, 80, packages=frozenset({"deepspeed"}))
+    plan = resolve_uncached(tp.Request(model=SEVEN_B, strategy=strategy), env)
+    assert plan.memory is None
+    (note,) = [note for note in plan.notes if note.code == "memory-not-checked"]
+    assert note.level == "warning" and f"memory not checked for strategy {strategy!r}" in note.message
+
+
+def test_trainplan_fit_says_why_a_strategy_was_not_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    # it printed "the GPUs' memory is not known: pass --gpus 8x40GiB" with --gpus 8x80GiB given
+    assert tp.cli.main(["fit", "--params", "7e9", "--gpus", "8x80GiB", "--strategy", "dp"]) == 0
+    out = capsys.readouterr().out
+    assert "memory not checked: no arithmetic for strategy 'dp'" in out and "not known" not in out

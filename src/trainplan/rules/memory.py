@@ -162,6 +162,19 @@ MEMORY_LAYOUTS: Final[tuple[MemoryLayout, ...]] = (
 """Every candidate layout, by the strategy that runs it."""
 
 
+SAME_ARITHMETIC: Final[dict[str, tuple[str, str]]] = {
+    # every DDP flavour holds DDP's replicas and buckets: how the processes start (spawn, fork, a notebook) and
+    # whether the reducer searches for unused parameters leave the memory of a step as DDP's
+    "ddp": ("ddp", "ddp"),
+    # DeepSpeed's stage 3 offload preset (offload_optimizer and offload_parameters) moves parameters, gradients and
+    # optimizer states to host memory, sharded: FSDP's CPU offload row
+    "deepspeed_stage_3_offload": ("fsdp_offload", "zero3_offload"),
+}
+"""An explicit strategy no layout row names, keyed by the strategy or its family: (the row whose arithmetic it
+runs, the name its estimate takes). A strategy neither names (dp, deepspeed with a config, stage 1 offload, NVMe
+offload, a custom one) is not checked, and the plan says so."""
+
+
 @attrs.frozen(kw_only=True)
 class MemoryOrder:
     """The order candidates are preferred in: each on-device layout without recomputation, then each with it, then
@@ -238,6 +251,7 @@ __all__ = [
     "MEMORY_ORDER",
     "MEMORY_POLICY",
     "MODEL_DTYPES",
+    "SAME_ARITHMETIC",
     "WHAT_IF_PRECISION",
     "WHAT_IF_VOCABULARY",
     "MemoryLayout",

@@ -23,7 +23,7 @@ from trainplan.resolve.memory import (
     why_not_allowed,
 )
 from trainplan.resolve.refusal import incompatible
-from trainplan.rules.memory import MEMORY_ACCELERATORS, MemoryLayout
+from trainplan.rules.memory import MEMORY_ACCELERATORS, SAME_ARITHMETIC, MemoryLayout
 from trainplan.spec.errors import InvalidRequest
 from trainplan.spec.memory import GIB, MemoryEstimate, MemoryPlan, MemoryPolicy, ModelFacts
 from trainplan.spec.options import FSDPOptions, ModelParallelOptions
@@ -223,7 +223,9 @@ def layout_of(draft: Draft) -> MemoryLayout | None:
         if isinstance(options, ModelParallelOptions) and draft.mesh is not None:
             return attrs.evolve(layout, name=f"tp{draft.mesh.sizes['tp']}_fsdp", tensor_parallel=draft.mesh.sizes["tp"])
         return layout
-    return None
+    same = SAME_ARITHMETIC.get(name) or SAME_ARITHMETIC.get(draft.strategy.family)
+    row = None if same is None else next((item for item in draft.rules.memory_layouts if item.name == same[0]), None)
+    return None if row is None or same is None else attrs.evolve(row, name=same[1], strategy=name)
 
 
 def check_memory(draft: Draft) -> None:
@@ -232,8 +234,16 @@ def check_memory(draft: Draft) -> None:
     if facts is None or (draft.fields.strategy == "auto" and draft.fields.strategy_options is None):
         return  # 'auto' was fitted before the strategy was chosen
     layout = layout_of(draft)
-    hardware = _hardware(draft) if layout is not None else None
-    if layout is None or hardware is None:
+    if layout is None:
+        draft.note(
+            "memory-not-checked",
+            "warning",
+            f"memory not checked for strategy {draft.strategy_name!r} (no arithmetic for it: no layout row of "
+            "rules.memory describes it); strategy='auto' chooses among those that have one",
+        )
+        return
+    hardware = _hardware(draft)
+    if hardware is None:
         return
     policy = _policy(draft)
     everything = choose(facts, hardware, policy, draft.rules)
