@@ -197,3 +197,51 @@ def test_a_measurement_within_its_timeout_leaves_no_alarm_behind() -> None:
 def test_a_timeout_that_is_no_time_is_refused(timeout: object) -> None:
     with pytest.raises(tp.NotMeasurable, match=r"timeout=.*write the seconds measuring may take"):
         tp.measure_model(lambda: torch.nn.Linear(8, 8), lambda: torch.randn(2, 8), timeout=timeout)  # type: ignore[arg-type]
+
+
+class _MlpBlock(torch.nn.Module):
+    """A block holding a five-module Sequential of mixed classes: longer than the model's list of blocks."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.attention = torch.nn.Linear(hidden, hidden)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(hidden, 4 * hidden),
+            torch.nn.GELU(),
+            torch.nn.Linear(4 * hidden, hidden),
+            torch.nn.Dropout(0.0),
+            torch.nn.Identity(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.attention(x))  # type: ignore[no-any-return]
+
+
+class _MlpModel(torch.nn.Module):
+    def __init__(self, hidden: int = 64, layers: int = 4) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(100, hidden)
+        self.blocks = torch.nn.ModuleList(_MlpBlock(hidden) for _ in range(layers))
+        self.head = torch.nn.Linear(hidden, 100)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)  # type: ignore[no-any-return]
+
+
+def test_the_blocks_measured_are_the_ones_the_runtime_wraps() -> None:
+    # the longest ModuleList/Sequential of any classes was each block's 5-module mlp: layer_count 5
+    facts = tp.measure_model(_MlpModel, lambda: torch.randint(0, 100, (2, 16)))
+    block = sum(parameter.numel() * 4 for parameter in _MlpBlock(64).parameters())
+    assert len(tp.repeated_layers(_MlpModel())) == facts.layer_count == 4
+    assert facts.largest_layer_bytes == block
+    assert facts.root_bytes == (100 * 64 + 64 * 100 + 100) * 4
+
+
+def test_blocks_names_the_blocks_as_rt_wrap_takes_it() -> None:
+    facts = tp.measure_model(_MlpModel, lambda: torch.randint(0, 100, (2, 16)), blocks=torch.nn.Linear)
+    assert facts.layer_count == 3 * 4 + 1  # the outermost Linear modules: each block's three, and the head
+    with pytest.raises(tp.NotMeasurable, match="blocks= names the model's repeated blocks"):
+        tp.measure_model(_MlpModel, lambda: torch.randint(0, 100, (2, 16)), blocks="blocks")  # type: ignore[arg-type]

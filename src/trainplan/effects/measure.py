@@ -23,6 +23,8 @@ from trainplan.spec.names import HOST_DEVICE, PrecisionName
 if TYPE_CHECKING:
     import torch
 
+    from trainplan.effects.runtime import Blocks
+
 
 class NotMeasurable(TrainplanError, RuntimeError):
     """A module whose training step cannot run under FakeTensorMode (data-dependent control flow, a C extension
@@ -105,6 +107,7 @@ def measure_model(
     loss: Callable[[Any], torch.Tensor] | None = None,
     device: str = HOST_DEVICE,
     timeout: float | None = MEASURE_TIMEOUT,
+    blocks: Blocks | None = None,
 ) -> ModelFacts:
     """The facts of one training step of `module_factory()` on `batch()` (built under FakeTensorMode: write the
     factories so they create their tensors inside, e.g. `lambda: torch.randint(0, 32000, (1, 4096))`).
@@ -112,6 +115,9 @@ def measure_model(
     `optimizer` (default AdamW) builds the optimizer from the parameters; `loss` reduces the output to a scalar
     (default: its sum). Nothing is allocated and no GPU is used; `device` is the fake device the tensors sit on.
     Measuring stops after `timeout` seconds (None: never), a Llama-shaped 7B taking about 20 s on two busy cores.
+    The repeated blocks (a transformer's layers, counted and sized for checkpointing and sharding) are the ones
+    `rt.wrap` finds, by the same rule: `tp.repeated_layers`, or `blocks=` (a class, a tuple of classes, or a
+    function module -> bool) where it finds the wrong ones.
     Raises `NotMeasurable` when the step cannot run under FakeTensorMode or runs past `timeout`."""
     require_torch("trainplan.measure_model")
     import torch
@@ -128,7 +134,7 @@ def measure_model(
             inputs = batch()
             arguments = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
             step = (optimizer or (lambda parameters: torch.optim.AdamW(parameters, foreach=True)))(model.parameters())
-            layers = _repeated_layers(model)
+            layers = _repeated_layers(model, blocks)
             layer_input: list[tuple[int, int]] = []
             handle = (
                 layers[0].register_forward_pre_hook(
@@ -278,14 +284,15 @@ def _module_bytes(module: torch.nn.Module) -> int:
     return sum(parameter.numel() * parameter.element_size() for parameter in module.parameters())
 
 
-def _repeated_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The longest `ModuleList`/`Sequential` of the model (a transformer's blocks): what checkpointing and FSDP wrap
-    one at a time; none when the model has no such list."""
-    import torch
+def _repeated_layers(model: torch.nn.Module, blocks: Blocks | None) -> list[torch.nn.Module]:
+    """The model's repeated blocks as the runtime finds them (`find_blocks`: one definition, so the facts count the
+    blocks `rt.wrap` checkpoints and shards); none when it finds none."""
+    from trainplan.effects.runtime import NotWrappable, find_blocks
 
-    lists = [module for module in model.modules() if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential))]
-    longest = max(lists, key=len, default=None)
-    return list(longest) if longest is not None and len(longest) > 1 else []
+    try:
+        return list(find_blocks(model, blocks).values())
+    except NotWrappable as error:
+        raise NotMeasurable(str(error)) from None
 
 
 __all__ = ["NotMeasurable", "measure_model"]
