@@ -1085,6 +1085,13 @@ def _run_fit(arguments: argparse.Namespace) -> int:
     if arguments.nodes > 1 and not env.variables.get("MASTER_ADDR"):
         env = env.with_variables({"MASTER_ADDR": "node-0", "MASTER_PORT": "29500", "NODE_RANK": "0"})
     plan = _resolved(attrs.evolve(request, model=facts, memory_policy=policy), env, BUILTIN_RULES)
+    if plan.memory is None and "memory-unknown" in {note.code for note in plan.notes}:
+        # a fit without the GPUs' memory is no answer: the strategy chosen as if there were no model
+        raise CliError(
+            f"fit --params {arguments.params}: the GPUs' memory is not known (this machine shows "
+            f"{env.cuda_device_count} CUDA GPU(s) and no memory for them), so nothing can be fitted to it: pass the "
+            "GPUs as --gpus NxSIZE, e.g. --gpus 8x40GiB"
+        )
     if arguments.json:
         print(json.dumps(plan.to_dict(), indent=2))
         return 0
@@ -1093,13 +1100,7 @@ def _run_fit(arguments: argparse.Namespace) -> int:
         f"batch {facts.batch_size} per GPU, {precision}"
     )
     if plan.memory is None:
-        codes = {note.code for note in plan.notes}
-        why = (
-            "the GPUs' memory is not known: pass --gpus 8x40GiB"
-            if "memory-unknown" in codes
-            else f"memory not checked: no arithmetic for strategy {plan.strategy.name!r}"
-        )
-        print(f"strategy: {plan.strategy.name} ({why})")
+        print(f"strategy: {plan.strategy.name} (memory not checked: no arithmetic for strategy {plan.strategy.name!r})")
         return 0
     chosen = plan.memory.estimate
     ckpt = " with activation checkpointing" if chosen is not None and chosen.checkpointing else ""

@@ -688,3 +688,20 @@ def test_trainplan_fit_says_why_a_strategy_was_not_checked(capsys: pytest.Captur
     assert tp.cli.main(["fit", "--params", "7e9", "--gpus", "8x80GiB", "--strategy", "dp"]) == 0
     out = capsys.readouterr().out
     assert "memory not checked: no arithmetic for strategy 'dp'" in out and "not known" not in out
+
+
+def test_trainplan_fit_without_the_gpus_memory_is_an_error_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # on a machine without GPUs it exited 0 with a single_device non-answer
+    monkeypatch.setattr(trainplan.cli, "probe", tp.Environment)
+    with pytest.raises(SystemExit) as exited:
+        tp.cli.main(["fit", "--params", "7B"])
+    assert exited.value.code == 2
+    assert "pass the GPUs as --gpus NxSIZE" in capsys.readouterr().err
+
+
+def test_the_shape_rule_for_a_named_size_is_the_one_its_docstring_states() -> None:
+    facts = tp.transformer_facts(parameters=7e9)
+    assert (facts.layer_count, facts.hidden_size) == (33, 4224)
+    assert "7B: h 4224, L 33" in " ".join((tp.transformer_facts.__doc__ or "").split())

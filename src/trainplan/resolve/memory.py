@@ -353,9 +353,11 @@ def transformer_facts(
     Weights, gradients and optimizer states per parameter come from `rules.memory.BYTES_PER_PARAMETER` (16-bit mixed
     precision: the ZeRO paper's 2 + 2 + 12 bytes); a layer's activations are 34·s·h bytes per sample (Korthikanti et
     al. 2022, with flash attention) and its input 2·s·h. Without `hidden` and `layers`, Llama's proportions are
-    assumed: 12·L·h² parameters with L = h / 128 (7B: h 4096, L 32). The embedding and the head (2 · vocabulary · h
-    parameters, within the count) are the root unit a sharded layout keeps gathered; the optimizer's step takes one
-    more copy of the parameters in fp32 (a foreach AdamW's intermediates)."""
+    assumed: 12·L·h² parameters with L = h / 128, h rounded to a multiple of 128 (7B: h 4224, L 33; Llama-2 7B's
+    published 4096 and 32 count 6.4B in blocks by this formula: write `layers` and `hidden` for a model's exact
+    shape). The embedding and the head (2 · vocabulary · h parameters, within the count) are the root unit a sharded
+    layout keeps gathered; the optimizer's step takes one more copy of the parameters in fp32 (a foreach AdamW's
+    intermediates)."""
     _check_shape(parameters=parameters, layers=layers, hidden=hidden, sequence=sequence, batch_size=batch_size)
     count = int(parameters)
     if count < 1 or precision not in BYTES_PER_PARAMETER:
