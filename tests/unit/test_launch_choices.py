@@ -60,9 +60,18 @@ def test_a_field_the_script_sets_otherwise_is_the_scripts_with_a_warning(monkeyp
 
 
 def test_options_travel_with_their_strategy_only() -> None:
+    """Options the launch chose for another strategy than the script's are not applied, and a warning says so
+    (they were dropped without a word)."""
     script = with_launch_choices(Request(strategy="fsdp"), LAUNCHED)
     assert script.strategy == "fsdp" and script.strategy_options is None
-    assert [note.code for note in script.notes] == ["launch-choice-overridden"]
+    assert [note.code for note in script.notes] == ["launch-choice-overridden"] * 2
+    assert "strategy_options=" in script.notes[1].message and "were not applied" in script.notes[1].message
+    launched = Request(strategy="ddp_find_unused_parameters_true", strategy_options=DDPOptions(timeout_seconds=5))
+    for mine in (Request(strategy="ddp"), Request(strategy="ddp", strategy_options=DDPOptions(timeout_seconds=1800))):
+        kept = with_launch_choices(mine, launched)
+        assert kept.strategy_options == mine.strategy_options
+        (dropped,) = [note for note in kept.notes if "strategy_options=" in note.message]
+        assert "timeout_seconds=5" in dropped.message and "Launch with --strategy ddp" in dropped.message
     own = with_launch_choices(Request(strategy_options=DDPOptions(timeout_seconds=9)), LAUNCHED)
     assert own.strategy == "ddp" and own.strategy_options == DDPOptions(timeout_seconds=9)
     assert "timeout_seconds=9" in own.notes[0].message
@@ -121,8 +130,9 @@ def test_a_default_the_script_writes_is_written_and_kept_with_a_warning(monkeypa
     assert plan.request.strategy_options == LAUNCHED.strategy_options  # what it left still comes from the launch
     written = with_launch_choices(Request(strategy="auto", strategy_options=None), LAUNCHED)
     assert (written.strategy, written.strategy_options) == ("auto", None)
-    (note,) = written.notes  # the options travel with the launch's strategy, which the script does not run
+    note, options = written.notes  # the options travel with the launch's strategy, which the script does not run
     assert note.code == "launch-choice-overridden" and "sets strategy='auto'" in note.message
+    assert options.code == "launch-choice-overridden" and "options were not applied" in options.message
 
 
 def test_a_request_records_the_fields_written_and_keeps_them_through_evolve() -> None:

@@ -337,9 +337,18 @@ def with_launch_choices(
         mine, theirs = getattr(script, field), getattr(launched, field)
         if (theirs == getattr(default, field) and field not in chosen) or mine == theirs:
             continue
-        if field == "strategy_options" and _runs_as(taken.get("strategy", script.strategy), rules) != _runs_as(
-            launched.strategy, rules
-        ):
+        runs = taken.get("strategy", script.strategy)
+        if field == "strategy_options" and _runs_as(runs, rules) != _runs_as(launched.strategy, rules):
+            # Options travel with their strategy: not applied, and said so (they were dropped without a word).
+            notes.append(
+                Note(
+                    code="launch-choice-overridden",
+                    level="warning",
+                    message=f"the launch chose strategy_options={theirs!r} ({flag}) for strategy="
+                    f"{launched.strategy!r}, and this script's Request runs strategy={runs!r}: the launch's options "
+                    f"were not applied. Launch with --strategy {runs}, or set the options in the script's Request",
+                )
+            )
             continue
         left = mine == getattr(default, field) and field not in script.given
         if left or (field == "strategy" and _runs_as(mine, rules) == theirs):
