@@ -12,13 +12,14 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from trainplan.effects.extras import require_torch
+from trainplan.rules.memory import MEASURED_PRECISION
 from trainplan.spec.errors import TrainplanError
 from trainplan.spec.memory import ModelFacts
-from trainplan.spec.names import HOST_DEVICE, PrecisionName
+from trainplan.spec.names import HOST_DEVICE
 
 if TYPE_CHECKING:
     import torch
@@ -193,16 +194,6 @@ def measure_model(
         dtype=dtype,
         precision=MEASURED_PRECISION.get(dtype),
     )
-
-
-MEASURED_PRECISION: Final[Mapping[str, PrecisionName]] = {
-    "float32": "32-true",
-    "bfloat16": "bf16-true",
-    "float16": "16-true",
-    "float64": "64-true",
-}
-"""The precision a measured step ran at, by its parameters' dtype: the step runs without autocast, so the module's
-own dtype throughout (another dtype: not said)."""
 
 
 FAKE_TENSOR_LOGGERS: Final = ("torch._subclasses.fake_tensor",)

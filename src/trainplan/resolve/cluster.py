@@ -427,24 +427,7 @@ class _Job:
         stated = f"{names['global_rank']}={rank}, {names['local_rank']}={local}"
         stated += f", {names['processes_per_node']}={per_node}"
         if node is not None and "node_rank" in names:
-            # A stated node rank: the ranks still run node after node (node × processes per node + local rank).
-            if rank % per_node != local:
-                raise self.error(
-                    names["local_rank"],
-                    f"it disagrees with the ranks ({stated}, {names['node_rank']}={node}): global rank {rank} is "
-                    f"local rank {rank % per_node} of node {rank // per_node} when ranks run node after node",
-                    f"Check how the job was started: each process needs {names['local_rank']} = "
-                    f"{names['global_rank']} % {names['processes_per_node']}",
-                )
-            if rank // per_node != node:
-                raise self.error(
-                    names["node_rank"],
-                    f"it disagrees with the ranks ({stated}): global rank {rank} is on node {rank // per_node} when "
-                    f"ranks run node after node (node {node} holds ranks {node * per_node} to "
-                    f"{node * per_node + per_node - 1})",
-                    f"Check how the job was started: each process needs {names['node_rank']} = "
-                    f"{names['global_rank']} // {names['processes_per_node']}",
-                )
+            self._check_stated_node_rank(rank, local, per_node, node, stated)
             return
         if node is not None:
             return
@@ -467,6 +450,27 @@ class _Job:
                 ),
             ),
         )
+
+    def _check_stated_node_rank(self, rank: int, local: int, per_node: int, node: int, stated: str) -> None:
+        """A stated node rank: the ranks still run node after node (node × processes per node + local rank)."""
+        names = self.names
+        if rank % per_node != local:
+            raise self.error(
+                names["local_rank"],
+                f"it disagrees with the ranks ({stated}, {names['node_rank']}={node}): global rank {rank} is "
+                f"local rank {rank % per_node} of node {rank // per_node} when ranks run node after node",
+                f"Check how the job was started: each process needs {names['local_rank']} = "
+                f"{names['global_rank']} % {names['processes_per_node']}",
+            )
+        if rank // per_node != node:
+            raise self.error(
+                names["node_rank"],
+                f"it disagrees with the ranks ({stated}): global rank {rank} is on node {rank // per_node} when "
+                f"ranks run node after node (node {node} holds ranks {node * per_node} to "
+                f"{node * per_node + per_node - 1})",
+                f"Check how the job was started: each process needs {names['node_rank']} = "
+                f"{names['global_rank']} // {names['processes_per_node']}",
+            )
 
     def inferred_note(self, world: int, per_node: int) -> Note:
         """The note of a node count inferred (world size / processes on this node), not stated by the launcher."""

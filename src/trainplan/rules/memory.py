@@ -23,12 +23,13 @@ compute; offload crosses PCIe every step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final, Literal
 
 import attrs
 
 from trainplan.spec.memory import MemoryPolicy
-from trainplan.spec.names import StrategyKey
+from trainplan.spec.names import PrecisionName, StrategyKey
 from trainplan.spec.options import FSDPOptions, ModelParallelOptions, StrategyOptions
 
 Placement = Literal["whole", "sharded", "node", "host"]
@@ -243,9 +244,20 @@ ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN: Final = 34
 scores): Korthikanti et al. 2022, eq. 2 without its 5as/h term."""
 
 
+MEASURED_PRECISION: Final[Mapping[str, PrecisionName]] = {
+    "float32": "32-true",
+    "bfloat16": "bf16-true",
+    "float16": "16-true",
+    "float64": "64-true",
+}
+"""The precision a measured step ran at, by its parameters' dtype (`measure_model`): the step runs without
+autocast, so the module's own dtype throughout (another dtype: not said)."""
+
+
 __all__ = [
     "ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN",
     "BYTES_PER_PARAMETER",
+    "MEASURED_PRECISION",
     "MEMORY_ACCELERATORS",
     "MEMORY_LAYOUTS",
     "MEMORY_ORDER",

@@ -228,6 +228,23 @@ def layout_of(draft: Draft) -> MemoryLayout | None:
     return None if row is None or same is None else attrs.evolve(row, name=same[1], strategy=name)
 
 
+def _own_fit(draft: Draft, own: list[MemoryEstimate], processes_per_node: int) -> MemoryEstimate | None:
+    """The explicit strategy's estimate that fits, without then with checkpointing; else an offloading one whose
+    host memory nobody stated: the user's call, taken with a warning."""
+    fitting = next((item for item in own if item.fits), None)
+    if fitting is None:
+        fitting = next((item for item in own if item.verdict.startswith(HOST_NOT_KNOWN)), None)
+        if fitting is not None:
+            draft.note(
+                "memory-host-not-checked",
+                "warning",
+                f"strategy {draft.strategy_name!r} offloads {size(fitting.host * processes_per_node)} a node "
+                "to host memory, which was not checked: the host's memory is not known (state it with "
+                "Environment(host_memory_bytes=...) or --host-memory 1TiB)",
+            )
+    return fitting
+
+
 def check_memory(draft: Draft) -> None:
     """An explicit strategy with the model's facts: checked to fit (with checkpointing where the policy allows)."""
     facts = draft.fields.model
@@ -257,18 +274,7 @@ def check_memory(draft: Draft) -> None:
         for checkpointing in (False, True)
         if why_not_allowed(layout, checkpointing, hardware, policy, draft.rules) is None or not checkpointing
     ]
-    fitting = next((item for item in own if item.fits), None)
-    if fitting is None:
-        # an explicit offloading strategy is the user's call on host memory nobody stated: taken, and said
-        fitting = next((item for item in own if item.verdict.startswith(HOST_NOT_KNOWN)), None)
-        if fitting is not None:
-            draft.note(
-                "memory-host-not-checked",
-                "warning",
-                f"strategy {draft.strategy_name!r} offloads {size(fitting.host * hardware.processes_per_node)} a node "
-                "to host memory, which was not checked: the host's memory is not known (state it with "
-                "Environment(host_memory_bytes=...) or --host-memory 1TiB)",
-            )
+    fitting = _own_fit(draft, own, hardware.processes_per_node)
     draft.memory = attrs.evolve(
         everything,
         chosen=layout.name if fitting is not None else None,
