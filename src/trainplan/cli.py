@@ -828,6 +828,7 @@ def _run_launch(arguments: argparse.Namespace) -> int:
         local_addr=arguments.local_addr,
     )
     ignore_late = end_on_late_signals()
+    refused: list[TrainplanError] = []
     code = launch_script(
         plan,
         command,
@@ -839,8 +840,11 @@ def _run_launch(arguments: argparse.Namespace) -> int:
         # The plan was made from the given variables: the workers get them too, and which request fields the flags
         # wrote (a default value included), so that a script's own Request takes those.
         variables={**_given_variables(arguments), LAUNCH_CHOICES_VARIABLE: ",".join(_written_fields(arguments))},
+        refused=refused if getattr(arguments, "json", False) else None,
     )
     ignore_late()  # the code is decided: a signal from here on changes nothing
+    for error in refused:  # found at the rendezvous (the nodes' plans differ): the record, as for any refusal
+        print(json.dumps(error_record(error, code=code), indent=2))
     return code
 
 

@@ -217,6 +217,7 @@ def test_nodes_launched_with_different_devices_are_refused_on_every_node() -> No
     nodes = []
     for devices in ("1", "2"):
         command = [*TRAINPLAN, "launch", "--accelerator", "cpu", "--num-nodes", "2", "--devices", devices]
+        command += ["--json"] if devices == "2" else []  # its refusal is the error record on stdout
         command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--timeout", "90"]
         command += ["tests/scripts/env_only_world.py"]  # a plain env:// script: the launchers themselves refuse
         nodes.append(
@@ -227,12 +228,14 @@ def test_nodes_launched_with_different_devices_are_refused_on_every_node() -> No
     outputs = [node.communicate(timeout=120) for node in nodes]
     assert [node.returncode for node in nodes] == [2, 2], outputs  # refused by the launchers, not timed out
     ranks = set()
-    for (_, stderr), devices in zip(outputs, ("1", "2"), strict=True):
+    for (stdout, stderr), devices in zip(outputs, ("1", "2"), strict=True):
         assert "this node (its rank is assigned at the rendezvous) of 2 ×" in stderr
         ranks |= {rank for rank in ("0", "1") if f"starting node {rank}'s {devices} worker(s)" in stderr}
-        assert "the nodes were launched with different --devices" in stderr
-        assert f"Launch every node with the same --devices (here {devices})" in stderr
-    assert not any("WORLD" in stdout for stdout, _ in outputs), "no worker started"
+        refusal = json.loads(stdout)["error"]["message"] if devices == "2" else stderr
+        assert "the nodes were launched with different --devices" in refusal
+        assert f"Launch every node with the same --devices (here {devices})" in refusal
+    assert json.loads(outputs[1][0])["exit_code"] == 2
+    assert "WORLD" not in outputs[0][0], "no worker started"
     assert ranks == {"0", "1"}, "each node names the rank the rendezvous gave it"
 
 

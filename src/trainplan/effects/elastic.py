@@ -77,7 +77,7 @@ from trainplan.mapping.workers import (
     torchrun_variables,
 )
 from trainplan.rules import LAUNCH_CHOICES_VARIABLE, RUN_ID_VARIABLE, TRAINPLAN_RUN_ID_PREFIX
-from trainplan.spec.errors import a_kind
+from trainplan.spec.errors import TrainplanError, a_kind
 from trainplan.spec.plan import Plan
 
 if TYPE_CHECKING:
@@ -591,7 +591,7 @@ def _meeting(plan: Plan, options: EngineOptions) -> _Meeting:
 class _Mismatched(Exception):
     """Raised from the engine's start of the workers when the nodes' plans disagree: the launch ends, refused."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: TrainplanError) -> None:
         super().__init__(str(error))
         self.error = error
 
@@ -742,6 +742,7 @@ def launch_script(
     quiet: bool = False,
     exit_on_signal_while_waiting: bool = False,
     variables: Mapping[str, str] | None = None,
+    refused: list[TrainplanError] | None = None,
 ) -> int:
     """Run a script on each of the plan's workers on this node through torch's elastic agent, with the
     environment torchrun gives (so `torch.distributed.init_process_group()` with env:// works unchanged) plus
@@ -749,7 +750,9 @@ def launch_script(
     --env-file and --set-env, which the plan was made from); the plan's own variables win over them.
 
     Returns the exit code of the first failing worker (0 when all succeed, after any restarts; 124 on timeout;
-    128 + N when this process got signal N); nothing it started is alive when it returns.
+    128 + N when this process got signal N); nothing it started is alive when it returns. `refused`: where a
+    refusal found at the rendezvous goes (the nodes met with different plans: exit 2), instead of a line on stderr
+    (the CLI's --json writes it as the error record).
     """
     if not isinstance(plan, Plan):
         raise LaunchError(f"launch_script takes a trainplan.Plan, not {a_kind(plan)}")
@@ -818,6 +821,7 @@ def launch_script(
             rendezvous=rendezvous,
             lifeline=lifeline,
             server=server,
+            refused=refused,
         )
     for sink in (out, err):
         if sink.failure is not None:
@@ -871,6 +875,7 @@ def _run_engine(
     rendezvous: Mapping[str, str],
     lifeline: Lifeline,
     server: Mapping[str, str] | None,
+    refused: list[TrainplanError] | None = None,
 ) -> int:
     """The engine's run; `lifeline` is the launch's (released here), `server` the environment the launch's
     forkserver started with (`_start_server`; None: the engine starts each worker as a process of its own)."""
@@ -961,7 +966,10 @@ def _run_engine(
                     ):
                         launch_agent(config, entrypoint, worker_arguments)
                 except _Mismatched as mismatch:
-                    say(f"error: {mismatch.error}")
+                    if refused is None:
+                        say(f"error: {mismatch.error}")
+                    else:
+                        refused.append(mismatch.error)
                     code = 2
                 except ChildFailedError as failure:
                     rank, first = failure.get_first_failure()
