@@ -56,8 +56,11 @@ def test_tensor_parallel_2_by_fsdp2_over_2_in_four_processes_is_predicted_within
     configurations = [("tp2_fsdp", False), ("tp2_fsdp", True)]
     plan = tp.resolve(tp.Request(accelerator="cpu", devices=4, strategy="ddp"))
     measured = tp.launch_with(plan, memory_world.peaks, args=(configurations,), timeout=600)
-    assert all(rank == measured[0] for rank in measured)  # every rank holds one shard of each kind
-    for (layout, checkpointing), peak in zip(configurations, measured[0], strict=True):
-        ratio = _predicted(layout, checkpointing, 4) / peak
-        assert abs(ratio - 1) <= TOLERANCE, (layout, checkpointing, ratio)
-        print(f"{layout}{' +ckpt' if checkpointing else ''}: predicted / measured = {ratio:.3f}")
+    # Every rank holds one shard of each kind: the same peak up to the transient buffers a loaded machine's timing
+    # moves (equal bytes on an idle machine; CI once saw the ranks differ), and each rank within the band.
+    for index, (layout, checkpointing) in enumerate(configurations):
+        peaks = [rank[index] for rank in measured]
+        assert max(peaks) <= 1.05 * min(peaks), (layout, checkpointing, peaks)
+        ratios = [_predicted(layout, checkpointing, 4) / peak for peak in peaks]
+        assert all(abs(ratio - 1) <= TOLERANCE for ratio in ratios), (layout, checkpointing, ratios)
+        print(f"{layout}{' +ckpt' if checkpointing else ''}: predicted / measured = {ratios[0]:.3f}")
