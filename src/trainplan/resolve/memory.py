@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import Final
+from typing import Final, overload
 
 import attrs
 
@@ -142,7 +142,7 @@ def judge(estimated: MemoryEstimate, budget: int, hardware: Hardware, policy: Me
     if host_needed and hardware.host_bytes is None:
         # offload moves the states to host memory: a layout that may not fit there is not chosen on trust
         return attrs.evolve(estimated, verdict=f"{HOST_NOT_KNOWN} ({size(host_needed)} a node to offload)")
-    host_room = None if hardware.host_bytes is None else int(hardware.host_bytes * (1 - policy.headroom))
+    host_room = _room(hardware.host_bytes, policy)
     if host_room is not None and host_needed > host_room:
         needed, available = compared(host_needed, host_room)  # the room the check used: the host less the headroom
         return attrs.evolve(
@@ -153,13 +153,22 @@ def judge(estimated: MemoryEstimate, budget: int, hardware: Hardware, policy: Me
     return attrs.evolve(estimated, fits=True, verdict="fits")
 
 
+@overload
+def _room(total: int, policy: MemoryPolicy) -> int: ...
+@overload
+def _room(total: int | None, policy: MemoryPolicy) -> int | None: ...
+def _room(total: int | None, policy: MemoryPolicy) -> int | None:
+    """What a layout may use of `total` bytes (a device's, a node's host memory): less the policy's headroom."""
+    return None if total is None else int(total * (1 - policy.headroom))
+
+
 HOST_NOT_KNOWN: Final = "host memory not known: not checked"
 """The verdict's start for an offloading layout when the nodes' host memory is not stated: it is not chosen."""
 
 
 def candidates(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> Iterator[MemoryEstimate]:
     """Every candidate of the rule set's order, estimated and judged (a disallowed one says why)."""
-    budget = int(hardware.device_bytes * (1 - policy.headroom))
+    budget = _room(hardware.device_bytes, policy)
     layouts = {layout.name: layout for layout in rules.memory_layouts}
     for name, checkpointing in rules.memory_order.candidates():
         layout = layouts[name]
@@ -177,7 +186,7 @@ def choose(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: R
     chosen = next(((item.layout, item.checkpointing) for item in judged if item.fits), None)
     return MemoryPlan(
         device_bytes=hardware.device_bytes,
-        budget_bytes=int(hardware.device_bytes * (1 - policy.headroom)),
+        budget_bytes=_room(hardware.device_bytes, policy),
         host_bytes=hardware.host_bytes,
         policy=policy,
         chosen=None if chosen is None else chosen[0],
@@ -265,7 +274,7 @@ def host_memory_needed(facts: ModelFacts, hardware: Hardware, policy: MemoryPoli
 def device_memory_needed(facts: ModelFacts, hardware: Hardware, policy: MemoryPolicy, rules: Rules) -> int | None:
     """The memory a device needs (whole GiB) for the allowed layout with the smallest peak whose host memory, if
     any, this node has; None when no layout is allowed here."""
-    room = None if hardware.host_bytes is None else hardware.host_bytes * (1 - policy.headroom)
+    room = _room(hardware.host_bytes, policy)
     allowed = [
         item for item in candidates(facts, hardware, policy, rules) if not item.verdict.startswith("not allowed")
     ]
