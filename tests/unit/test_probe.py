@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from types import FrameType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import pytest
 
@@ -15,7 +14,7 @@ from trainplan.effects import ProbeError, probe
 from trainplan.resolve.visible import AmbiguousDevice, visible_device_order
 
 if TYPE_CHECKING:
-    from _typeshed import TraceFunction
+    pass
 
 UUIDS = ["GPU-aaaa1111", "GPU-bbbb2222", "GPU-bbbc3333", "GPU-dddd4444"]
 
@@ -266,32 +265,38 @@ def test_the_variables_probe_reads_from_its_own_copy_are_relevant_ones() -> None
     ] == []
 
 
-def test_resolve_again_without_an_environment_raises_nothing_on_its_way(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resolve_again_without_an_environment_raises_nothing_on_its_way() -> None:
     """`trainplan.resolve(request)` a framework calls again (it probes each time) asks for no variable that is not
     there: outside a launched worker it reads the probe's copy of trainplan's variables, not `os.environ` (whose
-    lookup of a missing name raises and catches a KeyError, most of a probe's cost once)."""
-    import trainplan
+    lookup of a missing name raises and catches a KeyError, most of a probe's cost once). Traced in a fresh
+    interpreter, trainplan's frames only: under a test worker's state a tracer in-process once span for good."""
+    code = """
+import sys
+import trainplan
 
-    for name in [name for name in os.environ if name.startswith("TRAINPLAN_")]:
-        monkeypatch.delenv(name)
-    request = trainplan.Request(accelerator="cpu", devices=2, strategy="ddp")
-    trainplan.resolve(request)
-    raised: list[str] = []
+request = trainplan.Request(accelerator="cpu", devices=2, strategy="ddp")
+trainplan.resolve(request)
+raised = []
 
-    def trace(frame: FrameType, event: str, argument: Any) -> TraceFunction | None:
-        # trainplan's frames only: an exception raised below them (os.environ's KeyError) reaches them as an event
-        # too, and nothing else (pytest-timeout's SIGALRM handler, once, walked every thread under this tracer) is
-        # traced.
-        if "/trainplan/" not in frame.f_code.co_filename:
-            return None
-        if event == "exception":
-            raised.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {argument[0].__name__}")
-        return trace
+def trace(frame, event, argument):
+    if "/trainplan/" not in frame.f_code.co_filename:
+        return None
+    if event == "exception":
+        raised.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {argument[0].__name__}")
+    return trace
 
-    sys.settrace(trace)
-    try:
-        plan = trainplan.resolve(request)
-    finally:
-        sys.settrace(None)
-    assert plan.world_size == 2
-    assert raised == []
+sys.settrace(trace)
+try:
+    plan = trainplan.resolve(request)
+finally:
+    sys.settrace(None)
+print(plan.world_size, raised)
+"""
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("TRAINPLAN_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    world_size, raised = done.stdout.strip().split(" ", 1)
+    assert world_size == "2"
+    assert raised == "[]"
